@@ -1,0 +1,44 @@
+# bcd: build, test and run the lab. See README.md.
+SHELL := /bin/bash
+GO ?= go
+VERSION ?= 0.1.0-dev
+COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X github.com/better-compute/bcd/components/buildinfo.Version=$(VERSION) -X github.com/better-compute/bcd/components/buildinfo.Commit=$(COMMIT)
+GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
+ROLES := node site ramdisk helper
+
+.PHONY: all build proto deps test test-short demo sizes bench clean fmt vet
+
+all: build
+
+build: deps
+	@mkdir -p bin
+	@for r in $(ROLES); do $(GOBUILD) -o bin/bcd-$$r ./roles/$$r || exit 1; done
+	$(GOBUILD) -o bin/bcgw ./cmd/bcgw
+	$(GOBUILD) -tags fakehw -o bin/bcd-node-fakehw ./roles/node
+
+# deps installs what the build and tests need on a Debian machine.
+deps:
+	@./build/deps.sh
+
+proto:
+	./build/proto.sh
+
+test: deps
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+
+demo: build
+	@./build/demo.sh
+
+sizes: build
+	@ls -l bin/ | awk 'NR>1 {printf "%-20s %10d bytes\n", $$9, $$5}'
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go' | grep -v '^proto/gen/')
+
+clean:
+	rm -rf bin

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what building and testing bcd needs on a Debian machine: the
+# Debian packages (when missing, as root) and the Go modules. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+command -v protoc >/dev/null || need+=(protobuf-compiler)
+command -v go >/dev/null || { echo "deps: Go is not installed (Go 1.26 at /usr/local/go is expected)" >&2; exit 1; }
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "deps: missing ${need[*]}; run as root or: apt-get install ${need[*]}" >&2; exit 1
+  fi
+  echo "deps: installing ${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+go mod download

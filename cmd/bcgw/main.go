@@ -1,0 +1,279 @@
+// Command bcgw is the lab gateway and minimal control plane that bcd
+// agents dial: `bcgw serve` runs it; the other commands talk to a running
+// one over its admin API.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/better-compute/bcd/components/buildinfo"
+	"github.com/better-compute/bcd/components/cli"
+	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/logging"
+	"github.com/better-compute/bcd/components/wellknown"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	p := &cli.Program{
+		Name: "bcgw",
+		Commands: []cli.Command{
+			{Name: "serve", Summary: "run the gateway and control plane", Run: serve},
+			{Name: "token", Summary: "token create: make a join token", Run: token},
+			{Name: "nodes", Summary: "list nodes", Run: nodes},
+			{Name: "run", Summary: "run NODE KIND: send a command and print its result", Run: run},
+			{Name: "revoke", Summary: "revoke NODE: revoke a node's certificate", Run: revoke},
+			{Name: "well-known", Summary: "print the well-known document (--pins: the bcd join flags)", Run: wellKnown},
+		},
+		Version: cli.VersionInfo{Version: buildinfo.Version, Commit: buildinfo.Commit, Tags: buildinfo.Tags()},
+	}
+	code := p.Main(ctx, cli.StdEnv(), os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+func defaultDataDir() string {
+	if d := os.Getenv("BCGW_DATA_DIR"); d != "" {
+		return d
+	}
+	return "/var/lib/bcgw"
+}
+
+// adminFlags are the flags of every command that talks to a running bcgw.
+type adminFlags struct {
+	dataDir, url, tokenFile string
+}
+
+func (a *adminFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.dataDir, "data-dir", defaultDataDir(), "the data directory of the bcgw to talk to (its admin.sock); env BCGW_DATA_DIR")
+	fs.StringVar(&a.url, "admin", "", "a loopback admin URL instead of the socket (with --admin-token-file)")
+	fs.StringVar(&a.tokenFile, "admin-token-file", "", "file holding the admin bearer token (DATA/admin.token)")
+}
+
+func (a *adminFlags) client() (*gateway.AdminClient, error) {
+	var bearer string
+	if a.url != "" {
+		b, err := os.ReadFile(a.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--admin-token-file: %w", err)
+		}
+		bearer = strings.TrimSpace(string(b))
+	}
+	return gateway.NewAdminClient(a.dataDir, a.url, bearer), nil
+}
+
+// parseInterleaved parses flags that may follow positional arguments.
+func parseInterleaved(fs *flag.FlagSet, env *cli.Env, args []string, npos int, usage string) ([]string, int, bool) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				return nil, 0, false
+			}
+			return nil, cli.Usagef(env, "usage: %s", usage), false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if len(pos) != npos {
+		return nil, cli.Usagef(env, "usage: %s", usage), false
+	}
+	return pos, 0, true
+}
+
+func serve(ctx context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "serve")
+	var cfg gateway.Config
+	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "where all state lives (made on first start)")
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8443", "address of the gateway (AgentGateway and well-known)")
+	fs.StringVar(&cfg.URL, "url", "", "gateway URL published to agents (default https://LISTEN)")
+	fs.StringVar(&cfg.ServerName, "server-name", "bcgw.lab", "TLS server name of the gateway certificate")
+	fs.StringVar(&cfg.AdminListen, "admin-listen", "", "also serve the admin API on this loopback address (bearer token in DATA/admin.token)")
+	fs.IntVar(&cfg.MaxSessions, "max-sessions", 0, "refuse sessions beyond this many with a retry pushback (0: no limit)")
+	fs.DurationVar(&cfg.Pushback, "pushback", 2*time.Second, "the pushback a busy refusal carries")
+	fs.DurationVar(&cfg.CertValidity, "cert-validity", 24*time.Hour, "lifetime of node certificates")
+	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 15*time.Second, "heartbeat interval asked of agents")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if code, ok := cli.Parse(fs, env, args, ""); !ok {
+		return code
+	}
+	log, err := logging.New(env.Stderr, *level, "json", "bcgw")
+	if err != nil {
+		return cli.Usagef(env, "bcgw serve: %v", err)
+	}
+	cfg.Log = log
+	s, err := gateway.New(cfg)
+	if err != nil {
+		return cli.Fail(env, "bcgw serve", err)
+	}
+	if err := s.Run(ctx); err != nil {
+		return cli.Fail(env, "bcgw serve", err)
+	}
+	return 0
+}
+
+func token(ctx context.Context, env *cli.Env, args []string) int {
+	if len(args) == 0 || args[0] != "create" {
+		return cli.Usagef(env, "usage: bcgw token create [--uses N] [--role node|site] [--site S] [--ttl D]")
+	}
+	fs := cli.NewFlagSet(env, "bcgw", "token create")
+	var a adminFlags
+	a.register(fs)
+	uses := fs.Int("uses", 1, "how many joins the token admits")
+	role := fs.String("role", "node", "node or site")
+	site := fs.String("site", "lab", "the site joined agents belong to")
+	ttl := fs.Duration("ttl", 24*time.Hour, "how long the token is valid (0: no expiry)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if code, ok := cli.Parse(fs, env, args[1:], ""); !ok {
+		return code
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw token create", err)
+	}
+	t, err := c.CreateToken(ctx, gateway.TokenRequest{Role: *role, Site: *site, Uses: *uses, TTLSeconds: int(ttl.Seconds())})
+	if err != nil {
+		return cli.Fail(env, "bcgw token create", err)
+	}
+	if *asJSON {
+		return printJSON(env, t)
+	}
+	fmt.Fprintln(env.Stdout, t.Token)
+	return 0
+}
+
+func printJSON(env *cli.Env, v any) int {
+	enc := json.NewEncoder(env.Stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return cli.Fail(env, "bcgw", err)
+	}
+	return 0
+}
+
+func nodes(ctx context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "nodes")
+	var a adminFlags
+	a.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if code, ok := cli.Parse(fs, env, args, ""); !ok {
+		return code
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw nodes", err)
+	}
+	ns, err := c.Nodes(ctx)
+	if err != nil {
+		return cli.Fail(env, "bcgw nodes", err)
+	}
+	if *asJSON {
+		return printJSON(env, ns)
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tROLE\tSITE\tCONNECTED\tEPOCH\tREVOKED\tHOSTNAME")
+	for _, n := range ns {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%v\t%s\n", n.ID, n.Role, n.Site, n.Connected, n.Epoch, n.Revoked, n.Hostname)
+	}
+	tw.Flush()
+	return 0
+}
+
+func run(ctx context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "run")
+	var a adminFlags
+	a.register(fs)
+	body := fs.String("body", "", "the command body (JSON)")
+	wait := fs.Bool("wait", false, "wait for the result and print it")
+	timeout := fs.Duration("timeout", 5*time.Minute, "with --wait, how long to wait")
+	deadline := fs.Duration("deadline", 10*time.Minute, "the command's deadline")
+	pos, code, ok := parseInterleaved(fs, env, args, 2, "bcgw run NODE KIND [--body JSON] [--wait]")
+	if !ok {
+		return code
+	}
+	if *body != "" && !json.Valid([]byte(*body)) {
+		return cli.Usagef(env, "bcgw run: --body is not JSON")
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw run", err)
+	}
+	cmd, err := c.Send(ctx, gateway.CommandRequest{Node: pos[0], Kind: pos[1], Body: json.RawMessage(*body), DeadlineSeconds: int(deadline.Seconds())})
+	if err != nil {
+		return cli.Fail(env, "bcgw run", err)
+	}
+	if !*wait {
+		return printJSON(env, cmd)
+	}
+	end := time.Now().Add(*timeout)
+	for cmd.State != "done" {
+		left := time.Until(end)
+		if left <= 0 {
+			printJSON(env, cmd)
+			return cli.Fail(env, "bcgw run", fmt.Errorf("no result for %s within %s", cmd.ID, *timeout))
+		}
+		if cmd, err = c.Command(ctx, cmd.ID, min(left, 30*time.Second)); err != nil {
+			return cli.Fail(env, "bcgw run", err)
+		}
+	}
+	printJSON(env, cmd)
+	if cmd.Status != "SUCCEEDED" {
+		return 1
+	}
+	return 0
+}
+
+func revoke(ctx context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "revoke")
+	var a adminFlags
+	a.register(fs)
+	pos, code, ok := parseInterleaved(fs, env, args, 1, "bcgw revoke NODE")
+	if !ok {
+		return code
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw revoke", err)
+	}
+	if err := c.Revoke(ctx, pos[0]); err != nil {
+		return cli.Fail(env, "bcgw revoke", err)
+	}
+	fmt.Fprintf(env.Stdout, "revoked %s\n", pos[0])
+	return 0
+}
+
+func wellKnown(ctx context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "well-known")
+	var a adminFlags
+	a.register(fs)
+	pins := fs.Bool("pins", false, "print the three pin flags of bcd join")
+	if code, ok := cli.Parse(fs, env, args, ""); !ok {
+		return code
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw well-known", err)
+	}
+	var d wellknown.Document
+	if err := c.WellKnown(ctx, &d); err != nil {
+		return cli.Fail(env, "bcgw well-known", err)
+	}
+	if *pins {
+		fmt.Fprintf(env.Stdout, "--serving-ca-pin=%s --join-signing-pin=%s --join-encryption-pin=%s\n", d.Pins.ServingCA, d.Pins.JoinSigning, d.Pins.JoinEncryption)
+		return 0
+	}
+	return printJSON(env, d)
+}

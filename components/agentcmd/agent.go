@@ -1,0 +1,49 @@
+package agentcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/better-compute/bcd/components/agent"
+	"github.com/better-compute/bcd/components/buildinfo"
+	"github.com/better-compute/bcd/components/cli"
+	"github.com/better-compute/bcd/components/config"
+	"github.com/better-compute/bcd/components/logging"
+	"github.com/better-compute/bcd/components/session"
+)
+
+// Agent returns an agent mode command (`bcd node`, `bcd site`): it loads
+// config.toml and runs the agent with the kinds the role's main built.
+func Agent(name, role, summary string, kinds func(*config.Config) map[string]agent.Kind) cli.Command {
+	return cli.Command{Name: name, Summary: summary, Run: func(ctx context.Context, env *cli.Env, args []string) int {
+		fs := cli.NewFlagSet(env, "bcd", name)
+		path := fs.String("config", config.DefaultPath, "the configuration file")
+		if code, ok := cli.Parse(fs, env, args, ""); !ok {
+			return code
+		}
+		prefix := "bcd " + name
+		cfg, err := config.Load(*path)
+		if err != nil {
+			return cli.Fail(env, prefix, err)
+		}
+		log, err := logging.New(env.Stderr, cfg.Log.Level, cfg.Log.Format, "agent")
+		if err != nil {
+			return cli.Fail(env, prefix, err)
+		}
+		var k map[string]agent.Kind
+		if kinds != nil {
+			k = kinds(cfg)
+		}
+		err = agent.Run(ctx, agent.Config{Config: cfg, Role: role, Kinds: k, Version: buildinfo.Version, Log: log})
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, session.ErrRevoked):
+			fmt.Fprintln(env.Stderr, err)
+			return 1
+		default:
+			return cli.Fail(env, prefix, err)
+		}
+	}}
+}

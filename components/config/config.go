@@ -1,0 +1,372 @@
+// Package config loads, checks and writes bcd's configuration file,
+// /etc/bcd/config.toml.
+//
+// The file is decoded strictly: a key the Config struct does not know is an
+// error that names the key, so a misspelt setting never passes silently. Top
+// level keys are flat; features that need more settings get their own
+// section ([log], [helper], and later [boot], [plugins] and others).
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// DefaultPath is where bcd reads its configuration unless --config says otherwise.
+const DefaultPath = "/etc/bcd/config.toml"
+
+// Defaults applied by Load and Parse to keys the file leaves empty.
+const (
+	DefaultDataDir    = "/var/lib/bcd"
+	DefaultSocketPath = "/run/bcd/bcd.sock"
+	DefaultLogLevel   = "info"
+	DefaultLogFormat  = "json"
+)
+
+// maxFileSize bounds how much of a configuration file is read.
+const maxFileSize = 1 << 20
+
+// Config is the contents of config.toml.
+type Config struct {
+	// Gateway is the https URL of the gateway bcd dials.
+	Gateway string `toml:"gateway,omitempty"`
+	// GatewayServerName is the TLS server name to expect when the gateway
+	// is reached by IP address.
+	GatewayServerName string `toml:"gateway_server_name,omitempty"`
+	// ServingCASPKIPin pins the gateway's serving CA: sha256/<base64>.
+	ServingCASPKIPin string `toml:"serving_ca_spki_pin,omitempty"`
+	// JoinSigningKeyPin pins the key that signs JoinResponses: sha256/<base64>.
+	JoinSigningKeyPin string `toml:"join_signing_key_pin,omitempty"`
+	// JoinEncryptionKeyPin pins the key join tokens are sealed to: sha256/<base64>.
+	JoinEncryptionKeyPin string `toml:"join_encryption_key_pin,omitempty"`
+	// Site names the site this machine belongs to.
+	Site string `toml:"site,omitempty"`
+	// DataDir holds the node key, identity and journal (default /var/lib/bcd).
+	DataDir string `toml:"data_dir,omitempty"`
+	// SocketPath is the agent's status socket (default /run/bcd/bcd.sock).
+	SocketPath string `toml:"socket_path,omitempty"`
+	// Log configures logging.
+	Log Log `toml:"log,omitempty"`
+	// Helper configures privilege separation with bcd helper.
+	Helper Helper `toml:"helper,omitempty"`
+
+	// Path is the file the configuration was loaded from; it is not a key.
+	Path string `toml:"-"`
+}
+
+// Log is the [log] section.
+type Log struct {
+	// Level is debug, info (default), warn or error.
+	Level string `toml:"level,omitempty"`
+	// Format is json (default) or text.
+	Format string `toml:"format,omitempty"`
+}
+
+// Helper is the [helper] section.
+type Helper struct {
+	// Socket is the absolute path of the helper's unix socket.
+	Socket string `toml:"socket,omitempty"`
+	// User is the unprivileged account bcd node runs as under the helper.
+	User string `toml:"user,omitempty"`
+}
+
+// Load reads the configuration file at path, decodes it strictly, applies
+// defaults and validates it. A missing file gives an error that wraps
+// fs.ErrNotExist.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading config %s: %w", path, err)
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("reading config %s: larger than %d bytes", path, maxFileSize)
+	}
+	return Parse(data, path)
+}
+
+// Parse decodes data strictly, applies defaults and validates the result.
+// path names the file in errors and becomes Config.Path.
+func Parse(data []byte, path string) (*Config, error) {
+	name := path
+	if name == "" {
+		name = "config.toml"
+	}
+	var c Config
+	md, err := toml.Decode(string(data), &c)
+	if err != nil {
+		// After a syntax error md is empty. After a type error, an
+		// unknown key such as gateway.url (a table where a string
+		// belongs) is the likelier mistake, so report that first.
+		// Decoding stopped part way, so only the spelling of each key
+		// is checked, not MetaData.Undecoded.
+		if unknown := unknownKeys(md, false); len(unknown) > 0 {
+			return nil, unknownKeyError(name, unknown)
+		}
+		return nil, &decodeError{file: name, msg: strings.TrimPrefix(err.Error(), "toml: "), err: err}
+	}
+	if unknown := unknownKeys(md, true); len(unknown) > 0 {
+		return nil, unknownKeyError(name, unknown)
+	}
+	c.Path = path
+	c.applyDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &c, nil
+}
+
+// decodeError is a TOML syntax or type error, prefixed with the file; the
+// message from BurntSushi/toml names the line.
+type decodeError struct {
+	file string
+	msg  string
+	err  error
+}
+
+func (e *decodeError) Error() string { return e.file + ": " + e.msg }
+
+func (e *decodeError) Unwrap() error { return e.err }
+
+func unknownKeyError(file string, keys []string) error {
+	if len(keys) == 1 {
+		return fmt.Errorf("%s: unknown key %q", file, keys[0])
+	}
+	return fmt.Errorf("%s: unknown keys %s", file, quoteAll(keys))
+}
+
+// unknownKeys lists the keys in the file that Config does not have, each
+// section reported once rather than with every key inside it: with
+// undecoded, the keys MetaData.Undecoded reports after a complete decode;
+// always, the keys that match no toml tag exactly (BurntSushi/toml matches
+// keys to fields case-insensitively as a fallback, so a key decoded into a
+// field under another spelling counts as unknown too).
+func unknownKeys(md toml.MetaData, undecoded bool) []string {
+	var out []string
+	var reported []toml.Key
+	seen := make(map[string]bool)
+	add := func(k toml.Key) {
+		for _, p := range reported {
+			if len(p) < len(k) && reflect.DeepEqual([]string(p), []string(k[:len(p)])) {
+				return // inside a section already reported
+			}
+		}
+		s := k.String()
+		if seen[s] {
+			return
+		}
+		seen[s] = true
+		reported = append(reported, k)
+		out = append(out, s)
+	}
+	if undecoded {
+		for _, k := range md.Undecoded() {
+			add(k)
+		}
+	}
+	t := reflect.TypeFor[Config]()
+	for _, k := range md.Keys() {
+		if !knownKey(t, k) {
+			add(k)
+		}
+	}
+	return out
+}
+
+// knownKey reports whether k names a field of struct type t by its exact
+// toml tag, section by section.
+func knownKey(t reflect.Type, k toml.Key) bool {
+	for i, piece := range k {
+		if t.Kind() != reflect.Struct {
+			return false
+		}
+		f, ok := fieldByTag(t, piece)
+		if !ok {
+			return false
+		}
+		t = f.Type
+		if i == len(k)-1 {
+			return true
+		}
+	}
+	return false
+}
+
+func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if tag != "" && tag != "-" && tag == name {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
+}
+
+// applyDefaults fills the keys the file left empty.
+func (c *Config) applyDefaults() {
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.SocketPath == "" {
+		c.SocketPath = DefaultSocketPath
+	}
+	if c.Log.Level == "" {
+		c.Log.Level = DefaultLogLevel
+	}
+	if c.Log.Format == "" {
+		c.Log.Format = DefaultLogFormat
+	}
+}
+
+// Validate checks every key that is set. An empty key is accepted: it is
+// either optional or gets its default from Load and Parse. Each error names
+// the key and says what a valid value looks like.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Gateway != "" {
+		if err := checkGateway(c.Gateway); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.GatewayServerName != "" && !isDNSName(c.GatewayServerName) {
+		errs = append(errs, errors.New("gateway_server_name: must be a DNS name such as gw.example.com (no scheme, port or path)"))
+	}
+	for _, p := range []struct{ key, val string }{
+		{"serving_ca_spki_pin", c.ServingCASPKIPin},
+		{"join_signing_key_pin", c.JoinSigningKeyPin},
+		{"join_encryption_key_pin", c.JoinEncryptionKeyPin},
+	} {
+		if p.val != "" {
+			if err := checkPin(p.val); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", p.key, err))
+			}
+		}
+	}
+	if strings.ContainsFunc(c.Site, isControl) {
+		errs = append(errs, errors.New("site: must not contain control characters"))
+	}
+	if c.DataDir != "" && !filepath.IsAbs(c.DataDir) {
+		errs = append(errs, errors.New("data_dir: must be an absolute path, e.g. /var/lib/bcd"))
+	}
+	if c.SocketPath != "" && !filepath.IsAbs(c.SocketPath) {
+		errs = append(errs, errors.New("socket_path: must be an absolute path, e.g. /run/bcd/bcd.sock"))
+	}
+	switch c.Log.Level {
+	case "", "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, errors.New("log.level: must be debug, info, warn or error"))
+	}
+	switch c.Log.Format {
+	case "", "json", "text":
+	default:
+		errs = append(errs, errors.New("log.format: must be json or text"))
+	}
+	errs = append(errs, c.Helper.validate()...)
+	if len(errs) == 0 {
+		return nil
+	}
+	return invalidError(errs)
+}
+
+// invalidError is every problem Validate found, on one line.
+type invalidError []error
+
+func (e invalidError) Error() string {
+	s := make([]string, len(e))
+	for i, err := range e {
+		s[i] = err.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+func (e invalidError) Unwrap() []error { return e }
+
+func (h *Helper) validate() []error {
+	var errs []error
+	if h.Socket != "" && !filepath.IsAbs(h.Socket) {
+		errs = append(errs, errors.New("helper.socket: must be an absolute path, e.g. /run/bcd-helper/helper.sock"))
+	}
+	switch {
+	case h.User == "root":
+		errs = append(errs, errors.New("helper.user: must be an unprivileged account, not root"))
+	case strings.ContainsFunc(h.User, isControlOrSpace):
+		errs = append(errs, errors.New("helper.user: must be a user name without spaces or control characters"))
+	}
+	if h.Socket != "" && h.User == "" {
+		errs = append(errs, errors.New("helper.user: must be set when helper.socket is (the account bcd node runs as)"))
+	}
+	if h.User != "" && h.Socket == "" {
+		errs = append(errs, errors.New("helper.socket: must be set when helper.user is"))
+	}
+	return errs
+}
+
+// checkGateway requires an https URL with a host and nothing secret in it.
+// The value is not echoed: a URL may carry credentials.
+func checkGateway(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return errors.New("gateway: is not a URL; use https://host[:port]")
+	}
+	if u.Scheme != "https" {
+		return errors.New("gateway: must be an https:// URL, e.g. https://gw.example.com")
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return errors.New("gateway: needs a host, e.g. https://gw.example.com")
+	}
+	if u.User != nil {
+		return errors.New("gateway: must not contain a user name or password")
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+		return errors.New("gateway: must not have a query or fragment; use https://host[:port]")
+	}
+	return nil
+}
+
+// isDNSName reports whether s is a plausible DNS host name.
+func isDNSName(s string) bool {
+	if len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(strings.TrimSuffix(s, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isControl(r rune) bool        { return r < 0x20 || r == 0x7f }
+func isControlOrSpace(r rune) bool { return isControl(r) || r == ' ' }
+
+// JoinEncryptionJWKPath is join-encryption.jwk in the configuration file's
+// directory.
+func (c *Config) JoinEncryptionJWKPath() string {
+	return filepath.Join(filepath.Dir(c.Path), "join-encryption.jwk")
+}

@@ -1,0 +1,287 @@
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/better-compute/bcd/components/gateway/store"
+	"github.com/better-compute/bcd/components/identity"
+)
+
+// AdminSocket is the admin API's unix socket under the data directory
+// (0600: only the account that runs bcgw may use it).
+const AdminSocket = "admin.sock"
+
+// AdminTokenFile holds the bearer token of the loopback admin listener.
+const AdminTokenFile = "admin.token"
+
+// NodeView is a node as the admin API lists it.
+type NodeView struct {
+	ID        string    `json:"id"`
+	Role      string    `json:"role"`
+	Site      string    `json:"site"`
+	Hostname  string    `json:"hostname"`
+	Connected bool      `json:"connected"`
+	Epoch     uint64    `json:"epoch"`
+	Revoked   bool      `json:"revoked"`
+	LastSeen  time.Time `json:"last_seen"`
+	NotAfter  time.Time `json:"not_after"`
+}
+
+// TokenRequest asks for a join token.
+type TokenRequest struct {
+	Role       string `json:"role"`
+	Site       string `json:"site"`
+	Uses       int    `json:"uses"`
+	TTLSeconds int    `json:"ttl_seconds"`
+}
+
+// TokenResponse carries a new token, shown once.
+type TokenResponse struct {
+	Token     string    `json:"token"`
+	ID        string    `json:"id"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// CommandRequest sends a command.
+type CommandRequest struct {
+	Node            string          `json:"node"`
+	Kind            string          `json:"kind"`
+	Body            json.RawMessage `json:"body,omitempty"`
+	DeadlineSeconds int             `json:"deadline_seconds"`
+}
+
+// CommandView is a command and its result as the admin API shows it.
+type CommandView struct {
+	ID       string          `json:"id"`
+	Node     string          `json:"node"`
+	Kind     string          `json:"kind"`
+	State    string          `json:"state"`
+	Status   string          `json:"status,omitempty"`
+	Output   json.RawMessage `json:"output,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	Deadline time.Time       `json:"deadline"`
+}
+
+func viewCommand(c store.Command) CommandView {
+	v := CommandView{ID: c.ID, Node: c.NodeID, Kind: c.Kind, State: c.State, Deadline: time.UnixMilli(c.DeadlineMS).UTC()}
+	if r := c.Result; r != nil {
+		v.Status, v.Error = r.Status, r.Error
+		if json.Valid(r.Output) {
+			v.Output = r.Output
+		} else if len(r.Output) > 0 {
+			b, _ := json.Marshal(string(r.Output))
+			v.Output = b
+		}
+	}
+	return v
+}
+
+func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/tokens", s.adminToken)
+	mux.HandleFunc("GET /v1/nodes", s.adminNodes)
+	mux.HandleFunc("POST /v1/nodes/{id}/revoke", s.adminRevoke)
+	mux.HandleFunc("POST /v1/commands", s.adminSend)
+	mux.HandleFunc("GET /v1/commands/{id}", s.adminCommand)
+	mux.HandleFunc("GET /v1/well-known", func(w http.ResponseWriter, r *http.Request) {
+		d, err := s.WellKnown()
+		if err != nil {
+			adminErr(w, http.StatusInternalServerError, err)
+			return
+		}
+		writeJSON(w, d)
+	})
+	var lns []net.Listener
+	sock := filepath.Join(s.cfg.DataDir, AdminSocket)
+	_ = os.Remove(sock)
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen %s: %w", sock, err)
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		ul.Close()
+		return nil, nil, fmt.Errorf("chmod %s: %w", sock, err)
+	}
+	lns = append(lns, ul)
+	var bearer string
+	if s.cfg.AdminListen != "" {
+		host, _, err := net.SplitHostPort(s.cfg.AdminListen)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			ul.Close()
+			return nil, nil, fmt.Errorf("--admin-listen must be a loopback address")
+		}
+		bearer = randomID(24)
+		if err := identity.WriteFileAtomic(filepath.Join(s.cfg.DataDir, AdminTokenFile), []byte(bearer+"\n"), 0o600); err != nil {
+			ul.Close()
+			return nil, nil, err
+		}
+		tl, err := net.Listen("tcp", s.cfg.AdminListen)
+		if err != nil {
+			ul.Close()
+			return nil, nil, fmt.Errorf("listen %s: %w", s.cfg.AdminListen, err)
+		}
+		s.mu.Lock()
+		s.admin = "http://" + tl.Addr().String()
+		s.mu.Unlock()
+		lns = append(lns, bearerListener{Listener: tl})
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, tcp := r.Context().Value(tcpConnKey{}).(bool); tcp {
+			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if subtle.ConstantTimeCompare([]byte(got), []byte(bearer)) != 1 {
+				adminErr(w, http.StatusUnauthorized, errors.New("bearer token required"))
+				return
+			}
+		}
+		mux.ServeHTTP(w, r)
+	})
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+		if _, ok := c.(bearerConn); ok {
+			return context.WithValue(ctx, tcpConnKey{}, true)
+		}
+		return ctx
+	}}
+	return srv, lns, nil
+}
+
+// AdminURL is the loopback admin address when --admin-listen is set.
+func (s *Server) AdminURL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.admin
+}
+
+type tcpConnKey struct{}
+
+// bearerListener marks its connections as needing the bearer token.
+type bearerListener struct{ net.Listener }
+
+type bearerConn struct{ net.Conn }
+
+func (l bearerListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return bearerConn{c}, nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func adminErr(w http.ResponseWriter, code int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+}
+
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 2<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("request body: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) adminToken(w http.ResponseWriter, r *http.Request) {
+	var req TokenRequest
+	if err := decodeBody(r, &req); err != nil {
+		adminErr(w, http.StatusBadRequest, err)
+		return
+	}
+	tok, rec, err := s.NewToken(req.Role, req.Site, req.Uses, time.Duration(req.TTLSeconds)*time.Second)
+	if err != nil {
+		adminErr(w, http.StatusBadRequest, err)
+		return
+	}
+	writeJSON(w, TokenResponse{Token: tok, ID: rec.ID, ExpiresAt: rec.ExpiresAt})
+}
+
+func (s *Server) adminNodes(w http.ResponseWriter, r *http.Request) {
+	nodes, err := s.store.Nodes()
+	if err != nil {
+		adminErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	out := make([]NodeView, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, NodeView{ID: n.ID, Role: n.Role, Site: n.Site, Hostname: n.Hostname, Connected: s.Connected(n.ID),
+			Epoch: n.Epoch, Revoked: n.Revoked, LastSeen: n.LastSeen, NotAfter: n.NotAfter})
+	}
+	writeJSON(w, out)
+}
+
+func (s *Server) adminRevoke(w http.ResponseWriter, r *http.Request) {
+	if err := s.Revoke(r.PathValue("id")); err != nil {
+		code := http.StatusInternalServerError
+		if errors.Is(err, store.ErrNotFound) {
+			code = http.StatusNotFound
+		}
+		adminErr(w, code, err)
+		return
+	}
+	writeJSON(w, map[string]bool{"revoked": true})
+}
+
+func (s *Server) adminSend(w http.ResponseWriter, r *http.Request) {
+	var req CommandRequest
+	if err := decodeBody(r, &req); err != nil {
+		adminErr(w, http.StatusBadRequest, err)
+		return
+	}
+	if len(req.Body) > 0 && !json.Valid(req.Body) {
+		adminErr(w, http.StatusBadRequest, errors.New("body is not JSON"))
+		return
+	}
+	c, err := s.SendCommand(req.Node, req.Kind, req.Body, time.Duration(req.DeadlineSeconds)*time.Second)
+	if err != nil {
+		code := http.StatusBadRequest
+		if errors.Is(err, store.ErrNotFound) {
+			code = http.StatusNotFound
+		}
+		adminErr(w, code, err)
+		return
+	}
+	writeJSON(w, viewCommand(c))
+}
+
+func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	wait, _ := strconv.Atoi(r.URL.Query().Get("wait"))
+	end := time.Now().Add(time.Duration(min(max(wait, 0), 600)) * time.Second)
+	for {
+		c, err := s.store.Command(id)
+		if err != nil {
+			code := http.StatusInternalServerError
+			if errors.Is(err, store.ErrNotFound) {
+				code = http.StatusNotFound
+			}
+			adminErr(w, code, fmt.Errorf("command %s: %w", id, err))
+			return
+		}
+		if c.State == store.StateDone || !time.Now().Before(end) {
+			writeJSON(w, viewCommand(c))
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

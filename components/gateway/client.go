@@ -1,0 +1,109 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// AdminClient talks to a running bcgw's admin API, over the data
+// directory's unix socket or a loopback URL with a bearer token.
+type AdminClient struct {
+	base   string
+	bearer string
+	hc     *http.Client
+}
+
+// NewAdminClient returns a client for the server whose data directory is
+// dataDir, or, when url is set, for that loopback admin URL with bearer.
+func NewAdminClient(dataDir, url, bearer string) *AdminClient {
+	if url != "" {
+		return &AdminClient{base: strings.TrimRight(url, "/"), bearer: bearer, hc: &http.Client{Timeout: 11 * time.Minute}}
+	}
+	sock := filepath.Join(dataDir, AdminSocket)
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}
+	return &AdminClient{base: "http://bcgw", hc: &http.Client{Transport: tr, Timeout: 11 * time.Minute}}
+}
+
+func (c *AdminClient) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if c.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+c.bearer)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("admin API: %w (is bcgw serve running on this data directory?)", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("admin API: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return errors.New(e.Error)
+		}
+		return fmt.Errorf("admin API: %s", resp.Status)
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// CreateToken asks for a join token.
+func (c *AdminClient) CreateToken(ctx context.Context, r TokenRequest) (TokenResponse, error) {
+	var out TokenResponse
+	return out, c.do(ctx, http.MethodPost, "/v1/tokens", r, &out)
+}
+
+// Nodes lists nodes.
+func (c *AdminClient) Nodes(ctx context.Context) ([]NodeView, error) {
+	var out []NodeView
+	return out, c.do(ctx, http.MethodGet, "/v1/nodes", nil, &out)
+}
+
+// Revoke revokes a node.
+func (c *AdminClient) Revoke(ctx context.Context, node string) error {
+	return c.do(ctx, http.MethodPost, "/v1/nodes/"+node+"/revoke", nil, nil)
+}
+
+// Send sends a command.
+func (c *AdminClient) Send(ctx context.Context, r CommandRequest) (CommandView, error) {
+	var out CommandView
+	return out, c.do(ctx, http.MethodPost, "/v1/commands", r, &out)
+}
+
+// Command reads a command, waiting up to wait for its result.
+func (c *AdminClient) Command(ctx context.Context, id string, wait time.Duration) (CommandView, error) {
+	var out CommandView
+	return out, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/commands/%s?wait=%d", id, int(wait/time.Second)), nil, &out)
+}
+
+// WellKnown reads the well-known document.
+func (c *AdminClient) WellKnown(ctx context.Context, out any) error {
+	return c.do(ctx, http.MethodGet, "/v1/well-known", nil, out)
+}

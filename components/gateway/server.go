@@ -1,0 +1,448 @@
+// Package gateway is the server side of bcgw, the lab gateway and minimal
+// control plane: the AgentGateway service (Join, Renew, Session), the
+// well-known document and the admin API its CLI and the tests use. All
+// state lives in one data directory.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/better-compute/bcd/components/gateway/store"
+	"github.com/better-compute/bcd/components/pki"
+	"github.com/better-compute/bcd/components/wellknown"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
+	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
+)
+
+// Config configures a Server.
+type Config struct {
+	DataDir     string
+	Listen      string // host:port of the AgentGateway and well-known listener
+	URL         string // gateway URL published in the well-known document; default https://Listen
+	ServerName  string // TLS name of the serving certificate; default bcgw.lab
+	TrustDomain string // SPIFFE trust domain; default bcgw.lab
+	// AdminListen, when set, also serves the admin API on this loopback
+	// address with the bearer token in DataDir/admin.token.
+	AdminListen  string
+	MaxSessions  int           // live sessions beyond this are refused busy; 0 = unlimited
+	Pushback     time.Duration // the retry pushback a busy refusal carries
+	CertValidity time.Duration // node certificates; default 24h
+	Heartbeat    time.Duration // heartbeat interval asked of agents; default 15s
+	Log          *slog.Logger
+}
+
+// Server is a running bcgw.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+	keys  *keys
+	hub   *hub
+	now   func() time.Time
+
+	mu       sync.Mutex
+	addr     net.Addr
+	admin    string
+	adminTok string
+}
+
+// New opens the data directory, making the keys on first start.
+func New(cfg Config) (*Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("gateway: --data-dir is required")
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = "bcgw.lab"
+	}
+	if cfg.TrustDomain == "" {
+		cfg.TrustDomain = "bcgw.lab"
+	}
+	if cfg.CertValidity == 0 {
+		cfg.CertValidity = 24 * time.Hour
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 15 * time.Second
+	}
+	if cfg.Pushback == 0 {
+		cfg.Pushback = 2 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("mkdir %s: %w", cfg.DataDir, err)
+	}
+	st, err := store.Open(cfg.DataDir + "/bcgw.db")
+	if err != nil {
+		return nil, err
+	}
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	if h, _, err := net.SplitHostPort(cfg.Listen); err == nil {
+		if ip := net.ParseIP(h); ip != nil && !ip.IsUnspecified() {
+			ips = append(ips, ip)
+		}
+	}
+	k, err := loadOrCreateKeys(cfg.DataDir, cfg.ServerName, ips)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, hub: newHub(), now: time.Now}, nil
+}
+
+// Store gives tests and the admin API the embedded store.
+func (s *Server) Store() *store.Store { return s.store }
+
+// Addr is the bound AgentGateway address once Run has started listening.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+func (s *Server) gatewayURL() string {
+	if s.cfg.URL != "" {
+		return s.cfg.URL
+	}
+	return "https://" + s.Addr().String()
+}
+
+// WellKnown returns the document served at /.well-known/better-compute.
+func (s *Server) WellKnown() (*wellknown.Document, error) {
+	serving, signing, enc, err := s.keys.pins()
+	if err != nil {
+		return nil, err
+	}
+	pub := pki.PublicJWK(s.keys.encJWK)
+	jb, err := json.Marshal(pub)
+	if err != nil {
+		return nil, err
+	}
+	return &wellknown.Document{
+		Gateway: wellknown.Gateway{URL: s.gatewayURL(), ServerName: s.cfg.ServerName},
+		Pins:    wellknown.Pins{ServingCA: serving, JoinSigning: signing, JoinEncryption: enc},
+		Join:    wellknown.Join{EncryptionJWK: jb},
+	}, nil
+}
+
+type peerKey struct{}
+
+// Run serves until ctx ends, then drains live sessions and returns.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.store.Close()
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.cfg.Listen, err)
+	}
+	s.mu.Lock()
+	s.addr = ln.Addr()
+	s.mu.Unlock()
+
+	mux := http.NewServeMux()
+	path, h := bcdv1connect.NewAgentGatewayHandler(s, connect.WithReadMaxBytes(5<<20))
+	mux.Handle(path, h)
+	mux.HandleFunc("GET "+wellknown.Path, func(w http.ResponseWriter, r *http.Request) {
+		d, err := s.WellKnown()
+		if err != nil {
+			http.Error(w, "internal error", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(d)
+	})
+	withPeer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+			r = r.WithContext(context.WithValue(r.Context(), peerKey{}, r.TLS.VerifiedChains[0][0]))
+		}
+		mux.ServeHTTP(w, r)
+	})
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetHTTP2(true)
+	srv := &http.Server{
+		Handler:           withPeer,
+		TLSConfig:         pki.ServerTLS(s.keys.serving, s.keys.nodeCA.Cert),
+		Protocols:         &protos,
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    8 << 10,
+		HTTP2:             &http.HTTP2Config{SendPingTimeout: 20 * time.Second, PingTimeout: 15 * time.Second},
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	adminSrv, adminLns, err := s.adminListeners()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	errc := make(chan error, 1+len(adminLns))
+	go func() { errc <- srv.Serve(tls.NewListener(ln, srv.TLSConfig)) }()
+	for _, al := range adminLns {
+		go func() { errc <- adminSrv.Serve(al) }()
+	}
+	s.log.Info("bcgw serving", "addr", ln.Addr().String(), "server_name", s.cfg.ServerName, "data_dir", s.cfg.DataDir)
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		s.log.Error("serve failed", "err", err)
+	}
+	// Drain: ask every agent to redial (another gateway, or this one after a
+	// restart), give the frames a moment to go out, then stop.
+	n := s.hub.drainAll("gateway shutting down")
+	s.log.Info("draining sessions", "sessions", n)
+	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_ = adminSrv.Shutdown(sctx)
+	if err2 := srv.Shutdown(sctx); err2 != nil {
+		srv.Close()
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// ---- Join and Renew ----
+
+func connectErr(code connect.Code, format string, a ...any) error {
+	return connect.NewError(code, fmt.Errorf(format, a...))
+}
+
+// tokenParts splits bcjt_<id>_<secret>.
+func tokenParts(tok string) (id, secret string, ok bool) {
+	rest, found := strings.CutPrefix(tok, "bcjt_")
+	if !found {
+		return "", "", false
+	}
+	id, secret, ok = strings.Cut(rest, "_")
+	return id, secret, ok && id != "" && secret != ""
+}
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+}
+
+// NewToken makes and stores a join token and returns its string, which is
+// shown once and stored only as a hash.
+func (s *Server) NewToken(role, site string, uses int, ttl time.Duration) (string, store.Token, error) {
+	if role != "node" && role != "site" {
+		return "", store.Token{}, fmt.Errorf("role must be node or site")
+	}
+	if uses < 1 {
+		return "", store.Token{}, fmt.Errorf("uses must be at least 1")
+	}
+	if site == "" {
+		site = "lab"
+	}
+	id := "jt" + randomID(8)
+	secret := randomID(20)
+	t := store.Token{ID: id, Hash: store.HashSecret(secret), Role: role, Site: site, Uses: uses, CreatedAt: s.now().UTC()}
+	if ttl > 0 {
+		t.ExpiresAt = t.CreatedAt.Add(ttl)
+	}
+	if err := s.store.PutToken(t); err != nil {
+		return "", t, err
+	}
+	s.log.Info("join token created", "token_id", id, "role", role, "site", site, "uses", uses)
+	return "bcjt_" + id + "_" + secret, t, nil
+}
+
+func (s *Server) signResult(r *bcdv1.JoinResult) (*bcdv1.JoinResponse, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	sig, err := pki.Sign(s.keys.joinSigning, pki.PurposeJoinResponse, b)
+	if err != nil {
+		return nil, err
+	}
+	return &bcdv1.JoinResponse{Result: b, Signature: sig, SigningKey: s.keys.signingSPKI}, nil
+}
+
+func (s *Server) issue(n store.Node, csr *x509.CertificateRequest) (*x509.Certificate, error) {
+	spiffe := pki.SPIFFEID(s.cfg.TrustDomain, n.Role, n.ID)
+	return s.keys.nodeCA.IssueClient(csr.PublicKey, n.ID, spiffe, n.Site, s.cfg.CertValidity)
+}
+
+// Join admits an agent with a sealed join token.
+func (s *Server) Join(ctx context.Context, req *connect.Request[bcdv1.JoinRequest]) (*connect.Response[bcdv1.JoinResponse], error) {
+	m := req.Msg
+	log := s.log.With("rpc", "Join", "role", m.GetRole())
+	if m.GetRole() != "node" && m.GetRole() != "site" {
+		return nil, connectErr(connect.CodeInvalidArgument, "role must be node or site")
+	}
+	if a := m.GetAttestor(); a != "" && a != "join-token" {
+		return nil, connectErr(connect.CodeUnimplemented, "attestor %q is not supported by this gateway", a)
+	}
+	csr, err := pki.ParseCSR(m.GetCsr())
+	if err != nil {
+		return nil, connectErr(connect.CodeInvalidArgument, "csr: %v", err)
+	}
+	sealed, err := pki.OpenToken(s.keys.encJWK, m.GetSealedToken())
+	if err != nil {
+		log.Warn("join refused", "reason", "sealed token does not open")
+		return nil, connectErr(connect.CodeInvalidArgument, "sealed token does not open with this gateway's join encryption key")
+	}
+	sum := sha256.Sum256(m.GetCsr())
+	if sealed.CSRSHA256 != fmt.Sprintf("%x", sum) {
+		log.Warn("join refused", "reason", "sealed token bound to another CSR")
+		return nil, connectErr(connect.CodePermissionDenied, "sealed token is bound to another CSR")
+	}
+	if d := s.now().Sub(time.Unix(sealed.IssuedAt, 0)); d > 10*time.Minute || d < -10*time.Minute {
+		return nil, connectErr(connect.CodePermissionDenied, "sealed token was made %s from the gateway's time; check the clock", d.Round(time.Second))
+	}
+	id, secret, ok := tokenParts(sealed.Token)
+	if !ok {
+		log.Warn("join refused", "reason", "malformed token")
+		return nil, connectErr(connect.CodePermissionDenied, "join token is not valid")
+	}
+	tok, err := s.store.SpendToken(id, secret, m.GetRole(), s.now())
+	if err != nil {
+		log.Warn("join refused", "token_id", id, "reason", err.Error())
+		return nil, connect.NewError(connect.CodePermissionDenied, err)
+	}
+	n := store.Node{
+		ID: "node_" + randomID(13), Role: m.GetRole(), Site: tok.Site, Hostname: m.GetClaims().GetHostname(),
+		JoinedAt: s.now().UTC(), TokenID: tok.ID,
+	}
+	cert, err := s.issue(n, csr)
+	if err != nil {
+		return nil, connectErr(connect.CodeInternal, "issue certificate: %v", err)
+	}
+	n.SPIFFEID, n.CertSerial, n.NotAfter = cert.URIs[0].String(), cert.SerialNumber.Text(16), cert.NotAfter
+	if err := s.store.PutNode(n); err != nil {
+		return nil, connectErr(connect.CodeUnavailable, "store node: %v", err)
+	}
+	resp, err := s.signResult(&bcdv1.JoinResult{
+		NodeId: n.ID, Site: n.Site, Role: n.Role, SpiffeId: n.SPIFFEID, Certificate: cert.Raw,
+		CsrSha256: sum[:], NotAfterUnix: cert.NotAfter.Unix(), ServerTimeUnixMs: s.now().UnixMilli(),
+	})
+	if err != nil {
+		return nil, connectErr(connect.CodeInternal, "sign join response: %v", err)
+	}
+	log.Info("node joined", "node", n.ID, "site", n.Site, "token_id", tok.ID, "hostname", n.Hostname)
+	return connect.NewResponse(resp), nil
+}
+
+// peerNode returns the node record of the mTLS client certificate.
+func (s *Server) peerNode(ctx context.Context) (store.Node, *x509.Certificate, error) {
+	cert, _ := ctx.Value(peerKey{}).(*x509.Certificate)
+	if cert == nil || len(cert.URIs) != 1 {
+		return store.Node{}, nil, connectErr(connect.CodeUnauthenticated, "a node certificate is required")
+	}
+	td, _, nodeID, err := pki.ParseSPIFFEID(cert.URIs[0])
+	if err != nil || td != s.cfg.TrustDomain {
+		return store.Node{}, nil, connectErr(connect.CodeUnauthenticated, "certificate names no node of this gateway")
+	}
+	n, err := s.store.Node(nodeID)
+	if err != nil {
+		return store.Node{}, nil, connectErr(connect.CodeUnauthenticated, "unknown node %s", nodeID)
+	}
+	return n, cert, nil
+}
+
+// Renew issues a certificate for a new key, proven by the current one.
+func (s *Server) Renew(ctx context.Context, req *connect.Request[bcdv1.RenewRequest]) (*connect.Response[bcdv1.JoinResponse], error) {
+	n, cert, err := s.peerNode(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if n.Revoked {
+		return nil, connectErr(connect.CodePermissionDenied, "this node's certificate was revoked")
+	}
+	if cert.SerialNumber.Text(16) != n.CertSerial {
+		return nil, connectErr(connect.CodeUnauthenticated, "certificate was superseded")
+	}
+	if err := pki.Verify(cert.PublicKey, pki.PurposeRenew, req.Msg.GetCsr(), req.Msg.GetProof()); err != nil {
+		return nil, connectErr(connect.CodePermissionDenied, "renewal proof does not verify with the current key")
+	}
+	csr, err := pki.ParseCSR(req.Msg.GetCsr())
+	if err != nil {
+		return nil, connectErr(connect.CodeInvalidArgument, "csr: %v", err)
+	}
+	nc, err := s.issue(n, csr)
+	if err != nil {
+		return nil, connectErr(connect.CodeInternal, "issue certificate: %v", err)
+	}
+	if _, err := s.store.UpdateNode(n.ID, func(x *store.Node) error {
+		x.CertSerial, x.NotAfter = nc.SerialNumber.Text(16), nc.NotAfter
+		return nil
+	}); err != nil {
+		return nil, connectErr(connect.CodeUnavailable, "store node: %v", err)
+	}
+	sum := sha256.Sum256(req.Msg.GetCsr())
+	resp, err := s.signResult(&bcdv1.JoinResult{
+		NodeId: n.ID, Site: n.Site, Role: n.Role, SpiffeId: n.SPIFFEID, Certificate: nc.Raw,
+		CsrSha256: sum[:], NotAfterUnix: nc.NotAfter.Unix(), ServerTimeUnixMs: s.now().UnixMilli(),
+	})
+	if err != nil {
+		return nil, connectErr(connect.CodeInternal, "sign renewal: %v", err)
+	}
+	s.log.Info("node renewed", "node", n.ID, "not_after", nc.NotAfter)
+	return connect.NewResponse(resp), nil
+}
+
+// Tunnel is not served by the lab gateway yet.
+func (s *Server) Tunnel(ctx context.Context, st *connect.BidiStream[bcdv1.TunnelData, bcdv1.TunnelData]) error {
+	return connectErr(connect.CodeUnimplemented, "tunnels are not served by bcgw yet")
+}
+
+// Revoke marks a node revoked, tells its live session and ends it.
+func (s *Server) Revoke(nodeID string) error {
+	if _, err := s.store.UpdateNode(nodeID, func(n *store.Node) error { n.Revoked = true; return nil }); err != nil {
+		return fmt.Errorf("node %s: %w", nodeID, err)
+	}
+	s.hub.sendFinal(nodeID, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Revocation{Revocation: &bcdv1.RevocationNotice{Reason: "revoked by an operator"}}})
+	s.log.Info("node revoked", "node", nodeID)
+	return nil
+}
+
+// SendCommand stores a command for a node and pushes it to its live session.
+func (s *Server) SendCommand(nodeID, kind string, body []byte, deadline time.Duration) (store.Command, error) {
+	if kind == "" {
+		return store.Command{}, errors.New("kind is required")
+	}
+	if len(body) > 1<<20 {
+		return store.Command{}, errors.New("body is larger than 1 MiB")
+	}
+	if deadline <= 0 {
+		deadline = 10 * time.Minute
+	}
+	now := s.now()
+	c := store.Command{ID: "cmd_" + randomID(13), NodeID: nodeID, Kind: kind, Body: body, DeadlineMS: now.Add(deadline).UnixMilli(), CreatedAt: now.UTC()}
+	if err := s.store.AddCommand(c); err != nil {
+		return c, err
+	}
+	c.State = store.StatePending
+	s.hub.send(nodeID, commandFrame(c))
+	s.log.Info("command sent", "node", nodeID, "command_id", c.ID, "kind", kind)
+	return c, nil
+}
+
+func commandFrame(c store.Command) *bcdv1.GatewayFrame {
+	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Command{Command: &bcdv1.Command{
+		Id: c.ID, NodeId: c.NodeID, Kind: c.Kind, Body: c.Body, DeadlineUnixMs: c.DeadlineMS,
+	}}}
+}
+
+// Connected reports whether a node has a live session.
+func (s *Server) Connected(nodeID string) bool { return s.hub.connected(nodeID) }

@@ -1,0 +1,325 @@
+// Package store is bcgw's embedded state: join tokens, node records and
+// commands with their results, in one bbolt file under the data directory.
+// Every write is a bbolt transaction, fsynced before it returns.
+package store
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+var (
+	bTokens   = []byte("tokens")
+	bNodes    = []byte("nodes")
+	bCommands = []byte("commands")
+	bPending  = []byte("pending") // node id + "/" + command id -> nil, until a result
+	bMeta     = []byte("meta")
+)
+
+// Errors callers distinguish.
+var (
+	ErrNotFound     = errors.New("not found")
+	ErrTokenInvalid = errors.New("join token is not valid")
+	ErrTokenSpent   = errors.New("join token has no uses left")
+	ErrTokenExpired = errors.New("join token has expired")
+	ErrTokenRole    = errors.New("join token does not allow this role")
+)
+
+// Token is a join token's record. The secret is kept only as its SHA-256.
+type Token struct {
+	ID        string    `json:"id"`
+	Hash      string    `json:"hash"`
+	Role      string    `json:"role"`
+	Site      string    `json:"site"`
+	Uses      int       `json:"uses"`
+	Used      int       `json:"used"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Node is a joined agent.
+type Node struct {
+	ID         string    `json:"id"`
+	Role       string    `json:"role"`
+	Site       string    `json:"site"`
+	Hostname   string    `json:"hostname"`
+	SPIFFEID   string    `json:"spiffe_id"`
+	CertSerial string    `json:"cert_serial"`
+	NotAfter   time.Time `json:"not_after"`
+	Epoch      uint64    `json:"epoch"`
+	Revoked    bool      `json:"revoked"`
+	JoinedAt   time.Time `json:"joined_at"`
+	LastSeen   time.Time `json:"last_seen"`
+	TokenID    string    `json:"token_id"`
+}
+
+// Command states.
+const (
+	StatePending   = "pending"   // stored, not yet acked by the agent
+	StateDelivered = "delivered" // the agent acked receipt
+	StateDone      = "done"      // a result is stored
+)
+
+// Command is a command and, once it finished, its result.
+type Command struct {
+	ID         string    `json:"id"`
+	NodeID     string    `json:"node_id"`
+	Kind       string    `json:"kind"`
+	Body       []byte    `json:"body,omitempty"`
+	DeadlineMS int64     `json:"deadline_unix_ms"`
+	State      string    `json:"state"`
+	CreatedAt  time.Time `json:"created_at"`
+	Result     *Result   `json:"result,omitempty"`
+}
+
+// Result is what the agent reported.
+type Result struct {
+	Status     string `json:"status"`
+	Output     []byte `json:"output,omitempty"`
+	Error      string `json:"error,omitempty"`
+	StartedMS  int64  `json:"started_unix_ms"`
+	FinishedMS int64  `json:"finished_unix_ms"`
+}
+
+// Store wraps the bbolt database.
+type Store struct{ db *bolt.DB }
+
+// Open opens (creating) the database file.
+func Open(path string) (*Store, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bTokens, bNodes, bCommands, bPending, bMeta} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+func put(tx *bolt.Tx, bucket []byte, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucket).Put([]byte(key), b)
+}
+
+func get(tx *bolt.Tx, bucket []byte, key string, v any) error {
+	b := tx.Bucket(bucket).Get([]byte(key))
+	if b == nil {
+		return ErrNotFound
+	}
+	return json.Unmarshal(b, v)
+}
+
+// HashSecret is how token secrets are stored.
+func HashSecret(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
+}
+
+// PutToken stores a new token record.
+func (s *Store) PutToken(t Token) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return put(tx, bTokens, t.ID, t) })
+}
+
+// SpendToken checks the token id and secret, its role and expiry, and uses
+// it once, all in one transaction.
+func (s *Store) SpendToken(id, secret, role string, now time.Time) (Token, error) {
+	var t Token
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := get(tx, bTokens, id, &t); err != nil {
+			return ErrTokenInvalid
+		}
+		if subtle.ConstantTimeCompare([]byte(t.Hash), []byte(HashSecret(secret))) != 1 {
+			return ErrTokenInvalid
+		}
+		if !t.ExpiresAt.IsZero() && now.After(t.ExpiresAt) {
+			return ErrTokenExpired
+		}
+		if t.Used >= t.Uses {
+			return ErrTokenSpent
+		}
+		if t.Role != role {
+			return ErrTokenRole
+		}
+		t.Used++
+		return put(tx, bTokens, t.ID, t)
+	})
+	return t, err
+}
+
+// PutNode creates or replaces a node record.
+func (s *Store) PutNode(n Node) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return put(tx, bNodes, n.ID, n) })
+}
+
+// Node returns one node.
+func (s *Store) Node(id string) (Node, error) {
+	var n Node
+	err := s.db.View(func(tx *bolt.Tx) error { return get(tx, bNodes, id, &n) })
+	return n, err
+}
+
+// Nodes lists every node by id.
+func (s *Store) Nodes() ([]Node, error) {
+	var out []Node
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bNodes).ForEach(func(k, v []byte) error {
+			var n Node
+			if err := json.Unmarshal(v, &n); err != nil {
+				return fmt.Errorf("node %s: %w", k, err)
+			}
+			out = append(out, n)
+			return nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, err
+}
+
+// UpdateNode applies f to a node in one transaction.
+func (s *Store) UpdateNode(id string, f func(*Node) error) (Node, error) {
+	var n Node
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := get(tx, bNodes, id, &n); err != nil {
+			return err
+		}
+		if err := f(&n); err != nil {
+			return err
+		}
+		return put(tx, bNodes, id, n)
+	})
+	return n, err
+}
+
+// AddCommand stores a new pending command.
+func (s *Store) AddCommand(c Command) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bNodes).Get([]byte(c.NodeID)) == nil {
+			return fmt.Errorf("node %s: %w", c.NodeID, ErrNotFound)
+		}
+		if tx.Bucket(bCommands).Get([]byte(c.ID)) != nil {
+			return fmt.Errorf("command %s already exists", c.ID)
+		}
+		c.State = StatePending
+		if err := put(tx, bCommands, c.ID, c); err != nil {
+			return err
+		}
+		return tx.Bucket(bPending).Put([]byte(c.NodeID+"/"+c.ID), nil)
+	})
+}
+
+// Command returns one command.
+func (s *Store) Command(id string) (Command, error) {
+	var c Command
+	err := s.db.View(func(tx *bolt.Tx) error { return get(tx, bCommands, id, &c) })
+	return c, err
+}
+
+// Unfinished lists a node's commands that have no result yet, oldest first.
+func (s *Store) Unfinished(nodeID string) ([]Command, error) {
+	var out []Command
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bPending).Cursor()
+		prefix := []byte(nodeID + "/")
+		for k, _ := c.Seek(prefix); k != nil && len(k) > len(prefix) && string(k[:len(prefix)]) == string(prefix); k, _ = c.Next() {
+			var cmd Command
+			if err := get(tx, bCommands, string(k[len(prefix):]), &cmd); err != nil {
+				return err
+			}
+			out = append(out, cmd)
+		}
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, err
+}
+
+// MarkDelivered records that the agent acked receipt of a command.
+func (s *Store) MarkDelivered(nodeID, id string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		var c Command
+		if err := get(tx, bCommands, id, &c); err != nil {
+			return err
+		}
+		if c.NodeID != nodeID || c.State != StatePending {
+			return nil
+		}
+		c.State = StateDelivered
+		return put(tx, bCommands, id, c)
+	})
+}
+
+// SetResult stores a command's result once; a repeated result for the same
+// command is accepted and ignored (the agent re-sends until acked). It
+// reports whether this was the first result.
+func (s *Store) SetResult(nodeID, id string, r Result) (bool, error) {
+	first := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		var c Command
+		if err := get(tx, bCommands, id, &c); err != nil {
+			return err
+		}
+		if c.NodeID != nodeID {
+			return fmt.Errorf("command %s is not for node %s", id, nodeID)
+		}
+		if c.Result != nil {
+			return nil
+		}
+		first = true
+		c.Result, c.State = &r, StateDone
+		if err := put(tx, bCommands, id, c); err != nil {
+			return err
+		}
+		return tx.Bucket(bPending).Delete([]byte(nodeID + "/" + id))
+	})
+	return first, err
+}
+
+// NextEpoch increments and returns a node's session epoch.
+func (s *Store) NextEpoch(nodeID string, seen time.Time) (uint64, error) {
+	n, err := s.UpdateNode(nodeID, func(n *Node) error {
+		n.Epoch++
+		n.LastSeen = seen
+		return nil
+	})
+	return n.Epoch, err
+}
+
+// Meta reads a small value of the gateway's own.
+func (s *Store) Meta(key string) ([]byte, error) {
+	var out []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bMeta).Get([]byte(key)); v != nil {
+			out = append([]byte(nil), v...)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// SetMeta writes a small value of the gateway's own.
+func (s *Store) SetMeta(key string, v []byte) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Put([]byte(key), v) })
+}

@@ -1,0 +1,190 @@
+// Package identity stores an agent's joined identity under its data
+// directory: node.key (PKCS#8 PEM, 0600) and identity.json (who the
+// gateway says this agent is, and its current certificate).
+package identity
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/better-compute/bcd/components/pki"
+)
+
+// File names under the data directory.
+const (
+	KeyFile      = "node.key"
+	IdentityFile = "identity.json"
+)
+
+// ErrNotJoined is returned by Load when the data directory holds no identity.
+var ErrNotJoined = errors.New("this node has not joined (run bcd join)")
+
+// Identity is what identity.json records.
+type Identity struct {
+	NodeID         string    `json:"node_id"`
+	Site           string    `json:"site"`
+	Role           string    `json:"role"`
+	SPIFFEID       string    `json:"spiffe_id"`
+	CertificatePEM string    `json:"certificate_pem"`
+	NotAfter       time.Time `json:"not_after"`
+	JoinedAt       time.Time `json:"joined_at"`
+}
+
+// Agent is a loaded identity with its key and parsed certificate.
+type Agent struct {
+	Identity
+	Key  crypto.Signer
+	Cert *x509.Certificate
+}
+
+// TLSCertificate returns the certificate and key for mTLS.
+func (a *Agent) TLSCertificate() tls.Certificate {
+	return tls.Certificate{Certificate: [][]byte{a.Cert.Raw}, PrivateKey: a.Key, Leaf: a.Cert}
+}
+
+// Load reads identity.json and node.key from dir and checks that they
+// belong together. A directory with neither returns ErrNotJoined.
+func Load(dir string) (*Agent, error) {
+	idPath := filepath.Join(dir, IdentityFile)
+	raw, err := os.ReadFile(idPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNotJoined
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", idPath, err)
+	}
+	var id Identity
+	if err := json.Unmarshal(raw, &id); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", idPath, err)
+	}
+	keyPath := filepath.Join(dir, KeyFile)
+	kb, err := os.ReadFile(keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", keyPath, err)
+	}
+	key, err := pki.ParsePrivateKeyPEM(kb)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", keyPath, err)
+	}
+	blk, _ := pem.Decode([]byte(id.CertificatePEM))
+	if blk == nil {
+		return nil, fmt.Errorf("%s: no certificate", idPath)
+	}
+	cert, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: certificate: %w", idPath, err)
+	}
+	if !samePublicKey(cert.PublicKey, key.Public()) {
+		return nil, fmt.Errorf("%s: certificate is not for %s", idPath, keyPath)
+	}
+	if id.NodeID == "" || id.Role == "" {
+		return nil, fmt.Errorf("%s: node_id and role are required", idPath)
+	}
+	return &Agent{Identity: id, Key: key, Cert: cert}, nil
+}
+
+// Save writes node.key (0600) and identity.json (0600) atomically, key first,
+// so that a crash leaves either the old identity or the new one.
+func Save(dir string, key crypto.Signer, cert *x509.Certificate, id Identity) (*Agent, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("mkdir %s: %w", dir, err)
+	}
+	kb, err := pki.MarshalPrivateKeyPEM(key)
+	if err != nil {
+		return nil, err
+	}
+	id.CertificatePEM = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}))
+	id.NotAfter = cert.NotAfter.UTC()
+	jb, err := json.MarshalIndent(id, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode identity: %w", err)
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, KeyFile), kb, 0o600); err != nil {
+		return nil, err
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, IdentityFile), append(jb, '\n'), 0o600); err != nil {
+		return nil, err
+	}
+	return &Agent{Identity: id, Key: key, Cert: cert}, nil
+}
+
+// WriteFileAtomic writes data to a temp file beside path with mode, fsyncs
+// it, renames it into place and fsyncs the directory.
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("create temp for %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return fmt.Errorf("chmod %s: %w", tmp, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("fsync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename %s: %w", path, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// Reset moves identity.json, node.key, node.key.next and journal.db aside
+// (to NAME.reset-UNIXTIME) and returns what it moved.
+func Reset(dir string, now time.Time) ([]string, error) {
+	var moved []string
+	for _, n := range []string{IdentityFile, KeyFile, KeyFile + ".next", "journal.db"} {
+		p := filepath.Join(dir, n)
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		dst := fmt.Sprintf("%s.reset-%d", p, now.Unix())
+		if err := os.Rename(p, dst); err != nil {
+			return moved, fmt.Errorf("rename %s: %w", p, err)
+		}
+		moved = append(moved, p)
+	}
+	return moved, nil
+}
+
+// ResetCandidates lists the files Reset would move.
+func ResetCandidates(dir string) []string {
+	var out []string
+	for _, n := range []string{IdentityFile, KeyFile, KeyFile + ".next", "journal.db"} {
+		p := filepath.Join(dir, n)
+		if _, err := os.Lstat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func samePublicKey(a, b crypto.PublicKey) bool {
+	ea, ok1 := a.(*ecdsa.PublicKey)
+	eb, ok2 := b.(*ecdsa.PublicKey)
+	return ok1 && ok2 && ea.Equal(eb)
+}

@@ -1,0 +1,62 @@
+// Package transport dials the gateway: an HTTP/2-only client over TLS 1.3
+// pinned to the serving CA (never system roots), with HTTP/2 pings every
+// 20 s, and the connect-go AgentGateway client on top.
+package transport
+
+import (
+	"crypto/tls"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/better-compute/bcd/components/pki"
+	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
+)
+
+// PingEvery is how often an idle HTTP/2 connection is pinged.
+const PingEvery = 20 * time.Second
+
+// Options says how to reach the gateway.
+type Options struct {
+	URL              string
+	ServerName       string
+	ServingCASPKIPin string
+	// ClientCert, when set, is offered for mTLS on every handshake.
+	ClientCert func() (*tls.Certificate, error)
+}
+
+// HTTPClient returns an HTTP/2-only client pinned to the serving CA.
+func HTTPClient(o Options) (*http.Client, error) {
+	tc, err := pki.ClientTLS(o.ServingCASPKIPin, o.ServerName, nil)
+	if err != nil {
+		return nil, err
+	}
+	if o.ClientCert != nil {
+		get := o.ClientCert
+		tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return get() }
+	}
+	var protos http.Protocols
+	protos.SetHTTP2(true)
+	tr := &http.Transport{
+		TLSClientConfig:     tc,
+		ForceAttemptHTTP2:   true,
+		Protocols:           &protos,
+		TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout:     90 * time.Second,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: PingEvery,
+			PingTimeout:     15 * time.Second,
+		},
+	}
+	return &http.Client{Transport: tr}, nil
+}
+
+// Client returns the AgentGateway client over the gRPC protocol.
+func Client(o Options) (bcdv1connect.AgentGatewayClient, *http.Client, error) {
+	hc, err := HTTPClient(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	return bcdv1connect.NewAgentGatewayClient(hc, o.URL, connect.WithGRPC()), hc, nil
+}
