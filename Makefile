@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X github.com/better-compute/bcd/components/buildinfo.Version=$
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 ROLES := node site ramdisk helper
 
-.PHONY: all build proto deps test test-short demo sizes bench clean fmt vet
+.PHONY: all build proto deps deps-lists test demo sizes bench clean fmt
 
 all: build
 
@@ -42,3 +42,7 @@ fmt:
 
 clean:
 	rm -rf bin
+
+# deps-lists rewrites each role's checked-in dependency list.
+deps-lists:
+	@for r in $(ROLES); do CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) list -deps ./roles/$$r > roles/$$r/deps.txt; done

@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestJoinRefusals: a token as an argument exits 2 and is never echoed;
+// wrong pins are refused naming the pin; a token used more than its uses
+// is refused; a token file must be private and is removed on success; a
+// site agent refuses a node identity. No token reaches any output.
+func TestJoinRefusals(t *testing.T) {
+	l := newLab(t)
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	tok := l.token(g, "--uses", "1")
+	pins := strings.Fields(l.bcgw(g, "well-known", "--pins"))
+	pin := func(i int) string { return pins[i][strings.Index(pins[i], "=")+1:] }
+	serving, signing, enc := pin(0), pin(1), pin(2)
+
+	t.Run("token as argument", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"join", tok},
+			{"join", "--config", "/nonexistent", tok},
+			{"join", "--token=" + tok},
+			{"join", "-" + tok},
+		} {
+			code, out, errOut := l.run("", nil, "bcd-node", args...)
+			if code != 2 {
+				t.Errorf("%d args: exit %d, want 2", len(args), code)
+			}
+			if strings.Contains(out+errOut, tok) || strings.Contains(out+errOut, "bcjt_") {
+				t.Errorf("the token was echoed: %q", out+errOut)
+			}
+		}
+		_, _, errOut := l.run("", nil, "bcd-node", "join", tok)
+		if !strings.Contains(errOut, "bcd join: takes no positional arguments") || !strings.Contains(errOut, "never from arguments") {
+			t.Errorf("stderr %q", errOut)
+		}
+	})
+
+	joinArgs := func(dir string, s, si, e string) []string {
+		return []string{"join", "--config", filepath.Join(dir, "config.toml"), "--data-dir", filepath.Join(dir, "data"),
+			"--server", "https://" + g.addr, "--serving-ca-pin", s, "--join-signing-pin", si, "--join-encryption-pin", e}
+	}
+	t.Run("wrong pins", func(t *testing.T) {
+		for _, tc := range []struct {
+			name, s, si, e, want string
+		}{
+			{"serving", signing, signing, enc, "--serving-ca-pin"},
+			{"signing", serving, enc, enc, "--join-signing-pin"},
+			{"encryption", serving, signing, signing, "--join-encryption-pin"},
+		} {
+			dir := filepath.Join(l.root, "wrong-"+tc.name)
+			code, _, errOut := l.run(tok+"\n", nil, "bcd-node", joinArgs(dir, tc.s, tc.si, tc.e)...)
+			if code != 1 || !strings.Contains(errOut, tc.want) {
+				t.Errorf("%s: exit %d, stderr %q; want exit 1 naming %s", tc.name, code, errOut, tc.want)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "config.toml")); err == nil {
+				t.Errorf("%s: a refused join wrote config.toml", tc.name)
+			}
+		}
+	})
+
+	t.Run("no token", func(t *testing.T) {
+		code, _, errOut := l.run("", nil, "bcd-node", joinArgs(filepath.Join(l.root, "none"), serving, signing, enc)...)
+		if code != 2 || !strings.Contains(errOut, "no join token") {
+			t.Errorf("exit %d, stderr %q", code, errOut)
+		}
+	})
+
+	t.Run("token file", func(t *testing.T) {
+		f := filepath.Join(l.root, "token")
+		if err := os.WriteFile(f, []byte("\xef\xbb\xbf"+tok+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(l.root, "tf")
+		code, _, errOut := l.run("", nil, "bcd-node", append(joinArgs(dir, serving, signing, enc), "--token-file", f)...)
+		if code != 1 || !strings.Contains(errOut, "chmod 0600") {
+			t.Fatalf("a 0644 token file: exit %d, stderr %q", code, errOut)
+		}
+		if err := os.Chmod(f, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := l.run("", nil, "bcd-node", append(joinArgs(dir, serving, signing, enc), "--token-file", f)...)
+		if code != 0 || !joinedRe.MatchString(out) {
+			t.Fatalf("token file join: exit %d, %q %q", code, out, errOut)
+		}
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("the token file was not removed after the join")
+		}
+	})
+
+	t.Run("uses exceeded", func(t *testing.T) {
+		// The token's one use went to the token file join above.
+		dir := filepath.Join(l.root, "second")
+		code, _, errOut := l.run("", []string{"BCD_JOIN_TOKEN=" + tok}, "bcd-node", joinArgs(dir, serving, signing, enc)...)
+		if code != 1 || !strings.Contains(errOut, "Join refused") || !strings.Contains(errOut, "no uses left") {
+			t.Fatalf("exit %d, stderr %q", code, errOut)
+		}
+	})
+
+	t.Run("site refuses a node identity", func(t *testing.T) {
+		tok2 := l.token(g, "--uses", "2")
+		cfg, _ := l.joinNode(g, "asnode", tok2, "node")
+		code, _, errOut := l.run("", nil, "bcd-site", "site", "--config", cfg)
+		if code != 1 || !strings.Contains(errOut, "this data directory holds a node identity; join with a site token (bcd join --role site)") {
+			t.Fatalf("exit %d, stderr %q", code, errOut)
+		}
+		// A node token does not admit a site.
+		dir := filepath.Join(l.root, "site")
+		code, _, errOut = l.run(tok2+"\n", nil, "bcd-site", append(joinArgs(dir, serving, signing, enc), "--role", "site")...)
+		if code != 1 || !strings.Contains(errOut, "does not allow this role") {
+			t.Fatalf("node token for a site: exit %d, stderr %q", code, errOut)
+		}
+		l.out.assertAbsent(t, "the second token", tok2)
+	})
+
+	l.out.assertAbsent(t, "the join token", tok)
+}
+
+// TestRoleCommands: exit codes and lines of the command frame in the real
+// binaries.
+func TestRoleCommands(t *testing.T) {
+	l := newLab(t)
+	for _, tc := range []struct {
+		bin  string
+		args []string
+		code int
+		want string
+	}{
+		{"bcd-node", nil, 2, "usage"},
+		{"bcd-node", []string{"help"}, 0, "join"},
+		{"bcd-node", []string{"version"}, 0, "(node)"},
+		{"bcd-node", []string{"site"}, 2, "bcd site: not in this build (node)"},
+		{"bcd-site", []string{"node"}, 2, "bcd node: not in this build (site)"},
+		{"bcd-site", []string{"sim"}, 2, "bcd sim: needs a fakehw build"},
+		{"bcd-node", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{"bcd-node", []string{"node", "--config", "/nonexistent/config.toml"}, 1, "config.toml"},
+	} {
+		code, out, errOut := l.run("", nil, tc.bin, tc.args...)
+		if code != tc.code || !strings.Contains(out+errOut, tc.want) {
+			t.Errorf("%s %v: exit %d (want %d), output %q (want %q)", tc.bin, tc.args, code, tc.code, out+errOut, tc.want)
+		}
+	}
+}
