@@ -1,5 +1,3 @@
-// Package proto_test checks that the committed generated Go in proto/gen is
-// what `make proto` makes from the .proto files today.
 package proto_test
 
 import (

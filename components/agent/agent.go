@@ -42,6 +42,9 @@ const statusUnsupported = "UNSUPPORTED"
 // Run runs the agent until ctx ends (nil) or the node is revoked.
 func Run(ctx context.Context, c Config) error {
 	cfg := c.Config
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
 	a, err := identity.Load(cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -49,7 +52,8 @@ func Run(ctx context.Context, c Config) error {
 	if a.Role != c.Role {
 		return fmt.Errorf("this data directory holds a %s identity; join with a %s token (bcd join --role %s)", a.Role, c.Role, c.Role)
 	}
-	log := c.Log.With("node", a.NodeID)
+	nodeLog := c.Log.With("node", a.NodeID)
+	log := nodeLog.With("component", "agent")
 	if time.Now().After(a.Cert.NotAfter) {
 		log.Warn("certificate expired; the gateway will refuse it (run bcd join --reset)", "not_after", a.Cert.NotAfter)
 	}
@@ -77,7 +81,7 @@ func Run(ctx context.Context, c Config) error {
 	log.Info("agent starting", "role", c.Role, "site", a.Site, "gateway", cfg.Gateway, "boot_id", bootID)
 	s := session.New(session.Config{
 		Client: client, NodeID: a.NodeID, Role: c.Role, BootID: bootID, Version: c.Version,
-		Runner: table(kinds), Clock: clk, Log: log, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
+		Runner: table(kinds), Clock: clk, Log: nodeLog, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
 	})
 	err = s.Run(ctx)
 	if errors.Is(err, session.ErrRevoked) {

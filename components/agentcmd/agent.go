@@ -27,7 +27,7 @@ func Agent(name, role, summary string, kinds func(*config.Config) map[string]age
 		if err != nil {
 			return cli.Fail(env, prefix, err)
 		}
-		log, err := logging.New(env.Stderr, cfg.Log.Level, cfg.Log.Format, "agent")
+		log, err := logging.New(env.Stderr, cfg.Log.Level, cfg.Log.Format, "")
 		if err != nil {
 			return cli.Fail(env, prefix, err)
 		}
