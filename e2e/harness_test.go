@@ -83,8 +83,8 @@ type syncBuf struct {
 	name string
 	// shows marks the one output meant to show a secret (token create).
 	shows bool
-	mu   sync.Mutex
-	b    bytes.Buffer
+	mu    sync.Mutex
+	b     bytes.Buffer
 }
 
 func (s *syncBuf) Write(p []byte) (int, error) {
