@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -44,4 +45,29 @@ func TestDrainAndBusy(t *testing.T) {
 	// Without the limit both are in.
 	l.waitNode(g, idB, "connected without a limit", func(n nodeView) bool { return n.Connected })
 	l.out.assertAbsent(t, "the join token", tok)
+}
+
+// TestAdminOverLoopback: the admin API on a loopback listener needs the
+// bearer token from DATA/admin.token.
+func TestAdminOverLoopback(t *testing.T) {
+	l := newLab(t)
+	gwDir := filepath.Join(l.root, "gw")
+	g := l.startGateway(gwDir, "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+	url := g.waitLog(t, "bcgw serving", time.Second)["admin_url"].(string)
+	if !strings.HasPrefix(url, "http://127.0.0.1:") {
+		t.Fatalf("admin_url %q", url)
+	}
+	tokFile := filepath.Join(gwDir, "admin.token")
+	code, out, errOut := l.run("", nil, "bcgw", "nodes", "--json", "--admin", url, "--admin-token-file", tokFile)
+	if code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("nodes with the bearer: exit %d, %q %q", code, out, errOut)
+	}
+	wrong := filepath.Join(l.root, "wrong")
+	if err := os.WriteFile(wrong, []byte("not-the-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = l.run("", nil, "bcgw", "nodes", "--admin", url, "--admin-token-file", wrong)
+	if code != 1 || !strings.Contains(errOut, "bearer token required") {
+		t.Fatalf("nodes with a wrong bearer: exit %d, %q", code, errOut)
+	}
 }

@@ -145,3 +145,26 @@ func TestRoleCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinReset: --reset without --yes lists what it would move and exits
+// 2; with --yes it moves the identity aside and the node joins anew.
+func TestJoinReset(t *testing.T) {
+	l := newLab(t)
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	tok := l.token(g, "--uses", "2")
+	cfg, id := l.joinNode(g, "n", tok, "node")
+	code, _, errOut := l.run("", nil, "bcd-node", "join", "--config", cfg, "--reset")
+	if code != 2 || !strings.Contains(errOut, "identity.json") || !strings.Contains(errOut, "--yes") {
+		t.Fatalf("--reset without --yes: exit %d, %q", code, errOut)
+	}
+	code, out, errOut := l.run(tok+"\n", nil, "bcd-node", "join", "--config", cfg, "--reset", "--yes")
+	m := joinedRe.FindStringSubmatch(out)
+	if code != 0 || m == nil || m[1] == id {
+		t.Fatalf("--reset --yes: exit %d, %q %q (old node %s)", code, out, errOut, id)
+	}
+	aside, _ := filepath.Glob(filepath.Join(filepath.Dir(cfg), "data", "identity.json.reset-*"))
+	if len(aside) != 1 {
+		t.Fatalf("identity moved aside: %v", aside)
+	}
+	l.out.assertAbsent(t, "the join token", tok)
+}

@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -90,7 +91,7 @@ func New(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("mkdir %s: %w", cfg.DataDir, err)
 	}
-	st, err := store.Open(cfg.DataDir + "/bcgw.db")
+	st, err := store.Open(filepath.Join(cfg.DataDir, "bcgw.db"))
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +197,8 @@ func (s *Server) Run(ctx context.Context) error {
 	for _, al := range adminLns {
 		go func() { errc <- adminSrv.Serve(al) }()
 	}
-	s.log.Info("bcgw serving", "addr", ln.Addr().String(), "server_name", s.cfg.ServerName, "data_dir", s.cfg.DataDir)
+	s.log.Info("bcgw serving", "addr", ln.Addr().String(), "server_name", s.cfg.ServerName, "data_dir", s.cfg.DataDir,
+		"admin_socket", filepath.Join(s.cfg.DataDir, AdminSocket), "admin_url", s.AdminURL())
 
 	select {
 	case <-ctx.Done():
