@@ -429,6 +429,11 @@ func (s *Server) SendCommand(nodeID, kind string, body []byte, deadline time.Dur
 	if deadline <= 0 {
 		deadline = 10 * time.Minute
 	}
+	if n, err := s.store.Node(nodeID); err != nil {
+		return store.Command{}, fmt.Errorf("node %s: %w", nodeID, err)
+	} else if n.Revoked {
+		return store.Command{}, fmt.Errorf("node %s is revoked", nodeID)
+	}
 	now := s.now()
 	c := store.Command{ID: "cmd_" + randomID(13), NodeID: nodeID, Kind: kind, Body: body, DeadlineMS: now.Add(deadline).UnixMilli(), CreatedAt: now.UTC()}
 	if err := s.store.AddCommand(c); err != nil {

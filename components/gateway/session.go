@@ -69,6 +69,12 @@ func (h *hub) unregister(l *live) {
 	}
 }
 
+func (h *hub) isDraining() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.draining
+}
+
 func (h *hub) count() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -162,6 +168,9 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	if hello.GetNodeId() != n.ID {
 		return connectErr(connect.CodePermissionDenied, "Hello names node %s but the certificate is for %s", hello.GetNodeId(), n.ID)
 	}
+	if s.hub.isDraining() {
+		return connectErr(connect.CodeUnavailable, "gateway is draining")
+	}
 	epoch, err := s.store.NextEpoch(n.ID, s.now().UTC())
 	if err != nil {
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
@@ -244,7 +253,10 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 				Status: r.GetStatus(), Output: r.GetOutput(), Error: r.GetError(),
 				StartedMS: r.GetStartedUnixMs(), FinishedMS: r.GetFinishedUnixMs(),
 			})
-			if err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				// Not ours (or long gone): ack it so the agent stops re-sending.
+				log.Warn("result for an unknown command; acked and dropped", "command_id", r.GetCommandId())
+			} else if err != nil {
 				log.Warn("result refused", "command_id", r.GetCommandId(), "err", err)
 				continue
 			}

@@ -125,13 +125,15 @@ func Join(ctx context.Context, o Options) (*identity.Agent, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256(csr)
-	sealed, err := pki.SealToken(o.EncryptionJWK, pki.SealedToken{Token: o.Token, CSRSHA256: fmt.Sprintf("%x", sum), IssuedAt: o.Now().Unix()})
-	if err != nil {
-		return nil, fmt.Errorf("seal join token: %w", err)
-	}
-	req := &bcdv1.JoinRequest{Role: o.Role, Attestor: o.Attestor, SealedToken: sealed, Csr: csr, Claims: o.Claims}
+	req := &bcdv1.JoinRequest{Role: o.Role, Attestor: o.Attestor, Csr: csr, Claims: o.Claims}
 	var resp *connect.Response[bcdv1.JoinResponse]
 	for attempt := 0; ; attempt++ {
+		// Sealed anew for each attempt, so its issue time stays fresh
+		// however long the back-off was.
+		req.SealedToken, err = pki.SealToken(o.EncryptionJWK, pki.SealedToken{Token: o.Token, CSRSHA256: fmt.Sprintf("%x", sum), IssuedAt: o.Now().Unix()})
+		if err != nil {
+			return nil, fmt.Errorf("seal join token: %w", err)
+		}
 		resp, err = o.Client.Join(ctx, connect.NewRequest(req))
 		if err == nil {
 			break

@@ -5,7 +5,9 @@ package transport
 
 import (
 	"crypto/tls"
+	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"connectrpc.com/connect"
@@ -13,6 +15,10 @@ import (
 	"github.com/better-compute/bcd/components/pki"
 	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
 )
+
+// MaxFrame bounds every message the agent reads: a desired state of 4 MiB
+// plus its envelope.
+const MaxFrame = 5 << 20
 
 // PingEvery is how often an idle HTTP/2 connection is pinged.
 const PingEvery = 20 * time.Second
@@ -28,7 +34,16 @@ type Options struct {
 
 // HTTPClient returns an HTTP/2-only client pinned to the serving CA.
 func HTTPClient(o Options) (*http.Client, error) {
-	tc, err := pki.ClientTLS(o.ServingCASPKIPin, o.ServerName, nil)
+	name := o.ServerName
+	if name == "" {
+		// Without gateway_server_name the URL's host is the name to verify.
+		u, err := url.Parse(o.URL)
+		if err != nil || u.Hostname() == "" {
+			return nil, fmt.Errorf("gateway URL %q has no host", o.URL)
+		}
+		name = u.Hostname()
+	}
+	tc, err := pki.ClientTLS(o.ServingCASPKIPin, name, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -58,5 +73,5 @@ func Client(o Options) (bcdv1connect.AgentGatewayClient, *http.Client, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return bcdv1connect.NewAgentGatewayClient(hc, o.URL, connect.WithGRPC()), hc, nil
+	return bcdv1connect.NewAgentGatewayClient(hc, o.URL, connect.WithGRPC(), connect.WithReadMaxBytes(MaxFrame)), hc, nil
 }
