@@ -1,0 +1,262 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/journal"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
+)
+
+type fixture struct {
+	t    *testing.T
+	dir  string
+	j    *journal.Journal
+	d    *Dispatcher
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func start(t *testing.T, dir string, kinds []Kind) *fixture {
+	t.Helper()
+	j, _, err := journal.Open(filepath.Join(dir, journal.File), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{NodeID: "n1", Journal: j, Kinds: kinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &fixture{t: t, dir: dir, j: j, d: d, stop: cancel, done: make(chan struct{})}
+	go func() { _ = d.Run(ctx); close(f.done) }()
+	t.Cleanup(f.close)
+	return f
+}
+
+func (f *fixture) close() {
+	if f.stop != nil {
+		f.stop()
+		<-f.done
+		f.j.Close()
+		f.stop = nil
+	}
+}
+
+func (f *fixture) result(id string) *bcdv1.CommandResult {
+	f.t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case r := <-f.d.Results():
+			if r.GetCommandId() == id {
+				return r
+			}
+		case <-timeout:
+			f.t.Fatalf("no result for %s", id)
+		}
+	}
+}
+
+func cmd(id, kind string) *bcdv1.Command {
+	return &bcdv1.Command{Id: id, NodeId: "n1", Kind: kind, DeadlineUnixMs: time.Now().Add(time.Minute).UnixMilli()}
+}
+
+func TestAcceptanceRefusals(t *testing.T) {
+	var ran atomic.Int32
+	f := start(t, t.TempDir(), []Kind{{Name: "x.run", Run: func(context.Context, []byte) (json.RawMessage, error) {
+		ran.Add(1)
+		return nil, nil
+	}}})
+	big := cmd("big", "x.run")
+	big.Body = make([]byte, MaxBody+1)
+	late := cmd("late", "x.run")
+	late.DeadlineUnixMs = time.Now().Add(-time.Second).UnixMilli()
+	other := cmd("other", "x.run")
+	other.NodeId = "n2"
+	for _, tc := range []struct {
+		c      *bcdv1.Command
+		status string
+		reason string
+	}{
+		{cmd("unk", "site.only"), Unsupported, "not supported"},
+		{big, Refused, "more than 1 MiB"},
+		{late, Refused, "past its deadline"},
+		{other, Refused, "another node"},
+	} {
+		if err := f.d.Deliver(tc.c); err != nil {
+			t.Fatal(err)
+		}
+		r := f.result(tc.c.GetId())
+		if r.GetStatus() != tc.status || !strings.Contains(r.GetError(), tc.reason) {
+			t.Errorf("%s: %s %q, want %s %q", tc.c.GetId(), r.GetStatus(), r.GetError(), tc.status, tc.reason)
+		}
+	}
+	if ran.Load() != 0 {
+		t.Fatalf("a refused command ran %d times", ran.Load())
+	}
+	// A body of exactly 1 MiB is fine.
+	ok := cmd("ok", "x.run")
+	ok.Body = make([]byte, MaxBody)
+	f.d.Deliver(ok)
+	if r := f.result("ok"); r.GetStatus() != Succeeded {
+		t.Fatalf("1 MiB body: %v", r)
+	}
+}
+
+func TestOnceAcrossRestartAndInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	var runs atomic.Int32
+	release := make(chan struct{})
+	kinds := func() []Kind {
+		return []Kind{
+			{Name: "side", Run: func(ctx context.Context, b []byte) (json.RawMessage, error) {
+				runs.Add(1)
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+				return json.RawMessage(`"done"`), nil
+			}},
+			{Name: "idem", Idempotent: true, Run: func(ctx context.Context, b []byte) (json.RawMessage, error) {
+				runs.Add(100)
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+				return nil, nil
+			}},
+		}
+	}
+	f := start(t, dir, kinds())
+	f.d.Deliver(cmd("s1", "side"))
+	f.d.Deliver(cmd("i1", "idem"))
+	deadline := time.Now().Add(5 * time.Second)
+	for runs.Load() != 101 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.close() // the agent stops while both run
+	runs.Store(0)
+	close(release)
+
+	f2 := start(t, dir, kinds())
+	r := f2.result("s1")
+	if r.GetStatus() != Interrupted {
+		t.Fatalf("s1 after restart: %v, want INTERRUPTED", r)
+	}
+	if r := f2.result("i1"); r.GetStatus() != Succeeded {
+		t.Fatalf("idempotent i1 after restart: %v", r)
+	}
+	if runs.Load() != 100 {
+		t.Fatalf("runs after restart = %d, want 100 (only the idempotent kind again)", runs.Load())
+	}
+	// Delivered again: never run again, the stored result re-sent.
+	f2.d.Deliver(cmd("s1", "side"))
+	if r := f2.result("s1"); r.GetStatus() != Interrupted {
+		t.Fatalf("redelivered s1: %v", r)
+	}
+	f2.d.Acked([]string{"s1", "i1"})
+	if un := f2.d.Unacked(); len(un) != 0 {
+		t.Fatalf("unacked after acks: %v", un)
+	}
+}
+
+// TestLanes observes the pools: eight slow control commands run four at a
+// time, bulk commands one at a time.
+func TestLanes(t *testing.T) {
+	var mu sync.Mutex
+	cur, peak := map[string]int{}, map[string]int{}
+	slow := func(lane string) func(context.Context, []byte) (json.RawMessage, error) {
+		return func(ctx context.Context, b []byte) (json.RawMessage, error) {
+			mu.Lock()
+			cur[lane]++
+			peak[lane] = max(peak[lane], cur[lane])
+			mu.Unlock()
+			time.Sleep(150 * time.Millisecond)
+			mu.Lock()
+			cur[lane]--
+			mu.Unlock()
+			return nil, nil
+		}
+	}
+	f := start(t, t.TempDir(), []Kind{
+		{Name: "c", Lane: LaneControl, Run: slow("control")},
+		{Name: "b", Lane: LaneBulk, Run: slow("bulk")},
+	})
+	var ids []string
+	for i := range 8 {
+		id := "c" + string(rune('0'+i))
+		f.d.Deliver(cmd(id, "c"))
+		ids = append(ids, id)
+	}
+	for i := range 3 {
+		id := "b" + string(rune('0'+i))
+		f.d.Deliver(cmd(id, "b"))
+		ids = append(ids, id)
+	}
+	seen := map[string]bool{}
+	timeout := time.After(20 * time.Second)
+	for len(seen) < len(ids) {
+		select {
+		case r := <-f.d.Results():
+			seen[r.GetCommandId()] = true
+		case <-timeout:
+			t.Fatalf("results: %d of %d", len(seen), len(ids))
+		}
+	}
+	if peak["control"] != 4 || peak["bulk"] != 1 {
+		t.Fatalf("peak concurrency control=%d bulk=%d, want 4 and 1", peak["control"], peak["bulk"])
+	}
+}
+
+func TestResourceLockAndCancel(t *testing.T) {
+	var mu sync.Mutex
+	holders := 0
+	maxHolders := 0
+	started := make(chan string, 4)
+	f := start(t, t.TempDir(), []Kind{{
+		Name:      "gpu.op",
+		Resources: func(b []byte) ([]string, error) { return []string{"gpu:" + string(b)}, nil },
+		Run: func(ctx context.Context, b []byte) (json.RawMessage, error) {
+			mu.Lock()
+			holders++
+			maxHolders = max(maxHolders, holders)
+			mu.Unlock()
+			started <- string(b)
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+			mu.Lock()
+			holders--
+			mu.Unlock()
+			return nil, nil
+		},
+	}})
+	a, b := cmd("a", "gpu.op"), cmd("b", "gpu.op")
+	a.Body, b.Body = []byte("0"), []byte("0")
+	f.d.Deliver(a)
+	f.d.Deliver(b)
+	f.result("a")
+	f.result("b")
+	if maxHolders != 1 {
+		t.Fatalf("two commands held gpu:0 at once")
+	}
+	// Cancel a running command.
+	c := cmd("c", "gpu.op")
+	c.Body = []byte("1")
+	f.d.Deliver(c)
+	<-started
+	<-started
+	<-started
+	f.d.Cancel("c", "operator asked")
+	if r := f.result("c"); r.GetStatus() != Cancelled || r.GetError() != "operator asked" {
+		t.Fatalf("cancelled: %v", r)
+	}
+}
