@@ -10,34 +10,29 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"path/filepath"
 	"time"
 
 	"github.com/better-compute/bcd/components/clock"
 	"github.com/better-compute/bcd/components/config"
+	"github.com/better-compute/bcd/components/dispatch"
 	"github.com/better-compute/bcd/components/hostinfo"
 	"github.com/better-compute/bcd/components/identity"
+	"github.com/better-compute/bcd/components/journal"
 	"github.com/better-compute/bcd/components/session"
 	"github.com/better-compute/bcd/components/transport"
-	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
-
-// Kind runs one command kind: the body in, a JSON output or an error out.
-type Kind func(ctx context.Context, body []byte) (json.RawMessage, error)
 
 // Config configures an agent.
 type Config struct {
 	Config  *config.Config
 	Role    string
-	Kinds   map[string]Kind
+	Kinds   []dispatch.Kind
 	Version string
 	Log     *slog.Logger
 	// BackoffBase and BackoffMax shape redials (defaults 1 s and 1 min).
 	BackoffBase, BackoffMax time.Duration
 }
-
-// ErrUnsupported is the error text of a kind this role does not run.
-const statusUnsupported = "UNSUPPORTED"
 
 // Run runs the agent until ctx ends (nil) or the node is revoked.
 func Run(ctx context.Context, c Config) error {
@@ -74,48 +69,50 @@ func Run(ctx context.Context, c Config) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	defer hc.CloseIdleConnections()
-	kinds := map[string]Kind{"agent.ping": ping(a, bootID, c.Version, clk)}
-	for k, f := range c.Kinds {
-		kinds[k] = f
+	j, opened, err := journal.Open(filepath.Join(cfg.DataDir, journal.File), a.NodeID)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	defer j.Close()
+	if opened.MovedAside != "" {
+		log.Error("the journal was unreadable; moved aside and started anew", "moved_to", opened.MovedAside, "err", opened.Reason)
+	}
+	kinds := append([]dispatch.Kind{{Name: "agent.ping", Idempotent: true, Run: ping(a, bootID, c.Version, clk)}}, c.Kinds...)
+	d, err := dispatch.New(dispatch.Config{NodeID: a.NodeID, Journal: j, Kinds: kinds, Clock: clk, Log: nodeLog})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
 	}
 	log.Info("agent starting", "role", c.Role, "site", a.Site, "gateway", cfg.Gateway, "boot_id", bootID)
 	s := session.New(session.Config{
 		Client: client, NodeID: a.NodeID, Role: c.Role, BootID: bootID, Version: c.Version,
-		Runner: table(kinds), Clock: clk, Log: nodeLog, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
+		Dispatcher: d, Clock: clk, Log: nodeLog, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
 	})
-	err = s.Run(ctx)
+	// The dispatcher and the session stop together: a dispatcher that
+	// cannot start (an unreadable journal) ends the agent.
+	sctx, stopS := context.WithCancel(ctx)
+	defer stopS()
+	dctx, stopD := context.WithCancel(ctx)
+	dDone := make(chan error, 1)
+	go func() {
+		err := d.Run(dctx)
+		if err != nil {
+			stopS()
+		}
+		dDone <- err
+	}()
+	err = s.Run(sctx)
+	stopD()
+	if derr := <-dDone; derr != nil {
+		return fmt.Errorf("agent: %w", derr)
+	}
 	if errors.Is(err, session.ErrRevoked) {
 		log.Error("this node's certificate was revoked")
 	}
 	return err
 }
 
-// table runs kinds from a map; anything else is UNSUPPORTED.
-type table map[string]Kind
-
-func (t table) Kinds() []string {
-	out := make([]string, 0, len(t))
-	for k := range t {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func (t table) Run(ctx context.Context, c *bcdv1.Command) *bcdv1.CommandResult {
-	f, ok := t[c.GetKind()]
-	if !ok {
-		return &bcdv1.CommandResult{Status: statusUnsupported, Error: fmt.Sprintf("kind %q is not supported by this agent", c.GetKind())}
-	}
-	out, err := f(ctx, c.GetBody())
-	if err != nil {
-		return &bcdv1.CommandResult{Status: "FAILED", Error: err.Error(), Output: out}
-	}
-	return &bcdv1.CommandResult{Status: "SUCCEEDED", Output: out}
-}
-
 // ping is the shared kind agent.ping: who answered, from which boot.
-func ping(a *identity.Agent, bootID, version string, clk *clock.Clock) Kind {
+func ping(a *identity.Agent, bootID, version string, clk *clock.Clock) func(context.Context, []byte) (json.RawMessage, error) {
 	return func(ctx context.Context, body []byte) (json.RawMessage, error) {
 		return json.Marshal(map[string]any{
 			"node_id": a.NodeID, "site": a.Site, "role": a.Role, "boot_id": bootID,

@@ -9,13 +9,14 @@ import (
 	"github.com/better-compute/bcd/components/buildinfo"
 	"github.com/better-compute/bcd/components/cli"
 	"github.com/better-compute/bcd/components/config"
+	"github.com/better-compute/bcd/components/dispatch"
 	"github.com/better-compute/bcd/components/logging"
 	"github.com/better-compute/bcd/components/session"
 )
 
 // Agent returns an agent mode command (`bcd node`, `bcd site`): it loads
 // config.toml and runs the agent with the kinds the role's main built.
-func Agent(name, role, summary string, kinds func(*config.Config) map[string]agent.Kind) cli.Command {
+func Agent(name, role, summary string, kinds func(*config.Config) []dispatch.Kind) cli.Command {
 	return cli.Command{Name: name, Summary: summary, Run: func(ctx context.Context, env *cli.Env, args []string) int {
 		fs := cli.NewFlagSet(env, "bcd", name)
 		path := fs.String("config", config.DefaultPath, "the configuration file")
@@ -31,7 +32,7 @@ func Agent(name, role, summary string, kinds func(*config.Config) map[string]age
 		if err != nil {
 			return cli.Fail(env, prefix, err)
 		}
-		var k map[string]agent.Kind
+		var k []dispatch.Kind
 		if kinds != nil {
 			k = kinds(cfg)
 		}

@@ -63,6 +63,14 @@ type Kind struct {
 	Run       func(ctx context.Context, body []byte) (json.RawMessage, error)
 }
 
+type idKey struct{}
+
+// CommandID returns the id of the command a Kind's Run is running.
+func CommandID(ctx context.Context) string {
+	id, _ := ctx.Value(idKey{}).(string)
+	return id
+}
+
 // Clock is the agent's working clock.
 type Clock interface{ Now() time.Time }
 
@@ -261,7 +269,7 @@ func decodeResult(e *journal.Entry) *bcdv1.CommandResult {
 
 // Deliver takes a command from the gateway. It returns once the command is
 // in the journal (so the session may ack it); a command seen before is not
-// run again, and its stored result, if any, is sent again.
+// run again.
 func (d *Dispatcher) Deliver(c *bcdv1.Command) error {
 	id := c.GetId()
 	if id == "" {
@@ -278,12 +286,8 @@ func (d *Dispatcher) Deliver(c *bcdv1.Command) error {
 	}
 	log := d.log.With("command_id", id, "kind", c.GetKind())
 	if !isNew {
+		// Its result, once made, goes out with the next Welcome's Unacked.
 		log.Info("command delivered again; not run again", "state", e.State)
-		if e.State == journal.Done && !e.Acked {
-			if r := decodeResult(e); r != nil {
-				d.emit(r)
-			}
-		}
 		return nil
 	}
 	now := d.now()
@@ -451,7 +455,7 @@ func (d *Dispatcher) runJob(ctx context.Context, j *job) {
 	}
 	d.lock(res)
 	defer d.unlock(res)
-	cctx, cancel := context.WithCancel(ctx)
+	cctx, cancel := context.WithCancel(context.WithValue(ctx, idKey{}, j.id))
 	defer cancel()
 	if dl := j.cmd.GetDeadlineUnixMs(); dl != 0 {
 		left := time.UnixMilli(dl).Sub(d.now())

@@ -119,15 +119,23 @@ func (s *Server) Addr() net.Addr {
 	return s.addr
 }
 
-func (s *Server) gatewayURL() string {
+func (s *Server) gatewayURL() (string, error) {
 	if s.cfg.URL != "" {
-		return s.cfg.URL
+		return s.cfg.URL, nil
 	}
-	return "https://" + s.Addr().String()
+	a := s.Addr()
+	if a == nil {
+		return "", errors.New("gateway: not listening yet and no --url given")
+	}
+	return "https://" + a.String(), nil
 }
 
 // WellKnown returns the document served at /.well-known/better-compute.
 func (s *Server) WellKnown() (*wellknown.Document, error) {
+	gwURL, err := s.gatewayURL()
+	if err != nil {
+		return nil, err
+	}
 	serving, signing, enc, err := s.keys.pins()
 	if err != nil {
 		return nil, err
@@ -138,7 +146,7 @@ func (s *Server) WellKnown() (*wellknown.Document, error) {
 		return nil, err
 	}
 	return &wellknown.Document{
-		Gateway: wellknown.Gateway{URL: s.gatewayURL(), ServerName: s.cfg.ServerName},
+		Gateway: wellknown.Gateway{URL: gwURL, ServerName: s.cfg.ServerName},
 		Pins:    wellknown.Pins{ServingCA: serving, JoinSigning: signing, JoinEncryption: enc},
 		Join:    wellknown.Join{EncryptionJWK: jb},
 	}, nil

@@ -42,7 +42,26 @@ func (l *live) push(f outFrame) {
 type hub struct {
 	mu       sync.Mutex
 	sessions map[string]*live
+	reserved int // sessions past the limit check, not yet registered
 	draining bool
+}
+
+// reserve holds a place for a session under the limit (0: none) until
+// release; a node that already has a session may always replace it.
+func (h *hub) reserve(nodeID string, limit int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if limit > 0 && h.sessions[nodeID] == nil && len(h.sessions)+h.reserved >= limit {
+		return false
+	}
+	h.reserved++
+	return true
+}
+
+func (h *hub) release() {
+	h.mu.Lock()
+	h.reserved--
+	h.mu.Unlock()
 }
 
 func newHub() *hub { return &hub{sessions: map[string]*live{}} }
@@ -153,10 +172,16 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	if cert.SerialNumber.Text(16) != n.CertSerial {
 		return connectErr(connect.CodeUnauthenticated, "certificate was superseded by a renewal")
 	}
-	if s.cfg.MaxSessions > 0 && s.hub.count() >= s.cfg.MaxSessions && !s.hub.connected(n.ID) {
+	if !s.hub.reserve(n.ID, s.cfg.MaxSessions) {
 		log.Warn("session refused", "reason", "busy", "sessions", s.hub.count())
 		return s.busy()
 	}
+	reserved := true
+	defer func() {
+		if reserved {
+			s.hub.release()
+		}
+	}()
 	first, err := st.Receive()
 	if err != nil {
 		return err
@@ -176,7 +201,10 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
 	}
 	l := &live{nodeID: n.ID, epoch: epoch, out: make(chan outFrame, 64), done: make(chan struct{})}
-	if _, ok := s.hub.register(l); !ok {
+	_, ok := s.hub.register(l)
+	s.hub.release()
+	reserved = false
+	if !ok {
 		return connectErr(connect.CodeUnavailable, "gateway is draining")
 	}
 	defer s.hub.unregister(l)

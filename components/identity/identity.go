@@ -68,14 +68,6 @@ func Load(dir string) (*Agent, error) {
 		return nil, fmt.Errorf("parse %s: %w", idPath, err)
 	}
 	keyPath := filepath.Join(dir, KeyFile)
-	kb, err := os.ReadFile(keyPath)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", keyPath, err)
-	}
-	key, err := pki.ParsePrivateKeyPEM(kb)
-	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", keyPath, err)
-	}
 	blk, _ := pem.Decode([]byte(id.CertificatePEM))
 	if blk == nil {
 		return nil, fmt.Errorf("%s: no certificate", idPath)
@@ -84,8 +76,23 @@ func Load(dir string) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: certificate: %w", idPath, err)
 	}
+	key, err := readKey(keyPath)
+	if err != nil {
+		return nil, err
+	}
 	if !samePublicKey(cert.PublicKey, key.Public()) {
-		return nil, fmt.Errorf("%s: certificate is not for %s", idPath, keyPath)
+		// Save died between writing identity.json and moving node.key.next
+		// into place: finish its work.
+		next := keyPath + ".next"
+		nk, nerr := readKey(next)
+		if nerr != nil || !samePublicKey(cert.PublicKey, nk.Public()) {
+			return nil, fmt.Errorf("%s: certificate is not for %s", idPath, keyPath)
+		}
+		if err := os.Rename(next, keyPath); err != nil {
+			return nil, fmt.Errorf("complete key swap: rename %s: %w", next, err)
+		}
+		syncDir(dir)
+		key = nk
 	}
 	if id.NodeID == "" || id.Role == "" {
 		return nil, fmt.Errorf("%s: node_id and role are required", idPath)
@@ -93,11 +100,17 @@ func Load(dir string) (*Agent, error) {
 	return &Agent{Identity: id, Key: key, Cert: cert}, nil
 }
 
-// Save writes node.key (0600) and identity.json (0600) atomically, key first,
-// so that a crash leaves either the old identity or the new one.
+// Save writes node.key (0600) and identity.json (0600) so that a crash at
+// any point leaves an identity that loads: the new key goes to
+// node.key.next, then identity.json names the new certificate, then
+// node.key.next is renamed over node.key (Load finishes that last step if
+// the process died before it).
 func Save(dir string, key crypto.Signer, cert *x509.Certificate, id Identity) (*Agent, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("mkdir %s: %w", dir, err)
+	}
+	if !samePublicKey(cert.PublicKey, key.Public()) {
+		return nil, fmt.Errorf("save identity: the certificate is not for this key")
 	}
 	kb, err := pki.MarshalPrivateKeyPEM(key)
 	if err != nil {
@@ -109,12 +122,17 @@ func Save(dir string, key crypto.Signer, cert *x509.Certificate, id Identity) (*
 	if err != nil {
 		return nil, fmt.Errorf("encode identity: %w", err)
 	}
-	if err := WriteFileAtomic(filepath.Join(dir, KeyFile), kb, 0o600); err != nil {
+	keyPath := filepath.Join(dir, KeyFile)
+	if err := WriteFileAtomic(keyPath+".next", kb, 0o600); err != nil {
 		return nil, err
 	}
 	if err := WriteFileAtomic(filepath.Join(dir, IdentityFile), append(jb, '\n'), 0o600); err != nil {
 		return nil, err
 	}
+	if err := os.Rename(keyPath+".next", keyPath); err != nil {
+		return nil, fmt.Errorf("rename %s.next: %w", keyPath, err)
+	}
+	syncDir(dir)
 	return &Agent{Identity: id, Key: key, Cert: cert}, nil
 }
 
@@ -146,11 +164,27 @@ func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("rename %s: %w", path, err)
 	}
+	syncDir(dir)
+	return nil
+}
+
+func syncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
-	return nil
+}
+
+func readKey(path string) (crypto.Signer, error) {
+	kb, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	key, err := pki.ParsePrivateKeyPEM(kb)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	return key, nil
 }
 
 // Reset moves identity.json, node.key, node.key.next and journal.db aside

@@ -47,7 +47,7 @@ type Options struct {
 }
 
 // Backoff returns a full-jitter delay for attempt n (0-based): uniform in
-// [0, min(max, base*2^n)).
+// (0, min(max, base*2^n)].
 func Backoff(n int, base, maxDelay time.Duration) time.Duration {
 	d := base << min(n, 20)
 	if d <= 0 || d > maxDelay {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -24,26 +23,34 @@ import (
 // revoked.
 var ErrRevoked = errors.New("agent: this node's certificate was revoked")
 
-// MaxBody is the largest command body accepted.
-const MaxBody = 1 << 20
-
-// Runner executes commands. Run is called from a fixed pool of workers.
-type Runner interface {
+// Dispatcher takes delivered commands and owns their results: the
+// session hands it commands, reads results from it, and tells it the
+// gateway's acks (components/dispatch implements it over the journal).
+type Dispatcher interface {
 	Kinds() []string
-	Run(ctx context.Context, cmd *bcdv1.Command) *bcdv1.CommandResult
+	Credits() []*bcdv1.LaneCredit
+	InFlight() []string
+	// Deliver returns once the command is durably accepted (or refused);
+	// only then does the session ack it.
+	Deliver(*bcdv1.Command) error
+	Cancel(id, reason string)
+	// Unacked lists stored results the gateway has not acked yet.
+	Unacked() []*bcdv1.CommandResult
+	Acked(ids []string)
+	// Results yields results as they are made.
+	Results() <-chan *bcdv1.CommandResult
 }
 
 // Config configures a session.
 type Config struct {
-	Client  bcdv1connect.AgentGatewayClient
-	NodeID  string
-	Role    string
-	BootID  string
-	Version string
-	Runner  Runner
-	Clock   *clock.Clock
-	Log     *slog.Logger
-	Workers int // default 4
+	Client     bcdv1connect.AgentGatewayClient
+	NodeID     string
+	Role       string
+	BootID     string
+	Version    string
+	Dispatcher Dispatcher
+	Clock      *clock.Clock
+	Log        *slog.Logger
 	// Back-off between failed dials: full jitter up to min(Max, Base*2^n).
 	BackoffBase, BackoffMax time.Duration
 	// OnWelcome, when set, is told each accepted session's epoch.
@@ -52,22 +59,12 @@ type Config struct {
 
 // Session is the agent's state across redials.
 type Session struct {
-	cfg     Config
-	log     *slog.Logger
-	queue   chan *bcdv1.Command
-	results chan *bcdv1.CommandResult
-
-	mu      sync.Mutex
-	seen    map[string]bool                 // command ids accepted (the journal makes this durable in a later layer)
-	unacked map[string]*bcdv1.CommandResult // results not yet acked by the gateway
-	running map[string]bool
+	cfg Config
+	log *slog.Logger
 }
 
 // New prepares a session; Run starts it.
 func New(cfg Config) *Session {
-	if cfg.Workers == 0 {
-		cfg.Workers = 4
-	}
 	if cfg.BackoffBase == 0 {
 		cfg.BackoffBase = time.Second
 	}
@@ -80,23 +77,12 @@ func New(cfg Config) *Session {
 	if cfg.Clock == nil {
 		cfg.Clock, _ = clock.Open("")
 	}
-	return &Session{
-		cfg: cfg, log: cfg.Log.With("component", "session"),
-		queue: make(chan *bcdv1.Command, 256), results: make(chan *bcdv1.CommandResult, 256),
-		seen: map[string]bool{}, unacked: map[string]*bcdv1.CommandResult{}, running: map[string]bool{},
-	}
+	return &Session{cfg: cfg, log: cfg.Log.With("component", "session")}
 }
 
 // Run dials, serves and redials until ctx ends (nil) or the node is
 // revoked (ErrRevoked).
 func (s *Session) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	wctx, cancel := context.WithCancel(ctx)
-	defer func() { cancel(); wg.Wait() }()
-	for range s.cfg.Workers {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.worker(wctx) }()
-	}
 	failures := 0
 	for {
 		welcomed, wait, err := s.once(ctx)
@@ -137,16 +123,10 @@ func errText(err error) string {
 }
 
 func (s *Session) hello() *bcdv1.Hello {
-	s.mu.Lock()
-	var inflight []string
-	for id := range s.running {
-		inflight = append(inflight, id)
-	}
-	s.mu.Unlock()
+	d := s.cfg.Dispatcher
 	return &bcdv1.Hello{
 		NodeId: s.cfg.NodeID, BootId: s.cfg.BootID, Role: s.cfg.Role, Version: s.cfg.Version,
-		InFlight: inflight, Kinds: s.cfg.Runner.Kinds(),
-		Lanes: []*bcdv1.LaneCredit{{Lane: "control", Size: uint32(s.cfg.Workers), Free: uint32(s.cfg.Workers - len(inflight))}},
+		InFlight: d.InFlight(), Kinds: d.Kinds(), Lanes: d.Credits(),
 	}
 }
 
@@ -187,13 +167,7 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 		hb = 15 * time.Second
 	}
 	// Results the last session did not see acked go out again.
-	s.mu.Lock()
-	var resend []*bcdv1.CommandResult
-	for _, r := range s.unacked {
-		resend = append(resend, r)
-	}
-	s.mu.Unlock()
-	for _, r := range resend {
+	for _, r := range s.cfg.Dispatcher.Unacked() {
 		if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Result{Result: r}}); err != nil {
 			return true, 0, err
 		}
@@ -225,11 +199,11 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 			return true, 0, err
 		case <-tick.C:
 			if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Heartbeat{Heartbeat: &bcdv1.Heartbeat{
-				SentUnixMs: s.cfg.Clock.Now().UnixMilli(), Lanes: s.hello().GetLanes(),
+				SentUnixMs: s.cfg.Clock.Now().UnixMilli(), Lanes: s.cfg.Dispatcher.Credits(),
 			}}}); err != nil {
 				return true, 0, err
 			}
-		case r := <-s.results:
+		case r := <-s.cfg.Dispatcher.Results():
 			if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Result{Result: r}}); err != nil {
 				return true, 0, err
 			}
@@ -240,11 +214,9 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 					return true, 0, err
 				}
 			case *bcdv1.GatewayFrame_Ack:
-				s.mu.Lock()
-				for _, id := range x.Ack.GetResultIds() {
-					delete(s.unacked, id)
-				}
-				s.mu.Unlock()
+				s.cfg.Dispatcher.Acked(x.Ack.GetResultIds())
+			case *bcdv1.GatewayFrame_Cancel:
+				s.cfg.Dispatcher.Cancel(x.Cancel.GetCommandId(), x.Cancel.GetReason())
 			case *bcdv1.GatewayFrame_Drain:
 				d := time.Duration(x.Drain.GetRedialAfterMs()) * time.Millisecond
 				s.log.Info("gateway asked to drain", "reason", x.Drain.GetReason())
@@ -252,86 +224,20 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 			case *bcdv1.GatewayFrame_Revocation:
 				return true, 0, ErrRevoked
 			default:
-				// Frames of later features (Cancel, DesiredState, OpenTunnel...)
+				// Frames of later features (DesiredState, OpenTunnel...)
 				// are ignored by this layer.
 			}
 		}
 	}
 }
 
-// accept applies the acceptance rules to a delivered command: acked at
-// once, refused when it is not for this node or past its deadline, run at
-// most once per id.
+// accept hands a delivered command to the dispatcher, which journals it
+// (or its refusal) before the session acks it. A command the journal could
+// not take is not acked: the gateway sends it again.
 func (s *Session) accept(st *connect.BidiStreamForClient[bcdv1.AgentFrame, bcdv1.GatewayFrame], c *bcdv1.Command) error {
-	log := s.log.With("command_id", c.GetId(), "kind", c.GetKind())
-	if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Ack{Ack: &bcdv1.Ack{CommandIds: []string{c.GetId()}}}}); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	dup := s.seen[c.GetId()]
-	if !dup {
-		s.seen[c.GetId()] = true
-	}
-	s.mu.Unlock()
-	if dup {
-		log.Info("command already accepted; not run again")
+	if err := s.cfg.Dispatcher.Deliver(c); err != nil {
+		s.log.Error("command not accepted; the gateway will send it again", "command_id", c.GetId(), "kind", c.GetKind(), "err", err)
 		return nil
 	}
-	now := s.cfg.Clock.Now()
-	var refuse string
-	switch {
-	case c.GetNodeId() != s.cfg.NodeID:
-		refuse = "command is for another node"
-	case c.GetDeadlineUnixMs() != 0 && now.UnixMilli() > c.GetDeadlineUnixMs():
-		refuse = "command is past its deadline"
-	case len(c.GetBody()) > MaxBody:
-		refuse = "command body is larger than 1 MiB"
-	}
-	if refuse != "" {
-		log.Warn("command refused", "reason", refuse)
-		s.finish(&bcdv1.CommandResult{CommandId: c.GetId(), Status: "REFUSED", Error: refuse, StartedUnixMs: now.UnixMilli(), FinishedUnixMs: now.UnixMilli()})
-		return nil
-	}
-	select {
-	case s.queue <- c:
-		s.mu.Lock()
-		s.running[c.GetId()] = true
-		s.mu.Unlock()
-	default:
-		s.finish(&bcdv1.CommandResult{CommandId: c.GetId(), Status: "REFUSED", Error: "agent queue is full", StartedUnixMs: now.UnixMilli(), FinishedUnixMs: now.UnixMilli()})
-	}
-	return nil
-}
-
-func (s *Session) finish(r *bcdv1.CommandResult) {
-	s.mu.Lock()
-	s.unacked[r.GetCommandId()] = r
-	delete(s.running, r.GetCommandId())
-	s.mu.Unlock()
-	select {
-	case s.results <- r:
-	default:
-		// The session is busy or gone: the result waits in unacked and goes
-		// out after the next Welcome.
-	}
-}
-
-func (s *Session) worker(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case c := <-s.queue:
-			start := s.cfg.Clock.Now()
-			s.log.Info("command started", "command_id", c.GetId(), "kind", c.GetKind())
-			r := s.cfg.Runner.Run(ctx, c)
-			r.CommandId = c.GetId()
-			if r.StartedUnixMs == 0 {
-				r.StartedUnixMs = start.UnixMilli()
-			}
-			r.FinishedUnixMs = s.cfg.Clock.Now().UnixMilli()
-			s.log.Info("command finished", "command_id", c.GetId(), "kind", c.GetKind(), "status", r.GetStatus())
-			s.finish(r)
-		}
-	}
+	return st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Ack{Ack: &bcdv1.Ack{CommandIds: []string{c.GetId()}}}})
 }

@@ -1,0 +1,372 @@
+package store_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/gateway/store"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func open(t *testing.T) (*store.Store, string) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "bcgw.db")
+	s, err := store.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, p
+}
+
+func TestOpenFileMode(t *testing.T) {
+	_, p := open(t)
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("database mode %04o, want 0600", st.Mode().Perm())
+	}
+}
+
+func TestSpendToken(t *testing.T) {
+	tests := []struct {
+		name    string
+		tok     store.Token
+		id      string
+		secret  string
+		role    string
+		now     time.Time
+		wantErr error
+	}{
+		{"good", store.Token{Role: "node", Uses: 1}, "", "s3cret", "node", t0, nil},
+		{"unknown id", store.Token{Role: "node", Uses: 1}, "jtother", "s3cret", "node", t0, store.ErrTokenInvalid},
+		{"wrong secret", store.Token{Role: "node", Uses: 1}, "", "s3creT", "node", t0, store.ErrTokenInvalid},
+		{"empty secret", store.Token{Role: "node", Uses: 1}, "", "", "node", t0, store.ErrTokenInvalid},
+		{"expired", store.Token{Role: "node", Uses: 1, ExpiresAt: t0.Add(-time.Second)}, "", "s3cret", "node", t0, store.ErrTokenExpired},
+		{"expires exactly now", store.Token{Role: "node", Uses: 1, ExpiresAt: t0}, "", "s3cret", "node", t0, nil},
+		{"not expired", store.Token{Role: "node", Uses: 1, ExpiresAt: t0.Add(time.Minute)}, "", "s3cret", "node", t0, nil},
+		{"spent", store.Token{Role: "node", Uses: 2, Used: 2}, "", "s3cret", "node", t0, store.ErrTokenSpent},
+		{"wrong role", store.Token{Role: "site", Uses: 1}, "", "s3cret", "node", t0, store.ErrTokenRole},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := open(t)
+			tt.tok.ID, tt.tok.Hash, tt.tok.CreatedAt = "jt1", store.HashSecret("s3cret"), t0
+			if err := s.PutToken(tt.tok); err != nil {
+				t.Fatal(err)
+			}
+			id := tt.id
+			if id == "" {
+				id = tt.tok.ID
+			}
+			got, err := s.SpendToken(id, tt.secret, tt.role, tt.now)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("SpendToken err = %v, want %v", err, tt.wantErr)
+			}
+			// A refusal does not use the token; a success uses it once.
+			wantUsed := tt.tok.Used
+			if tt.wantErr == nil {
+				wantUsed++
+				if got.Used != wantUsed || got.Role != tt.tok.Role {
+					t.Errorf("returned token %+v, want used %d", got, wantUsed)
+				}
+			}
+			// Read back through a spend that must see the stored count.
+			again, err := s.SpendToken(tt.tok.ID, "s3cret", tt.tok.Role, t0.Add(-time.Hour))
+			if wantUsed >= tt.tok.Uses {
+				if !errors.Is(err, store.ErrTokenSpent) {
+					t.Errorf("after: %v, want spent (used %d of %d)", err, wantUsed, tt.tok.Uses)
+				}
+			} else if err != nil || again.Used != wantUsed+1 {
+				t.Errorf("after: %+v %v, want used %d", again, err, wantUsed+1)
+			}
+		})
+	}
+}
+
+func TestSpendTokenUsesRunOut(t *testing.T) {
+	s, _ := open(t)
+	if err := s.PutToken(store.Token{ID: "jt3", Hash: store.HashSecret("x"), Role: "node", Uses: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		tok, err := s.SpendToken("jt3", "x", "node", t0)
+		if err != nil || tok.Used != i {
+			t.Fatalf("use %d: %+v %v", i, tok, err)
+		}
+	}
+	if _, err := s.SpendToken("jt3", "x", "node", t0); !errors.Is(err, store.ErrTokenSpent) {
+		t.Fatalf("fourth use: %v, want ErrTokenSpent", err)
+	}
+}
+
+func TestHashSecret(t *testing.T) {
+	// SHA-256 of "abc".
+	if got := store.HashSecret("abc"); got != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
+		t.Fatalf("HashSecret(abc) = %s", got)
+	}
+}
+
+func addNode(t *testing.T, s *store.Store, id string) {
+	t.Helper()
+	if err := s.PutNode(store.Node{ID: id, Role: "node", Site: "lab", JoinedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func addCommand(t *testing.T, s *store.Store, id, node string, created time.Time) {
+	t.Helper()
+	if err := s.AddCommand(store.Command{ID: id, NodeID: node, Kind: "k", CreatedAt: created, DeadlineMS: created.Add(time.Hour).UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ids(cs []store.Command) []string {
+	out := []string{}
+	for _, c := range cs {
+		out = append(out, c.ID)
+	}
+	return out
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestAddCommand(t *testing.T) {
+	s, _ := open(t)
+	addNode(t, s, "n1")
+	if err := s.AddCommand(store.Command{ID: "c1", NodeID: "nobody"}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("command for an unknown node: %v, want ErrNotFound", err)
+	}
+	addCommand(t, s, "c1", "n1", t0)
+	if err := s.AddCommand(store.Command{ID: "c1", NodeID: "n1"}); err == nil {
+		t.Error("a second command with the same id was stored")
+	}
+	c, err := s.Command("c1")
+	if err != nil || c.State != store.StatePending || c.NodeID != "n1" || c.Kind != "k" {
+		t.Errorf("stored %+v %v", c, err)
+	}
+	if _, err := s.Command("c2"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("unknown command: %v", err)
+	}
+}
+
+func TestUnfinishedOrderAndRemoval(t *testing.T) {
+	s, _ := open(t)
+	// n1x shares a prefix with n1 and must not leak into its list.
+	for _, n := range []string{"n1", "n1x", "n2"} {
+		addNode(t, s, n)
+	}
+	// Ids in the reverse of creation order: the list follows creation.
+	addCommand(t, s, "c_a", "n1", t0.Add(3*time.Second))
+	addCommand(t, s, "c_b", "n1", t0.Add(2*time.Second))
+	addCommand(t, s, "c_c", "n1", t0.Add(1*time.Second))
+	addCommand(t, s, "c_x", "n1x", t0)
+	addCommand(t, s, "c_2", "n2", t0)
+
+	steps := []struct {
+		name   string
+		act    func() error
+		n1want []string
+	}{
+		{"initial", func() error { return nil }, []string{"c_c", "c_b", "c_a"}},
+		{"delivered stays unfinished", func() error { return s.MarkDelivered("n1", "c_b") }, []string{"c_c", "c_b", "c_a"}},
+		{"result removes", func() error { _, err := s.SetResult("n1", "c_b", store.Result{Status: "SUCCEEDED"}); return err }, []string{"c_c", "c_a"}},
+		{"another node's result is refused", func() error {
+			if _, err := s.SetResult("n2", "c_a", store.Result{Status: "SUCCEEDED"}); err == nil {
+				return errors.New("n2 set a result for n1's command")
+			}
+			return nil
+		}, []string{"c_c", "c_a"}},
+		{"last results", func() error {
+			for _, id := range []string{"c_a", "c_c"} {
+				if _, err := s.SetResult("n1", id, store.Result{Status: "FAILED"}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, []string{}},
+	}
+	for _, st := range steps {
+		if err := st.act(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		got, err := s.Unfinished("n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equal(ids(got), st.n1want) {
+			t.Errorf("%s: Unfinished(n1) = %v, want %v", st.name, ids(got), st.n1want)
+		}
+	}
+	for node, want := range map[string][]string{"n1x": {"c_x"}, "n2": {"c_2"}, "nobody": {}} {
+		got, err := s.Unfinished(node)
+		if err != nil || !equal(ids(got), want) {
+			t.Errorf("Unfinished(%s) = %v %v, want %v", node, ids(got), err, want)
+		}
+	}
+}
+
+func TestSetResultOnce(t *testing.T) {
+	s, _ := open(t)
+	addNode(t, s, "n1")
+	addCommand(t, s, "c1", "n1", t0)
+	first, err := s.SetResult("n1", "c1", store.Result{Status: "SUCCEEDED", Output: []byte(`1`), StartedMS: 5, FinishedMS: 6})
+	if err != nil || !first {
+		t.Fatalf("first result: %v %v", first, err)
+	}
+	again, err := s.SetResult("n1", "c1", store.Result{Status: "FAILED", Output: []byte(`2`)})
+	if err != nil || again {
+		t.Fatalf("repeated result: first=%v err=%v, want accepted and not first", again, err)
+	}
+	c, err := s.Command("c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State != store.StateDone || c.Result == nil || c.Result.Status != "SUCCEEDED" || string(c.Result.Output) != "1" || c.Result.FinishedMS != 6 {
+		t.Errorf("stored %+v %+v, want the first result", c, c.Result)
+	}
+	if _, err := s.SetResult("n1", "nosuch", store.Result{}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("result for an unknown command: %v", err)
+	}
+	// A late ack does not move a done command back.
+	if err := s.MarkDelivered("n1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := s.Command("c1"); c.State != store.StateDone {
+		t.Errorf("state after a late ack: %s", c.State)
+	}
+}
+
+func TestMarkDelivered(t *testing.T) {
+	s, _ := open(t)
+	addNode(t, s, "n1")
+	addNode(t, s, "n2")
+	addCommand(t, s, "c1", "n1", t0)
+	if err := s.MarkDelivered("n2", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := s.Command("c1"); c.State != store.StatePending {
+		t.Errorf("another node's ack changed the state to %s", c.State)
+	}
+	if err := s.MarkDelivered("n1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := s.Command("c1"); c.State != store.StateDelivered {
+		t.Errorf("state %s, want delivered", c.State)
+	}
+	if err := s.MarkDelivered("n1", "nosuch"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("ack of an unknown command: %v", err)
+	}
+}
+
+func TestNextEpoch(t *testing.T) {
+	s, _ := open(t)
+	addNode(t, s, "n1")
+	for want := uint64(1); want <= 3; want++ {
+		seen := t0.Add(time.Duration(want) * time.Minute)
+		got, err := s.NextEpoch("n1", seen)
+		if err != nil || got != want {
+			t.Fatalf("NextEpoch = %d %v, want %d", got, err, want)
+		}
+		n, _ := s.Node("n1")
+		if n.Epoch != want || !n.LastSeen.Equal(seen) {
+			t.Errorf("stored epoch %d last seen %v, want %d %v", n.Epoch, n.LastSeen, want, seen)
+		}
+	}
+	if _, err := s.NextEpoch("nobody", t0); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("NextEpoch of an unknown node: %v", err)
+	}
+}
+
+func TestNodesAndUpdate(t *testing.T) {
+	s, _ := open(t)
+	for _, id := range []string{"n3", "n1", "n2"} {
+		addNode(t, s, id)
+	}
+	nodes, err := s.Nodes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{nodes[0].ID, nodes[1].ID, nodes[2].ID}; !equal(got, []string{"n1", "n2", "n3"}) {
+		t.Errorf("Nodes order %v", got)
+	}
+	boom := errors.New("boom")
+	if _, err := s.UpdateNode("n1", func(n *store.Node) error { n.Revoked = true; return boom }); !errors.Is(err, boom) {
+		t.Fatalf("UpdateNode error %v", err)
+	}
+	if n, _ := s.Node("n1"); n.Revoked {
+		t.Error("a failed update was stored")
+	}
+	if _, err := s.UpdateNode("nobody", func(*store.Node) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("update of an unknown node: %v", err)
+	}
+}
+
+func TestReopenKeepsData(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "bcgw.db")
+	s, err := store.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutToken(store.Token{ID: "jt1", Hash: store.HashSecret("x"), Role: "node", Uses: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SpendToken("jt1", "x", "node", t0); err != nil {
+		t.Fatal(err)
+	}
+	addNode(t, s, "n1")
+	if _, err := s.NextEpoch("n1", t0); err != nil {
+		t.Fatal(err)
+	}
+	addCommand(t, s, "c1", "n1", t0)
+	addCommand(t, s, "c2", "n1", t0.Add(time.Second))
+	if _, err := s.SetResult("n1", "c1", store.Result{Status: "SUCCEEDED"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetMeta("k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = store.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if tok, err := s.SpendToken("jt1", "x", "node", t0); err != nil || tok.Used != 2 {
+		t.Errorf("token after reopen: %+v %v, want its second use", tok, err)
+	}
+	if n, err := s.Node("n1"); err != nil || n.Epoch != 1 {
+		t.Errorf("node after reopen: %+v %v", n, err)
+	}
+	if c, err := s.Command("c1"); err != nil || c.State != store.StateDone {
+		t.Errorf("c1 after reopen: %+v %v", c, err)
+	}
+	if un, err := s.Unfinished("n1"); err != nil || !equal(ids(un), []string{"c2"}) {
+		t.Errorf("unfinished after reopen: %v %v", ids(un), err)
+	}
+	if v, err := s.Meta("k"); err != nil || string(v) != "v" {
+		t.Errorf("meta after reopen: %q %v", v, err)
+	}
+	if v, err := s.Meta("absent"); err != nil || v != nil {
+		t.Errorf("absent meta: %q %v", v, err)
+	}
+}
