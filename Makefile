@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X github.com/better-compute/bcd/components/buildinfo.Version=$
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 ROLES := node site ramdisk helper
 
-.PHONY: all build proto deps deps-lists test demo sizes bench clean fmt
+.PHONY: all build proto deps deps-lists test soak demo sizes bench clean fmt
 
 all: build
 
@@ -27,6 +27,10 @@ proto:
 test: deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+
+# soak runs the exactly-once fault test with 1,000 kill trials.
+soak: deps
+	BCD_FAULT_TRIALS=$${BCD_FAULT_TRIALS:-1000} $(GO) test -count=1 -timeout 90m -run TestExactlyOnceUnderKills -v ./e2e/ | grep -E '^(fault test|---|ok|FAIL|PASS)'
 
 demo: build
 	@./build/demo.sh

@@ -203,20 +203,20 @@ func (p *proc) waitLog(t *testing.T, msg string, d time.Duration) map[string]any
 }
 
 // gateway is a running bcgw.
-type gateway struct {
+type gw struct {
 	*proc
 	dataDir string
 	addr    string
 }
 
-func (l *lab) startGateway(dataDir, listen string, extra ...string) *gateway {
+func (l *lab) startGateway(dataDir, listen string, extra ...string) *gw {
 	l.t.Helper()
 	p := l.start("bcgw", append([]string{"serve", "--data-dir", dataDir, "--listen", listen}, extra...)...)
 	m := p.waitLog(l.t, "bcgw serving", 30*time.Second)
-	return &gateway{proc: p, dataDir: dataDir, addr: m["addr"].(string)}
+	return &gw{proc: p, dataDir: dataDir, addr: m["addr"].(string)}
 }
 
-func (l *lab) bcgw(g *gateway, args ...string) string {
+func (l *lab) bcgw(g *gw, args ...string) string {
 	l.t.Helper()
 	code, out, errOut := l.run("", nil, "bcgw", append(args, "--data-dir", g.dataDir)...)
 	if code != 0 {
@@ -225,7 +225,7 @@ func (l *lab) bcgw(g *gateway, args ...string) string {
 	return out
 }
 
-func (l *lab) token(g *gateway, args ...string) string {
+func (l *lab) token(g *gw, args ...string) string {
 	l.t.Helper()
 	code, out, errOut := l.run("", nil, "bcgw", append([]string{"token", "create", "--data-dir", g.dataDir}, args...)...)
 	if code != 0 {
@@ -250,7 +250,7 @@ type nodeView struct {
 	Revoked   bool   `json:"revoked"`
 }
 
-func (l *lab) nodes(g *gateway) []nodeView {
+func (l *lab) nodes(g *gw) []nodeView {
 	l.t.Helper()
 	var ns []nodeView
 	if err := json.Unmarshal([]byte(l.bcgw(g, "nodes", "--json")), &ns); err != nil {
@@ -260,7 +260,7 @@ func (l *lab) nodes(g *gateway) []nodeView {
 }
 
 // waitNode waits until cond holds for the node's view.
-func (l *lab) waitNode(g *gateway, id string, what string, cond func(nodeView) bool) nodeView {
+func (l *lab) waitNode(g *gw, id string, what string, cond func(nodeView) bool) nodeView {
 	l.t.Helper()
 	end := time.Now().Add(60 * time.Second)
 	for time.Now().Before(end) {
@@ -279,7 +279,7 @@ var joinedRe = regexp.MustCompile(`^joined as (node_[a-z0-9]+) \(site (\S+), rol
 
 // joinNode joins a node with the token on stdin against g and returns its
 // config path and node id.
-func (l *lab) joinNode(g *gateway, name, tok, role string) (string, string) {
+func (l *lab) joinNode(g *gw, name, tok, role string) (string, string) {
 	l.t.Helper()
 	dir := filepath.Join(l.root, name)
 	cfg := filepath.Join(dir, "config.toml")

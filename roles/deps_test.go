@@ -31,6 +31,7 @@ var forbidden = map[string]map[string]string{
 		"github.com/better-compute/bcd/components/redfish":    "BMCs are driven by the site",
 		"github.com/better-compute/bcd/components/ipmi":       "BMCs are driven by the site",
 		"github.com/better-compute/bcd/components/gateway":    "the gateway is bcgw's",
+		"github.com/better-compute/bcd/components/fakekinds":  "test kinds are for fakehw builds only",
 	},
 	"site": {
 		"github.com/better-compute/bcd/components/runtime":    "instance runtimes are the node's",

@@ -72,10 +72,13 @@ type CommandView struct {
 	Output   json.RawMessage `json:"output,omitempty"`
 	Error    string          `json:"error,omitempty"`
 	Deadline time.Time       `json:"deadline"`
+	// ResultCopies is how many copies of the result arrived (re-sends
+	// until acked); the first one is the result.
+	ResultCopies int `json:"result_copies,omitempty"`
 }
 
 func viewCommand(c store.Command) CommandView {
-	v := CommandView{ID: c.ID, Node: c.NodeID, Kind: c.Kind, State: c.State, Deadline: time.UnixMilli(c.DeadlineMS).UTC()}
+	v := CommandView{ID: c.ID, Node: c.NodeID, Kind: c.Kind, State: c.State, Deadline: time.UnixMilli(c.DeadlineMS).UTC(), ResultCopies: c.ResultCopies}
 	if r := c.Result; r != nil {
 		v.Status, v.Error = r.Status, r.Error
 		if json.Valid(r.Output) {

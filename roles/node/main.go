@@ -5,12 +5,20 @@ package main
 import (
 	"github.com/better-compute/bcd/components/agentcmd"
 	"github.com/better-compute/bcd/components/cli"
+	"github.com/better-compute/bcd/components/config"
+	"github.com/better-compute/bcd/components/dispatch"
 	"github.com/better-compute/bcd/components/roles"
 )
 
+// kinds is the node's command table (agent.ping is every agent's); a
+// fakehw build adds its test kinds (kinds_fakehw.go).
+func kinds(cfg *config.Config) []dispatch.Kind {
+	return fakeKinds(cfg)
+}
+
 func main() {
 	roles.Main("node", []cli.Command{
-		agentcmd.Agent("node", "node", "run the node agent", nil),
+		agentcmd.Agent("node", "node", "run the node agent", kinds),
 		agentcmd.Join(),
 	}, nil)
 }

@@ -78,6 +78,9 @@ type Command struct {
 	State      string    `json:"state"`
 	CreatedAt  time.Time `json:"created_at"`
 	Result     *Result   `json:"result,omitempty"`
+	// ResultCopies counts every copy of the result the agent sent; the
+	// first is stored, later ones are acked and ignored.
+	ResultCopies int `json:"result_copies,omitempty"`
 }
 
 // Result is what the agent reported.
@@ -284,8 +287,9 @@ func (s *Store) SetResult(nodeID, id string, r Result) (bool, error) {
 		if c.NodeID != nodeID {
 			return fmt.Errorf("command %s is not for node %s", id, nodeID)
 		}
+		c.ResultCopies++
 		if c.Result != nil {
-			return nil
+			return put(tx, bCommands, id, c)
 		}
 		first = true
 		c.Result, c.State = &r, StateDone

@@ -1,0 +1,136 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/gateway"
+)
+
+// TestExactlyOnceUnderKills kills bcd node with SIGKILL at random points
+// while commands with a side effect (each appends its id to a marker file)
+// run, and every fifth trial kills bcgw too; both are started again on
+// the same data directories. In every trial no side effect happened twice,
+// and at the end every command has exactly one stored result at bcgw.
+// BCD_FAULT_TRIALS sets the number of trials (make soak runs 1,000).
+func TestExactlyOnceUnderKills(t *testing.T) {
+	trials := 12
+	if v := os.Getenv("BCD_FAULT_TRIALS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("BCD_FAULT_TRIALS=%q", v)
+		}
+		trials = n
+	}
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	t.Logf("seed %d", seed)
+
+	l := newLab(t)
+	gwDir := filepath.Join(l.root, "gw")
+	g := l.startGateway(gwDir, "127.0.0.1:0")
+	tok := l.token(g, "--uses", "1")
+	cfg, id := l.joinNode(g, "n", tok, "node")
+	marks := filepath.Join(filepath.Dir(cfg), "data", "fakehw", "marks.log")
+	admin := gateway.NewAdminClient(gwDir, "", "")
+	ctx := context.Background()
+
+	node := l.start("bcd-node", "node", "--config", cfg)
+	l.waitNode(g, id, "connected", func(n nodeView) bool { return n.Connected })
+
+	var all []string
+	gwKills := 0
+	for trial := range trials {
+		for range 3 {
+			kind := "fakehw.mark"
+			if rng.IntN(3) == 0 {
+				kind = "fakehw.mark-bulk"
+			}
+			body := fmt.Sprintf(`{"sleep_ms":%d}`, rng.IntN(120))
+			c, err := admin.Send(ctx, gateway.CommandRequest{Node: id, Kind: kind, Body: json.RawMessage(body)})
+			if err != nil {
+				t.Fatalf("trial %d: send: %v", trial, err)
+			}
+			all = append(all, c.ID)
+		}
+		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
+		node.signal(syscall.SIGKILL)
+		node.wait(t, 10*time.Second)
+		if trial%5 == 4 {
+			g.signal(syscall.SIGKILL)
+			g.wait(t, 10*time.Second)
+			g = l.startGateway(gwDir, g.addr)
+			gwKills++
+		}
+		checkMarks(t, marks, trial)
+		node = l.start("bcd-node", "node", "--config", cfg)
+	}
+
+	// Everything settles: every command gets a result.
+	end := time.Now().Add(2 * time.Minute)
+	statuses := map[string]int{}
+	for _, cid := range all {
+		var c gateway.CommandView
+		for {
+			var err error
+			if c, err = admin.Command(ctx, cid, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if c.State == "done" || time.Now().After(end) {
+				break
+			}
+		}
+		if c.State != "done" {
+			t.Fatalf("command %s has no result: %+v", cid, c)
+		}
+		statuses[c.Status]++
+		if c.ResultCopies < 1 {
+			t.Errorf("command %s: done with %d result copies", cid, c.ResultCopies)
+		}
+		switch c.Status {
+		case "SUCCEEDED", "INTERRUPTED":
+		default:
+			t.Errorf("command %s ended %s: %s", cid, c.Status, c.Error)
+		}
+	}
+	counts := checkMarks(t, marks, trials)
+	for _, cid := range all {
+		c, _ := admin.Command(ctx, cid, 0)
+		if c.Status == "SUCCEEDED" && counts[cid] != 1 {
+			t.Errorf("command %s SUCCEEDED but its side effect happened %d times", cid, counts[cid])
+		}
+	}
+	t.Logf("%d trials (%d with bcgw killed too), %d commands: %v", trials, gwKills, len(all), statuses)
+	if !t.Failed() {
+		fmt.Printf("fault test: %d trials, %d bcgw kills, %d commands, results %v, no side effect twice, every result stored once\n", trials, gwKills, len(all), statuses)
+	}
+}
+
+// checkMarks fails when any command's side effect happened more than once
+// and returns how many times each happened.
+func checkMarks(t *testing.T, path string, trial int) map[string]int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			counts[f[0]]++
+			if counts[f[0]] == 2 {
+				t.Errorf("trial %d: the side effect of %s happened twice", trial, f[0])
+			}
+		}
+	}
+	return counts
+}

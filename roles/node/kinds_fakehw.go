@@ -1,0 +1,11 @@
+//go:build fakehw
+
+package main
+
+import (
+	"github.com/better-compute/bcd/components/config"
+	"github.com/better-compute/bcd/components/dispatch"
+	"github.com/better-compute/bcd/components/fakekinds"
+)
+
+func fakeKinds(cfg *config.Config) []dispatch.Kind { return fakekinds.Kinds(cfg.DataDir) }
