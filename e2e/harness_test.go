@@ -144,8 +144,14 @@ type proc struct {
 
 func (l *lab) start(name string, args ...string) *proc {
 	l.t.Helper()
+	return l.startEnv(nil, name, args...)
+}
+
+// startEnv starts a long-running process with extra environment.
+func (l *lab) startEnv(env []string, name string, args ...string) *proc {
+	l.t.Helper()
 	cmd := exec.Command(filepath.Join(l.bin, name), args...)
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), env...)
 	se := &syncBuf{name: name + " " + strings.Join(args, " ") + " (stderr)"}
 	so := &syncBuf{name: name + " (stdout)"}
 	l.out.add(se)

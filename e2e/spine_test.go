@@ -124,3 +124,33 @@ func TestNodeStopsOnSignal(t *testing.T) {
 	}
 	l.out.assertAbsent(t, "the join token", tok)
 }
+
+// TestRenewal: with BCD_RENEW_AFTER the node renews its certificate over
+// mTLS with a new key, stores it, reconnects with it, and still connects
+// with it after a restart.
+func TestRenewal(t *testing.T) {
+	l := newLab(t)
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	tok := l.token(g, "--uses", "1")
+	cfg, id := l.joinNode(g, "n", tok, "node")
+	keyPath := filepath.Join(filepath.Dir(cfg), "data", "node.key")
+	key1, _ := os.ReadFile(keyPath)
+	idPath := filepath.Join(filepath.Dir(cfg), "data", "identity.json")
+	id1, _ := os.ReadFile(idPath)
+
+	node := l.startEnv([]string{"BCD_RENEW_AFTER=500ms"}, "bcd-node", "node", "--config", cfg)
+	node.waitLog(t, "certificate renewed", 30*time.Second)
+	n := l.waitNode(g, id, "reconnected after renewal", func(n nodeView) bool { return n.Connected && n.Epoch >= 2 })
+	key2, _ := os.ReadFile(keyPath)
+	id2, _ := os.ReadFile(idPath)
+	if string(key1) == string(key2) || string(id1) == string(id2) {
+		t.Fatal("renewal did not store a new key and certificate")
+	}
+	if code, out, _ := l.run("", nil, "bcgw", "run", id, "agent.ping", "--wait", "--data-dir", g.dataDir); code != 0 {
+		t.Fatalf("agent.ping after renewal: exit %d %s", code, out)
+	}
+	node.signal(syscall.SIGTERM)
+	node.wait(t, 15*time.Second)
+	l.start("bcd-node", "node", "--config", cfg)
+	l.waitNode(g, id, "connected with the renewed certificate after a restart", func(x nodeView) bool { return x.Connected && x.Epoch > n.Epoch })
+}

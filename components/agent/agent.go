@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/better-compute/bcd/components/clock"
@@ -19,6 +20,7 @@ import (
 	"github.com/better-compute/bcd/components/hostinfo"
 	"github.com/better-compute/bcd/components/identity"
 	"github.com/better-compute/bcd/components/journal"
+	"github.com/better-compute/bcd/components/renew"
 	"github.com/better-compute/bcd/components/session"
 	"github.com/better-compute/bcd/components/transport"
 )
@@ -32,6 +34,9 @@ type Config struct {
 	Log     *slog.Logger
 	// BackoffBase and BackoffMax shape redials (defaults 1 s and 1 min).
 	BackoffBase, BackoffMax time.Duration
+	// RenewAfter, when set, renews the certificate this soon after start
+	// (BCD_RENEW_AFTER, fakehw builds), then at 60% of each lifetime.
+	RenewAfter time.Duration
 }
 
 // Run runs the agent until ctx ends (nil) or the node is revoked.
@@ -60,10 +65,12 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	cert := a.TLSCertificate()
+	var cert atomic.Pointer[tls.Certificate]
+	tc := a.TLSCertificate()
+	cert.Store(&tc)
 	client, hc, err := transport.Client(transport.Options{
 		URL: cfg.Gateway, ServerName: cfg.GatewayServerName, ServingCASPKIPin: cfg.ServingCASPKIPin,
-		ClientCert: func() (*tls.Certificate, error) { return &cert, nil },
+		ClientCert: func() (*tls.Certificate, error) { return cert.Load(), nil },
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -86,7 +93,22 @@ func Run(ctx context.Context, c Config) error {
 	s := session.New(session.Config{
 		Client: client, NodeID: a.NodeID, Role: c.Role, BootID: bootID, Version: c.Version,
 		Dispatcher: d, Clock: clk, Log: nodeLog, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
+		BeforeDial: hc.CloseIdleConnections,
 	})
+	rctx, stopR := context.WithCancel(ctx)
+	rDone := make(chan struct{})
+	defer func() { stopR(); <-rDone }()
+	go func() {
+		defer close(rDone)
+		_ = renew.Run(rctx, renew.Config{
+			Client: client, DataDir: cfg.DataDir, SigningPin: cfg.JoinSigningKeyPin, Log: nodeLog, After: c.RenewAfter,
+			OnRenewed: func(next *identity.Agent) {
+				tc := next.TLSCertificate()
+				cert.Store(&tc)
+				s.Reconnect()
+			},
+		}, a)
+	}()
 	// The dispatcher and the session stop together: a dispatcher that
 	// cannot start (an unreadable journal) ends the agent.
 	sctx, stopS := context.WithCancel(ctx)

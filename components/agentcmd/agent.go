@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/better-compute/bcd/components/agent"
 	"github.com/better-compute/bcd/components/buildinfo"
@@ -36,7 +37,15 @@ func Agent(name, role, summary string, kinds func(*config.Config) []dispatch.Kin
 		if kinds != nil {
 			k = kinds(cfg)
 		}
-		err = agent.Run(ctx, agent.Config{Config: cfg, Role: role, Kinds: k, Version: buildinfo.Version, Log: log})
+		ac := agent.Config{Config: cfg, Role: role, Kinds: k, Version: buildinfo.Version, Log: log}
+		if v := env.Getenv("BCD_RENEW_AFTER"); v != "" && buildinfo.FakeHW {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return cli.Usagef(env, "%s: BCD_RENEW_AFTER=%q is not a positive Go duration", prefix, v)
+			}
+			ac.RenewAfter = d
+		}
+		err = agent.Run(ctx, ac)
 		switch {
 		case err == nil:
 			return 0

@@ -379,7 +379,7 @@ func (s *Server) Renew(ctx context.Context, req *connect.Request[bcdv1.RenewRequ
 	if n.Revoked {
 		return nil, connectErr(connect.CodePermissionDenied, "this node's certificate was revoked")
 	}
-	if cert.SerialNumber.Text(16) != n.CertSerial {
+	if !n.Current(cert.SerialNumber.Text(16)) {
 		return nil, connectErr(connect.CodeUnauthenticated, "certificate was superseded")
 	}
 	if err := pki.Verify(cert.PublicKey, pki.PurposeRenew, req.Msg.GetCsr(), req.Msg.GetProof()); err != nil {
@@ -394,7 +394,7 @@ func (s *Server) Renew(ctx context.Context, req *connect.Request[bcdv1.RenewRequ
 		return nil, connectErr(connect.CodeInternal, "issue certificate: %v", err)
 	}
 	if _, err := s.store.UpdateNode(n.ID, func(x *store.Node) error {
-		x.CertSerial, x.NotAfter = nc.SerialNumber.Text(16), nc.NotAfter
+		x.PrevCertSerial, x.CertSerial, x.NotAfter = cert.SerialNumber.Text(16), nc.SerialNumber.Text(16), nc.NotAfter
 		return nil
 	}); err != nil {
 		return nil, connectErr(connect.CodeUnavailable, "store node: %v", err)

@@ -169,8 +169,18 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 		log.Info("session refused", "reason", "revoked")
 		return st.Send(&bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Revocation{Revocation: &bcdv1.RevocationNotice{Reason: "revoked by an operator"}}})
 	}
-	if cert.SerialNumber.Text(16) != n.CertSerial {
+	serial := cert.SerialNumber.Text(16)
+	if !n.Current(serial) {
 		return connectErr(connect.CodeUnauthenticated, "certificate was superseded by a renewal")
+	}
+	if serial == n.CertSerial && n.PrevCertSerial != "" {
+		// The renewed certificate is in use: the one before it is done.
+		_, _ = s.store.UpdateNode(n.ID, func(x *store.Node) error {
+			if x.CertSerial == serial {
+				x.PrevCertSerial = ""
+			}
+			return nil
+		})
 	}
 	if !s.hub.reserve(n.ID, s.cfg.MaxSessions) {
 		log.Warn("session refused", "reason", "busy", "sessions", s.hub.count())

@@ -55,12 +55,25 @@ type Config struct {
 	BackoffBase, BackoffMax time.Duration
 	// OnWelcome, when set, is told each accepted session's epoch.
 	OnWelcome func(epoch uint64)
+	// BeforeDial, when set, runs before every dial (the agent closes idle
+	// connections there, so a renewed certificate is used at once).
+	BeforeDial func()
 }
 
 // Session is the agent's state across redials.
 type Session struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	log  *slog.Logger
+	kick chan struct{}
+}
+
+// Reconnect ends the current session and dials again at once (after a
+// certificate renewal).
+func (s *Session) Reconnect() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 // New prepares a session; Run starts it.
@@ -77,7 +90,7 @@ func New(cfg Config) *Session {
 	if cfg.Clock == nil {
 		cfg.Clock, _ = clock.Open("")
 	}
-	return &Session{cfg: cfg, log: cfg.Log.With("component", "session")}
+	return &Session{cfg: cfg, log: cfg.Log.With("component", "session"), kick: make(chan struct{}, 1)}
 }
 
 // Run dials, serves and redials until ctx ends (nil) or the node is
@@ -85,6 +98,9 @@ func New(cfg Config) *Session {
 func (s *Session) Run(ctx context.Context) error {
 	failures := 0
 	for {
+		if s.cfg.BeforeDial != nil {
+			s.cfg.BeforeDial()
+		}
 		welcomed, wait, err := s.once(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -195,6 +211,9 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 		select {
 		case <-ctx.Done():
 			return true, 0, nil
+		case <-s.kick:
+			s.log.Info("reconnecting with the renewed certificate")
+			return true, time.Millisecond, nil
 		case err := <-recvErr:
 			return true, 0, err
 		case <-tick.C:

@@ -53,12 +53,23 @@ type Node struct {
 	Hostname   string    `json:"hostname"`
 	SPIFFEID   string    `json:"spiffe_id"`
 	CertSerial string    `json:"cert_serial"`
+	// PrevCertSerial is the certificate a renewal replaced; it stays valid
+	// until the new one is first used, so an agent that died before
+	// storing its renewed certificate can still connect (and renew again).
+	PrevCertSerial string `json:"prev_cert_serial,omitempty"`
 	NotAfter   time.Time `json:"not_after"`
 	Epoch      uint64    `json:"epoch"`
 	Revoked    bool      `json:"revoked"`
 	JoinedAt   time.Time `json:"joined_at"`
 	LastSeen   time.Time `json:"last_seen"`
 	TokenID    string    `json:"token_id"`
+}
+
+// Current reports whether a certificate serial may be used by this node:
+// its current certificate, or the one a renewal replaced until the new one
+// is first used.
+func (n Node) Current(serial string) bool {
+	return serial != "" && (serial == n.CertSerial || serial == n.PrevCertSerial)
 }
 
 // Command states.
