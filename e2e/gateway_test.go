@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,5 +70,58 @@ func TestAdminOverLoopback(t *testing.T) {
 	code, _, errOut = l.run("", nil, "bcgw", "nodes", "--admin", url, "--admin-token-file", wrong)
 	if code != 1 || !strings.Contains(errOut, "bearer token required") {
 		t.Fatalf("nodes with a wrong bearer: exit %d, %q", code, errOut)
+	}
+}
+
+// TestCancel: bcgw cancel ends a running command CANCELLED; a command
+// the agent has not received yet ends CANCELLED without running.
+func TestCancel(t *testing.T) {
+	l := newLab(t)
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	tok := l.token(g, "--uses", "1")
+	cfg, id := l.joinNode(g, "n", tok, "node")
+	node := l.start("bcd-node", "node", "--config", cfg)
+	l.waitNode(g, id, "connected", func(n nodeView) bool { return n.Connected })
+
+	out := l.bcgw(g, "run", id, "fakehw.mark", "--body", `{"sleep_ms":60000}`)
+	var c struct{ ID, State, Status, Error string }
+	if err := json.Unmarshal([]byte(out), &c); err != nil {
+		t.Fatal(err)
+	}
+	node.waitLog(t, "command started", 10*time.Second)
+	l.bcgw(g, "cancel", c.ID, "--reason", "operator changed their mind")
+	code, out, _ := l.run("", nil, "bcgw", "run", id, "agent.ping", "--wait", "--data-dir", g.dataDir)
+	if code != 0 {
+		t.Fatalf("ping: %s", out)
+	}
+	end := time.Now().Add(20 * time.Second)
+	for c.State != "done" && time.Now().Before(end) {
+		time.Sleep(100 * time.Millisecond)
+		_ = json.Unmarshal([]byte(l.bcgw(g, "cancel", c.ID)), &c) // cancelling again changes nothing
+	}
+	if c.Status != "CANCELLED" || c.Error != "operator changed their mind" {
+		t.Fatalf("running command after cancel: %+v", c)
+	}
+
+	// Not delivered yet: the node is stopped.
+	node.signal(syscall.SIGTERM)
+	node.wait(t, 15*time.Second)
+	l.waitNode(g, id, "disconnected", func(n nodeView) bool { return !n.Connected })
+	if err := json.Unmarshal([]byte(l.bcgw(g, "run", id, "fakehw.mark")), &c); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(l.bcgw(g, "cancel", c.ID)), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.State != "done" || c.Status != "CANCELLED" {
+		t.Fatalf("undelivered command after cancel: %+v", c)
+	}
+	l.start("bcd-node", "node", "--config", cfg)
+	l.waitNode(g, id, "reconnected", func(n nodeView) bool { return n.Connected })
+	if code, _, _ := l.run("", nil, "bcgw", "run", id, "agent.ping", "--wait", "--data-dir", g.dataDir); code != 0 {
+		t.Fatal("ping after reconnect failed")
+	}
+	if b, _ := os.ReadFile(filepath.Join(filepath.Dir(cfg), "data", "fakehw", "marks.log")); strings.Contains(string(b), c.ID) {
+		t.Fatal("a command cancelled before delivery ran")
 	}
 }

@@ -32,6 +32,7 @@ func main() {
 			{Name: "nodes", Summary: "list nodes", Run: nodes},
 			{Name: "run", Summary: "run NODE KIND: send a command and print its result", Run: run},
 			{Name: "revoke", Summary: "revoke NODE: revoke a node's certificate", Run: revoke},
+			{Name: "cancel", Summary: "cancel COMMAND: cancel a command", Run: cancel},
 			{Name: "well-known", Summary: "print the well-known document (--pins: the bcd join flags)", Run: wellKnown},
 		},
 		Version: cli.VersionInfo{Version: buildinfo.Version, Commit: buildinfo.Commit, Tags: buildinfo.Tags()},
@@ -253,6 +254,26 @@ func revoke(ctx context.Context, env *cli.Env, args []string) int {
 	}
 	fmt.Fprintf(env.Stdout, "revoked %s\n", pos[0])
 	return 0
+}
+
+func cancel(ctx context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "cancel")
+	var a adminFlags
+	a.register(fs)
+	reason := fs.String("reason", "", "why (reported in the result)")
+	pos, code, ok := parseInterleaved(fs, env, args, 1, "bcgw cancel COMMAND [--reason TEXT]")
+	if !ok {
+		return code
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw cancel", err)
+	}
+	v, err := c.Cancel(ctx, pos[0], *reason)
+	if err != nil {
+		return cli.Fail(env, "bcgw cancel", err)
+	}
+	return printJSON(env, v)
 }
 
 func wellKnown(ctx context.Context, env *cli.Env, args []string) int {

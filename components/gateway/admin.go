@@ -98,6 +98,27 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 	mux.HandleFunc("POST /v1/nodes/{id}/revoke", s.adminRevoke)
 	mux.HandleFunc("POST /v1/commands", s.adminSend)
 	mux.HandleFunc("GET /v1/commands/{id}", s.adminCommand)
+	mux.HandleFunc("POST /v1/commands/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Reason string `json:"reason"`
+		}
+		if r.ContentLength != 0 {
+			if err := decodeBody(r, &req); err != nil {
+				adminErr(w, http.StatusBadRequest, err)
+				return
+			}
+		}
+		c, err := s.CancelCommand(r.PathValue("id"), req.Reason)
+		if err != nil {
+			code := http.StatusInternalServerError
+			if errors.Is(err, store.ErrNotFound) {
+				code = http.StatusNotFound
+			}
+			adminErr(w, code, err)
+			return
+		}
+		writeJSON(w, viewCommand(c))
+	})
 	mux.HandleFunc("GET /v1/well-known", func(w http.ResponseWriter, r *http.Request) {
 		d, err := s.WellKnown()
 		if err != nil {

@@ -103,6 +103,12 @@ func (c *AdminClient) Command(ctx context.Context, id string, wait time.Duration
 	return out, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/commands/%s?wait=%d", id, int(wait/time.Second)), nil, &out)
 }
 
+// Cancel cancels a command.
+func (c *AdminClient) Cancel(ctx context.Context, id, reason string) (CommandView, error) {
+	var out CommandView
+	return out, c.do(ctx, http.MethodPost, "/v1/commands/"+id+"/cancel", map[string]string{"reason": reason}, &out)
+}
+
 // WellKnown reads the well-known document.
 func (c *AdminClient) WellKnown(ctx context.Context, out any) error {
 	return c.do(ctx, http.MethodGet, "/v1/well-known", nil, out)

@@ -453,6 +453,24 @@ func (s *Server) SendCommand(nodeID, kind string, body []byte, deadline time.Dur
 	return c, nil
 }
 
+// CancelCommand cancels a command: one the agent has not acked ends
+// CANCELLED at once; one it holds gets a Cancel frame, and the agent ends
+// it CANCELLED (a command that already finished keeps its result).
+func (s *Server) CancelCommand(id, reason string) (store.Command, error) {
+	if reason == "" {
+		reason = "cancelled by an operator"
+	}
+	c, done, err := s.store.CancelPending(id, reason, s.now())
+	if err != nil {
+		return c, fmt.Errorf("command %s: %w", id, err)
+	}
+	if !done && c.State == store.StateDelivered {
+		s.hub.send(c.NodeID, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Cancel{Cancel: &bcdv1.Cancel{CommandId: id, Reason: reason}}})
+	}
+	s.log.Info("command cancel", "command_id", id, "node", c.NodeID, "before_delivery", done)
+	return c, nil
+}
+
 func commandFrame(c store.Command) *bcdv1.GatewayFrame {
 	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Command{Command: &bcdv1.Command{
 		Id: c.ID, NodeId: c.NodeID, Kind: c.Kind, Body: c.Body, DeadlineUnixMs: c.DeadlineMS,

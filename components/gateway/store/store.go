@@ -47,22 +47,22 @@ type Token struct {
 
 // Node is a joined agent.
 type Node struct {
-	ID         string    `json:"id"`
-	Role       string    `json:"role"`
-	Site       string    `json:"site"`
-	Hostname   string    `json:"hostname"`
-	SPIFFEID   string    `json:"spiffe_id"`
-	CertSerial string    `json:"cert_serial"`
+	ID         string `json:"id"`
+	Role       string `json:"role"`
+	Site       string `json:"site"`
+	Hostname   string `json:"hostname"`
+	SPIFFEID   string `json:"spiffe_id"`
+	CertSerial string `json:"cert_serial"`
 	// PrevCertSerial is the certificate a renewal replaced; it stays valid
 	// until the new one is first used, so an agent that died before
 	// storing its renewed certificate can still connect (and renew again).
-	PrevCertSerial string `json:"prev_cert_serial,omitempty"`
-	NotAfter   time.Time `json:"not_after"`
-	Epoch      uint64    `json:"epoch"`
-	Revoked    bool      `json:"revoked"`
-	JoinedAt   time.Time `json:"joined_at"`
-	LastSeen   time.Time `json:"last_seen"`
-	TokenID    string    `json:"token_id"`
+	PrevCertSerial string    `json:"prev_cert_serial,omitempty"`
+	NotAfter       time.Time `json:"not_after"`
+	Epoch          uint64    `json:"epoch"`
+	Revoked        bool      `json:"revoked"`
+	JoinedAt       time.Time `json:"joined_at"`
+	LastSeen       time.Time `json:"last_seen"`
+	TokenID        string    `json:"token_id"`
 }
 
 // Current reports whether a certificate serial may be used by this node:
@@ -310,6 +310,29 @@ func (s *Store) SetResult(nodeID, id string, r Result) (bool, error) {
 		return tx.Bucket(bPending).Delete([]byte(nodeID + "/" + id))
 	})
 	return first, err
+}
+
+// CancelPending ends a command the agent has not acked yet with a
+// CANCELLED result and reports true; for a delivered or finished command it
+// changes nothing and reports false.
+func (s *Store) CancelPending(id, reason string, now time.Time) (Command, bool, error) {
+	var c Command
+	done := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := get(tx, bCommands, id, &c); err != nil {
+			return err
+		}
+		if c.State != StatePending {
+			return nil
+		}
+		c.Result = &Result{Status: "CANCELLED", Error: reason, StartedMS: now.UnixMilli(), FinishedMS: now.UnixMilli()}
+		c.State, done = StateDone, true
+		if err := put(tx, bCommands, id, c); err != nil {
+			return err
+		}
+		return tx.Bucket(bPending).Delete([]byte(c.NodeID + "/" + id))
+	})
+	return c, done, err
 }
 
 // NextEpoch increments and returns a node's session epoch.
