@@ -34,6 +34,7 @@ func build(t *testing.T) string {
 		for _, b := range []struct{ out, pkg, tags string }{
 			{"bcgw", "./cmd/bcgw", ""},
 			{"bcd-node", "./roles/node", "fakehw"},
+			{"bcd-node-host", "./roles/node", ""},
 			{"bcd-site", "./roles/site", "fakehw"},
 		} {
 			args := []string{"build", "-trimpath", "-o", filepath.Join(bins.dir, b.out)}
@@ -137,6 +138,7 @@ func (l *lab) run(stdin string, env []string, name string, args ...string) (int,
 // proc is a long-running process.
 type proc struct {
 	cmd    *exec.Cmd
+	stdout *syncBuf
 	stderr *syncBuf
 	done   chan struct{}
 	err    error
@@ -150,7 +152,14 @@ func (l *lab) start(name string, args ...string) *proc {
 // startEnv starts a long-running process with extra environment.
 func (l *lab) startEnv(env []string, name string, args ...string) *proc {
 	l.t.Helper()
+	return l.startStdin("", env, name, args...)
+}
+
+// startStdin starts a long-running process with stdin and extra environment.
+func (l *lab) startStdin(stdin string, env []string, name string, args ...string) *proc {
+	l.t.Helper()
 	cmd := exec.Command(filepath.Join(l.bin, name), args...)
+	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Env = append(os.Environ(), env...)
 	se := &syncBuf{name: name + " " + strings.Join(args, " ") + " (stderr)"}
 	so := &syncBuf{name: name + " (stdout)"}
@@ -160,7 +169,7 @@ func (l *lab) startEnv(env []string, name string, args ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		l.t.Fatalf("start %s: %v", name, err)
 	}
-	p := &proc{cmd: cmd, stderr: se, done: make(chan struct{})}
+	p := &proc{cmd: cmd, stderr: se, stdout: so, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	l.t.Cleanup(func() {
 		_ = cmd.Process.Kill()

@@ -34,6 +34,9 @@ type Config struct {
 	Log     *slog.Logger
 	// BackoffBase and BackoffMax shape redials (defaults 1 s and 1 min).
 	BackoffBase, BackoffMax time.Duration
+	// FakeReboot adds the fakehw node.reboot kind: Run then returns
+	// ErrRebooted and the caller starts the agent again.
+	FakeReboot bool
 	// RenewAfter, when set, renews the certificate this soon after start
 	// (BCD_RENEW_AFTER, fakehw builds), then at 60% of each lifetime.
 	RenewAfter time.Duration
@@ -84,7 +87,15 @@ func Run(ctx context.Context, c Config) error {
 	if opened.MovedAside != "" {
 		log.Error("the journal was unreadable; moved aside and started anew", "moved_to", opened.MovedAside, "err", opened.Reason)
 	}
+	// sctx ends the session: on ctx, when the dispatcher fails, or when a
+	// fakehw reboot asks.
+	sctx, stopS := context.WithCancel(ctx)
+	defer stopS()
+	var rebooting atomic.Bool
 	kinds := append([]dispatch.Kind{{Name: "agent.ping", Idempotent: true, Run: ping(a, bootID, c.Version, clk)}}, c.Kinds...)
+	if c.FakeReboot {
+		kinds = append(kinds, fakeReboot(cfg.DataDir, bootID, func() { rebooting.Store(true); stopS() }))
+	}
 	d, err := dispatch.New(dispatch.Config{NodeID: a.NodeID, Journal: j, Kinds: kinds, Clock: clk, Log: nodeLog})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -111,8 +122,6 @@ func Run(ctx context.Context, c Config) error {
 	}()
 	// The dispatcher and the session stop together: a dispatcher that
 	// cannot start (an unreadable journal) ends the agent.
-	sctx, stopS := context.WithCancel(ctx)
-	defer stopS()
 	dctx, stopD := context.WithCancel(ctx)
 	dDone := make(chan error, 1)
 	go func() {
@@ -126,6 +135,10 @@ func Run(ctx context.Context, c Config) error {
 	stopD()
 	if derr := <-dDone; derr != nil {
 		return fmt.Errorf("agent: %w", derr)
+	}
+	if rebooting.Load() && ctx.Err() == nil {
+		log.Info("rebooting (fakehw): the agent starts again with a new boot id")
+		return ErrRebooted
 	}
 	if errors.Is(err, session.ErrRevoked) {
 		log.Error("this node's certificate was revoked")

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/better-compute/bcd/components/agent"
@@ -37,7 +39,7 @@ func Agent(name, role, summary string, kinds func(*config.Config) []dispatch.Kin
 		if kinds != nil {
 			k = kinds(cfg)
 		}
-		ac := agent.Config{Config: cfg, Role: role, Kinds: k, Version: buildinfo.Version, Log: log}
+		ac := agent.Config{Config: cfg, Role: role, Kinds: k, Version: buildinfo.Version, Log: log, FakeReboot: buildinfo.FakeHW && role == "node"}
 		if v := env.Getenv("BCD_RENEW_AFTER"); v != "" && buildinfo.FakeHW {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
@@ -49,6 +51,13 @@ func Agent(name, role, summary string, kinds func(*config.Config) []dispatch.Kin
 		switch {
 		case err == nil:
 			return 0
+		case errors.Is(err, agent.ErrRebooted):
+			// fakehw: "reboot" by executing this binary again.
+			exe, xerr := os.Executable()
+			if xerr == nil {
+				xerr = syscall.Exec(exe, os.Args, os.Environ())
+			}
+			return cli.Fail(env, prefix, fmt.Errorf("re-exec after a fakehw reboot: %w", xerr))
 		case errors.Is(err, session.ErrRevoked):
 			fmt.Fprintln(env.Stderr, err)
 			return 1

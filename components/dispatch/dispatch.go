@@ -61,6 +61,10 @@ type Kind struct {
 	// commands sharing a resource never run at the same time.
 	Resources func(body []byte) ([]string, error)
 	Run       func(ctx context.Context, body []byte) (json.RawMessage, error)
+	// Recover, when set, decides the result of a command of this kind that
+	// was running when the agent stopped (a self-terminating kind such as
+	// node.reboot checks that it happened); nil falls back to INTERRUPTED.
+	Recover func(e *journal.Entry) *bcdv1.CommandResult
 }
 
 type idKey struct{}
@@ -244,6 +248,17 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 }
 
 func (d *Dispatcher) interrupted(e *journal.Entry) []byte {
+	if k, ok := d.kinds[e.Kind]; ok && k.Recover != nil {
+		if r := k.Recover(e); r != nil {
+			r.CommandId = e.ID
+			if r.FinishedUnixMs == 0 {
+				r.FinishedUnixMs = d.now().UnixMilli()
+			}
+			d.log.Info("command settled after the restart it caused", "command_id", e.ID, "kind", e.Kind, "status", r.GetStatus())
+			b, _ := proto.Marshal(r)
+			return b
+		}
+	}
 	d.log.Warn("command was running when the agent stopped; not run again", "command_id", e.ID, "kind", e.Kind)
 	now := d.now().UnixMilli()
 	b, _ := proto.Marshal(&bcdv1.CommandResult{CommandId: e.ID, Status: Interrupted,

@@ -17,8 +17,8 @@ func kinds(cfg *config.Config) []dispatch.Kind {
 }
 
 func main() {
-	roles.Main("node", []cli.Command{
+	roles.Main("node", append([]cli.Command{
 		agentcmd.Agent("node", "node", "run the node agent", kinds),
 		agentcmd.Join(),
-	}, nil)
+	}, fakeCommands()...), nil)
 }
