@@ -29,7 +29,7 @@ const MaxConcurrentJoins = 16
 // Sim returns `bcd sim` (fakehw builds): --nodes real node agents in one
 // process, each a fake machine with its own data directory, identity and
 // journal under data_dir/sim/<i>.
-func Sim(kinds func(dataDir string) []dispatch.Kind) cli.Command {
+func Sim(kinds func(dataDir string, seed int64) []dispatch.Kind) cli.Command {
 	return cli.Command{Name: "sim", Summary: "run many fake node agents in one process (fakehw)", Run: func(ctx context.Context, env *cli.Env, args []string) int {
 		envToken := env.Getenv("BCD_JOIN_TOKEN")
 		_ = env.Unsetenv("BCD_JOIN_TOKEN")
@@ -125,7 +125,7 @@ func Sim(kinds func(dataDir string) []dispatch.Kind) cli.Command {
 				mc.DataDir = dir
 				var k []dispatch.Kind
 				if kinds != nil {
-					k = kinds(dir)
+					k = kinds(dir, *seed+int64(i))
 				}
 				for {
 					err := agent.Run(ctx, agent.Config{Config: &mc, Role: "node", Kinds: k, Version: buildinfo.Version,

@@ -10,10 +10,11 @@ import (
 	"github.com/better-compute/bcd/components/roles"
 )
 
-// kinds is the node's command table (agent.ping is every agent's); a
-// fakehw build adds its test kinds (kinds_fakehw.go).
+// kinds is the node's command table (agent.ping is every agent's): the
+// node kinds on this machine, or in a fakehw build on a fake machine plus
+// the test kinds (kinds_fakehw.go).
 func kinds(cfg *config.Config) []dispatch.Kind {
-	return fakeKinds(cfg)
+	return machineKinds(cfg)
 }
 
 func main() {
