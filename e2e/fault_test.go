@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/journal"
 )
 
 // TestExactlyOnceUnderKills kills bcd node with SIGKILL at random points
@@ -90,6 +91,16 @@ func TestExactlyOnceUnderKills(t *testing.T) {
 			}
 		}
 		if c.State != "done" {
+			// What does the node's journal say? Stop the node to read it.
+			node.signal(syscall.SIGTERM)
+			node.wait(t, 15*time.Second)
+			j, _, err := journal.Open(filepath.Join(filepath.Dir(cfg), "data", journal.File), id)
+			if err == nil {
+				e, _ := j.Get(cid)
+				un, _ := j.Unacked()
+				t.Logf("journal entry: %+v; %d unacked results", e, len(un))
+				j.Close()
+			}
 			t.Fatalf("command %s has no result: %+v", cid, c)
 		}
 		statuses[c.Status]++

@@ -290,6 +290,8 @@ func (l *lab) waitNode(g *gw, id string, what string, cond func(nodeView) bool) 
 	return nodeView{}
 }
 
+var socketRe = regexp.MustCompile(`(?m)^socket_path = .*$`)
+
 var joinedRe = regexp.MustCompile(`^joined as (node_[a-z0-9]+) \(site (\S+), role (\S+)\); certificate valid until \S+\n$`)
 
 // joinNode joins a node with the token on stdin against g and returns its
@@ -314,6 +316,15 @@ func (l *lab) joinNode(g *gw, name, tok, role string) (string, string) {
 	}
 	if m[3] != role {
 		l.t.Fatalf("joined with role %s, want %s", m[3], role)
+	}
+	// Each test agent gets its own status socket.
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	b = socketRe.ReplaceAll(b, []byte(fmt.Sprintf("socket_path = %q", filepath.Join(dir, "run", "bcd.sock"))))
+	if err := os.WriteFile(cfg, b, 0o600); err != nil {
+		l.t.Fatal(err)
 	}
 	return cfg, m[1]
 }

@@ -45,9 +45,9 @@ func TestSpine(t *testing.T) {
 	}
 
 	// Joining again needs no token.
-	code, out, _ := l.run("", nil, "bcd-node", "join", "--config", cfg)
+	code, out, errOut := l.run("", nil, "bcd-node", "join", "--config", cfg)
 	if code != 0 || out != "already joined as "+id+" (site fsn1, role node)\n" {
-		t.Fatalf("second join: exit %d, %q", code, out)
+		t.Fatalf("second join: exit %d, %q %q", code, out, errOut)
 	}
 
 	node := l.start("bcd-node", "node", "--config", cfg)
@@ -62,7 +62,7 @@ func TestSpine(t *testing.T) {
 		State, Status, Error string
 		Output               map[string]any
 	}
-	code, out, errOut := l.run("", nil, "bcgw", "run", id, "agent.ping", "--wait", "--data-dir", gwDir)
+	code, out, errOut = l.run("", nil, "bcgw", "run", id, "agent.ping", "--wait", "--data-dir", gwDir)
 	if code != 0 {
 		t.Fatalf("bcgw run agent.ping: exit %d: %s %s", code, out, errOut)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/better-compute/bcd/components/journal"
 	"github.com/better-compute/bcd/components/renew"
 	"github.com/better-compute/bcd/components/session"
+	"github.com/better-compute/bcd/components/status"
 	"github.com/better-compute/bcd/components/transport"
 )
 
@@ -34,6 +35,8 @@ type Config struct {
 	Log     *slog.Logger
 	// BackoffBase and BackoffMax shape redials (defaults 1 s and 1 min).
 	BackoffBase, BackoffMax time.Duration
+	// StatusGPUs, when set, gives bcd status one line per GPU.
+	StatusGPUs func(context.Context) []status.GPU
 	// FakeReboot adds the fakehw node.reboot kind: Run then returns
 	// ErrRebooted and the caller starts the agent again.
 	FakeReboot bool
@@ -100,6 +103,10 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	// The journal is settled before the session can deliver anything.
+	if err := d.Recover(); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	log.Info("agent starting", "role", c.Role, "site", a.Site, "gateway", cfg.Gateway, "boot_id", bootID)
 	s := session.New(session.Config{
 		Client: client, NodeID: a.NodeID, Role: c.Role, BootID: bootID, Version: c.Version,
@@ -122,6 +129,45 @@ func Run(ctx context.Context, c Config) error {
 	}()
 	// The dispatcher and the session stop together: a dispatcher that
 	// cannot start (an unreadable journal) ends the agent.
+	statusDone := make(chan struct{})
+	go func() {
+		defer close(statusDone)
+		snap := func() status.Snapshot {
+			connected, epoch, since := s.State()
+			running, queued := d.Jobs()
+			evs, _, _ := j.Events()
+			leaf := cert.Load().Leaf
+			now := clk.Now()
+			sn := status.Snapshot{
+				NodeID: a.NodeID, Site: a.Site, Role: a.Role, BootID: bootID, Version: c.Version,
+				Gateway: cfg.Gateway, Connected: connected, Epoch: epoch, SessionSince: since,
+				ClockOffsetMS: now.Sub(time.Now()).Milliseconds(), TimeMark: clk.Mark(),
+				EventBacklog: len(evs), EventsDropped: j.Dropped(), ResultsUnacked: len(d.Unacked()),
+				CertificateNotAfter: leaf.NotAfter, CertificateValidFor: status.ValidFor(leaf.NotAfter, now), KeyHolder: status.KeyInFile,
+				Running: []status.Job{}, Deferred: []status.Job{}, Lanes: []status.Lane{},
+			}
+			for _, x := range running {
+				sn.Running = append(sn.Running, status.Job{ID: x.ID, Kind: x.Kind, Lane: x.Lane, Started: x.Started})
+			}
+			for _, x := range queued {
+				sn.Deferred = append(sn.Deferred, status.Job{ID: x.ID, Kind: x.Kind, Lane: x.Lane})
+			}
+			for _, l := range d.Credits() {
+				sn.Lanes = append(sn.Lanes, status.Lane{Lane: l.GetLane(), Size: int(l.GetSize()), Free: int(l.GetFree())})
+			}
+			if c.StatusGPUs != nil {
+				sn.GPUs = c.StatusGPUs(sctx)
+			}
+			if sn.GPUs == nil {
+				sn.GPUs = []status.GPU{}
+			}
+			return sn
+		}
+		if err := status.Serve(sctx, cfg.SocketPath, snap, nodeLog); err != nil {
+			log.Error("status socket unavailable; running without it", "socket_path", cfg.SocketPath, "err", err)
+		}
+	}()
+	defer func() { stopS(); <-statusDone }()
 	dctx, stopD := context.WithCancel(ctx)
 	dDone := make(chan error, 1)
 	go func() {

@@ -15,11 +15,18 @@ import (
 	"github.com/better-compute/bcd/components/dispatch"
 	"github.com/better-compute/bcd/components/logging"
 	"github.com/better-compute/bcd/components/session"
+	"github.com/better-compute/bcd/components/status"
 )
 
+// Machine is what a role's main wires into its agent for this machine.
+type Machine struct {
+	Kinds      []dispatch.Kind
+	StatusGPUs func(context.Context) []status.GPU
+}
+
 // Agent returns an agent mode command (`bcd node`, `bcd site`): it loads
-// config.toml and runs the agent with the kinds the role's main built.
-func Agent(name, role, summary string, kinds func(*config.Config) []dispatch.Kind) cli.Command {
+// config.toml and runs the agent with what the role's main built.
+func Agent(name, role, summary string, machine func(*config.Config) Machine) cli.Command {
 	return cli.Command{Name: name, Summary: summary, Run: func(ctx context.Context, env *cli.Env, args []string) int {
 		fs := cli.NewFlagSet(env, "bcd", name)
 		path := fs.String("config", config.DefaultPath, "the configuration file")
@@ -35,11 +42,12 @@ func Agent(name, role, summary string, kinds func(*config.Config) []dispatch.Kin
 		if err != nil {
 			return cli.Fail(env, prefix, err)
 		}
-		var k []dispatch.Kind
-		if kinds != nil {
-			k = kinds(cfg)
+		var m Machine
+		if machine != nil {
+			m = machine(cfg)
 		}
-		ac := agent.Config{Config: cfg, Role: role, Kinds: k, Version: buildinfo.Version, Log: log, FakeReboot: buildinfo.FakeHW && role == "node"}
+		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, Version: buildinfo.Version, Log: log,
+			FakeReboot: buildinfo.FakeHW && role == "node"}
 		if v := env.Getenv("BCD_RENEW_AFTER"); v != "" && buildinfo.FakeHW {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {

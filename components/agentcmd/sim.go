@@ -14,7 +14,6 @@ import (
 	"github.com/better-compute/bcd/components/buildinfo"
 	"github.com/better-compute/bcd/components/cli"
 	"github.com/better-compute/bcd/components/config"
-	"github.com/better-compute/bcd/components/dispatch"
 	"github.com/better-compute/bcd/components/hostinfo"
 	"github.com/better-compute/bcd/components/identity"
 	"github.com/better-compute/bcd/components/join"
@@ -29,7 +28,7 @@ const MaxConcurrentJoins = 16
 // Sim returns `bcd sim` (fakehw builds): --nodes real node agents in one
 // process, each a fake machine with its own data directory, identity and
 // journal under data_dir/sim/<i>.
-func Sim(kinds func(dataDir string, seed int64) []dispatch.Kind) cli.Command {
+func Sim(machine func(dataDir string, seed int64) Machine) cli.Command {
 	return cli.Command{Name: "sim", Summary: "run many fake node agents in one process (fakehw)", Run: func(ctx context.Context, env *cli.Env, args []string) int {
 		envToken := env.Getenv("BCD_JOIN_TOKEN")
 		_ = env.Unsetenv("BCD_JOIN_TOKEN")
@@ -123,12 +122,13 @@ func Sim(kinds func(dataDir string, seed int64) []dispatch.Kind) cli.Command {
 				defer wg.Done()
 				mc := *cfg
 				mc.DataDir = dir
-				var k []dispatch.Kind
-				if kinds != nil {
-					k = kinds(dir, *seed+int64(i))
+				mc.SocketPath = filepath.Join(dir, "bcd.sock")
+				var m Machine
+				if machine != nil {
+					m = machine(dir, *seed+int64(i))
 				}
 				for {
-					err := agent.Run(ctx, agent.Config{Config: &mc, Role: "node", Kinds: k, Version: buildinfo.Version,
+					err := agent.Run(ctx, agent.Config{Config: &mc, Role: "node", Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, Version: buildinfo.Version,
 						Log: log.With("machine", i), FakeReboot: true})
 					if errors.Is(err, agent.ErrRebooted) {
 						reboots.Add(1)

@@ -96,6 +96,38 @@ type job struct {
 	kind Kind
 }
 
+// jobState is an accepted command this process holds.
+type jobState struct {
+	kind, lane string
+	started    time.Time // zero while queued
+	cancel     context.CancelFunc
+}
+
+// Job is a command as Jobs reports it.
+type Job struct {
+	ID      string
+	Kind    string
+	Lane    string
+	Started time.Time // zero for a queued (deferred) command
+}
+
+// Jobs lists the running and the queued commands.
+func (d *Dispatcher) Jobs() (running, queued []Job) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id, j := range d.running {
+		x := Job{ID: id, Kind: j.kind, Lane: j.lane, Started: j.started}
+		if j.started.IsZero() {
+			queued = append(queued, x)
+		} else {
+			running = append(running, x)
+		}
+	}
+	sort.Slice(running, func(a, b int) bool { return running[a].Started.Before(running[b].Started) })
+	sort.Slice(queued, func(a, b int) bool { return queued[a].ID < queued[b].ID })
+	return running, queued
+}
+
 type lane struct {
 	name  string
 	size  int
@@ -106,17 +138,21 @@ type lane struct {
 
 // Dispatcher is safe for concurrent use.
 type Dispatcher struct {
-	cfg     Config
-	log     *slog.Logger
-	kinds   map[string]Kind
-	lanes   map[string]*lane
-	results chan *bcdv1.CommandResult
+	cfg    Config
+	log    *slog.Logger
+	kinds  map[string]Kind
+	lanes  map[string]*lane
+	notify chan struct{}
 
 	mu        sync.Mutex
-	running   map[string]context.CancelFunc // running or queued command ids
-	cancelled map[string]string             // queued ids cancelled before they started
+	running   map[string]*jobState // running or queued command ids
+	cancelled map[string]string    // queued ids cancelled before they started
 	locks     map[string]bool
 	lockCond  *sync.Cond
+	recovered bool
+	// pending holds the results the gateway has not acked (loaded from the
+	// journal by Recover, added by finish, removed by Acked).
+	pending map[string]*bcdv1.CommandResult
 }
 
 // New builds a dispatcher; Run starts its workers.
@@ -135,8 +171,8 @@ func New(cfg Config) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		cfg: cfg, log: cfg.Log.With("component", "dispatch"), kinds: map[string]Kind{}, lanes: map[string]*lane{},
-		results: make(chan *bcdv1.CommandResult, 1024), running: map[string]context.CancelFunc{},
-		cancelled: map[string]string{}, locks: map[string]bool{},
+		notify: make(chan struct{}, 1), pending: map[string]*bcdv1.CommandResult{},
+		running: map[string]*jobState{}, cancelled: map[string]string{}, locks: map[string]bool{},
 	}
 	d.lockCond = sync.NewCond(&d.mu)
 	for name, n := range cfg.Lanes {
@@ -170,9 +206,10 @@ func (d *Dispatcher) Kinds() []string {
 	return out
 }
 
-// Results delivers each result once as it is made; the journal keeps it
-// until Acked, and Unacked lists it again for the next session.
-func (d *Dispatcher) Results() <-chan *bcdv1.CommandResult { return d.results }
+// Notify is signalled whenever a new result is stored; the session then
+// sends the Unacked results it has not sent yet. Results are never dropped:
+// they stay in the journal and in Unacked until the gateway acks them.
+func (d *Dispatcher) Notify() <-chan struct{} { return d.notify }
 
 // Credits reports each lane's free workers.
 func (d *Dispatcher) Credits() []*bcdv1.LaneCredit {
@@ -198,21 +235,33 @@ func (d *Dispatcher) InFlight() []string {
 	return out
 }
 
-// Run starts the lane workers, settles what a previous process left in the
-// journal (interrupted commands reported, accepted ones queued again) and
-// sweeps acked entries hourly, until ctx ends.
-func (d *Dispatcher) Run(ctx context.Context) error {
+// Recover settles what a previous process left in the journal: a command
+// that was running is finished (INTERRUPTED, or its kind's Recover), and
+// accepted ones are queued again. Call it before the session delivers
+// anything; Run calls it when it was not.
+func (d *Dispatcher) Recover() error {
+	d.mu.Lock()
+	if d.recovered {
+		d.mu.Unlock()
+		return nil
+	}
+	d.recovered = true
+	d.mu.Unlock()
 	torun, err := d.cfg.Journal.Recover(func(kind string) bool { return d.kinds[kind].Idempotent }, d.interrupted)
 	if err != nil {
 		return fmt.Errorf("dispatch: recover journal: %w", err)
 	}
-	var wg sync.WaitGroup
-	for _, l := range d.lanes {
-		for range l.size {
-			wg.Add(1)
-			go func() { defer wg.Done(); d.worker(ctx, l) }()
+	un, err := d.cfg.Journal.Unacked()
+	if err != nil {
+		return fmt.Errorf("dispatch: read journal: %w", err)
+	}
+	d.mu.Lock()
+	for _, e := range un {
+		if r := decodeResult(e); r != nil {
+			d.pending[e.ID] = r
 		}
 	}
+	d.mu.Unlock()
 	for _, e := range torun {
 		var c bcdv1.Command
 		if err := proto.Unmarshal(e.Command, &c); err != nil {
@@ -220,14 +269,24 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			continue
 		}
 		d.log.Info("command resumed from the journal", "command_id", e.ID, "kind", e.Kind)
-		d.enqueue(&c)
+		if !d.enqueue(&c) {
+			d.finish(e.ID, &bcdv1.CommandResult{Status: Refused, Error: "lane queue is full after a restart; send it again later"})
+		}
 	}
-	// Interrupted results made by Recover go out now.
-	if un, err := d.cfg.Journal.Unacked(); err == nil {
-		for _, e := range un {
-			if r := decodeResult(e); r != nil {
-				d.emit(r)
-			}
+	return nil
+}
+
+// Run starts the lane workers (after Recover) and sweeps acked entries
+// hourly, until ctx ends.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	if err := d.Recover(); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, l := range d.lanes {
+		for range l.size {
+			wg.Add(1)
+			go func() { defer wg.Done(); d.worker(ctx, l) }()
 		}
 	}
 	t := time.NewTicker(time.Hour)
@@ -330,7 +389,7 @@ func (d *Dispatcher) enqueue(c *bcdv1.Command) bool {
 	k := d.kinds[c.GetKind()]
 	l := d.lanes[k.Lane]
 	d.mu.Lock()
-	d.running[c.GetId()] = nil
+	d.running[c.GetId()] = &jobState{kind: k.Name, lane: k.Lane}
 	d.mu.Unlock()
 	select {
 	case l.queue <- &job{id: c.GetId(), cmd: c, kind: k}:
@@ -348,7 +407,7 @@ func (d *Dispatcher) enqueue(c *bcdv1.Command) bool {
 func (d *Dispatcher) Cancel(id, reason string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	cancel, ok := d.running[id]
+	j, ok := d.running[id]
 	if !ok {
 		return
 	}
@@ -356,23 +415,26 @@ func (d *Dispatcher) Cancel(id, reason string) {
 		reason = "cancelled"
 	}
 	d.cancelled[id] = reason
-	if cancel != nil {
-		cancel()
+	if j.cancel != nil {
+		j.cancel()
 	}
 }
 
-// Unacked lists every stored result the gateway has not acked.
+// Unacked lists every stored result the gateway has not acked, oldest
+// first.
 func (d *Dispatcher) Unacked() []*bcdv1.CommandResult {
-	es, err := d.cfg.Journal.Unacked()
-	if err != nil {
-		d.log.Error("journal read failed", "err", err)
+	d.mu.Lock()
+	out := make([]*bcdv1.CommandResult, 0, len(d.pending))
+	for _, r := range d.pending {
+		out = append(out, r)
 	}
-	var out []*bcdv1.CommandResult
-	for _, e := range es {
-		if r := decodeResult(e); r != nil {
-			out = append(out, r)
+	d.mu.Unlock()
+	sort.Slice(out, func(a, b int) bool {
+		if out[a].GetFinishedUnixMs() != out[b].GetFinishedUnixMs() {
+			return out[a].GetFinishedUnixMs() < out[b].GetFinishedUnixMs()
 		}
-	}
+		return out[a].GetCommandId() < out[b].GetCommandId()
+	})
 	return out
 }
 
@@ -381,16 +443,11 @@ func (d *Dispatcher) Acked(ids []string) {
 	for _, id := range ids {
 		if err := d.cfg.Journal.AckResult(id); err != nil {
 			d.log.Error("journal ack failed", "command_id", id, "err", err)
+			continue
 		}
-	}
-}
-
-func (d *Dispatcher) emit(r *bcdv1.CommandResult) {
-	select {
-	case d.results <- r:
-	default:
-		// The session is not reading: the result waits in the journal and
-		// goes out with Unacked after the next Welcome.
+		d.mu.Lock()
+		delete(d.pending, id)
+		d.mu.Unlock()
 	}
 }
 
@@ -406,8 +463,12 @@ func (d *Dispatcher) finish(id string, r *bcdv1.CommandResult) error {
 	d.mu.Lock()
 	delete(d.running, id)
 	delete(d.cancelled, id)
+	d.pending[id] = r
 	d.mu.Unlock()
-	d.emit(r)
+	select {
+	case d.notify <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
@@ -480,7 +541,11 @@ func (d *Dispatcher) runJob(ctx context.Context, j *job) {
 	}
 	d.mu.Lock()
 	reason, wasCancelled := d.cancelled[j.id]
-	d.running[j.id] = cancel
+	if st := d.running[j.id]; st != nil {
+		st.cancel, st.started = cancel, d.now()
+	} else {
+		d.running[j.id] = &jobState{kind: j.kind.Name, lane: j.kind.Lane, cancel: cancel, started: d.now()}
+	}
 	d.mu.Unlock()
 	start := d.now()
 	if wasCancelled {

@@ -26,7 +26,9 @@ type Hardware struct {
 func (h Hardware) dir() string { return filepath.Join(h.DataDir, "fakehw") }
 
 // Inventory is Machine(Seed).
-func (h Hardware) Inventory(context.Context) (*inventory.Inventory, error) { return Machine(h.Seed), nil }
+func (h Hardware) Inventory(context.Context) (*inventory.Inventory, error) {
+	return Machine(h.Seed), nil
+}
 
 // SMI answers like nvidia-smi on the fake machine.
 func (h Hardware) SMI() nvsmi.Runner { return NvidiaSMI(h.Seed) }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -37,8 +38,8 @@ type Dispatcher interface {
 	// Unacked lists stored results the gateway has not acked yet.
 	Unacked() []*bcdv1.CommandResult
 	Acked(ids []string)
-	// Results yields results as they are made.
-	Results() <-chan *bcdv1.CommandResult
+	// Notify is signalled when a new result is stored.
+	Notify() <-chan struct{}
 }
 
 // Config configures a session.
@@ -65,6 +66,28 @@ type Session struct {
 	cfg  Config
 	log  *slog.Logger
 	kick chan struct{}
+
+	mu        sync.Mutex
+	connected bool
+	epoch     uint64
+	since     time.Time
+}
+
+// State reports whether a session is established, its epoch and since
+// when (for bcd status).
+func (s *Session) State() (connected bool, epoch uint64, since time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.connected, s.epoch, s.since
+}
+
+func (s *Session) setState(connected bool, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.connected = connected
+	if connected {
+		s.epoch, s.since = epoch, time.Now()
+	}
 }
 
 // Reconnect ends the current session and dials again at once (after a
@@ -175,6 +198,8 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 		return false, 0, fmt.Errorf("Welcome refused: %w", err)
 	}
 	s.log.Info("session established", "epoch", w.GetEpoch())
+	s.setState(true, w.GetEpoch())
+	defer s.setState(false, 0)
 	if s.cfg.OnWelcome != nil {
 		s.cfg.OnWelcome(w.GetEpoch())
 	}
@@ -182,11 +207,24 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 	if hb <= 0 {
 		hb = 15 * time.Second
 	}
-	// Results the last session did not see acked go out again.
-	for _, r := range s.cfg.Dispatcher.Unacked() {
-		if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Result{Result: r}}); err != nil {
-			return true, 0, err
+	// Every result not acked goes out once per session: those a previous
+	// session did not see acked now, new ones as they are stored; and again
+	// in a later session until the gateway acks them.
+	sent := map[string]bool{}
+	sendResults := func() error {
+		for _, r := range s.cfg.Dispatcher.Unacked() {
+			if sent[r.GetCommandId()] {
+				continue
+			}
+			if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Result{Result: r}}); err != nil {
+				return err
+			}
+			sent[r.GetCommandId()] = true
 		}
+		return nil
+	}
+	if err := sendResults(); err != nil {
+		return true, 0, err
 	}
 
 	frames := make(chan *bcdv1.GatewayFrame)
@@ -222,8 +260,12 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 			}}}); err != nil {
 				return true, 0, err
 			}
-		case r := <-s.cfg.Dispatcher.Results():
-			if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Result{Result: r}}); err != nil {
+			// A missed notification costs at most one heartbeat.
+			if err := sendResults(); err != nil {
+				return true, 0, err
+			}
+		case <-s.cfg.Dispatcher.Notify():
+			if err := sendResults(); err != nil {
 				return true, 0, err
 			}
 		case f := <-frames:

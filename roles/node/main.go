@@ -1,25 +1,42 @@
 // Command bcd-node is the node role: the agent on every server of the
-// fleet. Its components are wired here, explicitly.
+// fleet. Its components are wired here, explicitly; the machine it runs
+// on is the real one (machine_host.go) or, in a fakehw build, a fake one
+// (machine_fakehw.go).
 package main
 
 import (
 	"github.com/better-compute/bcd/components/agentcmd"
 	"github.com/better-compute/bcd/components/cli"
 	"github.com/better-compute/bcd/components/config"
-	"github.com/better-compute/bcd/components/dispatch"
+	"github.com/better-compute/bcd/components/doctor"
+	"github.com/better-compute/bcd/components/nodekinds"
 	"github.com/better-compute/bcd/components/roles"
+	"github.com/better-compute/bcd/components/status"
 )
 
-// kinds is the node's command table (agent.ping is every agent's): the
-// node kinds on this machine, or in a fakehw build on a fake machine plus
-// the test kinds (kinds_fakehw.go).
-func kinds(cfg *config.Config) []dispatch.Kind {
-	return machineKinds(cfg)
+// machine wires the node kinds and the status GPU lines for this machine.
+func machine(cfg *config.Config) agentcmd.Machine {
+	hw, _ := hardware(cfg.DataDir)
+	return agentcmd.Machine{
+		Kinds:      append(nodekinds.Kinds(hw, nil), extraKinds(cfg.DataDir)...),
+		StatusGPUs: nodekinds.StatusGPUs(hw),
+	}
+}
+
+func doctorChecks(cfg *config.Config, path string) []doctor.Check {
+	dataDir := config.DefaultDataDir
+	if cfg != nil {
+		dataDir = cfg.DataDir
+	}
+	hw, backend := hardware(dataDir)
+	return append(doctor.Base(cfg, path), nodekinds.DoctorChecks(hw, backend)...)
 }
 
 func main() {
 	roles.Main("node", append([]cli.Command{
-		agentcmd.Agent("node", "node", "run the node agent", kinds),
+		agentcmd.Agent("node", "node", "run the node agent", machine),
 		agentcmd.Join(),
+		status.Command(),
+		doctor.Command(doctorChecks),
 	}, fakeCommands()...), nil)
 }

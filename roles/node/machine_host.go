@@ -4,12 +4,13 @@ package main
 
 import (
 	"github.com/better-compute/bcd/components/cli"
-	"github.com/better-compute/bcd/components/config"
 	"github.com/better-compute/bcd/components/dispatch"
 	"github.com/better-compute/bcd/components/nodekinds"
 )
 
-// machineKinds runs the node kinds on this machine.
-func machineKinds(*config.Config) []dispatch.Kind { return nodekinds.Kinds(nodekinds.Host{}, nil) }
+// hardware is this machine.
+func hardware(string) (nodekinds.Hardware, string) { return nodekinds.Host{}, "host" }
+
+func extraKinds(string) []dispatch.Kind { return nil }
 
 func fakeCommands() []cli.Command { return nil }

@@ -1,0 +1,128 @@
+// Package status is the agent's local status endpoint and `bcd status`.
+//
+// A running agent (node, site or ramdisk) serves a Snapshot of its state on
+// a root-only unix socket (mode 0600 in a 0700 directory, socket_path in
+// config.toml). The protocol is one request line, "status\n", answered by
+// one line of JSON. Read is the client; Command is `bcd status`, which
+// prints the snapshot as text or, with --json, as the JSON itself.
+package status
+
+import "time"
+
+// Key holders, Snapshot.KeyHolder.
+const (
+	KeyInFile = "a file"
+	KeyInTPM  = "in the TPM"
+)
+
+// Snapshot is what the agent reports about itself at one moment. The agent
+// fills it; every list is sent as [] rather than null. Times are UTC and
+// left out of the JSON while they are zero (no session yet, no mark).
+type Snapshot struct {
+	NodeID  string `json:"node_id"`
+	Site    string `json:"site"`
+	Role    string `json:"role"`
+	BootID  string `json:"boot_id"`
+	Version string `json:"version"`
+
+	// Gateway is the configured gateway URL; Connected whether a session
+	// is established now, since SessionSince with Epoch.
+	Gateway      string    `json:"gateway"`
+	Connected    bool      `json:"connected"`
+	Epoch        uint64    `json:"epoch"`
+	SessionSince time.Time `json:"session_since,omitzero"`
+
+	// ClockOffsetMS is the working clock minus the local clock, in
+	// milliseconds; TimeMark the highest gateway time accepted.
+	ClockOffsetMS int64     `json:"clock_offset_ms"`
+	TimeMark      time.Time `json:"time_mark,omitzero"`
+
+	ObservedGeneration uint64 `json:"observed_generation"`
+	DesiredGeneration  uint64 `json:"desired_generation"`
+
+	Running  []Job  `json:"running"`
+	Deferred []Job  `json:"deferred"`
+	Lanes    []Lane `json:"lanes"`
+
+	EventBacklog   int    `json:"event_backlog"`
+	EventsDropped  uint64 `json:"events_dropped"`
+	ResultsUnacked int    `json:"results_unacked"`
+
+	CertificateNotAfter time.Time `json:"certificate_not_after,omitzero"`
+	// CertificateValidFor is how long the certificate has left, as a Go
+	// duration ("14h12m0s"), or "expired".
+	CertificateValidFor string `json:"certificate_valid_for"`
+	// KeyHolder is KeyInFile or KeyInTPM.
+	KeyHolder string `json:"key_holder"`
+
+	GPUs []GPU `json:"gpus"`
+}
+
+// Job is a running or deferred command.
+type Job struct {
+	ID      string    `json:"id"`
+	Kind    string    `json:"kind"`
+	Lane    string    `json:"lane"`
+	Started time.Time `json:"started,omitzero"`
+}
+
+// Lane is one dispatcher lane: its size and how many slots are free.
+type Lane struct {
+	Lane string `json:"lane"`
+	Size int    `json:"size"`
+	Free int    `json:"free"`
+}
+
+// GPU is one GPU as read at the moment of the snapshot.
+type GPU struct {
+	Index          int     `json:"index"`
+	UUID           string  `json:"uuid"`
+	Name           string  `json:"name"`
+	UtilizationPct float64 `json:"utilization_pct"`
+	TemperatureC   float64 `json:"temperature_c"`
+	PowerW         float64 `json:"power_w"`
+	PowerLimitW    float64 `json:"power_limit_w"`
+	MemoryUsedMiB  int64   `json:"memory_used_mib"`
+	MemoryTotalMiB int64   `json:"memory_total_mib"`
+}
+
+// ValidFor formats how long a certificate ending at notAfter has left at
+// now, for Snapshot.CertificateValidFor: rounded to the minute ("14h12m0s"),
+// to the second under a minute, "expired" once it has passed and "" for a
+// zero notAfter.
+func ValidFor(notAfter, now time.Time) string {
+	if notAfter.IsZero() {
+		return ""
+	}
+	d := notAfter.Sub(now)
+	switch {
+	case d <= 0:
+		return "expired"
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	default:
+		return d.Round(time.Minute).String()
+	}
+}
+
+// normalize makes nil lists empty so the JSON carries [], and the top
+// level times UTC. It never writes into the lists, which the agent may share.
+func (s *Snapshot) normalize() {
+	if s.Running == nil {
+		s.Running = []Job{}
+	}
+	if s.Deferred == nil {
+		s.Deferred = []Job{}
+	}
+	if s.Lanes == nil {
+		s.Lanes = []Lane{}
+	}
+	if s.GPUs == nil {
+		s.GPUs = []GPU{}
+	}
+	for _, t := range []*time.Time{&s.SessionSince, &s.TimeMark, &s.CertificateNotAfter} {
+		if !t.IsZero() {
+			*t = t.UTC()
+		}
+	}
+}
