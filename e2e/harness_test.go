@@ -24,7 +24,7 @@ var bins struct {
 	once sync.Once
 }
 
-func build(t *testing.T) string {
+func build(t testing.TB) string {
 	t.Helper()
 	bins.once.Do(func() {
 		bins.dir, bins.err = os.MkdirTemp("", "bcd-e2e-bin")
@@ -69,7 +69,7 @@ func (o *outputs) add(b *syncBuf) {
 }
 
 // assertAbsent fails when any output of any process contains secret.
-func (o *outputs) assertAbsent(t *testing.T, what, secret string) {
+func (o *outputs) assertAbsent(t testing.TB, what, secret string) {
 	t.Helper()
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -102,13 +102,13 @@ func (s *syncBuf) String() string {
 
 // lab is one test's world: a bin dir, a temp root and all outputs.
 type lab struct {
-	t    *testing.T
+	t    testing.TB
 	bin  string
 	root string
 	out  *outputs
 }
 
-func newLab(t *testing.T) *lab {
+func newLab(t testing.TB) *lab {
 	return &lab{t: t, bin: build(t), root: t.TempDir(), out: &outputs{}}
 }
 
@@ -184,7 +184,7 @@ func (l *lab) startStdin(stdin string, env []string, name string, args ...string
 func (p *proc) signal(s syscall.Signal) { _ = p.cmd.Process.Signal(s) }
 
 // wait waits for exit and returns the exit code.
-func (p *proc) wait(t *testing.T, d time.Duration) int {
+func (p *proc) wait(t testing.TB, d time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -196,7 +196,7 @@ func (p *proc) wait(t *testing.T, d time.Duration) int {
 }
 
 // waitLog waits for a JSON log line whose msg is msg and returns it.
-func (p *proc) waitLog(t *testing.T, msg string, d time.Duration) map[string]any {
+func (p *proc) waitLog(t testing.TB, msg string, d time.Duration) map[string]any {
 	t.Helper()
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {

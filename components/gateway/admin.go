@@ -289,8 +289,11 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 	wait, _ := strconv.Atoi(r.URL.Query().Get("wait"))
 	end := time.Now().Add(time.Duration(min(max(wait, 0), 600)) * time.Second)
 	for {
+		// Registered before the read, so a result stored in between wakes it.
+		woke, cancel := s.waitResult(id)
 		c, err := s.store.Command(id)
 		if err != nil {
+			cancel()
 			code := http.StatusInternalServerError
 			if errors.Is(err, store.ErrNotFound) {
 				code = http.StatusNotFound
@@ -298,14 +301,19 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 			adminErr(w, code, fmt.Errorf("command %s: %w", id, err))
 			return
 		}
-		if c.State == store.StateDone || !time.Now().Before(end) {
+		left := time.Until(end)
+		if c.State == store.StateDone || left <= 0 {
+			cancel()
 			writeJSON(w, viewCommand(c))
 			return
 		}
 		select {
 		case <-r.Context().Done():
+			cancel()
 			return
-		case <-time.After(100 * time.Millisecond):
+		case <-woke:
+		case <-time.After(left):
+			cancel()
 		}
 	}
 }

@@ -60,6 +60,7 @@ type Server struct {
 	now   func() time.Time
 
 	mu       sync.Mutex
+	waiters  map[string][]chan struct{} // command id -> admin calls waiting for its result
 	addr     net.Addr
 	admin    string
 	adminTok string
@@ -475,6 +476,43 @@ func commandFrame(c store.Command) *bcdv1.GatewayFrame {
 	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Command{Command: &bcdv1.Command{
 		Id: c.ID, NodeId: c.NodeID, Kind: c.Kind, Body: c.Body, DeadlineUnixMs: c.DeadlineMS,
 	}}}
+}
+
+// waitResult returns a channel closed when a result for id is stored
+// (or cancel is called).
+func (s *Server) waitResult(id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	if s.waiters == nil {
+		s.waiters = map[string][]chan struct{}{}
+	}
+	s.waiters[id] = append(s.waiters[id], ch)
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		w := s.waiters[id]
+		for i, c := range w {
+			if c == ch {
+				s.waiters[id] = append(w[:i], w[i+1:]...)
+				break
+			}
+		}
+		if len(s.waiters[id]) == 0 {
+			delete(s.waiters, id)
+		}
+	}
+}
+
+// resultStored wakes the admin calls waiting for id.
+func (s *Server) resultStored(id string) {
+	s.mu.Lock()
+	w := s.waiters[id]
+	delete(s.waiters, id)
+	s.mu.Unlock()
+	for _, c := range w {
+		close(c)
+	}
 }
 
 // Connected reports whether a node has a live session.
