@@ -82,3 +82,27 @@ func TestNodeKinds(t *testing.T) {
 		t.Fatalf("gpu.reset with an unknown field: %d %+v", code, v)
 	}
 }
+
+// TestHardwareCommand: bcd hardware prints the machine (the fake one of
+// BCD_FAKEHW_SEED in a fakehw build), the same for the same seed.
+func TestHardwareCommand(t *testing.T) {
+	l := newLab(t)
+	var hashes []string
+	for range 2 {
+		code, out, errOut := l.run("", []string{"BCD_FAKEHW_SEED=7"}, "bcd-node", "hardware", "--json", "--config", "/nonexistent")
+		var inv struct {
+			Hash string
+			GPUs []json.RawMessage `json:"gpus"`
+		}
+		if err := json.Unmarshal([]byte(out), &inv); err != nil || code != 0 || len(inv.GPUs) != 8 {
+			t.Fatalf("hardware --json: exit %d %v %d GPUs %s", code, err, len(inv.GPUs), errOut)
+		}
+		hashes = append(hashes, inv.Hash)
+	}
+	if hashes[0] != hashes[1] {
+		t.Fatalf("same seed, different hashes %v", hashes)
+	}
+	if code, out, _ := l.run("", nil, "bcd-node-host", "hardware"); code != 0 || !strings.Contains(out, "backend    host") {
+		t.Fatalf("host hardware: exit %d %q", code, out)
+	}
+}

@@ -38,5 +38,6 @@ func main() {
 		agentcmd.Join(),
 		status.Command(),
 		doctor.Command(doctorChecks),
+		nodekinds.HardwareCommand(hardware),
 	}, fakeCommands()...), nil)
 }
