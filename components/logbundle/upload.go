@@ -120,7 +120,8 @@ func Upload(ctx context.Context, client *http.Client, rawURL string, body io.Rea
 	req.Header.Set("Content-Type", "application/gzip")
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("uploading to %s: %w", safe, redactErr(err, rawURL))
+		// The *url.Error names the method and the (redacted) URL.
+		return fmt.Errorf("uploading the log bundle: %w", redactErr(err, rawURL))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
