@@ -1,10 +1,18 @@
 package e2e
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -105,4 +113,88 @@ func TestHardwareCommand(t *testing.T) {
 	if code, out, _ := l.run("", nil, "bcd-node-host", "hardware"); code != 0 || !strings.Contains(out, "backend    host") {
 		t.Fatalf("host hardware: exit %d %q", code, out)
 	}
+}
+
+// TestLogsCollect: logs.collect PUTs a redacted tar.gz to a presigned
+// https URL; a secret planted in config.toml and the URL's signature appear
+// neither in the bundle nor in any log.
+func TestLogsCollect(t *testing.T) {
+	var mu sync.Mutex
+	var got []byte
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPut {
+			http.Error(w, "PUT only", http.StatusMethodNotAllowed)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = b
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	l := newLab(t)
+	caFile := filepath.Join(l.root, "upload-ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	tok := l.token(g, "--uses", "1")
+	cfg, id := l.joinNode(g, "n", tok, "node")
+	planted := "bcjt_jtplanted_" + strings.Repeat("s3cr3t", 5)
+	b, _ := os.ReadFile(cfg)
+	if err := os.WriteFile(cfg, append([]byte("# "+planted+"\n"), b...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.startEnv([]string{"BCD_FAKEHW_UPLOAD_CA=" + caFile}, "bcd-node", "node", "--config", cfg)
+	l.waitNode(g, id, "connected", func(n nodeView) bool { return n.Connected })
+
+	sig := "X-Amz-Signature=" + strings.Repeat("abcd", 16)
+	code, v := l.runKind(g, id, "logs.collect", `{"url":"`+srv.URL+`/bucket/bundle.tgz?`+sig+`","since":"1h"}`)
+	if code != 0 || v.Status != "SUCCEEDED" {
+		t.Fatalf("logs.collect: %d %+v", code, v)
+	}
+	mu.Lock()
+	bundle := got
+	mu.Unlock()
+	zr, err := gzip.NewReader(bytes.NewReader(bundle))
+	if err != nil {
+		t.Fatalf("upload is not gzip: %v", err)
+	}
+	tr := tar.NewReader(zr)
+	names := map[string]string{}
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		c, _ := io.ReadAll(tr)
+		names[h.Name] = string(c)
+	}
+	if _, ok := names["manifest.json"]; !ok {
+		t.Fatalf("bundle files: %v", keys(names))
+	}
+	conf, ok := names["config.toml"]
+	if !ok || !strings.Contains(conf, "gateway") {
+		t.Fatalf("bundle lacks config.toml: %v", keys(names))
+	}
+	for n, c := range names {
+		if strings.Contains(c, planted) || strings.Contains(c, "s3cr3ts3cr3t") {
+			t.Errorf("bundle file %s holds the planted token", n)
+		}
+	}
+	l.out.assertAbsent(t, "the presigned URL's signature", sig)
+	l.out.assertAbsent(t, "the join token", tok)
+
+	// http:// is refused.
+	if code, v := l.runKind(g, id, "logs.collect", `{"url":"http://127.0.0.1:1/x"}`); code != 1 || !strings.Contains(v.Error, "https") {
+		t.Fatalf("http URL: %d %+v", code, v)
+	}
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }

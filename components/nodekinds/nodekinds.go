@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/dispatch"
+	"github.com/better-compute/bcd/components/hostinfo"
 	"github.com/better-compute/bcd/components/inventory"
 	"github.com/better-compute/bcd/components/nvsmi"
+	"github.com/better-compute/bcd/components/xid"
 )
 
 // Hardware is what the node kinds read and act on.
@@ -203,6 +205,9 @@ func gpuReset(hw Hardware, holds Holds) func(context.Context, []byte) (json.RawM
 type Host struct {
 	// NvidiaSMI is the binary ("" finds nvidia-smi on PATH).
 	NvidiaSMI string
+	// DataDir keeps faults.json: this boot's Xid errors, so a restart in
+	// the same boot keeps them until a reset leaves the GPU healthy.
+	DataDir string
 }
 
 func (h Host) smiPath() (string, bool) {
@@ -228,8 +233,33 @@ func (h Host) Inventory(ctx context.Context) (*inventory.Inventory, error) {
 	return inventory.Collect(ctx, inventory.Options{SMI: h.SMI()})
 }
 
-// XIDs are not read yet on the host build.
-func (h Host) XIDs(context.Context) ([]nvsmi.XID, error) { return nil, nil }
+// XIDs reads this boot's NVIDIA Xid errors from /dev/kmsg into
+// faults.json and returns all of them.
+func (h Host) XIDs(ctx context.Context) ([]nvsmi.XID, error) {
+	st, err := h.faults()
+	if err != nil {
+		return nil, err
+	}
+	evs, rerr := xid.ReadKmsg(ctx)
+	if st.Add(evs...) > 0 {
+		if err := st.Save(); err != nil {
+			return nil, err
+		}
+	}
+	var out []nvsmi.XID
+	for _, e := range st.Events() {
+		out = append(out, nvsmi.XID{Code: e.Code, PCIBusID: e.PCIBusID, Message: e.Message})
+	}
+	return out, rerr
+}
+
+func (h Host) faults() (*xid.Store, error) {
+	boot, err := hostinfo.BootID(h.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	return xid.Load(h.DataDir, boot)
+}
 
 // ResetGPU runs nvidia-smi -r for the GPU (bounded to 2 minutes).
 func (h Host) ResetGPU(ctx context.Context, g nvsmi.GPU) error {
@@ -242,6 +272,10 @@ func (h Host) ResetGPU(ctx context.Context, g nvsmi.GPU) error {
 	out, err := exec.CommandContext(ctx, p, "-r", "-i", g.PCIBusID).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("nvidia-smi -r -i %s = %w: %s", g.PCIBusID, err, strings.TrimSpace(string(out)))
+	}
+	// The reset clears the GPU's recorded Xid errors.
+	if st, err := h.faults(); err == nil && st.Clear(g.PCIBusID) > 0 {
+		return st.Save()
 	}
 	return nil
 }

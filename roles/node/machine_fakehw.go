@@ -3,8 +3,12 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"net/http"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/better-compute/bcd/components/agentcmd"
 	"github.com/better-compute/bcd/components/cli"
@@ -23,6 +27,23 @@ func hardware(dataDir string) (nodekinds.Hardware, string) {
 		}
 	}
 	return fakehw.Hardware{Seed: seed, DataDir: dataDir}, "fakehw"
+}
+
+// uploadClient trusts, besides the system roots, the CA in the PEM file
+// BCD_FAKEHW_UPLOAD_CA, so a test can receive logs.collect uploads.
+func uploadClient() *http.Client {
+	f := os.Getenv("BCD_FAKEHW_UPLOAD_CA")
+	if f == "" {
+		return nil
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if b, err := os.ReadFile(f); err == nil {
+		pool.AppendCertsFromPEM(b)
+	}
+	return &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 }
 
 // extraKinds are the test kinds of a fakehw build.

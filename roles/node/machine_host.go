@@ -3,13 +3,20 @@
 package main
 
 import (
+	"net/http"
+
 	"github.com/better-compute/bcd/components/cli"
 	"github.com/better-compute/bcd/components/dispatch"
 	"github.com/better-compute/bcd/components/nodekinds"
 )
 
 // hardware is this machine.
-func hardware(string) (nodekinds.Hardware, string) { return nodekinds.Host{}, "host" }
+func hardware(dataDir string) (nodekinds.Hardware, string) {
+	return nodekinds.Host{DataDir: dataDir}, "host"
+}
+
+// uploadClient is nil: uploads trust the system roots.
+func uploadClient() *http.Client { return nil }
 
 func extraKinds(string) []dispatch.Kind { return nil }
 

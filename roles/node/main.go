@@ -18,7 +18,8 @@ import (
 func machine(cfg *config.Config) agentcmd.Machine {
 	hw, _ := hardware(cfg.DataDir)
 	return agentcmd.Machine{
-		Kinds:      append(nodekinds.Kinds(hw, nil), extraKinds(cfg.DataDir)...),
+		Kinds: append(append(nodekinds.Kinds(hw, nil), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient())),
+			extraKinds(cfg.DataDir)...),
 		StatusGPUs: nodekinds.StatusGPUs(hw),
 	}
 }
