@@ -64,6 +64,13 @@ func TestExactlyOnceUnderKills(t *testing.T) {
 			all = append(all, c.ID)
 		}
 		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
+		select {
+		case <-node.done:
+			// An agent that cannot start again after a kill is the worst
+			// outcome of all: stop here and say why.
+			t.Fatalf("trial %d: bcd node exited by itself after a restart:\n%s", trial, node.stderr.String())
+		default:
+		}
 		node.signal(syscall.SIGKILL)
 		node.wait(t, 10*time.Second)
 		if trial%5 == 4 {

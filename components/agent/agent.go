@@ -71,6 +71,9 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	if clk.Damaged != nil {
+		log.Error("the clock mark was unreadable", "err", clk.Damaged)
+	}
 	var cert atomic.Pointer[tls.Certificate]
 	tc := a.TLSCertificate()
 	cert.Store(&tc)

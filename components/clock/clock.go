@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/better-compute/bcd/components/atomicfile"
 )
 
 // MaxBehind is how far a Welcome's server time may lie before the mark.
@@ -31,6 +33,8 @@ type Clock struct {
 	baseMono time.Time // local time.Now() (monotonic) at that moment
 	last     time.Time // the highest value Now returned
 	now      func() time.Time
+	// Damaged is set when Open found an unreadable mark file.
+	Damaged error
 }
 
 type state struct {
@@ -54,7 +58,10 @@ func Open(dir string) (*Clock, error) {
 	}
 	var s state
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", c.path, err)
+		// Written atomically, so this is damage from outside: start without
+		// a mark (the next Welcome sets one) rather than never start.
+		c.Damaged = fmt.Errorf("parse %s: %w (starting without a time mark)", c.path, err)
+		return c, nil
 	}
 	c.mark = time.UnixMilli(s.MarkUnixMS)
 	return c, nil
@@ -82,8 +89,8 @@ func (c *Clock) Accept(server time.Time) error {
 		c.mark = server
 		if c.path != "" {
 			b, _ := json.Marshal(state{MarkUnixMS: server.UnixMilli()})
-			if err := os.WriteFile(c.path, b, 0o600); err != nil {
-				return fmt.Errorf("write %s: %w", c.path, err)
+			if err := atomicfile.Write(c.path, b, 0o600); err != nil {
+				return err
 			}
 		}
 	}

@@ -1,6 +1,8 @@
 package clock
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -60,5 +62,22 @@ func TestNowNeverMovesBack(t *testing.T) {
 	}
 	if got := c.Now(); got.Before(first) {
 		t.Fatalf("Now moved back: %v after %v", got, first)
+	}
+}
+
+func TestDamagedMarkDoesNotStopTheAgent(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, File), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(dir)
+	if err != nil || c.Damaged == nil || !c.Mark().IsZero() {
+		t.Fatalf("Open on an empty mark file: %v, damaged %v", err, c.Damaged)
+	}
+	if err := c.Accept(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if c2, err := Open(dir); err != nil || c2.Damaged != nil || c2.Mark().IsZero() {
+		t.Fatalf("mark not rewritten: %v %v", err, c2.Damaged)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/better-compute/bcd/components/atomicfile"
 	"github.com/better-compute/bcd/components/buildinfo"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
@@ -38,8 +39,8 @@ func fakeBootID(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("mkdir %s: %w", dir, err)
 	}
-	if err := os.WriteFile(p, []byte(id+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write %s: %w", p, err)
+	if err := atomicfile.Write(p, []byte(id+"\n"), 0o600); err != nil {
+		return "", err
 	}
 	return id, nil
 }

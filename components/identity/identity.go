@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/better-compute/bcd/components/atomicfile"
 	"github.com/better-compute/bcd/components/pki"
 )
 
@@ -136,44 +137,12 @@ func Save(dir string, key crypto.Signer, cert *x509.Certificate, id Identity) (*
 	return &Agent{Identity: id, Key: key, Cert: cert}, nil
 }
 
-// WriteFileAtomic writes data to a temp file beside path with mode, fsyncs
-// it, renames it into place and fsyncs the directory.
+// WriteFileAtomic replaces path with data at mode, crash-safely.
 func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("create temp for %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return fmt.Errorf("chmod %s: %w", tmp, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("fsync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s: %w", path, err)
-	}
-	syncDir(dir)
-	return nil
+	return atomicfile.Write(path, data, mode)
 }
 
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-}
+func syncDir(dir string) { atomicfile.SyncDir(dir) }
 
 func readKey(path string) (crypto.Signer, error) {
 	kb, err := os.ReadFile(path)
