@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/better-compute/bcd/components/backoff"
 	"github.com/better-compute/bcd/components/dispatch"
 )
 
@@ -45,7 +46,7 @@ func mark(dataDir string) func(ctx context.Context, body []byte) (json.RawMessag
 			return nil, fmt.Errorf("sleep_ms must be within 0..60000")
 		}
 		half := time.Duration(b.SleepMS) * time.Millisecond / 2
-		if err := sleep(ctx, half); err != nil {
+		if err := backoff.Sleep(ctx, half); err != nil {
 			return nil, err
 		}
 		id := dispatch.CommandID(ctx)
@@ -67,20 +68,9 @@ func mark(dataDir string) func(ctx context.Context, body []byte) (json.RawMessag
 		if err != nil {
 			return nil, fmt.Errorf("write %s: %w", p, err)
 		}
-		if err := sleep(ctx, half); err != nil {
+		if err := backoff.Sleep(ctx, half); err != nil {
 			return nil, err
 		}
 		return json.Marshal(map[string]string{"marked": id})
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

@@ -110,11 +110,7 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 		}
 		c, err := s.CancelCommand(r.PathValue("id"), req.Reason)
 		if err != nil {
-			code := http.StatusInternalServerError
-			if errors.Is(err, store.ErrNotFound) {
-				code = http.StatusNotFound
-			}
-			adminErr(w, code, err)
+			adminErr(w, errCode(err, http.StatusInternalServerError), err)
 			return
 		}
 		writeJSON(w, viewCommand(c))
@@ -202,6 +198,14 @@ func (l bearerListener) Accept() (net.Conn, error) {
 	return bearerConn{c}, nil
 }
 
+// errCode is 404 for what the store does not have, else def.
+func errCode(err error, def int) int {
+	if errors.Is(err, store.ErrNotFound) {
+		return http.StatusNotFound
+	}
+	return def
+}
+
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
@@ -252,11 +256,7 @@ func (s *Server) adminNodes(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) adminRevoke(w http.ResponseWriter, r *http.Request) {
 	if err := s.Revoke(r.PathValue("id")); err != nil {
-		code := http.StatusInternalServerError
-		if errors.Is(err, store.ErrNotFound) {
-			code = http.StatusNotFound
-		}
-		adminErr(w, code, err)
+		adminErr(w, errCode(err, http.StatusInternalServerError), err)
 		return
 	}
 	writeJSON(w, map[string]bool{"revoked": true})
@@ -274,11 +274,7 @@ func (s *Server) adminSend(w http.ResponseWriter, r *http.Request) {
 	}
 	c, err := s.SendCommand(req.Node, req.Kind, req.Body, time.Duration(req.DeadlineSeconds)*time.Second)
 	if err != nil {
-		code := http.StatusBadRequest
-		if errors.Is(err, store.ErrNotFound) {
-			code = http.StatusNotFound
-		}
-		adminErr(w, code, err)
+		adminErr(w, errCode(err, http.StatusBadRequest), err)
 		return
 	}
 	writeJSON(w, viewCommand(c))
@@ -294,11 +290,7 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 		c, err := s.store.Command(id)
 		if err != nil {
 			cancel()
-			code := http.StatusInternalServerError
-			if errors.Is(err, store.ErrNotFound) {
-				code = http.StatusNotFound
-			}
-			adminErr(w, code, fmt.Errorf("command %s: %w", id, err))
+			adminErr(w, errCode(err, http.StatusInternalServerError), fmt.Errorf("command %s: %w", id, err))
 			return
 		}
 		left := time.Until(end)

@@ -22,6 +22,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/go-jose/go-jose/v4"
 
+	"github.com/better-compute/bcd/components/backoff"
 	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/identity"
@@ -491,7 +492,7 @@ func TestSessionBusyCarriesPushback(t *testing.T) {
 	if got := ce.Meta().Get("grpc-retry-pushback-ms"); got != "1234" {
 		t.Errorf("grpc-retry-pushback-ms = %q, want 1234", got)
 	}
-	if d, ok := join.Pushback(err); !ok || d != pushback {
+	if d, ok := backoff.Pushback(err); !ok || d != pushback {
 		t.Errorf("join.Pushback = %v %v, want %v", d, ok, pushback)
 	}
 

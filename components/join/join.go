@@ -15,14 +15,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/go-jose/go-jose/v4"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/better-compute/bcd/components/backoff"
 	"github.com/better-compute/bcd/components/identity"
 	"github.com/better-compute/bcd/components/pki"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -46,33 +45,6 @@ type Options struct {
 	Now   func() time.Time
 }
 
-// Backoff returns a full-jitter delay for attempt n (0-based): uniform in
-// (0, min(max, base*2^n)].
-func Backoff(n int, base, maxDelay time.Duration) time.Duration {
-	d := base << min(n, 20)
-	if d <= 0 || d > maxDelay {
-		d = maxDelay
-	}
-	return time.Duration(rand.Int64N(int64(d)) + 1)
-}
-
-// Pushback reads grpc-retry-pushback-ms from a connect error.
-func Pushback(err error) (time.Duration, bool) {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return 0, false
-	}
-	v := ce.Meta().Get("grpc-retry-pushback-ms")
-	if v == "" {
-		return 0, false
-	}
-	ms, perr := strconv.ParseInt(v, 10, 64)
-	if perr != nil || ms < 0 || ms > int64(time.Hour/time.Millisecond) {
-		return 0, false
-	}
-	return time.Duration(ms) * time.Millisecond, true
-}
-
 // Retryable reports whether an RPC error is worth another attempt.
 func Retryable(err error) bool {
 	switch connect.CodeOf(err) {
@@ -87,25 +59,13 @@ func Retryable(err error) bool {
 	return false
 }
 
-// SleepCtx waits d or until ctx ends.
-func SleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // Join runs the join and returns the stored identity.
 func Join(ctx context.Context, o Options) (*identity.Agent, error) {
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = 20
 	}
 	if o.Sleep == nil {
-		o.Sleep = SleepCtx
+		o.Sleep = backoff.Sleep
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -144,9 +104,9 @@ func Join(ctx context.Context, o Options) (*identity.Agent, error) {
 			}
 			return nil, fmt.Errorf("Join: %w", err)
 		}
-		wait, ok := Pushback(err)
+		wait, ok := backoff.Pushback(err)
 		if !ok {
-			wait = Backoff(attempt, 500*time.Millisecond, 30*time.Second)
+			wait = backoff.Full(attempt, 500*time.Millisecond, 30*time.Second)
 		}
 		o.Log.Warn("join failed; retrying", "attempt", attempt+1, "retry_in", wait.String(), "err", connectMessage(err))
 		if err := o.Sleep(ctx, wait); err != nil {

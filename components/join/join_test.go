@@ -19,6 +19,7 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/better-compute/bcd/components/backoff"
 	"github.com/better-compute/bcd/components/identity"
 	"github.com/better-compute/bcd/components/join"
 	"github.com/better-compute/bcd/components/pki"
@@ -514,7 +515,7 @@ func TestBackoff(t *testing.T) {
 				}
 				distinct := map[time.Duration]bool{}
 				for range 200 {
-					d := join.Backoff(n, tt.base, tt.max)
+					d := backoff.Full(n, tt.base, tt.max)
 					if d <= 0 || d > cap {
 						t.Fatalf("Backoff(%d) = %v, want in (0, %v]", n, d, cap)
 					}
@@ -547,7 +548,7 @@ func TestPushback(t *testing.T) {
 		{"nil", nil, 0, false},
 	}
 	for _, tt := range tests {
-		d, ok := join.Pushback(tt.err)
+		d, ok := backoff.Pushback(tt.err)
 		if d != tt.want || ok != tt.ok {
 			t.Errorf("%s: Pushback = %v %v, want %v %v", tt.name, d, ok, tt.want, tt.ok)
 		}
@@ -580,13 +581,13 @@ func TestRetryable(t *testing.T) {
 }
 
 func TestSleepCtx(t *testing.T) {
-	if err := join.SleepCtx(context.Background(), time.Millisecond); err != nil {
+	if err := backoff.Sleep(context.Background(), time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	start := time.Now()
-	if err := join.SleepCtx(ctx, time.Minute); !errors.Is(err, context.Canceled) {
+	if err := backoff.Sleep(ctx, time.Minute); !errors.Is(err, context.Canceled) {
 		t.Fatalf("SleepCtx on a canceled context: %v", err)
 	}
 	if time.Since(start) > 5*time.Second {

@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/better-compute/bcd/components/backoff"
 	"github.com/better-compute/bcd/components/identity"
 	"github.com/better-compute/bcd/components/join"
 	"github.com/better-compute/bcd/components/pki"
@@ -63,7 +64,7 @@ func Run(ctx context.Context, cfg Config, cur *identity.Agent) error {
 			due = cfg.Now().Add(cfg.After)
 		}
 		first = false
-		if err := join.SleepCtx(ctx, time.Until(due)); err != nil {
+		if err := backoff.Sleep(ctx, time.Until(due)); err != nil {
 			return nil
 		}
 		for attempt := 0; ; attempt++ {
@@ -76,8 +77,8 @@ func Run(ctx context.Context, cfg Config, cur *identity.Agent) error {
 				}
 				break
 			}
-			wait := join.Backoff(attempt, time.Second, 5*time.Minute)
-			if p, ok := join.Pushback(err); ok {
+			wait := backoff.Full(attempt, time.Second, 5*time.Minute)
+			if p, ok := backoff.Pushback(err); ok {
 				wait = p
 			}
 			lvl := slog.LevelWarn
@@ -85,7 +86,7 @@ func Run(ctx context.Context, cfg Config, cur *identity.Agent) error {
 				lvl = slog.LevelError
 			}
 			log.Log(ctx, lvl, "certificate renewal failed; retrying", "err", err, "retry_in", wait.String(), "not_after", cur.Cert.NotAfter.UTC())
-			if join.SleepCtx(ctx, wait) != nil {
+			if backoff.Sleep(ctx, wait) != nil {
 				return nil
 			}
 		}

@@ -14,8 +14,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/better-compute/bcd/components/backoff"
 	"github.com/better-compute/bcd/components/clock"
-	"github.com/better-compute/bcd/components/join"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
 )
@@ -135,10 +135,10 @@ func (s *Session) Run(ctx context.Context) error {
 			failures = 0
 		}
 		if wait == 0 {
-			if p, ok := join.Pushback(err); ok {
+			if p, ok := backoff.Pushback(err); ok {
 				wait = p
 			} else {
-				wait = join.Backoff(failures, s.cfg.BackoffBase, s.cfg.BackoffMax)
+				wait = backoff.Full(failures, s.cfg.BackoffBase, s.cfg.BackoffMax)
 				failures++
 			}
 		}
@@ -147,7 +147,7 @@ func (s *Session) Run(ctx context.Context) error {
 		} else {
 			s.log.Info("session ended; redialing", "retry_in", wait.Round(time.Millisecond).String())
 		}
-		if join.SleepCtx(ctx, wait) != nil {
+		if backoff.Sleep(ctx, wait) != nil {
 			return nil
 		}
 	}
@@ -281,7 +281,7 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 			case *bcdv1.GatewayFrame_Drain:
 				d := time.Duration(x.Drain.GetRedialAfterMs()) * time.Millisecond
 				s.log.Info("gateway asked to drain", "reason", x.Drain.GetReason())
-				return true, d + join.Backoff(0, time.Second, time.Second), nil
+				return true, d + backoff.Full(0, time.Second, time.Second), nil
 			case *bcdv1.GatewayFrame_Revocation:
 				return true, 0, ErrRevoked
 			default:
