@@ -36,7 +36,9 @@ for i in 1 2 3; do
   # shellcheck disable=SC2086
   printf '%s\n' "$token" | "$bin/bcd-node-fakehw" join --config "$d/config.toml" --data-dir "$d/data" \
     --server "https://$addr" $pins
-  "$bin/bcd-node-fakehw" node --config "$d/config.toml" 2>"$d/node.log" &
+  # Three agents on one machine: each gets its own status socket.
+  sed -i "s|^socket_path = .*|socket_path = \"$d/run/bcd.sock\"|" "$d/config.toml"
+  BCD_FAKEHW_SEED=$i "$bin/bcd-node-fakehw" node --config "$d/config.toml" 2>"$d/node.log" &
   pids+=($!)
 done
 unset token
@@ -52,6 +54,9 @@ for id in $("$bin/bcgw" nodes --json | sed -n 's/.*"id": "\(node_[a-z0-9]*\)".*/
   echo "demo: bcgw run $id agent.ping --wait"
   "$bin/bcgw" run "$id" agent.ping --wait
 done
+echo
+echo "demo: bcd status --config $demo/node1/config.toml"
+"$bin/bcd-node-fakehw" status --config "$demo/node1/config.toml"
 echo
 echo "demo: running; logs in $demo (bcgw.log, node*/node.log). Ctrl-C stops all."
 if [ -n "${DEMO_SECONDS:-}" ]; then sleep "$DEMO_SECONDS"; else while :; do sleep 3600; done; fi
