@@ -10,7 +10,11 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
-require golang.org/x/sys v0.50.0 // indirect
+require (
+	github.com/insomniacslk/dhcp v0.0.0-20260901064844-234b97448fae // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	pack.ag/tftp v1.0.1-0.20181129014014-07909dfbde3c // indirect
+)
 
 tool (
 	connectrpc.com/connect/cmd/protoc-gen-connect-go
