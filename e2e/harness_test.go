@@ -263,6 +263,7 @@ type nodeView struct {
 	Connected bool   `json:"connected"`
 	Epoch     uint64 `json:"epoch"`
 	Revoked   bool   `json:"revoked"`
+	BootLease bool   `json:"boot_lease"`
 }
 
 func (l *lab) nodes(g *gw) []nodeView {

@@ -107,6 +107,7 @@ func serve(ctx context.Context, env *cli.Env, args []string) int {
 	fs.DurationVar(&cfg.Pushback, "pushback", 2*time.Second, "the pushback a busy refusal carries")
 	fs.DurationVar(&cfg.CertValidity, "cert-validity", 24*time.Hour, "lifetime of node certificates")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 15*time.Second, "heartbeat interval asked of agents")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 45*time.Second, "a site's boot lease lapses this long after its holder's last heartbeat")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if code, ok := cli.Parse(fs, env, args, ""); !ok {
 		return code

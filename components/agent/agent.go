@@ -24,6 +24,7 @@ import (
 	"github.com/better-compute/bcd/components/session"
 	"github.com/better-compute/bcd/components/status"
 	"github.com/better-compute/bcd/components/transport"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
 // Config configures an agent.
@@ -35,6 +36,11 @@ type Config struct {
 	Log     *slog.Logger
 	// BackoffBase and BackoffMax shape redials (defaults 1 s and 1 min).
 	BackoffBase, BackoffMax time.Duration
+	// OnDesiredState, when set, gets each DesiredState (the site's boot
+	// lease today) with the working clock's time on arrival.
+	OnDesiredState func(ds *bcdv1.DesiredState, serverNow time.Time)
+	// BootLease, when set, reports the site's boot lease for bcd status.
+	BootLease func() (held bool, left time.Duration)
 	// StatusGPUs, when set, gives bcd status one line per GPU.
 	StatusGPUs func(context.Context) []status.GPU
 	// FakeReboot adds the fakehw node.reboot kind: Run then returns
@@ -114,7 +120,7 @@ func Run(ctx context.Context, c Config) error {
 	s := session.New(session.Config{
 		Client: client, NodeID: a.NodeID, Role: c.Role, BootID: bootID, Version: c.Version,
 		Dispatcher: d, Clock: clk, Log: nodeLog, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
-		BeforeDial: hc.CloseIdleConnections,
+		BeforeDial: hc.CloseIdleConnections, OnDesiredState: c.OnDesiredState,
 	})
 	rctx, stopR := context.WithCancel(ctx)
 	rDone := make(chan struct{})
@@ -157,6 +163,10 @@ func Run(ctx context.Context, c Config) error {
 			}
 			for _, l := range d.Credits() {
 				sn.Lanes = append(sn.Lanes, status.Lane{Lane: l.GetLane(), Size: int(l.GetSize()), Free: int(l.GetFree())})
+			}
+			if c.BootLease != nil {
+				held, left := c.BootLease()
+				sn.BootLease = &status.BootLease{Held: held, ValidFor: left.Round(time.Second).String()}
 			}
 			if c.StatusGPUs != nil {
 				sn.GPUs = c.StatusGPUs(sctx)

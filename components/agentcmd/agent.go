@@ -16,12 +16,15 @@ import (
 	"github.com/better-compute/bcd/components/logging"
 	"github.com/better-compute/bcd/components/session"
 	"github.com/better-compute/bcd/components/status"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
 // Machine is what a role's main wires into its agent for this machine.
 type Machine struct {
-	Kinds      []dispatch.Kind
-	StatusGPUs func(context.Context) []status.GPU
+	Kinds          []dispatch.Kind
+	StatusGPUs     func(context.Context) []status.GPU
+	OnDesiredState func(ds *bcdv1.DesiredState, serverNow time.Time)
+	BootLease      func() (held bool, left time.Duration)
 }
 
 // Agent returns an agent mode command (`bcd node`, `bcd site`): it loads
@@ -46,7 +49,8 @@ func Agent(name, role, summary string, machine func(*config.Config) Machine) cli
 		if machine != nil {
 			m = machine(cfg)
 		}
-		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, Version: buildinfo.Version, Log: log,
+		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, OnDesiredState: m.OnDesiredState,
+			BootLease: m.BootLease, Version: buildinfo.Version, Log: log,
 			FakeReboot: buildinfo.FakeHW && role == "node"}
 		if v := env.Getenv("BCD_RENEW_AFTER"); v != "" && buildinfo.FakeHW {
 			d, err := time.ParseDuration(v)

@@ -33,6 +33,7 @@ type NodeView struct {
 	Site      string    `json:"site"`
 	Hostname  string    `json:"hostname"`
 	Connected bool      `json:"connected"`
+	BootLease bool      `json:"boot_lease,omitempty"` // a site agent holding its site's boot lease
 	Epoch     uint64    `json:"epoch"`
 	Revoked   bool      `json:"revoked"`
 	LastSeen  time.Time `json:"last_seen"`
@@ -249,7 +250,8 @@ func (s *Server) adminNodes(w http.ResponseWriter, r *http.Request) {
 	out := make([]NodeView, 0, len(nodes))
 	for _, n := range nodes {
 		out = append(out, NodeView{ID: n.ID, Role: n.Role, Site: n.Site, Hostname: n.Hostname, Connected: s.Connected(n.ID),
-			Epoch: n.Epoch, Revoked: n.Revoked, LastSeen: n.LastSeen, NotAfter: n.NotAfter})
+			BootLease: n.Role == "site" && s.leases.holder(n.Site, s.now()) == n.ID,
+			Epoch:     n.Epoch, Revoked: n.Revoked, LastSeen: n.LastSeen, NotAfter: n.NotAfter})
 	}
 	writeJSON(w, out)
 }

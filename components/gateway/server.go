@@ -44,6 +44,7 @@ type Config struct {
 	// address with the bearer token in DataDir/admin.token.
 	AdminListen  string
 	MaxSessions  int           // live sessions beyond this are refused busy; 0 = unlimited
+	LeaseTTL     time.Duration // boot lease lifetime without renewal; default 45s
 	Pushback     time.Duration // the retry pushback a busy refusal carries
 	CertValidity time.Duration // node certificates; default 24h
 	Heartbeat    time.Duration // heartbeat interval asked of agents; default 15s
@@ -52,12 +53,13 @@ type Config struct {
 
 // Server is a running bcgw.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	store *store.Store
-	keys  *keys
-	hub   *hub
-	now   func() time.Time
+	cfg    Config
+	log    *slog.Logger
+	store  *store.Store
+	keys   *keys
+	hub    *hub
+	leases *leases
+	now    func() time.Time
 
 	mu       sync.Mutex
 	waiters  map[string][]chan struct{} // command id -> admin calls waiting for its result
@@ -107,7 +109,7 @@ func New(cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, hub: newHub(), now: time.Now}, nil
+	return &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, hub: newHub(), leases: newLeases(cfg.LeaseTTL), now: time.Now}, nil
 }
 
 // Store gives tests and the admin API the embedded store.
@@ -206,6 +208,9 @@ func (s *Server) Run(ctx context.Context) error {
 	for _, al := range adminLns {
 		go func() { errc <- adminSrv.Serve(al) }()
 	}
+	lctx, stopLeases := context.WithCancel(ctx)
+	defer stopLeases()
+	go s.leaseLoop(lctx)
 	s.log.Info("bcgw serving", "addr", ln.Addr().String(), "server_name", s.cfg.ServerName, "data_dir", s.cfg.DataDir,
 		"admin_socket", filepath.Join(s.cfg.DataDir, AdminSocket), "admin_url", s.AdminURL())
 

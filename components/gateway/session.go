@@ -22,6 +22,8 @@ type outFrame struct {
 // live is one accepted session.
 type live struct {
 	nodeID string
+	role   string
+	site   string
 	epoch  uint64
 	out    chan outFrame
 	done   chan struct{}
@@ -92,6 +94,16 @@ func (h *hub) isDraining() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.draining
+}
+
+func (h *hub) all() []*live {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*live, 0, len(h.sessions))
+	for _, l := range h.sessions {
+		out = append(out, l)
+	}
+	return out
 }
 
 func (h *hub) count() int {
@@ -210,7 +222,7 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	if err != nil {
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
 	}
-	l := &live{nodeID: n.ID, epoch: epoch, out: make(chan outFrame, 64), done: make(chan struct{})}
+	l := &live{nodeID: n.ID, role: n.Role, site: n.Site, epoch: epoch, out: make(chan outFrame, 64), done: make(chan struct{})}
 	_, ok := s.hub.register(l)
 	s.hub.release()
 	reserved = false
@@ -236,6 +248,10 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 		if err := st.Send(commandFrame(c)); err != nil {
 			return err
 		}
+	}
+	if n.Role == "site" {
+		// Every site agent learns at once whether it holds the boot lease.
+		s.siteTouch(n, l, true)
 	}
 
 	recvErr := make(chan error, 1)
@@ -278,7 +294,10 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 		}
 		switch x := f.Frame.(type) {
 		case *bcdv1.AgentFrame_Heartbeat:
-			_, _ = s.store.UpdateNode(l.nodeID, func(n *store.Node) error { n.LastSeen = s.now().UTC(); return nil })
+			n, _ := s.store.UpdateNode(l.nodeID, func(n *store.Node) error { n.LastSeen = s.now().UTC(); return nil })
+			if l.role == "site" {
+				s.siteTouch(n, l, false)
+			}
 		case *bcdv1.AgentFrame_Ack:
 			for _, id := range x.Ack.GetCommandIds() {
 				if err := s.store.MarkDelivered(l.nodeID, id); err != nil {

@@ -56,6 +56,9 @@ type Config struct {
 	BackoffBase, BackoffMax time.Duration
 	// OnWelcome, when set, is told each accepted session's epoch.
 	OnWelcome func(epoch uint64)
+	// OnDesiredState, when set, gets each DesiredState with the working
+	// clock's time on arrival.
+	OnDesiredState func(ds *bcdv1.DesiredState, serverNow time.Time)
 	// BeforeDial, when set, runs before every dial (the agent closes idle
 	// connections there, so a renewed certificate is used at once).
 	BeforeDial func()
@@ -278,6 +281,10 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 				s.cfg.Dispatcher.Acked(x.Ack.GetResultIds())
 			case *bcdv1.GatewayFrame_Cancel:
 				s.cfg.Dispatcher.Cancel(x.Cancel.GetCommandId(), x.Cancel.GetReason())
+			case *bcdv1.GatewayFrame_DesiredState:
+				if s.cfg.OnDesiredState != nil {
+					s.cfg.OnDesiredState(x.DesiredState, s.cfg.Clock.Now())
+				}
 			case *bcdv1.GatewayFrame_Drain:
 				d := time.Duration(x.Drain.GetRedialAfterMs()) * time.Millisecond
 				s.log.Info("gateway asked to drain", "reason", x.Drain.GetReason())
@@ -285,7 +292,7 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 			case *bcdv1.GatewayFrame_Revocation:
 				return true, 0, ErrRevoked
 			default:
-				// Frames of later features (DesiredState, OpenTunnel...)
+				// Frames of later features (OpenTunnel, SecretAnswer...)
 				// are ignored by this layer.
 			}
 		}

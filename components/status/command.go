@@ -121,6 +121,13 @@ func Render(w io.Writer, s Snapshot) {
 	default:
 		line("node key", "%s", or(s.KeyHolder))
 	}
+	if s.BootLease != nil {
+		if s.BootLease.Held {
+			line("boot lease", "held, valid for %s", s.BootLease.ValidFor)
+		} else {
+			line("boot lease", "not held (another site agent answers PXE)")
+		}
+	}
 	jobs := func(label string, l []Job) {
 		line(label, "%d", len(l))
 		for _, j := range l {

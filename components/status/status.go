@@ -56,6 +56,15 @@ type Snapshot struct {
 	KeyHolder string `json:"key_holder"`
 
 	GPUs []GPU `json:"gpus"`
+
+	// BootLease is a site agent's boot lease (nil on other roles).
+	BootLease *BootLease `json:"boot_lease,omitempty"`
+}
+
+// BootLease is whether this site agent holds its site's boot lease.
+type BootLease struct {
+	Held     bool   `json:"held"`
+	ValidFor string `json:"valid_for"`
 }
 
 // Job is a running or deferred command.
