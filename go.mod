@@ -11,6 +11,7 @@ require (
 )
 
 require (
+	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/insomniacslk/dhcp v0.0.0-20260901064844-234b97448fae // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	pack.ag/tftp v1.0.1-0.20181129014014-07909dfbde3c // indirect
