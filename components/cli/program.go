@@ -121,7 +121,7 @@ func (p *Program) help(env *Env) {
 	}
 	var missing []string
 	for name := range p.Documented {
-		if p.lookup(name) == nil {
+		if p.lookup(name) == nil && name != "version" { // version is built in
 			missing = append(missing, name)
 		}
 	}

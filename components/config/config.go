@@ -76,6 +76,10 @@ type Helper struct {
 	Socket string `toml:"socket,omitempty"`
 	// User is the unprivileged account bcd node runs as under the helper.
 	User string `toml:"user,omitempty"`
+	// Entrypoint is the absolute path of the installed bcd node binary:
+	// bcd helper accepts calls from processes running it (or the helper's
+	// own binary), and refuses to start unless it is root's alone.
+	Entrypoint string `toml:"entrypoint,omitempty"`
 }
 
 // Load reads the configuration file at path, decodes it strictly, applies
@@ -318,6 +322,9 @@ func (h *Helper) validate() []error {
 	}
 	if h.User != "" && h.Socket == "" {
 		errs = append(errs, errors.New("helper.socket: must be set when helper.user is"))
+	}
+	if h.Entrypoint != "" && (!filepath.IsAbs(h.Entrypoint) || filepath.Clean(h.Entrypoint) != h.Entrypoint) {
+		errs = append(errs, errors.New("helper.entrypoint: must be an absolute, clean path, e.g. /usr/local/bin/bcd-node"))
 	}
 	return errs
 }

@@ -1,0 +1,301 @@
+//go:build linux
+
+package helper
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRootEndToEnd runs the real thing as root: a real unprivileged user,
+// the bcd-helper binary (built with the helpere2e tag for its helper-call
+// command) serving as root, and helper-call run as that user to write and
+// remove a CDI spec of the table under /etc/cdi. The same request from
+// another uid, from the user with another primary group, and from a copy
+// of the binary (another file) gets "not allowed"; with that copy as
+// [helper] entrypoint it is allowed.
+func TestRootEndToEnd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "SKIP TestRootEndToEnd: needs root (it creates a user and runs bcd helper as root)")
+		t.Skip("SKIPPED LOUDLY: TestRootEndToEnd needs root: it creates a user with useradd and runs bcd helper as root")
+	}
+	for _, tool := range []string{"useradd", "userdel"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("SKIPPED LOUDLY: TestRootEndToEnd needs %s: %v", tool, err)
+		}
+	}
+	rnd := randomHex(t, 4)
+
+	// A base directory root owns alone, that the test user can traverse.
+	base, err := os.MkdirTemp("/run", "bcd-helper-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	must(t, os.Chmod(base, 0o755))
+	for _, d := range []string{"bin", "other", "etc", "run"} {
+		must(t, os.Mkdir(filepath.Join(base, d), 0o755))
+	}
+	bin := filepath.Join(base, "bin", "bcd-helper")
+	build(t, bin)
+	copyBin := filepath.Join(base, "other", "bcd-helper")
+	copyFile(t, bin, copyBin)
+
+	name := "bcdtest-" + rnd
+	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+		t.Fatalf("useradd: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
+			t.Errorf("userdel %s: %v: %s", name, err, out)
+		}
+		if _, err := user.LookupGroup(name); err == nil {
+			exec.Command("groupdel", name).Run()
+		}
+	})
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+
+	// The file of the table the test writes, and /etc/cdi as it was.
+	id := "e2e-" + rnd
+	target := "/etc/cdi/bcd-" + id + ".json"
+	_, statErr := os.Lstat("/etc/cdi")
+	cdiExisted := statErr == nil
+	t.Cleanup(func() {
+		os.Remove(target)
+		if !cdiExisted {
+			os.Remove("/etc/cdi") // only when empty
+		}
+	})
+
+	socket := filepath.Join(base, "run", "helper.sock")
+	logs := startBinary(t, bin, base, "a", socket, name, "")
+
+	fi, err := os.Lstat(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o660 || st.Uid != 0 || int(st.Gid) != gid {
+		t.Errorf("socket %v %d:%d, want 0660 root:%d", fi.Mode(), st.Uid, st.Gid, gid)
+	}
+
+	spec := `{"cdiVersion":"0.6.0","kind":"nvidia.com/gpu","devices":[]}`
+	write := `{"v":1,"op":"file.write","kind":"cdi","id":"` + id + `","data":"` + base64.StdEncoding.EncodeToString([]byte(spec)) + `"}`
+	remove := `{"v":1,"op":"file.remove","kind":"cdi","id":"` + id + `"}`
+	asUser := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	notAllowedAnswer := `{"v":1,"ok":false,"error":"not allowed","retryable":false}`
+
+	// Refused callers first: nothing may appear.
+	refused := []struct {
+		name string
+		exe  string
+		cred *syscall.Credential
+	}{
+		{"another uid", bin, &syscall.Credential{Uid: 65534, Gid: uint32(gid)}},
+		{"the user with another primary group", bin, &syscall.Credential{Uid: uint32(uid), Gid: 65534, Groups: []uint32{uint32(gid)}}},
+		{"a binary that is not an installed bcd", copyBin, asUser},
+	}
+	for _, r := range refused {
+		t.Run(r.name, func(t *testing.T) {
+			out, code := call(t, r.exe, socket, r.cred, write)
+			if out != notAllowedAnswer || code != 1 {
+				t.Errorf("answer %q exit %d, want %s", out, code, notAllowedAnswer)
+			}
+			if _, err := os.Lstat(target); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s exists after a refused request: %v", target, err)
+			}
+		})
+	}
+
+	// The user running the installed binary writes and removes the file.
+	if out, code := call(t, bin, socket, asUser, write); out != `{"v":1,"ok":true}` || code != 0 {
+		t.Fatalf("file.write as %s: %q exit %d\nhelper log:\n%s", name, out, code, logs.String())
+	}
+	fi, err = os.Lstat(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 || st.Uid != 0 {
+		t.Errorf("%s: %v uid %d, want a 0644 file of root's", target, fi.Mode(), st.Uid)
+	}
+	if b, _ := os.ReadFile(target); string(b) != spec {
+		t.Errorf("%s = %q", target, b)
+	}
+	// What the client refuses before sending, the helper refuses too.
+	for req, want := range map[string]string{
+		`{"v":1,"op":"file.write","kind":"cdi","id":"../../tmp/x"}`:            "does not fit file kind cdi",
+		`{"v":1,"op":"file.write","kind":"cdi","id":"x","path":"/etc/passwd"}`: `unknown field \"path\"`,
+		`{"v":2,"op":"file.write","kind":"cdi","id":"x"}`:                      "protocol version 2",
+	} {
+		if out, code := call(t, bin, socket, asUser, req, "--raw"); !strings.Contains(out, want) || code != 1 {
+			t.Errorf("%s: %q exit %d, want a refusal containing %s", req, out, code, want)
+		}
+	}
+	if out, code := call(t, bin, socket, asUser, remove); out != `{"v":1,"ok":true}` || code != 0 {
+		t.Fatalf("file.remove: %q exit %d", out, code)
+	}
+	if _, err := os.Lstat(target); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s after file.remove: %v", target, err)
+	}
+
+	// The log: each refusal with pid, uid and reason; each operation with
+	// pid, op, kind, id and outcome.
+	text := logs.String()
+	for _, want := range []string{
+		`"msg":"helper: connection refused"`, `"uid":65534`, `"reason":"uid 65534 gid`,
+		`is not bcd (neither this helper's binary nor [helper] entrypoint)`,
+		`"msg":"helper: operation"`, `"op":"file.write","kind":"cdi","id":"` + id + `"`, `"outcome":"ok"`,
+		`"op":"file.remove"`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("helper log lacks %s:\n%s", want, text)
+		}
+	}
+
+	// With the copy as [helper] entrypoint, the copy is allowed.
+	t.Run("entrypoint", func(t *testing.T) {
+		socket2 := filepath.Join(base, "run", "helper2.sock")
+		startBinary(t, bin, base, "b", socket2, name, copyBin)
+		if out, code := call(t, copyBin, socket2, asUser, write); out != `{"v":1,"ok":true}` || code != 0 {
+			t.Fatalf("file.write from the entrypoint: %q exit %d", out, code)
+		}
+		if out, code := call(t, copyBin, socket2, asUser, remove); out != `{"v":1,"ok":true}` || code != 0 {
+			t.Fatalf("file.remove from the entrypoint: %q exit %d", out, code)
+		}
+		third := filepath.Join(base, "other", "bcd-helper-3")
+		copyFile(t, bin, third)
+		if out, _ := call(t, third, socket2, asUser, write); out != notAllowedAnswer {
+			t.Errorf("a third copy: %q", out)
+		}
+	})
+}
+
+// startBinary writes config-NAME.toml and runs `bcd helper` as root until
+// the test ends; it returns the helper's log.
+func startBinary(t *testing.T, bin, base, name, socket, userName, entrypoint string) *syncBuffer {
+	t.Helper()
+	cfg := fmt.Sprintf("[helper]\nsocket = %q\nuser = %q\n", socket, userName)
+	if entrypoint != "" {
+		cfg += fmt.Sprintf("entrypoint = %q\n", entrypoint)
+	}
+	cfgPath := filepath.Join(base, "etc", "config-"+name+".toml")
+	must(t, os.WriteFile(cfgPath, []byte(cfg), 0o600))
+	logs := &syncBuffer{}
+	cmd := exec.Command(bin, "helper", "--config", cfgPath)
+	cmd.Stderr = logs
+	cmd.Stdout = logs
+	must(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("bcd helper exited: %v\n%s", err, logs.String())
+			}
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Error("bcd helper did not stop on SIGTERM")
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if fi, err := os.Lstat(socket); err == nil && fi.Mode()&fs.ModeSocket != 0 {
+			return logs
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("bcd helper exited: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no socket after 10s:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// call runs `bcd helper-call --socket S` from exe with cred, request on
+// stdin, and returns its standard output and exit code.
+func call(t *testing.T, exe, socket string, cred *syscall.Credential, request string, flags ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(exe, append([]string{"helper-call", "--socket", socket}, flags...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	cmd.Stdin = strings.NewReader(request)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running %s: %v", exe, err)
+	}
+	if stderr.Len() > 0 {
+		t.Logf("helper-call stderr: %s", stderr.String())
+	}
+	return strings.TrimSpace(stdout.String()), code
+}
+
+// build builds roles/helper with the helpere2e tag into out.
+func build(t *testing.T, out string) {
+	t.Helper()
+	modRoot, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-tags", "helpere2e", "-o", out, "./roles/helper")
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(modRoot)))
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./roles/helper: %v\n%s", err, b)
+	}
+	must(t, os.Chmod(out, 0o755))
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	in, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	must(t, out.Close())
+}
+
+func randomHex(t *testing.T, n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,369 @@
+// Package wire is bcd helper's protocol, shared by the helper and the
+// node's client: one JSON request {"v":1,"op":...} per connection, at most
+// 4 MiB, answered {"v":1,"ok":true,...} or
+// {"v":1,"ok":false,"error":"...","retryable":bool}. Both sides decode
+// strictly: one JSON object, every key spelt exactly as defined and given
+// once, no unknown key, no null, and version 1 only, so a node and a helper
+// of different versions refuse each other rather than guess.
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/better-compute/bcd/components/helper/filetable"
+)
+
+// Version is the protocol version this build speaks.
+const Version = 1
+
+// Limits.
+const (
+	MaxRequest   = 4 << 20   // bytes of one request
+	MaxResponse  = 64 << 10  // bytes of one answer
+	MaxRuleset   = 2 << 20   // bytes of a firewall ruleset
+	MaxRuleCount = 1_000_000 // firewall.check's rule count
+	MaxReason    = 200       // bytes of a reboot reason kept
+)
+
+// Operations.
+const (
+	OpFileWrite     = "file.write"
+	OpFileRemove    = "file.remove"
+	OpFirewallApply = "firewall.apply"
+	OpFirewallCheck = "firewall.check"
+	OpReboot        = "reboot"
+	OpSSHReload     = "ssh.reload"
+	OpGPUReset      = "gpu.reset"
+	OpSliceApply    = "slice.apply"
+	OpSliceRemove   = "slice.remove"
+)
+
+// Request is one request. Each operation uses only its own fields; Check
+// refuses any other.
+type Request struct {
+	V       int    `json:"v"`
+	Op      string `json:"op"`
+	Kind    string `json:"kind,omitempty"`    // file.*: a kind of filetable
+	ID      string `json:"id,omitempty"`      // file.*: the id, for kinds that take one
+	Data    []byte `json:"data,omitempty"`    // file.write: the content (base64 on the wire)
+	Ruleset string `json:"ruleset,omitempty"` // firewall.apply: nftables text
+	Rules   *int64 `json:"rules,omitempty"`   // firewall.check: the rule count the node loaded
+	Reason  string `json:"reason,omitempty"`  // reboot: why (cut to 200 bytes by the helper)
+	GPU     string `json:"gpu,omitempty"`     // gpu.reset: GPU-<uuid>
+}
+
+// Response is one answer. Error and Retryable are set only when OK is
+// false; Rules and Loaded only by firewall.check.
+type Response struct {
+	OK        bool
+	Error     string
+	Retryable bool
+	Rules     *int64 // firewall.check: the rules loaded in the three tables
+	Loaded    *bool  // firewall.check: the tables are loaded with Rules == the request's rules
+}
+
+// Failed returns a failed answer.
+func Failed(msg string, retryable bool) *Response {
+	return &Response{Error: msg, Retryable: retryable}
+}
+
+// wireResponse is Response as it is sent: retryable is present exactly
+// when ok is false.
+type wireResponse struct {
+	V         int    `json:"v"`
+	OK        bool   `json:"ok"`
+	Error     string `json:"error,omitempty"`
+	Retryable *bool  `json:"retryable,omitempty"`
+	Rules     *int64 `json:"rules,omitempty"`
+	Loaded    *bool  `json:"loaded,omitempty"`
+}
+
+// valueType is what a key's value must be.
+type valueType int
+
+const (
+	tString valueType = iota
+	tNumber
+	tBool
+)
+
+var requestKeys = map[string]valueType{
+	"v": tNumber, "op": tString, "kind": tString, "id": tString, "data": tString,
+	"ruleset": tString, "rules": tNumber, "reason": tString, "gpu": tString,
+}
+
+var responseKeys = map[string]valueType{
+	"v": tNumber, "ok": tBool, "error": tString, "retryable": tBool, "rules": tNumber, "loaded": tBool,
+}
+
+// EncodeRequest checks r and returns its JSON.
+func EncodeRequest(r *Request) ([]byte, error) {
+	if err := r.Check(); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encoding helper request: %w", err)
+	}
+	if len(b) > MaxRequest {
+		return nil, fmt.Errorf("helper request of %d bytes is larger than %d", len(b), MaxRequest)
+	}
+	return b, nil
+}
+
+// DecodeRequest decodes one request strictly: at most MaxRequest bytes,
+// exactly one JSON object of known keys each given once, with no null, and
+// v equal to Version. It does not check the operation's fields: Check does.
+func DecodeRequest(data []byte) (*Request, error) {
+	if len(data) > MaxRequest {
+		return nil, fmt.Errorf("request larger than %d bytes", MaxRequest)
+	}
+	if err := strictObject(data, requestKeys, "v", "op"); err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	var r Request
+	if err := decodeStrict(data, &r); err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	if r.V != Version {
+		return nil, fmt.Errorf("request: protocol version %d, this helper speaks %d", r.V, Version)
+	}
+	return &r, nil
+}
+
+// EncodeResponse returns the JSON of r.
+func EncodeResponse(r *Response) []byte {
+	w := wireResponse{V: Version, OK: r.OK}
+	if r.OK {
+		w.Rules, w.Loaded = r.Rules, r.Loaded
+	} else {
+		msg := r.Error
+		if msg == "" {
+			msg = "failed"
+		}
+		w.Error = msg
+		retry := r.Retryable
+		w.Retryable = &retry
+	}
+	b, err := json.Marshal(w)
+	if err != nil {
+		// Only strings, bools and ints: Marshal cannot fail.
+		panic(err)
+	}
+	return b
+}
+
+// DecodeResponse decodes one answer as strictly as DecodeRequest decodes
+// a request. A failed answer must carry an error and retryable; a
+// successful one neither.
+func DecodeResponse(data []byte) (*Response, error) {
+	if len(data) > MaxResponse {
+		return nil, fmt.Errorf("helper answer larger than %d bytes", MaxResponse)
+	}
+	if err := strictObject(data, responseKeys, "v", "ok"); err != nil {
+		return nil, fmt.Errorf("helper answer: %w", err)
+	}
+	var w wireResponse
+	if err := decodeStrict(data, &w); err != nil {
+		return nil, fmt.Errorf("helper answer: %w", err)
+	}
+	if w.V != Version {
+		return nil, fmt.Errorf("helper answer: protocol version %d, this bcd speaks %d", w.V, Version)
+	}
+	if w.OK {
+		if w.Error != "" || w.Retryable != nil {
+			return nil, errors.New("helper answer: ok with an error")
+		}
+		return &Response{OK: true, Rules: w.Rules, Loaded: w.Loaded}, nil
+	}
+	if w.Error == "" || w.Retryable == nil {
+		return nil, errors.New("helper answer: failed without an error and retryable")
+	}
+	if w.Rules != nil || w.Loaded != nil {
+		return nil, errors.New("helper answer: failed with results")
+	}
+	return &Response{Error: w.Error, Retryable: *w.Retryable}, nil
+}
+
+// decodeStrict decodes data into v refusing unknown fields and anything
+// after the one value.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("more than one JSON value")
+	}
+	return nil
+}
+
+// strictObject checks that data is exactly one JSON object whose keys are
+// in keys, spelt exactly (encoding/json would match them without regard
+// to case), each at most once, with a value of the key's type: no null,
+// no nested object or array. Every key of required must be there.
+func strictObject(data []byte, keys map[string]valueType, required ...string) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("not JSON: %w", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return errors.New("not a JSON object")
+	}
+	seen := make(map[string]bool, len(keys))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("not JSON: %w", err)
+		}
+		key, _ := tok.(string)
+		want, known := keys[key]
+		if !known {
+			return fmt.Errorf("unknown field %q", clip(key))
+		}
+		if seen[key] {
+			return fmt.Errorf("field %q given twice", key)
+		}
+		seen[key] = true
+		val, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("not JSON: %w", err)
+		}
+		var ok bool
+		switch want {
+		case tString:
+			_, ok = val.(string)
+		case tNumber:
+			_, ok = val.(json.Number)
+		case tBool:
+			_, ok = val.(bool)
+		}
+		if !ok {
+			return fmt.Errorf("field %q has the wrong type", key)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return fmt.Errorf("not JSON: %w", err)
+	}
+	for _, k := range required {
+		if !seen[k] {
+			return fmt.Errorf("no field %q", k)
+		}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("more than one JSON value")
+	}
+	return nil
+}
+
+// Check refuses a request whose operation is unknown or that carries a
+// field its operation does not use, or a value out of bounds. The helper
+// runs it on every request, and the client before it sends one.
+func (r *Request) Check() error {
+	if r.V != Version {
+		return fmt.Errorf("protocol version %d, this bcd speaks %d", r.V, Version)
+	}
+	var allowed string // the fields besides v and op
+	switch r.Op {
+	case OpFileWrite:
+		allowed = "kind id data"
+	case OpFileRemove:
+		allowed = "kind id"
+	case OpFirewallApply:
+		allowed = "ruleset"
+	case OpFirewallCheck:
+		allowed = "rules"
+	case OpReboot:
+		allowed = "reason"
+	case OpGPUReset:
+		allowed = "gpu"
+	case OpSSHReload, OpSliceApply, OpSliceRemove:
+	default:
+		return fmt.Errorf("unknown operation %q", clip(r.Op))
+	}
+	has := map[string]bool{
+		"kind": r.Kind != "", "id": r.ID != "", "data": len(r.Data) > 0, "ruleset": r.Ruleset != "",
+		"rules": r.Rules != nil, "reason": r.Reason != "", "gpu": r.GPU != "",
+	}
+	for f, set := range has {
+		if set && !strings.Contains(" "+allowed+" ", " "+f+" ") {
+			return fmt.Errorf("%s takes no %s", r.Op, f)
+		}
+	}
+	switch r.Op {
+	case OpFileWrite, OpFileRemove:
+		if _, err := filetable.Resolve(r.Kind, r.ID); err != nil {
+			return fmt.Errorf("%s: %w", r.Op, err)
+		}
+		if len(r.Data) > filetable.MaxFileSize {
+			return fmt.Errorf("%s: %d bytes is more than %d", r.Op, len(r.Data), filetable.MaxFileSize)
+		}
+	case OpFirewallApply:
+		if r.Ruleset == "" {
+			return fmt.Errorf("%s: no ruleset", r.Op)
+		}
+		if len(r.Ruleset) > MaxRuleset {
+			return fmt.Errorf("%s: ruleset of %d bytes is more than %d", r.Op, len(r.Ruleset), MaxRuleset)
+		}
+	case OpFirewallCheck:
+		if r.Rules == nil || *r.Rules < 0 || *r.Rules > MaxRuleCount {
+			return fmt.Errorf("%s: rules must be a count from 0 to %d", r.Op, MaxRuleCount)
+		}
+	case OpGPUReset:
+		if !isGPUUUID(r.GPU) {
+			return fmt.Errorf("%s: gpu must be a GPU-<uuid>", r.Op)
+		}
+	}
+	return nil
+}
+
+// CutReason cuts a reboot reason to MaxReason bytes on a UTF-8 boundary.
+func CutReason(s string) string {
+	if len(s) <= MaxReason {
+		return s
+	}
+	n := MaxReason
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// isGPUUUID matches GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in lower- or
+// upper-case hex.
+func isGPUUUID(s string) bool {
+	rest, ok := strings.CutPrefix(s, "GPU-")
+	if !ok || len(rest) != 36 {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}

@@ -1,0 +1,188 @@
+package helperclient
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/helper/filetable"
+	"github.com/better-compute/bcd/components/helper/wire"
+)
+
+// fakeHelper answers every connection with answer(request).
+type fakeHelper struct {
+	socket   string
+	accepted atomic.Int32
+	requests chan []byte
+}
+
+func newFake(t *testing.T, readFirst bool, answer func(req []byte) []byte) *fakeHelper {
+	t.Helper()
+	f := &fakeHelper{socket: filepath.Join(t.TempDir(), "helper.sock"), requests: make(chan []byte, 16)}
+	l, err := net.Listen("unix", f.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			f.accepted.Add(1)
+			go func() {
+				defer c.Close()
+				var req []byte
+				if readFirst {
+					req, _ = io.ReadAll(c)
+					f.requests <- req
+				}
+				if a := answer(req); a != nil {
+					c.Write(a)
+				}
+			}()
+		}
+	}()
+	return f
+}
+
+func TestWriteAndRemoveSendKindAndID(t *testing.T) {
+	f := newFake(t, true, func([]byte) []byte { return []byte(`{"v":1,"ok":true}`) })
+	c := &Client{Socket: f.socket}
+	ctx := context.Background()
+	if err := c.WriteFile(ctx, "/etc/cdi/bcd-gpu0.json", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(<-f.requests); got != `{"v":1,"op":"file.write","kind":"cdi","id":"gpu0","data":"e30="}` {
+		t.Errorf("sent %s", got)
+	}
+	if err := c.RemoveFile(ctx, "/var/lib/bcd-hostconfig/k8s/bootstrap-token"); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(<-f.requests); got != `{"v":1,"op":"file.remove","kind":"k8s-token"}` {
+		t.Errorf("sent %s", got)
+	}
+}
+
+// TestRefusedBeforeSending: a path outside the table, or a request that
+// does not pass Check, never reaches the socket.
+func TestRefusedBeforeSending(t *testing.T) {
+	f := newFake(t, true, func([]byte) []byte { return []byte(`{"v":1,"ok":true}`) })
+	c := &Client{Socket: f.socket}
+	ctx := context.Background()
+	for _, p := range []string{"/etc/passwd", "/etc/cdi/../passwd", "etc/cdi/bcd-x.json", "/etc/cdi/bcd-a.b.json", "/etc/ssh/bc_principals/.."} {
+		if err := c.WriteFile(ctx, p, []byte("x")); !errors.Is(err, filetable.ErrNotInTable) {
+			t.Errorf("WriteFile(%q) = %v, want ErrNotInTable", p, err)
+		}
+		if err := c.RemoveFile(ctx, p); !errors.Is(err, filetable.ErrNotInTable) {
+			t.Errorf("RemoveFile(%q) = %v, want ErrNotInTable", p, err)
+		}
+	}
+	if err := c.WriteFile(ctx, "/etc/cdi/bcd-x.json", make([]byte, filetable.MaxFileSize+1)); err == nil {
+		t.Error("a file over 1 MiB was sent")
+	}
+	for _, r := range []wire.Request{
+		{V: 1, Op: "file.chmod"},
+		{V: 2, Op: wire.OpSSHReload},
+		{V: 1, Op: wire.OpFileRemove, Kind: "cdi", ID: "x", Data: []byte("x")},
+		{V: 1, Op: wire.OpFirewallApply},
+	} {
+		if _, err := c.Do(ctx, &r); err == nil {
+			t.Errorf("Do(%+v) succeeded", r)
+		}
+	}
+	if n := f.accepted.Load(); n != 0 {
+		t.Errorf("%d connections, want none", n)
+	}
+}
+
+// TestAnswersDecodedStrictly: anything but one well-formed version 1
+// answer is an error.
+func TestAnswersDecodedStrictly(t *testing.T) {
+	tests := []struct {
+		name, answer, wantErr string
+	}{
+		{"unknown field", `{"v":1,"ok":true,"path":"/x"}`, `unknown field "path"`},
+		{"other version", `{"v":2,"ok":true}`, "protocol version 2"},
+		{"two answers", `{"v":1,"ok":true}{"v":1,"ok":true}`, "more than one JSON value"},
+		{"no answer", ``, "closed the connection without an answer"},
+		{"not JSON", `ok`, "not JSON"},
+		{"failed without retryable", `{"v":1,"ok":false,"error":"x"}`, "failed without an error and retryable"},
+		{"too large", `{"v":1,"ok":true,"x":"` + strings.Repeat("x", wire.MaxResponse) + `"}`, "larger than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t, true, func([]byte) []byte { return []byte(tt.answer) })
+			c := &Client{Socket: f.socket}
+			_, err := c.Do(context.Background(), &wire.Request{V: 1, Op: wire.OpSSHReload})
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestFailedAnswer(t *testing.T) {
+	f := newFake(t, true, func([]byte) []byte { return []byte(`{"v":1,"ok":false,"error":"not allowed","retryable":false}`) })
+	c := &Client{Socket: f.socket}
+	resp, err := c.Do(context.Background(), &wire.Request{V: 1, Op: wire.OpSSHReload})
+	var herr *Error
+	if !errors.As(err, &herr) || herr.Msg != "not allowed" || herr.Retryable || IsRetryable(err) {
+		t.Fatalf("err = %v", err)
+	}
+	if resp == nil || resp.OK || resp.Error != "not allowed" {
+		t.Errorf("resp = %+v", resp)
+	}
+	if err.Error() != "bcd helper: ssh.reload: not allowed" {
+		t.Errorf("message %q", err)
+	}
+}
+
+// TestBusyWithoutReading: a helper that answers busy without reading a
+// large request still gets its answer through.
+func TestBusyWithoutReading(t *testing.T) {
+	f := newFake(t, false, func([]byte) []byte {
+		return []byte(`{"v":1,"ok":false,"error":"busy","retryable":true}`)
+	})
+	c := &Client{Socket: f.socket}
+	err := c.WriteFile(context.Background(), "/etc/cdi/bcd-x.json", bytes.Repeat([]byte("x"), filetable.MaxFileSize))
+	var herr *Error
+	if !errors.As(err, &herr) || !herr.Retryable || herr.Msg != "busy" || !IsRetryable(err) {
+		t.Fatalf("err = %v, want busy", err)
+	}
+}
+
+func TestContextEnds(t *testing.T) {
+	stop := make(chan struct{})
+	defer close(stop)
+	f := newFake(t, true, func([]byte) []byte { <-stop; return nil })
+	c := &Client{Socket: f.socket}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Do(ctx, &wire.Request{V: 1, Op: wire.OpSSHReload})
+	if !errors.Is(err, context.DeadlineExceeded) || !IsRetryable(err) {
+		t.Fatalf("err = %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("took %v", time.Since(start))
+	}
+}
+
+func TestNoSocket(t *testing.T) {
+	c := &Client{Socket: filepath.Join(t.TempDir(), "absent.sock")}
+	if _, err := c.Do(context.Background(), &wire.Request{V: 1, Op: wire.OpSSHReload}); err == nil || !IsRetryable(err) {
+		t.Fatalf("err = %v, want a retryable connection failure", err)
+	}
+	if _, err := (&Client{}).Do(context.Background(), &wire.Request{V: 1, Op: wire.OpSSHReload}); err == nil {
+		t.Fatal("no socket: succeeded")
+	}
+}
