@@ -1,0 +1,290 @@
+package tpm
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/asn1"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+
+	"github.com/google/go-tpm/tpm2"
+)
+
+// UniqueSize is the size of the value that names a node key.
+const UniqueSize = 32
+
+// akLabel is hashed into the AK template's unique field, so the AK differs
+// from any other primary key made under the endorsement hierarchy.
+const akLabel = "bcd attestation key v1"
+
+// eccSigningTemplate is the template both the node key and the AK start
+// from: ECDSA P-256 with SHA-256, fixed to this TPM, generated inside it,
+// used with an empty password and exempt from dictionary-attack lockout
+// (the password is empty, so failures say nothing about guessing).
+func eccSigningTemplate(restricted bool, x []byte) tpm2.TPMTPublic {
+	return tpm2.TPMTPublic{
+		Type:    tpm2.TPMAlgECC,
+		NameAlg: tpm2.TPMAlgSHA256,
+		ObjectAttributes: tpm2.TPMAObject{
+			FixedTPM:            true,
+			FixedParent:         true,
+			SensitiveDataOrigin: true,
+			UserWithAuth:        true,
+			NoDA:                true,
+			Restricted:          restricted,
+			SignEncrypt:         true,
+		},
+		Parameters: tpm2.NewTPMUPublicParms(tpm2.TPMAlgECC, &tpm2.TPMSECCParms{
+			Symmetric: tpm2.TPMTSymDefObject{Algorithm: tpm2.TPMAlgNull},
+			Scheme: tpm2.TPMTECCScheme{
+				Scheme: tpm2.TPMAlgECDSA,
+				Details: tpm2.NewTPMUAsymScheme(tpm2.TPMAlgECDSA,
+					&tpm2.TPMSSigSchemeECDSA{HashAlg: tpm2.TPMAlgSHA256}),
+			},
+			CurveID: tpm2.TPMECCNistP256,
+			KDF:     tpm2.TPMTKDFScheme{Scheme: tpm2.TPMAlgNull},
+		}),
+		Unique: tpm2.NewTPMUPublicID(tpm2.TPMAlgECC, &tpm2.TPMSECCPoint{
+			X: tpm2.TPM2BECCParameter{Buffer: x},
+			Y: tpm2.TPM2BECCParameter{Buffer: nil},
+		}),
+	}
+}
+
+// NodeKeyTemplate is the node-key template for unique: an unrestricted
+// ECDSA P-256 (SHA-256) signing key, created as a primary key under the owner
+// hierarchy with the 32 bytes of unique as unique.ecc.x (unique.ecc.y empty).
+// The TPM derives the same key from the same template for as long as the
+// owner hierarchy is not cleared. Changing this template changes every node
+// key; never do so.
+func NodeKeyTemplate(unique [UniqueSize]byte) tpm2.TPMTPublic {
+	return eccSigningTemplate(false, append([]byte(nil), unique[:]...))
+}
+
+// AKTemplate is the attestation key's template: a restricted ECDSA P-256
+// (SHA-256) signing key, created as a primary key under the endorsement
+// hierarchy with sha256("bcd attestation key v1") as unique.ecc.x. Being
+// restricted, it signs only structures the TPM made itself (TPMS_ATTEST) or
+// digests the TPM hashed and checked do not start with TPM_GENERATED_VALUE.
+func AKTemplate() tpm2.TPMTPublic {
+	x := sha256.Sum256([]byte(akLabel))
+	return eccSigningTemplate(true, x[:])
+}
+
+// Key is a TPM-held ECDSA P-256 key: a node key (NodeKey) or the AK (AK).
+// A node key is a crypto.Signer for TLS (tls.Certificate.PrivateKey), CSRs
+// and pki.Sign. The private half never leaves the TPM.
+type Key struct {
+	t    *TPM
+	obj  *object
+	pub  *ecdsa.PublicKey
+	name []byte
+	ak   bool
+}
+
+// NewUnique returns a random unique for a new node key; node.key records it.
+func NewUnique() ([UniqueSize]byte, error) {
+	var u [UniqueSize]byte
+	if _, err := rand.Read(u[:]); err != nil {
+		return u, fmt.Errorf("read random unique = %w", err)
+	}
+	return u, nil
+}
+
+// NodeKey derives the node key named by unique under the owner hierarchy
+// (NodeKeyTemplate). The same unique gives the same key every time on the
+// same TPM; the caller records unique (node.key) to use the key again.
+func (t *TPM) NodeKey(unique [UniqueSize]byte) (*Key, error) {
+	return t.key(newObject("node-key template", tpm2.TPMRHOwner, NodeKeyTemplate(unique)), false)
+}
+
+// AK derives the attestation key under the endorsement hierarchy
+// (AKTemplate). There is one AK per TPM; it changes only when the
+// endorsement seed does, as the EK does.
+func (t *TPM) AK() (*Key, error) {
+	return t.key(newObject("AK template", tpm2.TPMRHEndorsement, AKTemplate()), true)
+}
+
+func (t *TPM) key(obj *object, ak bool) (*Key, error) {
+	if err := t.derive(obj); err != nil {
+		return nil, err
+	}
+	check := CheckNodeKeyPublic
+	if ak {
+		check = CheckAKPublic
+	}
+	pub, err := check(obj.public)
+	if err != nil {
+		return nil, fmt.Errorf("TPM2_CreatePrimary(%s, %s) answered a public area that is not the template's: %w",
+			hierarchyName(obj.hierarchy), obj.what, err)
+	}
+	name, err := Name(obj.public)
+	if err != nil {
+		return nil, err
+	}
+	return &Key{t: t, obj: obj, pub: pub, name: name, ak: ak}, nil
+}
+
+// Public returns the key's public half, an *ecdsa.PublicKey on P-256.
+func (k *Key) Public() crypto.PublicKey { return k.pub }
+
+// PublicArea returns the key's TPMT_PUBLIC as the TPM answered it; a verifier
+// computes the key's name from it (Name) and checks it with
+// CheckNodeKeyPublic or CheckAKPublic.
+func (k *Key) PublicArea() []byte { return append([]byte(nil), k.obj.public...) }
+
+// Name returns the key's TPM name (TPM2B_NAME contents: nameAlg || digest).
+func (k *Key) Name() []byte { return append([]byte(nil), k.name...) }
+
+// Release unloads the key from the TPM. The Key stays usable: it is derived
+// again at its next use.
+func (k *Key) Release() error { return k.t.release(k.obj) }
+
+// Sign signs digest, a SHA-256, SHA-384 or SHA-512 digest (32, 48 or 64
+// bytes; when opts names a hash, its size must match), and returns an ASN.1
+// DER ECDSA signature as crypto/ecdsa.SignASN1 does. rand is not used: the
+// TPM makes its own nonce.
+//
+// ECDSA on P-256 signs the leftmost 256 bits of a digest (FIPS 186-5), so the
+// TPM signs the first 32 bytes with the key's ECDSA-SHA256 scheme; the
+// signature verifies for the whole digest with crypto/ecdsa, and TPMs without
+// SHA-512 sign SHA-512 digests too.
+func (k *Key) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
+	if k.ak {
+		return nil, errors.New("TPM2_Sign(AK): the AK is restricted and signs only what the TPM attests (Certify)")
+	}
+	switch len(digest) {
+	case 32, 48, 64:
+	default:
+		return nil, fmt.Errorf("TPM2_Sign(node key): digest is %d bytes, want 32, 48 or 64 (SHA-256, -384, -512)", len(digest))
+	}
+	if opts != nil {
+		if h := opts.HashFunc(); h == 0 {
+			return nil, errors.New("TPM2_Sign(node key): the message is not hashed; the node key signs digests only")
+		} else if h.Size() != len(digest) {
+			return nil, fmt.Errorf("TPM2_Sign(node key): digest is %d bytes, but %s digests are %d", len(digest), h, h.Size())
+		}
+	}
+	t := k.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, err := t.loadLocked(k.obj)
+	if err != nil {
+		return nil, err
+	}
+	rsp, err := tpm2.Sign{
+		KeyHandle: tpm2.AuthHandle{Handle: s.handle, Name: s.name, Auth: tpm2.PasswordAuth(nil)},
+		Digest:    tpm2.TPM2BDigest{Buffer: digest[:32]},
+		InScheme:  tpm2.TPMTSigScheme{Scheme: tpm2.TPMAlgNull},
+		Validation: tpm2.TPMTTKHashCheck{
+			Tag:       tpm2.TPMSTHashCheck,
+			Hierarchy: tpm2.TPMRHNull,
+		},
+	}.Execute(t.tr)
+	if err != nil {
+		return nil, fmt.Errorf("TPM2_Sign(node key, %d-byte digest) = %w", len(digest), err)
+	}
+	r, sv, err := ecdsaRS(&rsp.Signature)
+	if err != nil {
+		return nil, fmt.Errorf("TPM2_Sign(node key) answered %w", err)
+	}
+	if !ecdsa.Verify(k.pub, digest, r, sv) {
+		return nil, errors.New("TPM2_Sign(node key) answered a signature that does not verify against the key")
+	}
+	der, err := asn1.Marshal(struct{ R, S *big.Int }{r, sv})
+	if err != nil {
+		return nil, fmt.Errorf("encode ECDSA signature = %w", err)
+	}
+	return der, nil
+}
+
+// ecdsaRS takes r and s from an ECDSA TPMT_SIGNATURE.
+func ecdsaRS(sig *tpm2.TPMTSignature) (r, s *big.Int, err error) {
+	if sig.SigAlg != tpm2.TPMAlgECDSA {
+		return nil, nil, fmt.Errorf("a signature of algorithm %#x, want ECDSA", uint16(sig.SigAlg))
+	}
+	e, err := sig.Signature.ECDSA()
+	if err != nil {
+		return nil, nil, fmt.Errorf("a malformed ECDSA signature: %w", err)
+	}
+	return new(big.Int).SetBytes(e.SignatureR.Buffer), new(big.Int).SetBytes(e.SignatureS.Buffer), nil
+}
+
+// Name computes the TPM name of the object whose TPMT_PUBLIC is pub: its
+// nameAlg followed by the nameAlg digest of pub. Only SHA-256 names are
+// accepted.
+func Name(pub []byte) ([]byte, error) {
+	p, err := parsePublic(pub)
+	if err != nil {
+		return nil, err
+	}
+	if p.NameAlg != tpm2.TPMAlgSHA256 {
+		return nil, fmt.Errorf("public area's name algorithm is %#x, want SHA-256", uint16(p.NameAlg))
+	}
+	d := sha256.Sum256(pub)
+	return append([]byte{0x00, 0x0b}, d[:]...), nil
+}
+
+// parsePublic decodes a TPMT_PUBLIC that must re-encode to exactly pub.
+func parsePublic(pub []byte) (*tpm2.TPMTPublic, error) {
+	p, err := tpm2.Unmarshal[tpm2.TPMTPublic](pub)
+	if err != nil {
+		return nil, fmt.Errorf("parse TPMT_PUBLIC = %w", err)
+	}
+	if string(tpm2.Marshal(p)) != string(pub) {
+		return nil, errors.New("parse TPMT_PUBLIC: trailing or non-canonical bytes")
+	}
+	return p, nil
+}
+
+// CheckNodeKeyPublic checks that pub (a TPMT_PUBLIC) is a node key: the
+// node-key template in every field but the unique point, which must be on
+// P-256. It returns the public key.
+func CheckNodeKeyPublic(pub []byte) (*ecdsa.PublicKey, error) {
+	ep, err := checkTemplate(pub, NodeKeyTemplate([UniqueSize]byte{}))
+	if err != nil {
+		return nil, fmt.Errorf("not a bcd node key: %w", err)
+	}
+	return ep, nil
+}
+
+// CheckAKPublic checks that pub (a TPMT_PUBLIC) is a bcd AK: the AK template
+// (restricted, fixed to its TPM, generated inside it, ECDSA P-256 SHA-256) in
+// every field but the unique point. It returns the public key.
+func CheckAKPublic(pub []byte) (*ecdsa.PublicKey, error) {
+	ep, err := checkTemplate(pub, AKTemplate())
+	if err != nil {
+		return nil, fmt.Errorf("not a bcd AK: %w", err)
+	}
+	return ep, nil
+}
+
+func checkTemplate(pub []byte, tmpl tpm2.TPMTPublic) (*ecdsa.PublicKey, error) {
+	p, err := parsePublic(pub)
+	if err != nil {
+		return nil, err
+	}
+	tmpl.Unique = p.Unique
+	if string(tpm2.Marshal(tmpl)) != string(pub) {
+		return nil, errors.New("type, name algorithm, attributes, policy or parameters differ from the template")
+	}
+	pt, err := p.Unique.ECC()
+	if err != nil {
+		return nil, fmt.Errorf("unique point: %w", err)
+	}
+	x, y := pt.X.Buffer, pt.Y.Buffer
+	if len(x) != 32 || len(y) != 32 {
+		return nil, fmt.Errorf("unique point coordinates are %d and %d bytes, want 32", len(x), len(y))
+	}
+	raw := append(append([]byte{4}, x...), y...)
+	ep, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), raw)
+	if err != nil {
+		return nil, fmt.Errorf("unique point: %w", err)
+	}
+	return ep, nil
+}
