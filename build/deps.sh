@@ -3,9 +3,16 @@
 # Debian packages (when missing, as root) and the Go modules. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-need=()
-command -v protoc >/dev/null || need+=(protobuf-compiler)
 command -v go >/dev/null || { echo "deps: Go is not installed (Go 1.26 at /usr/local/go is expected)" >&2; exit 1; }
+
+# command -> Debian package that provides it
+need=()
+want() { command -v "$1" >/dev/null 2>&1 || need+=("$2"); }
+want protoc protobuf-compiler
+want swtpm swtpm
+want swtpm_setup swtpm-tools
+want useradd passwd
+
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "deps: missing ${need[*]}; run as root or: apt-get install ${need[*]}" >&2; exit 1
