@@ -145,7 +145,7 @@ func TestLogsCollect(t *testing.T) {
 	if err := os.WriteFile(cfg, append([]byte("# "+planted+"\n"), b...), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l.startEnv([]string{"BCD_FAKEHW_UPLOAD_CA=" + caFile}, "bcd-node", "node", "--config", cfg)
+	l.startEnv([]string{"BCD_FAKEHW_EXTRA_CA=" + caFile}, "bcd-node", "node", "--config", cfg)
 	l.waitNode(g, id, "connected", func(n nodeView) bool { return n.Connected })
 
 	sig := "X-Amz-Signature=" + strings.Repeat("abcd", 16)

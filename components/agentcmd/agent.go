@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"syscall"
 	"time"
@@ -25,11 +26,23 @@ type Machine struct {
 	StatusGPUs     func(context.Context) []status.GPU
 	OnDesiredState func(ds *bcdv1.DesiredState, serverNow time.Time)
 	BootLease      func() (held bool, left time.Duration)
+	// Beside, when set, runs beside the agent (the site's boot server);
+	// its failure stops the agent with exit 1.
+	Beside func(ctx context.Context) error
 }
+
+// ExitError is a machine's refusal to start with the exit code to use.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
 
 // Agent returns an agent mode command (`bcd node`, `bcd site`): it loads
 // config.toml and runs the agent with what the role's main built.
-func Agent(name, role, summary string, machine func(*config.Config) Machine) cli.Command {
+func Agent(name, role, summary string, machine func(*config.Config, *slog.Logger) (Machine, error)) cli.Command {
 	return cli.Command{Name: name, Summary: summary, Run: func(ctx context.Context, env *cli.Env, args []string) int {
 		fs := cli.NewFlagSet(env, "bcd", name)
 		path := fs.String("config", config.DefaultPath, "the configuration file")
@@ -47,7 +60,13 @@ func Agent(name, role, summary string, machine func(*config.Config) Machine) cli
 		}
 		var m Machine
 		if machine != nil {
-			m = machine(cfg)
+			if m, err = machine(cfg, log); err != nil {
+				var ee *ExitError
+				if errors.As(err, &ee) && ee.Code == cli.ExitUsage {
+					return cli.Usagef(env, "%s: %v", prefix, ee.Err)
+				}
+				return cli.Fail(env, prefix, err)
+			}
 		}
 		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, OnDesiredState: m.OnDesiredState,
 			BootLease: m.BootLease, Version: buildinfo.Version, Log: log,
@@ -59,7 +78,25 @@ func Agent(name, role, summary string, machine func(*config.Config) Machine) cli
 			}
 			ac.RenewAfter = d
 		}
-		err = agent.Run(ctx, ac)
+		actx, stop := context.WithCancel(ctx)
+		defer stop()
+		besideErr := make(chan error, 1)
+		if m.Beside != nil {
+			go func() {
+				err := m.Beside(actx)
+				if err != nil && actx.Err() == nil {
+					stop()
+				}
+				besideErr <- err
+			}()
+		} else {
+			besideErr <- nil
+		}
+		err = agent.Run(actx, ac)
+		stop()
+		if berr := <-besideErr; berr != nil && err == nil && ctx.Err() == nil {
+			err = berr
+		}
 		switch {
 		case err == nil:
 			return 0

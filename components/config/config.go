@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -57,6 +58,8 @@ type Config struct {
 	Log Log `toml:"log,omitempty"`
 	// Helper configures privilege separation with bcd helper.
 	Helper Helper `toml:"helper,omitempty"`
+	// Boot configures a site agent's boot server.
+	Boot Boot `toml:"boot,omitempty"`
 
 	// Path is the file the configuration was loaded from; it is not a key.
 	Path string `toml:"-"`
@@ -287,6 +290,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("log.format: must be json or text"))
 	}
 	errs = append(errs, c.Helper.validate()...)
+	errs = append(errs, c.Boot.validate()...)
 	if len(errs) == 0 {
 		return nil
 	}
@@ -305,6 +309,53 @@ func (e invalidError) Error() string {
 }
 
 func (e invalidError) Unwrap() []error { return e }
+
+// Boot is the [boot] section: a site agent's boot server (proxy DHCP,
+// TFTP, iPXE scripts and the image cache over HTTP).
+type Boot struct {
+	// Listen is the HTTP address of the boot server (scripts and images);
+	// without it the site agent serves no PXE machine.
+	Listen string `toml:"listen,omitempty"`
+	// ServerIP is the IPv4 address machines reach the boot server at.
+	ServerIP string `toml:"server_ip,omitempty"`
+	// URL is the base URL machines fetch scripts and images from.
+	URL string `toml:"url,omitempty"`
+	// ProxyDHCP answers PXE clients on UDP 67 and 4011.
+	ProxyDHCP bool `toml:"proxy_dhcp,omitempty"`
+	// TFTP serves the iPXE binaries from TFTPRoot on UDP 69.
+	TFTP     bool   `toml:"tftp,omitempty"`
+	TFTPRoot string `toml:"tftp_root,omitempty"`
+	// Interface binds proxy DHCP to one interface (SO_BINDTODEVICE).
+	Interface string `toml:"interface,omitempty"`
+	// CacheDir holds the image cache (default data_dir/cache).
+	CacheDir string `toml:"cache_dir,omitempty"`
+	// CacheMaxBytes bounds the cache (0: no bound).
+	CacheMaxBytes int64 `toml:"cache_max_bytes,omitempty"`
+}
+
+func (b *Boot) validate() []error {
+	var errs []error
+	if b.ServerIP != "" {
+		if ip := net.ParseIP(b.ServerIP); ip == nil || ip.To4() == nil {
+			errs = append(errs, errors.New("boot.server_ip: must be an IPv4 address"))
+		}
+	}
+	if b.URL != "" {
+		if u, err := url.Parse(b.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, errors.New("boot.url: must be an http(s) URL such as http://10.0.0.2:8080"))
+		}
+	}
+	if b.CacheDir != "" && !filepath.IsAbs(b.CacheDir) {
+		errs = append(errs, errors.New("boot.cache_dir: must be an absolute path"))
+	}
+	if b.TFTPRoot != "" && !filepath.IsAbs(b.TFTPRoot) {
+		errs = append(errs, errors.New("boot.tftp_root: must be an absolute path"))
+	}
+	if b.CacheMaxBytes < 0 {
+		errs = append(errs, errors.New("boot.cache_max_bytes: must not be negative"))
+	}
+	return errs
+}
 
 func (h *Helper) validate() []error {
 	var errs []error

@@ -324,6 +324,9 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 			l.push(outFrame{f: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{ResultIds: []string{r.GetCommandId()}}}}})
 		case *bcdv1.AgentFrame_Event:
 			l.push(outFrame{f: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{EventSeq: x.Event.GetSeq()}}}})
+		case *bcdv1.AgentFrame_SecretRequest:
+			req := x.SecretRequest
+			go l.push(outFrame{f: s.answerSecret(l, req)})
 		case *bcdv1.AgentFrame_Hello:
 			return connectErr(connect.CodeInvalidArgument, "Hello sent twice")
 		default:

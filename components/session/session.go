@@ -66,9 +66,14 @@ type Config struct {
 
 // Session is the agent's state across redials.
 type Session struct {
-	cfg  Config
-	log  *slog.Logger
-	kick chan struct{}
+	cfg    Config
+	log    *slog.Logger
+	kick   chan struct{}
+	outbox chan *bcdv1.AgentFrame // frames other goroutines send (secret requests)
+
+	secMu   sync.Mutex
+	secWait map[string]chan *bcdv1.SecretAnswer
+	secSeq  uint64
 
 	mu        sync.Mutex
 	connected bool
@@ -116,7 +121,8 @@ func New(cfg Config) *Session {
 	if cfg.Clock == nil {
 		cfg.Clock, _ = clock.Open("")
 	}
-	return &Session{cfg: cfg, log: cfg.Log.With("component", "session"), kick: make(chan struct{}, 1)}
+	return &Session{cfg: cfg, log: cfg.Log.With("component", "session"), kick: make(chan struct{}, 1),
+		outbox: make(chan *bcdv1.AgentFrame, 16), secWait: map[string]chan *bcdv1.SecretAnswer{}}
 }
 
 // Run dials, serves and redials until ctx ends (nil) or the node is
@@ -252,6 +258,10 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 		select {
 		case <-ctx.Done():
 			return true, 0, nil
+		case f := <-s.outbox:
+			if err := st.Send(f); err != nil {
+				return true, 0, err
+			}
 		case <-s.kick:
 			s.log.Info("reconnecting with the renewed certificate")
 			return true, time.Millisecond, nil
@@ -281,6 +291,14 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 				s.cfg.Dispatcher.Acked(x.Ack.GetResultIds())
 			case *bcdv1.GatewayFrame_Cancel:
 				s.cfg.Dispatcher.Cancel(x.Cancel.GetCommandId(), x.Cancel.GetReason())
+			case *bcdv1.GatewayFrame_SecretAnswer:
+				s.secMu.Lock()
+				ch := s.secWait[x.SecretAnswer.GetRequestId()]
+				delete(s.secWait, x.SecretAnswer.GetRequestId())
+				s.secMu.Unlock()
+				if ch != nil {
+					ch <- x.SecretAnswer
+				}
 			case *bcdv1.GatewayFrame_DesiredState:
 				if s.cfg.OnDesiredState != nil {
 					s.cfg.OnDesiredState(x.DesiredState, s.cfg.Clock.Now())
@@ -308,4 +326,61 @@ func (s *Session) accept(st *connect.BidiStreamForClient[bcdv1.AgentFrame, bcdv1
 		return nil
 	}
 	return st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Ack{Ack: &bcdv1.Ack{CommandIds: []string{c.GetId()}}}})
+}
+
+// SecretTimeout bounds how long Secret waits for the gateway's answer.
+const SecretTimeout = 30 * time.Second
+
+// Secret asks the gateway for a secret bound to a workflow step (the
+// command that needs it) and waits for the answer. The secret travels only
+// inside the session; it is never logged.
+func (s *Session) Secret(ctx context.Context, name, workflowID, commandID string) ([]byte, error) {
+	s.secMu.Lock()
+	s.secSeq++
+	id := fmt.Sprintf("sec-%d-%d", time.Now().UnixNano(), s.secSeq)
+	ch := make(chan *bcdv1.SecretAnswer, 1)
+	s.secWait[id] = ch
+	s.secMu.Unlock()
+	defer func() {
+		s.secMu.Lock()
+		delete(s.secWait, id)
+		s.secMu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(ctx, SecretTimeout)
+	defer cancel()
+	req := &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_SecretRequest{SecretRequest: &bcdv1.SecretRequest{
+		RequestId: id, Name: name, WorkflowId: workflowID, CommandId: commandID,
+	}}}
+	select {
+	case s.outbox <- req:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("secret %s: %w", name, ctx.Err())
+	}
+	select {
+	case a := <-ch:
+		if a.GetError() != "" {
+			return nil, fmt.Errorf("secret %s: the gateway refused: %s", name, a.GetError())
+		}
+		return a.GetValue(), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("secret %s: no answer: %w", name, ctx.Err())
+	}
+}
+
+type secretsKey struct{}
+
+// Secrets is what a command kind uses to ask for secrets.
+type Secrets interface {
+	Secret(ctx context.Context, name, workflowID, commandID string) ([]byte, error)
+}
+
+// WithSecrets returns ctx carrying s for the kinds run under it.
+func WithSecrets(ctx context.Context, s Secrets) context.Context {
+	return context.WithValue(ctx, secretsKey{}, s)
+}
+
+// SecretsFrom returns the Secrets a kind may use, or nil.
+func SecretsFrom(ctx context.Context) Secrets {
+	s, _ := ctx.Value(secretsKey{}).(Secrets)
+	return s
 }

@@ -3,12 +3,9 @@
 package main
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"net/http"
 	"os"
 	"strconv"
-	"time"
 
 	"github.com/better-compute/bcd/components/agentcmd"
 	"github.com/better-compute/bcd/components/cli"
@@ -29,22 +26,8 @@ func hardware(dataDir string) (nodekinds.Hardware, string) {
 	return fakehw.Hardware{Seed: seed, DataDir: dataDir}, "fakehw"
 }
 
-// uploadClient trusts, besides the system roots, the CA in the PEM file
-// BCD_FAKEHW_UPLOAD_CA, so a test can receive logs.collect uploads.
-func uploadClient() *http.Client {
-	f := os.Getenv("BCD_FAKEHW_UPLOAD_CA")
-	if f == "" {
-		return nil
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil {
-		pool = x509.NewCertPool()
-	}
-	if b, err := os.ReadFile(f); err == nil {
-		pool.AppendCertsFromPEM(b)
-	}
-	return &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-}
+// uploadClient also trusts $BCD_FAKEHW_EXTRA_CA (tests' upload servers).
+func uploadClient() *http.Client { return fakehw.ExtraCAClient() }
 
 // extraKinds are the test kinds of a fakehw build.
 func extraKinds(dataDir string) []dispatch.Kind { return fakekinds.Kinds(dataDir) }

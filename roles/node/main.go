@@ -5,6 +5,8 @@
 package main
 
 import (
+	"log/slog"
+
 	"github.com/better-compute/bcd/components/agentcmd"
 	"github.com/better-compute/bcd/components/cli"
 	"github.com/better-compute/bcd/components/config"
@@ -15,13 +17,13 @@ import (
 )
 
 // machine wires the node kinds and the status GPU lines for this machine.
-func machine(cfg *config.Config) agentcmd.Machine {
+func machine(cfg *config.Config, _ *slog.Logger) (agentcmd.Machine, error) {
 	hw, _ := hardware(cfg.DataDir)
 	return agentcmd.Machine{
 		Kinds: append(append(nodekinds.Kinds(hw, nil), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient())),
 			extraKinds(cfg.DataDir)...),
 		StatusGPUs: nodekinds.StatusGPUs(hw),
-	}
+	}, nil
 }
 
 func doctorChecks(cfg *config.Config, path string) []doctor.Check {

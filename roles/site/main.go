@@ -3,26 +3,70 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/better-compute/bcd/components/agentcmd"
 	"github.com/better-compute/bcd/components/bootlease"
+	"github.com/better-compute/bcd/components/bootserver"
 	"github.com/better-compute/bcd/components/cli"
 	"github.com/better-compute/bcd/components/config"
 	"github.com/better-compute/bcd/components/doctor"
+	"github.com/better-compute/bcd/components/imagecache"
 	"github.com/better-compute/bcd/components/roles"
+	"github.com/better-compute/bcd/components/sitekinds"
 	"github.com/better-compute/bcd/components/status"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
-// machine wires the site's boot lease (the boot server asks it before it
-// answers any machine).
-func machine(*config.Config) agentcmd.Machine {
+// machine wires the site's boot lease and, with [boot] listen, its boot
+// server and the boot kinds.
+func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	lease := &bootlease.Lease{}
-	return agentcmd.Machine{
+	m := agentcmd.Machine{
 		OnDesiredState: func(ds *bcdv1.DesiredState, serverNow time.Time) { _ = lease.Apply(ds.GetSpec(), serverNow) },
 		BootLease:      func() (bool, time.Duration) { return lease.Active(), lease.Left() },
 	}
+	b := cfg.Boot
+	if b.Listen == "" {
+		log.Warn("no [boot] listen: this site agent serves no PXE machine")
+		return m, nil
+	}
+	if (b.ProxyDHCP || b.TFTP) && (b.ServerIP == "" || b.URL == "") {
+		return m, &agentcmd.ExitError{Code: cli.ExitUsage, Err: errors.New("[boot] proxy_dhcp and tftp need server_ip and url")}
+	}
+	if _, err := os.Stat(cfg.JoinEncryptionJWKPath()); err != nil {
+		return m, fmt.Errorf("[boot] needs %s beside the configuration (the ramdisk joins with it): %w", cfg.JoinEncryptionJWKPath(), err)
+	}
+	if b.URL == "" {
+		return m, &agentcmd.ExitError{Code: cli.ExitUsage, Err: errors.New("[boot] listen needs url (where machines fetch scripts and images)")}
+	}
+	entries, err := bootserver.OpenEntries(cfg.DataDir)
+	if err != nil {
+		return m, err
+	}
+	cacheDir := b.CacheDir
+	if cacheDir == "" {
+		cacheDir = filepath.Join(cfg.DataDir, "cache")
+	}
+	cache, err := imagecache.New(imagecache.Config{Dir: cacheDir, MaxBytes: b.CacheMaxBytes, Client: downloadClient(), Log: log.With("component", "imagecache")})
+	if err != nil {
+		return m, err
+	}
+	_ = cache.SetKeep(entries.Digests())
+	srv := &bootserver.Server{Boot: b, Entries: entries, Cache: cache, Lease: lease, Log: log.With("component", "bootserver"),
+		Discovered: func(mac net.HardwareAddr) {
+			log.Info("an unprepared machine asked to boot", "component", "bootserver", "mac", mac.String())
+		}}
+	m.Kinds = sitekinds.Kinds(sitekinds.Config{Config: cfg, Entries: entries, Cache: cache})
+	m.Beside = func(ctx context.Context) error { return srv.Run(ctx) }
+	return m, nil
 }
 
 func main() {

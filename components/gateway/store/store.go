@@ -43,6 +43,10 @@ type Token struct {
 	Used      int       `json:"used"`
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// MAC and Command bind a discovery token (role ramdisk) to the machine
+	// and the boot.prepareRamdisk command it was minted for.
+	MAC     string `json:"mac,omitempty"`
+	Command string `json:"command,omitempty"`
 }
 
 // Node is a joined agent.
@@ -155,6 +159,12 @@ func HashSecret(secret string) string {
 // PutToken stores a new token record.
 func (s *Store) PutToken(t Token) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return put(tx, bTokens, t.ID, t) })
+}
+
+// DeleteToken removes a token record (a discovery token replaced by a
+// newer one for the same command).
+func (s *Store) DeleteToken(id string) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bTokens).Delete([]byte(id)) })
 }
 
 // SpendToken checks the token id and secret, its role and expiry, and uses

@@ -1,0 +1,77 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/better-compute/bcd/components/gateway/store"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
+)
+
+// SecretDiscoveryToken is the secret a site agent asks for while it runs
+// boot.prepareRamdisk: a one-use join token of role ramdisk, bound to the
+// machine's MAC and to that command.
+const SecretDiscoveryToken = "discovery-token"
+
+// DiscoveryTokenTTL is how long a discovery token stays usable.
+const DiscoveryTokenTTL = time.Hour
+
+// answerSecret answers a SecretRequest. Secrets are bound to a workflow
+// step: the request names the command that needs it, which must be this
+// node's, still running, and of a kind that may ask for that secret.
+func (s *Server) answerSecret(l *live, req *bcdv1.SecretRequest) *bcdv1.GatewayFrame {
+	ans := &bcdv1.SecretAnswer{RequestId: req.GetRequestId()}
+	val, err := s.secret(l, req)
+	if err != nil {
+		ans.Error = err.Error()
+		s.log.Warn("secret refused", "node", l.nodeID, "name", req.GetName(), "command_id", req.GetCommandId(), "reason", err.Error())
+	} else {
+		ans.Value = val
+		s.log.Info("secret answered", "node", l.nodeID, "name", req.GetName(), "command_id", req.GetCommandId())
+	}
+	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_SecretAnswer{SecretAnswer: ans}}
+}
+
+func (s *Server) secret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
+	if req.GetName() != SecretDiscoveryToken {
+		return nil, fmt.Errorf("no secret %q", req.GetName())
+	}
+	if l.role != "site" {
+		return nil, errors.New("only a site agent may ask for a discovery token")
+	}
+	c, err := s.store.Command(req.GetCommandId())
+	if err != nil || c.NodeID != l.nodeID || c.Kind != "boot.prepareRamdisk" || c.State == store.StateDone {
+		return nil, errors.New("the secret is bound to a running boot.prepareRamdisk command of this site agent")
+	}
+	var body struct {
+		MAC string `json:"mac"`
+	}
+	_ = json.Unmarshal(c.Body, &body)
+	mac, err := net.ParseMAC(body.MAC)
+	if err != nil || len(mac) != 6 {
+		return nil, errors.New("the command names no MAC")
+	}
+	n, err := s.store.Node(l.nodeID)
+	if err != nil {
+		return nil, err
+	}
+	// One live discovery token per command: a re-request replaces it.
+	key := "discovery/" + c.ID
+	if old, _ := s.store.Meta(key); len(old) > 0 {
+		_ = s.store.DeleteToken(string(old))
+	}
+	id := "jt" + randomID(8)
+	secret := randomID(20)
+	t := store.Token{ID: id, Hash: store.HashSecret(secret), Role: "ramdisk", Site: n.Site, Uses: 1,
+		CreatedAt: s.now().UTC(), ExpiresAt: s.now().Add(DiscoveryTokenTTL).UTC(), MAC: mac.String(), Command: c.ID}
+	if err := s.store.PutToken(t); err != nil {
+		return nil, err
+	}
+	if err := s.store.SetMeta(key, []byte(id)); err != nil {
+		return nil, err
+	}
+	return []byte("bcjt_" + id + "_" + secret), nil
+}

@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/go-jose/go-jose/v4"
+
+	"github.com/better-compute/bcd/components/bootparams"
+)
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestSiteBootServer: boot.prepareRamdisk pulls the ramdisk's images into
+// the site's verified cache, gets a discovery token through a
+// SecretRequest, signs the discovery assertion, and the site serves the
+// machine's iPXE script (with bc.* parameters that parse) and its images;
+// an unknown MAC and a cleaned-up one get `exit`.
+func TestSiteBootServer(t *testing.T) {
+	kernel, initrd := []byte(strings.Repeat("kernel", 5000)), []byte(strings.Repeat("initrd", 7000))
+	src := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/vmlinuz":
+			w.Write(kernel)
+		case "/initrd":
+			w.Write(initrd)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer src.Close()
+	l := newLab(t)
+	caFile := filepath.Join(l.root, "src-ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: src.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	tok := l.token(g, "--uses", "1", "--role", "site", "--site", "ams1")
+	cfg, site := l.joinNode(g, "site", tok, "site")
+	addr := freePort(t)
+	b, _ := os.ReadFile(cfg)
+	if err := os.WriteFile(cfg, append(b, []byte(fmt.Sprintf("\n[boot]\nlisten = %q\nurl = \"http://%s\"\n", addr, addr))...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.startEnv([]string{"BCD_FAKEHW_EXTRA_CA=" + caFile}, "bcd-site", "site", "--config", cfg)
+	l.waitNode(g, site, "holding the lease", func(n nodeView) bool { return n.Connected && n.BootLease })
+
+	sum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+	mac := "52:54:00:12:34:56"
+	body := fmt.Sprintf(`{"mac":%q,"kernel":{"sha256":%q,"url":%q},"initrd":{"sha256":%q,"url":%q}}`,
+		mac, sum(kernel), src.URL+"/vmlinuz", sum(initrd), src.URL+"/initrd")
+	code, v := l.runKind(g, site, "boot.prepareRamdisk", body)
+	if code != 0 {
+		t.Fatalf("boot.prepareRamdisk: %d %+v", code, v)
+	}
+	var out struct {
+		ScriptURL string `json:"script_url"`
+	}
+	_ = json.Unmarshal(v.Output, &out)
+	get := func(u string) string {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	script := get(out.ScriptURL)
+	m := regexp.MustCompile(`(?m)^kernel (\S+) initrd=initrd (.*)$`).FindStringSubmatch(script)
+	if m == nil {
+		t.Fatalf("script:\n%s", script)
+	}
+	p, err := bootparams.Parse(m[2])
+	if err != nil {
+		t.Fatalf("bc.* parameters do not parse: %v", err)
+	}
+	if p.MAC.String() != mac || p.Site != "ams1" || !strings.HasPrefix(p.DiscoveryToken, "bcjt_") || p.CacheURL != "http://"+addr {
+		t.Fatalf("parameters %+v", p)
+	}
+	// The assertion is signed by the site agent's key.
+	idb, _ := os.ReadFile(filepath.Join(filepath.Dir(cfg), "data", "identity.json"))
+	var id struct {
+		CertificatePEM string `json:"certificate_pem"`
+	}
+	_ = json.Unmarshal(idb, &id)
+	blk, _ := pem.Decode([]byte(id.CertificatePEM))
+	cert, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws, err := jose.ParseSigned(p.Assertion, []jose.SignatureAlgorithm{jose.ES256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := jws.Verify(cert.PublicKey)
+	if err != nil || !strings.Contains(string(payload), site) || !strings.Contains(string(payload), mac) {
+		t.Fatalf("assertion: %v %s", err, payload)
+	}
+	if got := get(m[1]); got != string(kernel) {
+		t.Fatalf("kernel from the site's cache: %d bytes, want %d", len(got), len(kernel))
+	}
+	if s := get("http://" + addr + "/boot/ipxe?mac=52:54:00:00:00:01"); !strings.Contains(s, "exit") || strings.Contains(s, "kernel") {
+		t.Fatalf("unknown MAC got:\n%s", s)
+	}
+	if code, v := l.runKind(g, site, "boot.cleanUp", `{"mac":"`+mac+`"}`); code != 0 {
+		t.Fatalf("boot.cleanUp: %+v", v)
+	}
+	if s := get(out.ScriptURL); strings.Contains(s, "kernel") {
+		t.Fatalf("cleaned-up MAC still boots:\n%s", s)
+	}
+	// A wrong digest is never cached nor served.
+	bad := fmt.Sprintf(`{"mac":"52:54:00:00:00:02","kernel":{"sha256":%q,"url":%q},"initrd":{"sha256":%q,"url":%q}}`,
+		sum([]byte("other")), src.URL+"/vmlinuz", sum(initrd), src.URL+"/initrd")
+	if code, v := l.runKind(g, site, "boot.prepareRamdisk", bad); code != 1 || !strings.Contains(v.Error, "pull") {
+		t.Fatalf("wrong digest: %d %+v", code, v)
+	}
+	resp, err := http.Get("http://" + addr + "/images/" + sum([]byte("other")))
+	if err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a mismatched image is served: %v %v", err, resp.Status)
+	}
+	resp.Body.Close()
+	l.out.assertAbsent(t, "the discovery token", p.DiscoveryToken)
+	l.out.assertAbsent(t, "the site's join token", tok)
+}
+
+// TestSiteBootRefusals: the seeds' exit codes for a [boot] section that
+// cannot work.
+func TestSiteBootRefusals(t *testing.T) {
+	l := newLab(t)
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	tok := l.token(g, "--uses", "1", "--role", "site")
+	cfg, _ := l.joinNode(g, "site", tok, "site")
+	base, _ := os.ReadFile(cfg)
+	write := func(boot string) {
+		if err := os.WriteFile(cfg, append(append([]byte{}, base...), []byte("\n[boot]\n"+boot)...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("listen = \"127.0.0.1:0\"\nurl = \"http://127.0.0.1:1\"\nproxy_dhcp = true\n")
+	if code, _, errOut := l.run("", nil, "bcd-site", "site", "--config", cfg); code != 2 || !strings.Contains(errOut, "server_ip and url") {
+		t.Fatalf("proxy_dhcp without server_ip: exit %d %q", code, errOut)
+	}
+	write("listen = \"127.0.0.1:0\"\nurl = \"http://127.0.0.1:1\"\n")
+	if err := os.Remove(filepath.Join(filepath.Dir(cfg), "join-encryption.jwk")); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := l.run("", nil, "bcd-site", "site", "--config", cfg); code != 1 || !strings.Contains(errOut, "join-encryption.jwk") {
+		t.Fatalf("no join-encryption.jwk: exit %d %q", code, errOut)
+	}
+}

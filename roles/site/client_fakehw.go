@@ -1,0 +1,12 @@
+//go:build fakehw
+
+package main
+
+import (
+	"net/http"
+
+	"github.com/better-compute/bcd/components/fakehw"
+)
+
+// downloadClient also trusts $BCD_FAKEHW_EXTRA_CA (tests' image sources).
+func downloadClient() *http.Client { return fakehw.ExtraCAClient() }
