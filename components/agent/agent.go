@@ -184,7 +184,7 @@ func Run(ctx context.Context, c Config) error {
 	dctx, stopD := context.WithCancel(ctx)
 	dDone := make(chan error, 1)
 	go func() {
-		err := d.Run(dctx)
+		err := d.Run(session.WithSecrets(dctx, s))
 		if err != nil {
 			stopS()
 		}
