@@ -35,6 +35,7 @@ func build(t testing.TB) string {
 			{"bcgw", "./cmd/bcgw", ""},
 			{"bcd-node", "./roles/node", "fakehw"},
 			{"bcd-node-host", "./roles/node", ""},
+			{"bcd-ramdisk", "./roles/ramdisk", ""},
 			{"bcd-site", "./roles/site", "fakehw"},
 		} {
 			args := []string{"build", "-trimpath", "-o", filepath.Join(bins.dir, b.out)}

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-jose/go-jose/v4"
 
@@ -118,11 +119,28 @@ func TestSiteBootServer(t *testing.T) {
 	if err != nil || !strings.Contains(string(payload), site) || !strings.Contains(string(payload), mac) {
 		t.Fatalf("assertion: %v %s", err, payload)
 	}
+	ramdiskJoins(t, l, g, m[2], mac)
 	if got := get(m[1]); got != string(kernel) {
 		t.Fatalf("kernel from the site's cache: %d bytes, want %d", len(got), len(kernel))
 	}
 	if s := get("http://" + addr + "/boot/ipxe?mac=52:54:00:00:00:01"); !strings.Contains(s, "exit") || strings.Contains(s, "kernel") {
 		t.Fatalf("unknown MAC got:\n%s", s)
+	}
+	// Another machine's assertion (validly signed, for another token and
+	// MAC) does not admit this one.
+	mac2 := "52:54:00:65:43:21"
+	body2 := strings.Replace(body, mac, mac2, 1)
+	if code, v := l.runKind(g, site, "boot.prepareRamdisk", body2); code != 0 {
+		t.Fatalf("boot.prepareRamdisk 2: %+v", v)
+	}
+	m2 := regexp.MustCompile(`(?m)^kernel (\S+) initrd=initrd (.*)$`).FindStringSubmatch(get("http://" + addr + "/boot/ipxe?mac=" + mac2))
+	swapped := regexp.MustCompile(`bc.assertion=\S+`).ReplaceAllString(m2[2], "bc.assertion="+p.Assertion)
+	cl := filepath.Join(l.root, "cmdline-swapped")
+	if err := os.WriteFile(cl, []byte(swapped), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := l.run("", nil, "bcd-ramdisk", "ramdisk", "--cmdline", cl, "--data-dir", filepath.Join(l.root, "r5")); code != 1 || !strings.Contains(errOut, "discovery assertion") {
+		t.Fatalf("another machine's assertion: exit %d %q", code, errOut)
 	}
 	if code, v := l.runKind(g, site, "boot.cleanUp", `{"mac":"`+mac+`"}`); code != 0 {
 		t.Fatalf("boot.cleanUp: %+v", v)
@@ -168,5 +186,47 @@ func TestSiteBootRefusals(t *testing.T) {
 	}
 	if code, _, errOut := l.run("", nil, "bcd-site", "site", "--config", cfg); code != 1 || !strings.Contains(errOut, "join-encryption.jwk") {
 		t.Fatalf("no join-encryption.jwk: exit %d %q", code, errOut)
+	}
+}
+
+// ramdiskJoins runs bcd ramdisk on the command line the site served: it
+// joins with the discovery attestor as role ramdisk and runs the agent; the
+// same parameters cannot join a second machine, a forged assertion and a
+// jwk that does not match its pin are refused.
+func ramdiskJoins(t *testing.T, l *lab, g *gw, cmdline, mac string) {
+	t.Helper()
+	dir := filepath.Join(l.root, "ramdisk")
+	cl := filepath.Join(l.root, "cmdline")
+	if err := os.WriteFile(cl, []byte("BOOT_IMAGE=vmlinuz "+cmdline+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := l.start("bcd-ramdisk", "ramdisk", "--cmdline", cl, "--data-dir", dir)
+	m := p.waitLog(t, "joined", 30*time.Second)
+	id, _ := m["node"].(string)
+	n := l.waitNode(g, id, "connected as a ramdisk", func(n nodeView) bool { return n.Connected })
+	if n.Role != "ramdisk" {
+		t.Fatalf("ramdisk joined with role %s", n.Role)
+	}
+	if code, v := l.runKind(g, id, "agent.ping", ""); code != 0 || !strings.Contains(string(v.Output), "ramdisk") {
+		t.Fatalf("agent.ping on the ramdisk: %d %+v", code, v)
+	}
+	// The token is spent: a second machine with the same parameters is refused.
+	code, _, errOut := l.run("", nil, "bcd-ramdisk", "ramdisk", "--cmdline", cl, "--data-dir", filepath.Join(l.root, "ramdisk2"))
+	if code != 1 || !strings.Contains(errOut, "Join refused") {
+		t.Fatalf("replayed discovery token: exit %d %q", code, errOut)
+	}
+	// Malformed parameters exit 2; a jwk of another key exits 1.
+	if err := os.WriteFile(cl, []byte("bc.gateway=https://x bc.mac=zz\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := l.run("", nil, "bcd-ramdisk", "ramdisk", "--cmdline", cl, "--data-dir", filepath.Join(l.root, "r3")); code != 2 || !strings.Contains(errOut, "bc.") {
+		t.Fatalf("malformed bc.*: exit %d %q", code, errOut)
+	}
+	other := regexp.MustCompile(`bc.encryption_pin=\S+`).ReplaceAllString(cmdline, "bc.encryption_pin=sha256/"+strings.Repeat("A", 43)+"=")
+	if err := os.WriteFile(cl, []byte(other), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := l.run("", nil, "bcd-ramdisk", "ramdisk", "--cmdline", cl, "--data-dir", filepath.Join(l.root, "r4")); code != 1 || !strings.Contains(errOut, "bc.jwk does not match the join encryption pin") {
+		t.Fatalf("jwk not matching its pin: exit %d %q", code, errOut)
 	}
 }

@@ -303,10 +303,12 @@ func (s *Server) issue(n store.Node, csr *x509.CertificateRequest) (*x509.Certif
 func (s *Server) Join(ctx context.Context, req *connect.Request[bcdv1.JoinRequest]) (*connect.Response[bcdv1.JoinResponse], error) {
 	m := req.Msg
 	log := s.log.With("rpc", "Join", "role", m.GetRole())
-	if m.GetRole() != "node" && m.GetRole() != "site" {
-		return nil, connectErr(connect.CodeInvalidArgument, "role must be node or site")
-	}
-	if a := m.GetAttestor(); a != "" && a != "join-token" {
+	switch a := m.GetAttestor(); {
+	case (a == "" || a == "join-token") && (m.GetRole() == "node" || m.GetRole() == "site"):
+	case a == "discovery" && m.GetRole() == "ramdisk":
+	case a == "" || a == "join-token" || a == "discovery":
+		return nil, connectErr(connect.CodeInvalidArgument, "role %q cannot join with attestor %q", m.GetRole(), a)
+	default:
 		return nil, connectErr(connect.CodeUnimplemented, "attestor %q is not supported by this gateway", a)
 	}
 	csr, err := pki.ParseCSR(m.GetCsr())
@@ -338,13 +340,20 @@ func (s *Server) Join(ctx context.Context, req *connect.Request[bcdv1.JoinReques
 	}
 	n := store.Node{
 		ID: "node_" + randomID(13), Role: m.GetRole(), Site: tok.Site, Hostname: m.GetClaims().GetHostname(),
-		JoinedAt: s.now().UTC(), TokenID: tok.ID,
+		JoinedAt: s.now().UTC(), TokenID: tok.ID, MAC: tok.MAC,
+	}
+	if m.GetAttestor() == "discovery" {
+		if err := s.checkAssertion(m.GetAssertion(), sealed.Token, tok); err != nil {
+			log.Warn("join refused", "token_id", tok.ID, "reason", err.Error())
+			return nil, connectErr(connect.CodePermissionDenied, "discovery assertion: %v", err)
+		}
 	}
 	cert, err := s.issue(n, csr)
 	if err != nil {
 		return nil, connectErr(connect.CodeInternal, "issue certificate: %v", err)
 	}
 	n.SPIFFEID, n.CertSerial, n.NotAfter = cert.URIs[0].String(), cert.SerialNumber.Text(16), cert.NotAfter
+	n.PublicKey = cert.RawSubjectPublicKeyInfo
 	if err := s.store.PutNode(n); err != nil {
 		return nil, connectErr(connect.CodeUnavailable, "store node: %v", err)
 	}
@@ -401,6 +410,7 @@ func (s *Server) Renew(ctx context.Context, req *connect.Request[bcdv1.RenewRequ
 	}
 	if _, err := s.store.UpdateNode(n.ID, func(x *store.Node) error {
 		x.PrevCertSerial, x.CertSerial, x.NotAfter = cert.SerialNumber.Text(16), nc.SerialNumber.Text(16), nc.NotAfter
+		x.PrevPublicKey, x.PublicKey = cert.RawSubjectPublicKeyInfo, nc.RawSubjectPublicKeyInfo
 		return nil
 	}); err != nil {
 		return nil, connectErr(connect.CodeUnavailable, "store node: %v", err)

@@ -33,6 +33,7 @@ type Options struct {
 	Client        bcdv1connect.AgentGatewayClient
 	Role          string
 	Attestor      string // default join-token
+	Assertion     string // the site's discovery assertion (attestor discovery)
 	Token         string
 	EncryptionJWK *jose.JSONWebKey // already checked against join_encryption_key_pin
 	SigningPin    string           // join_signing_key_pin
@@ -85,7 +86,7 @@ func Join(ctx context.Context, o Options) (*identity.Agent, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256(csr)
-	req := &bcdv1.JoinRequest{Role: o.Role, Attestor: o.Attestor, Csr: csr, Claims: o.Claims}
+	req := &bcdv1.JoinRequest{Role: o.Role, Attestor: o.Attestor, Csr: csr, Claims: o.Claims, Assertion: o.Assertion}
 	var resp *connect.Response[bcdv1.JoinResponse]
 	for attempt := 0; ; attempt++ {
 		// Sealed anew for each attempt, so its issue time stays fresh

@@ -1,16 +1,19 @@
 // Command bcd-ramdisk is the ramdisk role, started by the init of the PXE
-// initramfs. The ramdisk agent itself (discovery join, wipes, deploy,
-// kexec) is wired in here as it lands; until then this build has only the
-// version command and says so for the rest.
+// initramfs: it joins with the discovery attestor from the bc.* boot
+// parameters and runs the ramdisk agent. Its kinds (disk.wipe,
+// deploy.image, boot.kexec) are wired here as they land.
 package main
 
 import (
+	"github.com/better-compute/bcd/components/agentcmd"
 	"github.com/better-compute/bcd/components/cli"
 	"github.com/better-compute/bcd/components/roles"
+	"github.com/better-compute/bcd/components/status"
 )
 
 func main() {
-	roles.Main("ramdisk", []cli.Command{}, map[string]string{
-		"ramdisk": "bcd ramdisk: the ramdisk agent has not landed in this build yet",
-	})
+	roles.Main("ramdisk", []cli.Command{
+		agentcmd.Ramdisk(nil),
+		status.Command(),
+	}, nil)
 }

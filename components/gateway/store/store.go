@@ -60,13 +60,19 @@ type Node struct {
 	// PrevCertSerial is the certificate a renewal replaced; it stays valid
 	// until the new one is first used, so an agent that died before
 	// storing its renewed certificate can still connect (and renew again).
-	PrevCertSerial string    `json:"prev_cert_serial,omitempty"`
-	NotAfter       time.Time `json:"not_after"`
-	Epoch          uint64    `json:"epoch"`
-	Revoked        bool      `json:"revoked"`
-	JoinedAt       time.Time `json:"joined_at"`
-	LastSeen       time.Time `json:"last_seen"`
-	TokenID        string    `json:"token_id"`
+	PrevCertSerial string `json:"prev_cert_serial,omitempty"`
+	// PublicKey and PrevPublicKey (DER SPKI) are the keys of those two
+	// certificates: a site's discovery assertions are checked with them.
+	PublicKey     []byte `json:"public_key,omitempty"`
+	PrevPublicKey []byte `json:"prev_public_key,omitempty"`
+	// MAC is a ramdisk's boot interface (from its discovery token).
+	MAC      string    `json:"mac,omitempty"`
+	NotAfter time.Time `json:"not_after"`
+	Epoch    uint64    `json:"epoch"`
+	Revoked  bool      `json:"revoked"`
+	JoinedAt time.Time `json:"joined_at"`
+	LastSeen time.Time `json:"last_seen"`
+	TokenID  string    `json:"token_id"`
 }
 
 // Current reports whether a certificate serial may be used by this node:

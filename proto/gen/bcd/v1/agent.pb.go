@@ -37,7 +37,10 @@ type JoinRequest struct {
 	Csr    []byte          `protobuf:"bytes,4,opt,name=csr,proto3" json:"csr,omitempty"`
 	Claims *HardwareClaims `protobuf:"bytes,5,opt,name=claims,proto3" json:"claims,omitempty"`
 	// For the provisioned attestor: the node the installed OS must be.
-	NodeId        string `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeId string `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// For the discovery attestor: the site agent's signed assertion about
+	// this machine (a compact JWS from the bc.assertion boot parameter).
+	Assertion     string `protobuf:"bytes,7,opt,name=assertion,proto3" json:"assertion,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -110,6 +113,13 @@ func (x *JoinRequest) GetClaims() *HardwareClaims {
 func (x *JoinRequest) GetNodeId() string {
 	if x != nil {
 		return x.NodeId
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetAssertion() string {
+	if x != nil {
+		return x.Assertion
 	}
 	return ""
 }
@@ -2199,14 +2209,15 @@ var File_bcd_v1_agent_proto protoreflect.FileDescriptor
 
 const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x12bcd/v1/agent.proto\x12\x06bcd.v1\"\xbb\x01\n" +
+	"\x12bcd/v1/agent.proto\x12\x06bcd.v1\"\xd9\x01\n" +
 	"\vJoinRequest\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x1a\n" +
 	"\battestor\x18\x02 \x01(\tR\battestor\x12!\n" +
 	"\fsealed_token\x18\x03 \x01(\tR\vsealedToken\x12\x10\n" +
 	"\x03csr\x18\x04 \x01(\fR\x03csr\x12.\n" +
 	"\x06claims\x18\x05 \x01(\v2\x16.bcd.v1.HardwareClaimsR\x06claims\x12\x17\n" +
-	"\anode_id\x18\x06 \x01(\tR\x06nodeId\"\xab\x01\n" +
+	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12\x1c\n" +
+	"\tassertion\x18\a \x01(\tR\tassertion\"\xab\x01\n" +
 	"\x0eHardwareClaims\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x1d\n" +
 	"\n" +
