@@ -5,15 +5,15 @@
 package main
 
 import (
-	"github.com/better-compute/bcd/components/agentcmd"
 	"github.com/better-compute/bcd/components/cli"
+	"github.com/better-compute/bcd/components/ramdiskcmd"
 	"github.com/better-compute/bcd/components/roles"
 	"github.com/better-compute/bcd/components/status"
 )
 
 func main() {
 	roles.Main("ramdisk", []cli.Command{
-		agentcmd.Ramdisk(nil),
+		ramdiskcmd.Command(nil),
 		status.Command(),
 	}, nil)
 }

@@ -1,4 +1,6 @@
-package agentcmd
+// Package ramdiskcmd is `bcd ramdisk`, the ramdisk role's agent mode, kept
+// apart so that other roles do not link the boot parameters.
+package ramdiskcmd
 
 import (
 	"context"
@@ -23,11 +25,11 @@ import (
 	"github.com/better-compute/bcd/components/transport"
 )
 
-// Ramdisk returns `bcd ramdisk`: inside the PXE ramdisk it reads the bc.*
+// Command returns `bcd ramdisk`: inside the PXE ramdisk it reads the bc.*
 // boot parameters, joins with the discovery attestor as role ramdisk
 // (unless the data directory already holds an identity) and runs the agent
 // with the ramdisk's kinds.
-func Ramdisk(kinds func(dataDir string) []dispatch.Kind) cli.Command {
+func Command(kinds func(dataDir string) []dispatch.Kind) cli.Command {
 	return cli.Command{Name: "ramdisk", Summary: "run the ramdisk agent (inside the PXE initramfs)", Run: func(ctx context.Context, env *cli.Env, args []string) int {
 		fs := cli.NewFlagSet(env, "bcd", "ramdisk")
 		cmdline := fs.String("cmdline", "/proc/cmdline", "where to read the bc.* boot parameters")
