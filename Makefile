@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X github.com/better-compute/bcd/components/buildinfo.Version=$
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 ROLES := node site ramdisk helper
 
-.PHONY: all build proto deps deps-lists test soak demo sizes bench clean fmt
+.PHONY: all build proto deps deps-lists test soak demo sizes bench clean fmt packages
 
 all: build
 
@@ -35,8 +35,14 @@ soak: deps
 demo: build
 	@./build/demo.sh
 
+# packages builds bcd-node, bcd-site (and the ramdisk images when images/out
+# holds them) as .deb and .rpm for amd64 and arm64 into bin/packages/.
+packages: deps
+	./build/packages.sh
+
 sizes: build
-	@ls -l bin/ | awk 'NR>1 {printf "%-20s %10d bytes\n", $$9, $$5}'
+	@ls -l bin/ | awk 'NR>1 && $$1 !~ /^d/ {printf "%-20s %10d bytes\n", $$9, $$5}'
+	@./build/packages.sh
 
 # bench prints each figure next to its reference measured in the same run:
 # journal commands/s with fsync against the raw fsync rate of the same kind

@@ -12,6 +12,10 @@ want protoc protobuf-compiler
 want swtpm swtpm
 want swtpm_setup swtpm-tools
 want useradd passwd
+want rpm rpm
+want lintian lintian
+want debootstrap debootstrap
+want shellcheck shellcheck
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
@@ -23,3 +27,4 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 go mod download
+(cd build/pkg && go mod download)

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# make packages: cross-compiles bcd-node, bcd-site and bcd-helper for each
+# architecture into bin/ARCH/ and builds bcd-node, bcd-site and (when
+# images/out holds a ramdisk) bcd-ramdisk-image-ARCH as .deb and .rpm into
+# bin/packages/ with build/pkg (nfpm, in its own Go module). It ends with
+# each package's size next to its binaries'. See docs/packages.md.
+#
+# Environment:
+#   VERSION      the version (default: git describe --tags of a v* tag, else
+#                0.0.0~gitYYYYMMDDhhmmss.COMMIT from the last commit)
+#   ARCHES       architectures (default "amd64 arm64")
+#   BIN_DIR      where ARCH/bcd-* are built (default bin)
+#   PKG_DIR      where the packages go (default bin/packages)
+#   IMAGES_DIR   the ramdisk artifacts (default images/out)
+#   FORMATS      package formats (default "deb rpm")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+arches=${ARCHES:-amd64 arm64}
+bin_dir=$(realpath -m "${BIN_DIR:-$root/bin}")
+pkg_dir=$(realpath -m "${PKG_DIR:-$root/bin/packages}")
+images_dir=$(realpath -m "${IMAGES_DIR:-$root/images/out}")
+formats=${FORMATS:-deb rpm}
+
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+version=${VERSION:-}
+if [ -z "$version" ]; then
+  if ! version=$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null); then
+    when=$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y%m%d%H%M%S 2>/dev/null || date -u +%Y%m%d%H%M%S)
+    version="0.0.0~git$when.$commit"
+    if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+      version+=".dirty"
+    fi
+  fi
+fi
+# Reproducible packages: every file carries the last commit's time.
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+
+ldflags="-s -w -X github.com/better-compute/bcd/components/buildinfo.Version=$version -X github.com/better-compute/bcd/components/buildinfo.Commit=$commit"
+for arch in $arches; do
+  mkdir -p "$bin_dir/$arch"
+  for role in node site helper; do
+    CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "$ldflags" \
+      -o "$bin_dir/$arch/bcd-$role" "./roles/$role"
+  done
+done
+echo "packages: version $version (commit $commit) into $pkg_dir" >&2
+
+cd build/pkg
+exec go run . --version "$version" --commit "$commit" \
+  --arch "${arches// /,}" --formats "${formats// /,}" \
+  --bin "$bin_dir" --out "$pkg_dir" --images "$images_dir"
