@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -168,4 +172,41 @@ func TestJoinReset(t *testing.T) {
 		t.Fatalf("identity moved aside: %v", aside)
 	}
 	l.out.assertAbsent(t, "the join token", tok)
+}
+
+// TestJoinHandsIdentityToHelperUser: on a [helper] host bcd join (root)
+// hands the data directory and identity to the unprivileged node account.
+func TestJoinHandsIdentityToHelperUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED LOUDLY: needs root to create a user and chown")
+	}
+	name := fmt.Sprintf("bcdj%d", os.Getpid()%100000)
+	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+		t.Fatalf("useradd: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("userdel", name).Run() })
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLab(t)
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	tok := l.token(g, "--uses", "1")
+	cfg, _ := l.joinNode(g, "n", tok, "node")
+	b, _ := os.ReadFile(cfg)
+	if err := os.WriteFile(cfg, append(b, []byte(fmt.Sprintf("\n[helper]\nsocket = \"/run/bcd-helper/helper.sock\"\nuser = %q\n", name))...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := l.run("", nil, "bcd-node", "join", "--config", cfg); code != 0 {
+		t.Fatalf("join: %d %s %s", code, out, errOut)
+	}
+	for _, f := range []string{"", "identity.json", "node.key"} {
+		st, err := os.Stat(filepath.Join(filepath.Dir(cfg), "data", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid := fmt.Sprint(st.Sys().(*syscall.Stat_t).Uid); uid != u.Uid {
+			t.Errorf("data/%s owned by uid %s, want %s", f, uid, u.Uid)
+		}
+	}
 }

@@ -12,7 +12,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -125,6 +127,9 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 	}
 
 	if a, err := identity.Load(cfg.DataDir); err == nil {
+		if err := handOver(cfg); err != nil {
+			return cli.Fail(env, "bcd join", err)
+		}
 		removeTokenFile(f.tokenFile, log.Warn)
 		fmt.Fprintf(env.Stdout, "already joined as %s (site %s, role %s)\n", a.NodeID, a.Site, a.Role)
 		return 0
@@ -167,6 +172,9 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 		if err != nil {
 			return cli.Fail(env, "bcd join", err)
 		}
+	}
+	if err := handOver(cfg); err != nil {
+		return cli.Fail(env, "bcd join", err)
 	}
 	removeTokenFile(f.tokenFile, log.Warn)
 	fmt.Fprintf(env.Stdout, "joined as %s (site %s, role %s); certificate valid until %s\n",
@@ -313,4 +321,28 @@ func removeTokenFile(file string, warn func(string, ...any)) {
 	if err := os.Remove(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		warn("could not remove the token file", "path", file, "err", err)
 	}
+}
+
+// handOver gives the data directory and the identity to the [helper] user
+// when bcd join runs as root on a host where bcd node runs unprivileged, so
+// the node can read what root wrote.
+func handOver(cfg *config.Config) error {
+	if cfg.Helper.User == "" || os.Geteuid() != 0 {
+		return nil
+	}
+	u, err := user.Lookup(cfg.Helper.User)
+	if err != nil {
+		return fmt.Errorf("helper.user: %w", err)
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("helper.user %s: uid %q gid %q are not numbers", u.Username, u.Uid, u.Gid)
+	}
+	for _, p := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, identity.IdentityFile), filepath.Join(cfg.DataDir, identity.KeyFile)} {
+		if err := os.Lchown(p, uid, gid); err != nil {
+			return fmt.Errorf("hand %s to %s: %w", p, u.Username, err)
+		}
+	}
+	return nil
 }
