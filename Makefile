@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X github.com/better-compute/bcd/components/buildinfo.Version=$
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 ROLES := node site ramdisk helper
 
-.PHONY: all build proto deps deps-lists test soak demo sizes bench clean fmt packages
+.PHONY: all build proto deps deps-lists test soak demo sizes bench clean fmt packages image qemu-test
 
 all: build
 
@@ -24,10 +24,20 @@ deps:
 proto:
 	./build/proto.sh
 
+# test runs every tier: unit and process tests, the package builder's
+# tests, then the QEMU tier (TCG; it says loudly when it cannot run).
 test: deps
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /qemu-tests)
 	cd build/pkg && $(GO) vet ./... && $(GO) test -count=1 ./...
+	$(MAKE) qemu-test
+
+# image builds the ramdisk: images/out/{vmlinuz,initramfs.cpio.zst,ramdisk.ipxe} and their digests.
+image: deps
+	$(GO) run ./images/ramdisk -out images/out -ldflags '$(LDFLAGS)'
+
+qemu-test: image
+	$(GO) test -count=1 -timeout 15m -v ./qemu-tests/ 2>&1 | grep -vE '^[[:space:]]*[{]'; exit $${PIPESTATUS[0]}
 
 # soak runs the exactly-once fault test with 1,000 kill trials.
 soak: deps
@@ -41,8 +51,9 @@ demo: build
 packages: deps
 	./build/packages.sh
 
-sizes: build
+sizes: build image
 	@ls -l bin/ | awk 'NR>1 && $$1 !~ /^d/ {printf "%-20s %10d bytes\n", $$9, $$5}'
+	@printf "%-20s %10d bytes\n" initramfs.cpio.zst $$(stat -c %s images/out/initramfs.cpio.zst)
 	@./build/packages.sh
 
 # bench prints each figure next to its reference measured in the same run:
@@ -52,6 +63,7 @@ sizes: build
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./components/journal/ | grep -E '^(Benchmark|ok)'
 	$(GO) test -run '^$$' -bench BenchmarkSim -benchtime 1x -timeout 30m ./e2e/ | grep -vE '^[[:space:]]*[{]'
+	$(GO) test -run '^$$' -bench BenchmarkDeploy -benchtime 3x ./components/deploy/ | grep -E '^(Benchmark|ok|deploy)'
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '^proto/gen/')

@@ -16,6 +16,10 @@ want rpm rpm
 want lintian lintian
 want debootstrap debootstrap
 want shellcheck shellcheck
+want qemu-system-x86_64 qemu-system-x86
+want zstd zstd
+want wipefs util-linux
+ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -1,0 +1,133 @@
+// Command ramdisk produces the bcd ramdisk boot artifacts in one directory
+// (`make image`: images/out/): vmlinuz, Debian's kernel from the installed
+// linux-image-amd64; initramfs.cpio.zst, built by package initramfs for
+// that kernel's release; ramdisk.ipxe, the iPXE script that boots them
+// with the site's bc.* parameters; and a SHA-256 digest file of each
+// (<name>.sha256, in sha256sum's format).
+//
+//	go run ./images/ramdisk -out images/out
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/better-compute/bcd/initramfs"
+)
+
+// IPXEScript boots the ramdisk. ${bc-params} is the placeholder for the
+// bc.* words (docs/bootparams.md): the boot server sets it before it
+// chains this script, or renders its own copy with the words in place.
+// initrd= names the initramfs for EFI boots, where iPXE does not pass it
+// by address.
+const IPXEScript = `#!ipxe
+# bcd ramdisk (kernel %s). ${bc-params} holds the site's bc.* boot
+# parameters; the kernel and initramfs are fetched relative to this script.
+kernel vmlinuz initrd=initramfs.cpio.zst console=tty0 console=ttyS0,115200n8 panic=-1 ${bc-params}
+initrd initramfs.cpio.zst
+boot
+`
+
+func main() {
+	var cfg initramfs.Config
+	out := flag.String("out", "images/out", "output directory")
+	boot := flag.String("boot", "/boot", "where the installed kernels are")
+	modules := flag.String("modules", strings.Join(initramfs.DefaultModules, ","), "modules the ramdisk loads, comma-separated")
+	noCache := flag.Bool("no-cache", false, "rebuild the initramfs base layer (u-root init)")
+	cache, _ := os.UserCacheDir()
+	flag.StringVar(&cfg.Repo, "repo", ".", "the bcd repository root")
+	flag.StringVar(&cfg.KernelRelease, "kernel-release", "", "kernel release (default: the newest /boot/vmlinuz-* with /lib/modules)")
+	flag.StringVar(&cfg.ModulesRoot, "modules-root", "/lib/modules", "where the kernels' module trees are")
+	flag.StringVar(&cfg.BCD, "bcd", "", "a built ramdisk role binary (default: build ./roles/ramdisk with -ldflags)")
+	flag.StringVar(&cfg.LDFlags, "ldflags", "-s -w", "linker flags for the role binary (make image passes the Makefile's, with version and commit)")
+	flag.StringVar(&cfg.CacheDir, "cache", filepath.Join(cache, "bcd-ramdisk"), "where initramfs base layers are cached")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fail(fmt.Errorf("takes no positional arguments"))
+	}
+	if *noCache {
+		cfg.CacheDir = ""
+	}
+	cfg.Modules = strings.Split(*modules, ",")
+	cfg.Log = os.Stderr
+	if cfg.KernelRelease == "" {
+		rel, err := initramfs.KernelRelease(*boot, cfg.ModulesRoot)
+		if err != nil {
+			fail(err)
+		}
+		cfg.KernelRelease = rel
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fail(err)
+	}
+	cfg.Output = filepath.Join(*out, "initramfs.cpio.zst")
+	res, err := initramfs.Build(context.Background(), cfg)
+	if err != nil {
+		fail(err)
+	}
+	if err := copyFile(filepath.Join(*boot, "vmlinuz-"+cfg.KernelRelease), filepath.Join(*out, "vmlinuz")); err != nil {
+		fail(err)
+	}
+	ipxe := fmt.Sprintf(IPXEScript, cfg.KernelRelease)
+	if err := os.WriteFile(filepath.Join(*out, "ramdisk.ipxe"), []byte(ipxe), 0o644); err != nil {
+		fail(err)
+	}
+	for _, name := range []string{"vmlinuz", "initramfs.cpio.zst", "ramdisk.ipxe"} {
+		sum, size, err := digest(filepath.Join(*out, name))
+		if err != nil {
+			fail(err)
+		}
+		line := sum + "  " + name + "\n"
+		if err := os.WriteFile(filepath.Join(*out, name+".sha256"), []byte(line), 0o644); err != nil {
+			fail(err)
+		}
+		fmt.Printf("%-20s %10d bytes  sha256 %s\n", name, size, sum)
+	}
+	fmt.Printf("initramfs: cpio %d bytes: bin/init %d, bin/ramdisk-init %d, bin/bcd %d, %d modules %d; base layer cached: %v; built in %.1fs\n",
+		res.CPIOSize, res.Sizes["bin/init"], res.Sizes["bin/ramdisk-init"], res.Sizes["bin/bcd"],
+		len(res.Plan.Modules), res.Sizes["lib/modules"], res.BaseCached, res.Took.Seconds())
+}
+
+func digest(p string) (string, int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	return hex.EncodeToString(h.Sum(nil)), n, err
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := dst + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "images/ramdisk:", err)
+	os.Exit(1)
+}
