@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	"github.com/better-compute/bcd/components/helper/filetable"
@@ -130,6 +131,11 @@ func (c *Client) roundTrip(ctx context.Context, data []byte) ([]byte, error) {
 		if _, derr := wire.DecodeResponse(answer); derr == nil {
 			return answer, nil // a whole answer, then a reset
 		}
+	}
+	if errors.Is(rerr, os.ErrDeadlineExceeded) || errors.Is(werr, os.ErrDeadlineExceeded) {
+		// The connection's deadline is the context's: report the context's
+		// error, which the timer may set a moment after the read returned.
+		<-ctx.Done()
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
