@@ -210,6 +210,14 @@ func ramdiskJoins(t *testing.T, l *lab, g *gw, cmdline, mac string) {
 	if code, v := l.runKind(g, id, "agent.ping", ""); code != 0 || !strings.Contains(string(v.Output), "ramdisk") {
 		t.Fatalf("agent.ping on the ramdisk: %d %+v", code, v)
 	}
+	// The ramdisk kinds are wired: a wipe of something that is not a block
+	// device is refused, and the kinds of other roles are not there.
+	if code, v := l.runKind(g, id, "disk.wipe", `{"devices":["`+cl+`"],"mode":"quick"}`); code != 1 || !strings.Contains(v.Error, "not a block device") {
+		t.Fatalf("disk.wipe of a file: %d %+v", code, v)
+	}
+	if code, v := l.runKind(g, id, "gpu.reset", `{"gpu":"0"}`); code != 1 || v.Status != "UNSUPPORTED" {
+		t.Fatalf("a node kind on the ramdisk: %d %+v", code, v)
+	}
 	// The token is spent: a second machine with the same parameters is refused.
 	code, _, errOut := l.run("", nil, "bcd-ramdisk", "ramdisk", "--cmdline", cl, "--data-dir", filepath.Join(l.root, "ramdisk2"))
 	if code != 1 || !strings.Contains(errOut, "Join refused") {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +30,7 @@ import (
 // boot parameters, joins with the discovery attestor as role ramdisk
 // (unless the data directory already holds an identity) and runs the agent
 // with the ramdisk's kinds.
-func Command(kinds func(dataDir string) []dispatch.Kind) cli.Command {
+func Command(kinds func(cacheURL string, log *slog.Logger) []dispatch.Kind) cli.Command {
 	return cli.Command{Name: "ramdisk", Summary: "run the ramdisk agent (inside the PXE initramfs)", Run: func(ctx context.Context, env *cli.Env, args []string) int {
 		fs := cli.NewFlagSet(env, "bcd", "ramdisk")
 		cmdline := fs.String("cmdline", "/proc/cmdline", "where to read the bc.* boot parameters")
@@ -91,7 +92,7 @@ func Command(kinds func(dataDir string) []dispatch.Kind) cli.Command {
 		}
 		var k []dispatch.Kind
 		if kinds != nil {
-			k = kinds(abs)
+			k = kinds(p.CacheURL, log)
 		}
 		err = agent.Run(ctx, agent.Config{Config: cfg, Role: "ramdisk", Kinds: k, Version: buildinfo.Version, Log: log})
 		switch {
