@@ -87,6 +87,14 @@ func trySWTPM(bin, dir string) (*swtpm, error) {
 		// which it opens together with the command port.
 		if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])), time.Second); err == nil {
 			c.Close()
+			// Another process may have taken the ports between freePorts and
+			// the start, and answered the probe: a swtpm that could not bind
+			// exits at once, so make sure ours is still running.
+			select {
+			case <-s.done:
+				return nil, fmt.Errorf("swtpm exited at start (ports taken?): %s", s.out.String())
+			case <-time.After(200 * time.Millisecond):
+			}
 			return s, nil
 		}
 		time.Sleep(10 * time.Millisecond)
