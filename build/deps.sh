@@ -20,6 +20,9 @@ want qemu-system-x86_64 qemu-system-x86
 want zstd zstd
 want wipefs util-linux
 ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
+want dnsmasq dnsmasq-base
+want ip iproute2
+[ -e /usr/lib/ipxe/qemu/pxe-e1000.rom ] || need+=(ipxe-qemu)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -1,0 +1,333 @@
+package qemutests
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/better-compute/bcd/components/bootparams"
+)
+
+// The PXE test's own network, inside a namespace the test creates.
+const (
+	pxeBridgeIP = "10.77.0.1"
+	pxeMAC      = "52:54:00:77:00:10"
+)
+
+// netns is a network namespace made by the test.
+type netns struct{ name string }
+
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+func newNetns(t *testing.T) *netns {
+	t.Helper()
+	n := &netns{name: fmt.Sprintf("bcdpxe%d", os.Getpid()%100000)}
+	_ = exec.Command("ip", "netns", "del", n.name).Run()
+	run(t, "ip", "netns", "add", n.name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.name).Run() })
+	for _, c := range [][]string{
+		{"ip", "link", "set", "lo", "up"},
+		{"ip", "link", "add", "br0", "type", "bridge"},
+		{"ip", "addr", "add", pxeBridgeIP + "/24", "dev", "br0"},
+		{"ip", "-6", "addr", "add", "fd00:77::1/64", "dev", "br0"},
+		{"ip", "tuntap", "add", "tap0", "mode", "tap"},
+		{"ip", "link", "set", "tap0", "master", "br0"},
+		{"ip", "link", "set", "tap0", "up"},
+		{"ip", "link", "set", "br0", "up"},
+	} {
+		run(t, "ip", append([]string{"netns", "exec", n.name}, c...)...)
+	}
+	return n
+}
+
+// cmd is a command run inside the namespace.
+func (n *netns) cmd(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.name, name}, args...)...)
+}
+
+// listen opens a TCP listener inside the namespace: the socket stays there
+// after this thread returns to the test's namespace.
+func (n *netns) listen(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
+		var fd int
+		if fd, err = unix.Open("/run/netns/"+n.name, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			return
+		}
+		defer unix.Close(fd)
+		if err = unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			return
+		}
+		ln, err = net.Listen("tcp", addr)
+	}()
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("listen %s in %s: %v", addr, n.name, err)
+	}
+	return ln
+}
+
+// proc is a long-running process in the namespace.
+type nsProc struct {
+	cmd *exec.Cmd
+	mu  sync.Mutex
+	out strings.Builder
+}
+
+func (p *nsProc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+func (p *nsProc) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+func (n *netns) start(t *testing.T, env []string, name string, args ...string) *nsProc {
+	t.Helper()
+	p := &nsProc{}
+	p.cmd = n.cmd(context.Background(), name, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, p.String())
+		}
+	})
+	return p
+}
+
+func buildBins(t *testing.T, repo string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, b := range []struct{ out, pkg, tags string }{
+		{"bcgw", "./cmd/bcgw", ""}, {"bcd-site", "./roles/site", "fakehw"},
+	} {
+		args := []string{"build", "-trimpath", "-o", filepath.Join(dir, b.out)}
+		if b.tags != "" {
+			args = append(args, "-tags", b.tags)
+		}
+		c := exec.Command("go", append(args, b.pkg)...)
+		c.Dir, c.Env = repo, append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	return dir
+}
+
+// TestPXEBoot: inside a network namespace made by the test, a DHCP server
+// that only hands out addresses (dnsmasq, no PXE options), bcgw, bcd site
+// with its boot server on the bridge, and QEMU (TCG, its own iPXE ROM)
+// PXE-booting a diskless VM: the VM gets its boot entry from our proxy
+// DHCP, its script over HTTP, the ramdisk's kernel and initramfs from the
+// site's verified cache, and prints the bc.* parameters it was given.
+func TestPXEBoot(t *testing.T) {
+	qemu, image := prerequisites(t)
+	if os.Geteuid() != 0 {
+		need(t, "root (network namespaces)", fmt.Errorf("not root"))
+	}
+	_, err := exec.LookPath("dnsmasq")
+	need(t, "dnsmasq (apt-get install dnsmasq-base)", err)
+	if _, err := os.Stat("/usr/lib/ipxe/qemu/pxe-e1000.rom"); err != nil {
+		need(t, "QEMU's iPXE ROM (apt-get install ipxe-qemu)", err)
+	}
+	repo := repoRoot(t)
+	bin := buildBins(t, repo)
+	ns := newNetns(t)
+	root := t.TempDir()
+
+	// DHCP for addresses only; router advertisements so iPXE does not wait
+	// for IPv6.
+	ns.start(t, nil, "dnsmasq", "--no-daemon", "--port=0", "--interface=br0", "--bind-interfaces", "--user=root",
+		"--dhcp-range=10.77.0.100,10.77.0.150,12h", "--no-ping", "--enable-ra", "--dhcp-range=::,constructor:br0,ra-only",
+		"--dhcp-leasefile="+filepath.Join(root, "leases"), "--pid-file="+filepath.Join(root, "dnsmasq.pid"))
+
+	// The image source, served over https inside the namespace.
+	kernel, _ := os.ReadFile(filepath.Join(image, "vmlinuz"))
+	initrd, _ := os.ReadFile(filepath.Join(image, "initramfs.cpio.zst"))
+	src := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/vmlinuz":
+			w.Write(kernel)
+		case "/initrd":
+			w.Write(initrd)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	src.Listener = ns.listen(t, "127.0.0.1:0")
+	src.StartTLS()
+	defer src.Close()
+	ca := filepath.Join(root, "src-ca.pem")
+	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: src.Certificate().Raw}), 0o644)
+
+	gwDir := filepath.Join(root, "gw")
+	gw := ns.start(t, nil, filepath.Join(bin, "bcgw"), "serve", "--data-dir", gwDir, "--listen", "127.0.0.1:8443")
+	waitFor(t, "bcgw", 30*time.Second, func() bool { return strings.Contains(gw.String(), `"msg":"bcgw serving"`) })
+	bcgw := func(args ...string) string {
+		out, err := exec.Command(filepath.Join(bin, "bcgw"), append(args, "--data-dir", gwDir)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("bcgw %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	tok := strings.TrimSpace(bcgw("token", "create", "--role", "site", "--site", "pxe"))
+	pins := strings.Fields(bcgw("well-known", "--pins"))
+	siteDir := filepath.Join(root, "site")
+	cfg := filepath.Join(siteDir, "config.toml")
+	join := ns.cmd(context.Background(), filepath.Join(bin, "bcd-site"), append([]string{"join", "--role", "site", "--config", cfg,
+		"--data-dir", filepath.Join(siteDir, "data"), "--server", "https://127.0.0.1:8443"}, pins...)...)
+	join.Stdin = strings.NewReader(tok + "\n")
+	if out, err := join.CombinedOutput(); err != nil {
+		t.Fatalf("bcd join: %v\n%s", err, out)
+	}
+	b, _ := os.ReadFile(cfg)
+	b = regexp.MustCompile(`(?m)^socket_path = .*$`).ReplaceAll(b, []byte(fmt.Sprintf("socket_path = %q", filepath.Join(siteDir, "run", "bcd.sock"))))
+	b = append(b, []byte(fmt.Sprintf("\n[boot]\nlisten = \"%s:8080\"\nurl = \"http://%s:8080\"\nserver_ip = %q\nproxy_dhcp = true\ninterface = \"br0\"\n", pxeBridgeIP, pxeBridgeIP, pxeBridgeIP))...)
+	os.WriteFile(cfg, b, 0o600)
+	site := ns.start(t, []string{"BCD_FAKEHW_EXTRA_CA=" + ca}, filepath.Join(bin, "bcd-site"), "site", "--config", cfg)
+	var siteID string
+	waitFor(t, "the site holding the boot lease", 60*time.Second, func() bool {
+		var nodes []struct {
+			ID        string
+			Connected bool
+			BootLease bool `json:"boot_lease"`
+		}
+		json.Unmarshal([]byte(bcgw("nodes", "--json")), &nodes)
+		for _, n := range nodes {
+			if n.Connected && n.BootLease {
+				siteID = n.ID
+				return true
+			}
+		}
+		return false
+	})
+	sum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+	body := fmt.Sprintf(`{"mac":%q,"kernel":{"sha256":%q,"url":%q},"initrd":{"sha256":%q,"url":%q}}`,
+		pxeMAC, sum(kernel), src.URL+"/vmlinuz", sum(initrd), src.URL+"/initrd")
+	out := bcgw("run", siteID, "boot.prepareRamdisk", "--body", body, "--wait", "--timeout", "120s")
+	if !strings.Contains(out, `"SUCCEEDED"`) {
+		t.Fatalf("boot.prepareRamdisk: %s", out)
+	}
+
+	// The VM: diskless, its NIC's iPXE ROM boots from the network.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	vm := ns.cmd(ctx, qemu, "-machine", "q35", "-accel", accel(t), "-cpu", "max", "-smp", "1", "-m", "512",
+		"-nographic", "-no-reboot", "-boot", "n",
+		"-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no", "-device", "e1000,netdev=n0,mac="+pxeMAC)
+	stdout, _ := vm.StdoutPipe()
+	vm.Stderr = vm.Stdout
+	start := time.Now()
+	if err := vm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var console strings.Builder
+	var tInit time.Duration
+	s := bufio.NewScanner(stdout)
+	var tParams time.Duration
+	for s.Scan() {
+		l := strings.TrimRight(s.Text(), "\r")
+		console.WriteString(l + "\n")
+		if tInit == 0 && strings.Contains(l, "bcd-ramdisk: init started") {
+			tInit = time.Since(start)
+		}
+		if c := console.String(); strings.Contains(c, "bc.mac=") && strings.Contains(c, "bc.site=") && strings.Contains(c, "bc.assertion=") {
+			// The ramdisk printed what it was given: enough for this test
+			// (the ramdisk has no network of its own yet to join).
+			tParams = time.Since(start)
+			cancel()
+			break
+		}
+	}
+	_ = vm.Wait()
+	c := console.String()
+	if !strings.Contains(c, "bc.mac="+pxeMAC) || !strings.Contains(c, "bc.site=pxe") {
+		t.Logf("serial console:\n%s", c)
+		t.Logf("site:\n%s", site.String())
+		t.Fatalf("the VM did not print its bc.* parameters (QEMU ran %v)", time.Since(start))
+	}
+	// Read the words back and check them with bootparams.Parse (the init
+	// prints bc.token's length only, so a stand-in takes its place).
+	var words []string
+	printed := c
+	if i := strings.Index(c, "boot parameters:"); i >= 0 {
+		printed = c[i:] // what the init printed, not iPXE's or the kernel's echo
+	}
+	for _, w := range regexp.MustCompile(`bc\.[a-z_]+=\S+`).FindAllString(printed, -1) {
+		if strings.HasPrefix(w, "bc.token=") {
+			w = "bc.token=bcjt_jtstandin_" + strings.Repeat("x", 32)
+		}
+		if !strings.HasPrefix(w, "bc.test=") && !slices.Contains(words, w) {
+			words = append(words, w)
+		}
+	}
+	p, err := bootparams.Parse(strings.Join(words, " "))
+	if err != nil {
+		t.Fatalf("the printed bc.* parameters do not parse: %v\n%s", err, strings.Join(words, "\n"))
+	}
+	if p.CacheURL == "" {
+		// Known: the last word of the command line (bc.cache) does not reach
+		// the kernel after iPXE's bzImage load; the ramdisk then falls back
+		// to the image's source URL. Said loudly until it is fixed.
+		t.Logf("KNOWN GAP: bc.cache did not reach /proc/cmdline (%d bytes of bc.* words arrived)", len(strings.Join(words, " ")))
+	}
+	if p.MAC.String() != pxeMAC || p.Site != "pxe" || p.Gateway != "https://127.0.0.1:8443" {
+		t.Fatalf("parameters %+v\nwords:\n%s", p, strings.Join(words, "\n"))
+	}
+	if !strings.Contains(site.String(), `"msg":"iPXE script served"`) {
+		t.Fatalf("the site did not serve the script")
+	}
+	t.Logf("PXE: QEMU start -> ramdisk init %v -> bc.* printed %v; initramfs %d bytes", tInit.Round(100*time.Millisecond), tParams.Round(100*time.Millisecond), len(initrd))
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if cond() {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v", what, d)
+}
