@@ -2,6 +2,7 @@ package qemutests
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -311,6 +312,23 @@ func TestPXEBoot(t *testing.T) {
 	}
 	if !strings.Contains(site.String(), `"msg":"iPXE script served"`) {
 		t.Fatalf("the site did not serve the script")
+	}
+	// An unknown MAC gets no boot offer from us: the site notes it as
+	// discovered, serves it no script, and the VM boots nothing.
+	unknown := "52:54:00:77:00:99"
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel2()
+	vm2 := ns.cmd(ctx2, qemu, "-machine", "q35", "-accel", accel(t), "-cpu", "max", "-smp", "1", "-m", "256",
+		"-nographic", "-no-reboot", "-boot", "n",
+		"-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no", "-device", "e1000,netdev=n0,mac="+unknown)
+	var out2 bytes.Buffer
+	vm2.Stdout, vm2.Stderr = &out2, &out2
+	_ = vm2.Run() // ends by the timeout: nothing boots
+	if strings.Contains(out2.String(), "Linux version") {
+		t.Fatalf("an unknown MAC booted a kernel:\n%s", out2.String())
+	}
+	if !strings.Contains(site.String(), `"mac":"`+unknown+`"`) || strings.Count(site.String(), `"msg":"iPXE script served"`) != 1 {
+		t.Fatalf("the site did not note the unknown MAC, or served it a script:\n%s", site.String())
 	}
 	t.Logf("PXE: QEMU start -> ramdisk init %v -> bc.* printed %v; initramfs %d bytes", tInit.Round(100*time.Millisecond), tParams.Round(100*time.Millisecond), len(initrd))
 }
