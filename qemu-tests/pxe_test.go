@@ -202,7 +202,8 @@ func TestPXEBoot(t *testing.T) {
 	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: src.Certificate().Raw}), 0o644)
 
 	gwDir := filepath.Join(root, "gw")
-	gw := ns.start(t, nil, filepath.Join(bin, "bcgw"), "serve", "--data-dir", gwDir, "--listen", "127.0.0.1:8443")
+	gw := ns.start(t, nil, filepath.Join(bin, "bcgw"), "serve", "--data-dir", gwDir, "--listen", "127.0.0.1:8443",
+		"--lease-ttl", "4s", "--heartbeat", "1s")
 	waitFor(t, "bcgw", 30*time.Second, func() bool { return strings.Contains(gw.String(), `"msg":"bcgw serving"`) })
 	bcgw := func(args ...string) string {
 		out, err := exec.Command(filepath.Join(bin, "bcgw"), append(args, "--data-dir", gwDir)...).CombinedOutput()
@@ -329,6 +330,21 @@ func TestPXEBoot(t *testing.T) {
 	}
 	if !strings.Contains(site.String(), `"mac":"`+unknown+`"`) || strings.Count(site.String(), `"msg":"iPXE script served"`) != 1 {
 		t.Fatalf("the site did not note the unknown MAC, or served it a script:\n%s", site.String())
+	}
+	// Without the boot lease the site answers no machine, not even a
+	// prepared one: the gateway goes away, the lease lapses.
+	_ = gw.cmd.Process.Kill()
+	time.Sleep(6 * time.Second)
+	ctx3, cancel3 := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel3()
+	vm3 := ns.cmd(ctx3, qemu, "-machine", "q35", "-accel", accel(t), "-cpu", "max", "-smp", "1", "-m", "256",
+		"-nographic", "-no-reboot", "-boot", "n",
+		"-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no", "-device", "e1000,netdev=n0,mac="+pxeMAC)
+	var out3 bytes.Buffer
+	vm3.Stdout, vm3.Stderr = &out3, &out3
+	_ = vm3.Run()
+	if strings.Contains(out3.String(), "Linux version") || strings.Count(site.String(), `"msg":"iPXE script served"`) != 1 {
+		t.Fatalf("a machine booted while the site did not hold the lease:\n%s", out3.String())
 	}
 	t.Logf("PXE: QEMU start -> ramdisk init %v -> bc.* printed %v; initramfs %d bytes", tInit.Round(100*time.Millisecond), tParams.Round(100*time.Millisecond), len(initrd))
 }
