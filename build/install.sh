@@ -300,8 +300,12 @@ write_config() {
     echo "serving_ca_spki_pin = \"$serving_ca_pin\""
     echo "join_signing_key_pin = \"$join_signing_pin\""
     echo "join_encryption_key_pin = \"$join_encryption_pin\""
-    [ -z "$site" ] || echo "site = \"$site\""
     echo "data_dir = \"$data_dir\""
+    if [ -n "$site" ]; then
+      echo
+      echo "[site]"
+      echo "name = \"$site\""
+    fi
     if [ "$unprivileged" = 1 ]; then
       echo
       echo "[helper]"

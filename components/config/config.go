@@ -48,8 +48,9 @@ type Config struct {
 	JoinSigningKeyPin string `toml:"join_signing_key_pin,omitempty"`
 	// JoinEncryptionKeyPin pins the key join tokens are sealed to: sha256/<base64>.
 	JoinEncryptionKeyPin string `toml:"join_encryption_key_pin,omitempty"`
-	// Site names the site this machine belongs to.
-	Site string `toml:"site,omitempty"`
+	// Site is the [site] section: the site's name, and a site agent's
+	// BMC networks.
+	Site Site `toml:"site,omitempty"`
 	// DataDir holds the node key, identity and journal (default /var/lib/bcd).
 	DataDir string `toml:"data_dir,omitempty"`
 	// SocketPath is the agent's status socket (default /run/bcd/bcd.sock).
@@ -270,8 +271,13 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
-	if strings.ContainsFunc(c.Site, isControl) {
-		errs = append(errs, errors.New("site: must not contain control characters"))
+	if strings.ContainsFunc(c.Site.Name, isControl) {
+		errs = append(errs, errors.New("site.name: must not contain control characters"))
+	}
+	for _, n := range c.Site.BMCNetworks {
+		if _, _, err := net.ParseCIDR(n); err != nil && net.ParseIP(n) == nil {
+			errs = append(errs, fmt.Errorf("site.bmc_networks: %q is neither a CIDR prefix nor an IP address", n))
+		}
 	}
 	if c.DataDir != "" && !filepath.IsAbs(c.DataDir) {
 		errs = append(errs, errors.New("data_dir: must be an absolute path, e.g. /var/lib/bcd"))
@@ -309,6 +315,16 @@ func (e invalidError) Error() string {
 }
 
 func (e invalidError) Unwrap() []error { return e }
+
+// Site is the [site] section.
+type Site struct {
+	// Name names the site this machine belongs to, as doctor shows it (the
+	// identity bcd join obtains is authoritative).
+	Name string `toml:"name,omitempty"`
+	// BMCNetworks limits which BMC addresses a site agent's bmc.* commands
+	// may name: CIDR prefixes or single addresses. Empty refuses every BMC.
+	BMCNetworks []string `toml:"bmc_networks,omitempty"`
+}
 
 // Boot is the [boot] section: a site agent's boot server (proxy DHCP,
 // TFTP, iPXE scripts and the image cache over HTTP).

@@ -55,7 +55,6 @@ gateway_server_name = "gw.example.com"
 serving_ca_spki_pin = "` + pinA + `"
 join_signing_key_pin = "` + pinB + `"
 join_encryption_key_pin = "` + pinA + `"
-site = "fsn1"
 data_dir = "/srv/bcd"
 socket_path = "/run/bcd/x.sock"
 [log]
@@ -64,9 +63,12 @@ format = "text"
 [helper]
 socket = "/run/bcd-helper/helper.sock"
 user = "bcd"
+[site]
+name = "fsn1"
+bmc_networks = ["10.1.0.0/16", "192.0.2.7"]
 `,
 			check: func(t *testing.T, c *Config) {
-				if c.Log.Level != "debug" || c.Log.Format != "text" || c.Helper.User != "bcd" || c.DataDir != "/srv/bcd" || c.Site != "fsn1" {
+				if c.Log.Level != "debug" || c.Log.Format != "text" || c.Helper.User != "bcd" || c.DataDir != "/srv/bcd" || c.Site.Name != "fsn1" {
 					t.Errorf("got %+v", *c)
 				}
 			},
@@ -80,7 +82,7 @@ user = "bcd"
 		{name: "two unknown keys", in: "a = 1\nb = 2", wantErr: `unknown keys "a", "b"`},
 		{name: "key in another case", in: `Gateway = "https://gw.example.com"`, wantErr: `unknown key "Gateway"`},
 		{name: "section in another case", in: "[LOG]\nlevel = \"info\"", wantErr: `unknown key "LOG"`},
-		{name: "syntax error names file and line", in: "site = \"a\"\n\ngateway = ", wantErr: "/etc/bcd/config.toml: line 3"},
+		{name: "syntax error names file and line", in: "data_dir = \"/a\"\n\ngateway = ", wantErr: "/etc/bcd/config.toml: line 3"},
 		{name: "wrong type", in: `data_dir = 5`, wantErr: "/etc/bcd/config.toml: line 1 (last key \"data_dir\")"},
 		{name: "wrong type before a valid section", in: "data_dir = 5\n[log]\nlevel = \"info\"\n[helper]\nuser = \"bcd\"", wantErr: `/etc/bcd/config.toml: line 1 (last key "data_dir")`},
 		{name: "wrong type and an unknown key", in: "data_dir = 5\nsitee = \"x\"", wantErr: `unknown key "sitee"`},
@@ -232,7 +234,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 				ServingCASPKIPin:     pinA,
 				JoinSigningKeyPin:    pinB,
 				JoinEncryptionKeyPin: pinA,
-				Site:                 `fsn "1"`,
+				Site:                 Site{Name: `fsn "1"`},
 				DataDir:              "/var/lib/bcd",
 				SocketPath:           "/run/bcd/bcd.sock",
 				Log:                  Log{Level: "warn", Format: "text"},
@@ -291,7 +293,7 @@ func TestWriteFile(t *testing.T) {
 		c       Config
 		wantErr bool
 	}{
-		{name: "new parent directory", rel: "etc/bcd/config.toml", c: Config{Gateway: "https://gw.example.com", Site: "a"}},
+		{name: "new parent directory", rel: "etc/bcd/config.toml", c: Config{Gateway: "https://gw.example.com", Site: Site{Name: "a"}}},
 		{name: "replace existing", rel: "config.toml", c: Config{Gateway: "https://gw2.example.com"}},
 		{name: "invalid config refused", rel: "bad.toml", c: Config{DataDir: "relative"}, wantErr: true},
 	}
@@ -324,7 +326,7 @@ func TestWriteFile(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
-			if got.Gateway != tt.c.Gateway || got.Site != tt.c.Site {
+			if got.Gateway != tt.c.Gateway || got.Site.Name != tt.c.Site.Name {
 				t.Errorf("loaded %+v, wrote %+v", *got, tt.c)
 			}
 			entries, err := os.ReadDir(filepath.Dir(p))

@@ -50,7 +50,7 @@ func Config(path string) Check {
 		if gw == "" {
 			gw = "(none)"
 		}
-		site := cfg.Site
+		site := cfg.Site.Name
 		if site == "" {
 			site = "(none)"
 		}

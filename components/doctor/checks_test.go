@@ -45,7 +45,7 @@ func (w want) check(t *testing.T, r Result, name string) {
 }
 
 func TestConfigCheck(t *testing.T) {
-	const body = "gateway = \"https://gw.eu-1.example.com\"\nsite = \"fsn1\"\n"
+	const body = "gateway = \"https://gw.eu-1.example.com\"\n[site]\nname = \"fsn1\"\n"
 	tests := []struct {
 		name string
 		body string // "" leaves the file out
@@ -59,7 +59,7 @@ func TestConfigCheck(t *testing.T) {
 		{"others write", body, 0o602, want{status: Warn, contains: []string{"others can read it (mode 0602)"}}},
 		{"group write", body, 0o660, want{status: Warn, contains: []string{"its group can write it (mode 0660): chmod g-w PATH"}}},
 		{"both", body, 0o666, want{status: Warn, contains: []string{"others can read it and its group can write it (mode 0666): chmod 0640 PATH"}}},
-		{"no gateway", "site = \"fsn1\"\n", 0o600, want{status: Warn, contains: []string{"gateway (none), site fsn1", "no gateway is set"}}},
+		{"no gateway", "[site]\nname = \"fsn1\"\n", 0o600, want{status: Warn, contains: []string{"gateway (none), site fsn1", "no gateway is set"}}},
 		{"unknown key", "gatewya = \"https://gw\"\n", 0o600, want{status: Fail, contains: []string{"unknown key \"gatewya\""}}},
 		{"invalid value", "gateway = \"http://gw\"\n", 0o600, want{status: Fail, contains: []string{"gateway: must be an https:// URL"}}},
 		{"missing", "", 0, want{status: Fail, contains: []string{"no such file", "bcd join --server writes one"}}},

@@ -116,7 +116,7 @@ func testEnv() (*cli.Env, *bytes.Buffer, *bytes.Buffer) {
 func TestCommand(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(good, []byte("gateway = \"https://gw.example.com\"\nsite = \"fsn1\"\n"), 0o600); err != nil {
+	if err := os.WriteFile(good, []byte("gateway = \"https://gw.example.com\"\n[site]\nname = \"fsn1\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	missing := filepath.Join(dir, "missing.toml")

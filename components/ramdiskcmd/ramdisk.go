@@ -63,7 +63,7 @@ func Command(kinds func(cacheURL string, log *slog.Logger) []dispatch.Kind) cli.
 		}
 		cfg := &config.Config{
 			Gateway: p.Gateway, GatewayServerName: p.ServerName, ServingCASPKIPin: p.ServingCAPin,
-			JoinSigningKeyPin: p.JoinSigningPin, JoinEncryptionKeyPin: p.JoinEncryptionPin, Site: p.Site,
+			JoinSigningKeyPin: p.JoinSigningPin, JoinEncryptionKeyPin: p.JoinEncryptionPin, Site: config.Site{Name: p.Site},
 			DataDir: abs, SocketPath: filepath.Join(abs, "bcd.sock"), Log: config.Log{Level: "info", Format: "json"},
 		}
 		log, err := logging.New(env.Stderr, "info", "json", "")
