@@ -49,6 +49,13 @@ var forbidden = map[string]map[string]string{
 	},
 }
 
+// forbiddenEverywhere is what no role may link.
+var forbiddenEverywhere = map[string]string{
+	"testing":           "test code stays out of role binaries",
+	"net/http/httptest": "test servers stay out of role binaries",
+	"github.com/better-compute/bcd/components/redfish/redfishtest": "the test BMC stays out of role binaries",
+}
+
 func goList(t *testing.T, role string) []string {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-deps", "./roles/"+role)
@@ -85,7 +92,14 @@ func TestDepsListsAreCurrent(t *testing.T) {
 }
 
 func TestRolesNeverLinkForbidden(t *testing.T) {
-	for role, rules := range forbidden {
+	for _, role := range roleNames {
+		rules := map[string]string{}
+		for k, v := range forbidden[role] {
+			rules[k] = v
+		}
+		for k, v := range forbiddenEverywhere {
+			rules[k] = v
+		}
 		for _, p := range goList(t, role) {
 			for prefix, why := range rules {
 				if p == prefix || strings.HasPrefix(p, prefix+"/") {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -33,6 +34,7 @@ func main() {
 			{Name: "run", Summary: "run NODE KIND: send a command and print its result", Run: run},
 			{Name: "revoke", Summary: "revoke NODE: revoke a node's certificate", Run: revoke},
 			{Name: "cancel", Summary: "cancel COMMAND: cancel a command", Run: cancel},
+			{Name: "bmc-credentials", Summary: "store a BMC's login (the password from stdin)", Run: bmcCredentials},
 			{Name: "well-known", Summary: "print the well-known document (--pins: the bcd join flags)", Run: wellKnown},
 		},
 		Version: cli.VersionInfo{Version: buildinfo.Version, Commit: buildinfo.Commit, Tags: buildinfo.Tags()},
@@ -275,6 +277,31 @@ func cancel(ctx context.Context, env *cli.Env, args []string) int {
 		return cli.Fail(env, "bcgw cancel", err)
 	}
 	return printJSON(env, v)
+}
+
+func bmcCredentials(ctx context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "bmc-credentials")
+	var a adminFlags
+	a.register(fs)
+	addr := fs.String("address", "", "the BMC's address as bmc.* commands name it (IP[:port])")
+	user := fs.String("username", "", "the BMC account")
+	if code, ok := cli.Parse(fs, env, args, "the password is read from stdin, never from arguments"); !ok {
+		return code
+	}
+	b, _ := io.ReadAll(io.LimitReader(env.Stdin, 4096))
+	pw := strings.TrimRight(string(b), "\r\n")
+	if *addr == "" || *user == "" || pw == "" {
+		return cli.Usagef(env, "usage: bcgw bmc-credentials --address IP --username USER < password-file")
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw bmc-credentials", err)
+	}
+	if err := c.SetBMCCredentials(ctx, *addr, *user, pw); err != nil {
+		return cli.Fail(env, "bcgw bmc-credentials", err)
+	}
+	fmt.Fprintf(env.Stdout, "stored credentials for BMC %s\n", *addr)
+	return 0
 }
 
 func wellKnown(ctx context.Context, env *cli.Env, args []string) int {

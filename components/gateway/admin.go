@@ -98,6 +98,7 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 	mux.HandleFunc("GET /v1/nodes", s.adminNodes)
 	mux.HandleFunc("POST /v1/nodes/{id}/revoke", s.adminRevoke)
 	mux.HandleFunc("POST /v1/commands", s.adminSend)
+	mux.HandleFunc("POST /v1/bmc", s.adminBMC)
 	mux.HandleFunc("GET /v1/commands/{id}", s.adminCommand)
 	mux.HandleFunc("POST /v1/commands/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {

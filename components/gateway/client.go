@@ -109,6 +109,11 @@ func (c *AdminClient) Cancel(ctx context.Context, id, reason string) (CommandVie
 	return out, c.do(ctx, http.MethodPost, "/v1/commands/"+id+"/cancel", map[string]string{"reason": reason}, &out)
 }
 
+// SetBMCCredentials stores a BMC's credentials in bcgw.
+func (c *AdminClient) SetBMCCredentials(ctx context.Context, address, username, password string) error {
+	return c.do(ctx, http.MethodPost, "/v1/bmc", map[string]string{"address": address, "username": username, "password": password}, nil)
+}
+
 // WellKnown reads the well-known document.
 func (c *AdminClient) WellKnown(ctx context.Context, out any) error {
 	return c.do(ctx, http.MethodGet, "/v1/well-known", nil, out)

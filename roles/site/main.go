@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/agentcmd"
+	"github.com/better-compute/bcd/components/bmckinds"
 	"github.com/better-compute/bcd/components/bootlease"
 	"github.com/better-compute/bcd/components/bootserver"
 	"github.com/better-compute/bcd/components/cli"
@@ -33,6 +34,12 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 		OnDesiredState: func(ds *bcdv1.DesiredState, serverNow time.Time) { _ = lease.Apply(ds.GetSpec(), serverNow) },
 		BootLease:      func() (bool, time.Duration) { return lease.Active(), lease.Left() },
 	}
+	networks, err := bmckinds.ParseNetworks(cfg.Site.BMCNetworks)
+	if err != nil {
+		return m, &agentcmd.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("[site] bmc_networks: %w", err)}
+	}
+	bmc := bmckinds.Kinds(bmckinds.Config{Networks: networks})
+	m.Kinds = bmc
 	b := cfg.Boot
 	if b.Listen == "" {
 		log.Warn("no [boot] listen: this site agent serves no PXE machine")
@@ -64,7 +71,7 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 		Discovered: func(mac net.HardwareAddr) {
 			log.Info("an unprepared machine asked to boot", "component", "bootserver", "mac", mac.String())
 		}}
-	m.Kinds = sitekinds.Kinds(sitekinds.Config{Config: cfg, Entries: entries, Cache: cache})
+	m.Kinds = append(bmc, sitekinds.Kinds(sitekinds.Config{Config: cfg, Entries: entries, Cache: cache})...)
 	m.Beside = func(ctx context.Context) error { return srv.Run(ctx) }
 	return m, nil
 }
