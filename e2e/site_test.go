@@ -159,6 +159,39 @@ func TestSiteBootServer(t *testing.T) {
 		t.Fatalf("a mismatched image is served: %v %v", err, resp.Status)
 	}
 	resp.Body.Close()
+	// cache_images: the site warms what its desired state names and
+	// reports the images section and READY (or the failure).
+	if code, _, errOut := l.run("", nil, "bcgw", "cache-images", site, "--image", sum(initrd)+"="+src.URL+"/initrd", "--data-dir", g.dataDir); code != 0 {
+		t.Fatalf("cache-images: %s", errOut)
+	}
+	waitStatus := func(want string) map[string]any {
+		var st map[string]any
+		end := time.Now().Add(30 * time.Second)
+		for time.Now().Before(end) {
+			code, out, _ := l.run("", nil, "bcgw", "status", site, "--data-dir", g.dataDir)
+			if code == 0 && json.Unmarshal([]byte(out), &st) == nil {
+				if sect, _ := st["site"].(map[string]any); sect != nil && strings.HasPrefix(fmt.Sprint(sect["cache_images"]), want) {
+					return st
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("no status with cache_images %s: %v", want, st)
+		return nil
+	}
+	st := waitStatus("READY")
+	found := false
+	for _, im := range st["images"].([]any) {
+		m := im.(map[string]any)
+		found = found || (m["digest"] == sum(initrd) && m["state"] == "READY")
+	}
+	if !found {
+		t.Fatalf("images section lacks the cached initrd: %v", st["images"])
+	}
+	if code, _, errOut := l.run("", nil, "bcgw", "cache-images", site, "--image", sum([]byte("nope"))+"="+src.URL+"/vmlinuz", "--data-dir", g.dataDir); code != 0 {
+		t.Fatalf("cache-images: %s", errOut)
+	}
+	waitStatus("FAILED")
 	l.out.assertAbsent(t, "the discovery token", p.DiscoveryToken)
 	l.out.assertAbsent(t, "the site's join token", tok)
 }

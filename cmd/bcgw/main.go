@@ -34,6 +34,8 @@ func main() {
 			{Name: "run", Summary: "run NODE KIND: send a command and print its result", Run: run},
 			{Name: "revoke", Summary: "revoke NODE: revoke a node's certificate", Run: revoke},
 			{Name: "cancel", Summary: "cancel COMMAND: cancel a command", Run: cancel},
+			{Name: "status", Summary: "status NODE: the node's latest status report", Run: nodeStatus},
+			{Name: "cache-images", Summary: "cache-images SITE --image SHA256=URL ...: what a site keeps in its image cache", Run: cacheImages},
 			{Name: "bmc-credentials", Summary: "store a BMC's login (the password from stdin)", Run: bmcCredentials},
 			{Name: "well-known", Summary: "print the well-known document (--pins: the bcd join flags)", Run: wellKnown},
 		},
@@ -277,6 +279,60 @@ func cancel(ctx context.Context, env *cli.Env, args []string) int {
 		return cli.Fail(env, "bcgw cancel", err)
 	}
 	return printJSON(env, v)
+}
+
+func nodeStatus(ctx context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "status")
+	var a adminFlags
+	a.register(fs)
+	pos, code, ok := parseInterleaved(fs, env, args, 1, "bcgw status NODE")
+	if !ok {
+		return code
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw status", err)
+	}
+	st, err := c.Status(ctx, pos[0])
+	if err != nil {
+		return cli.Fail(env, "bcgw status", err)
+	}
+	return printJSON(env, st)
+}
+
+// imageFlags collects repeated --image SHA256=URL.
+type imageFlags []gateway.CacheImage
+
+func (f *imageFlags) String() string { return fmt.Sprint(len(*f)) }
+
+func (f *imageFlags) Set(v string) error {
+	sha, u, ok := strings.Cut(v, "=")
+	if !ok || len(sha) != 64 || !strings.HasPrefix(u, "https://") {
+		return fmt.Errorf("want SHA256=https://URL")
+	}
+	*f = append(*f, gateway.CacheImage{SHA256: sha, URL: u})
+	return nil
+}
+
+func cacheImages(ctx context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "cache-images")
+	var a adminFlags
+	a.register(fs)
+	var images imageFlags
+	fs.Var(&images, "image", "SHA256=https://URL, repeatable; none clears the list")
+	pos, code, ok := parseInterleaved(fs, env, args, 1, "bcgw cache-images SITE [--image SHA256=URL ...]")
+	if !ok {
+		return code
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw cache-images", err)
+	}
+	if err := c.SetCacheImages(ctx, pos[0], images); err != nil {
+		return cli.Fail(env, "bcgw cache-images", err)
+	}
+	fmt.Fprintf(env.Stdout, "%s keeps %d images\n", pos[0], len(images))
+	return 0
 }
 
 func bmcCredentials(ctx context.Context, env *cli.Env, args []string) int {

@@ -39,6 +39,8 @@ type Config struct {
 	// OnDesiredState, when set, gets each DesiredState (the site's boot
 	// lease today) with the working clock's time on arrival.
 	OnDesiredState func(ds *bcdv1.DesiredState, serverNow time.Time)
+	// Reports, when set, is given the session's Report once it exists.
+	Reports func(publish func(sections []byte))
 	// BootLease, when set, reports the site's boot lease for bcd status.
 	BootLease func() (held bool, left time.Duration)
 	// StatusGPUs, when set, gives bcd status one line per GPU.
@@ -122,6 +124,9 @@ func Run(ctx context.Context, c Config) error {
 		Dispatcher: d, Clock: clk, Log: nodeLog, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
 		BeforeDial: hc.CloseIdleConnections, OnDesiredState: c.OnDesiredState,
 	})
+	if c.Reports != nil {
+		c.Reports(s.Report)
+	}
 	rctx, stopR := context.WithCancel(ctx)
 	rDone := make(chan struct{})
 	defer func() { stopR(); <-rDone }()

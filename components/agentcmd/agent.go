@@ -26,6 +26,9 @@ type Machine struct {
 	StatusGPUs     func(context.Context) []status.GPU
 	OnDesiredState func(ds *bcdv1.DesiredState, serverNow time.Time)
 	BootLease      func() (held bool, left time.Duration)
+	// Reports, when set, is given the function that publishes the agent's
+	// status report sections (JSON) to the gateway.
+	Reports func(publish func(sections []byte))
 	// Beside, when set, runs beside the agent (the site's boot server);
 	// its failure stops the agent with exit 1.
 	Beside func(ctx context.Context) error
@@ -69,7 +72,7 @@ func Agent(name, role, summary string, machine func(*config.Config, *slog.Logger
 			}
 		}
 		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, OnDesiredState: m.OnDesiredState,
-			BootLease: m.BootLease, Version: buildinfo.Version, Log: log,
+			BootLease: m.BootLease, Reports: m.Reports, Version: buildinfo.Version, Log: log,
 			FakeReboot: buildinfo.FakeHW && role == "node"}
 		if v := env.Getenv("BCD_RENEW_AFTER"); v != "" && buildinfo.FakeHW {
 			d, err := time.ParseDuration(v)

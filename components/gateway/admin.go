@@ -99,6 +99,8 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 	mux.HandleFunc("POST /v1/nodes/{id}/revoke", s.adminRevoke)
 	mux.HandleFunc("POST /v1/commands", s.adminSend)
 	mux.HandleFunc("POST /v1/bmc", s.adminBMC)
+	mux.HandleFunc("GET /v1/nodes/{id}/status", s.adminStatus)
+	mux.HandleFunc("POST /v1/nodes/{id}/cache-images", s.adminCacheImages)
 	mux.HandleFunc("GET /v1/commands/{id}", s.adminCommand)
 	mux.HandleFunc("POST /v1/commands/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {

@@ -114,6 +114,17 @@ func (c *AdminClient) SetBMCCredentials(ctx context.Context, address, username, 
 	return c.do(ctx, http.MethodPost, "/v1/bmc", map[string]string{"address": address, "username": username, "password": password}, nil)
 }
 
+// Status reads a node's latest StatusReport sections.
+func (c *AdminClient) Status(ctx context.Context, node string) (json.RawMessage, error) {
+	var out json.RawMessage
+	return out, c.do(ctx, http.MethodGet, "/v1/nodes/"+node+"/status", nil, &out)
+}
+
+// SetCacheImages tells a site agent what to keep in its image cache.
+func (c *AdminClient) SetCacheImages(ctx context.Context, node string, images []CacheImage) error {
+	return c.do(ctx, http.MethodPost, "/v1/nodes/"+node+"/cache-images", map[string]any{"images": images}, nil)
+}
+
 // WellKnown reads the well-known document.
 func (c *AdminClient) WellKnown(ctx context.Context, out any) error {
 	return c.do(ctx, http.MethodGet, "/v1/well-known", nil, out)

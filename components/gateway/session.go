@@ -250,8 +250,10 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 		}
 	}
 	if n.Role == "site" {
-		// Every site agent learns at once whether it holds the boot lease.
+		// Every site agent learns at once whether it holds the boot lease,
+		// and what it should cache.
 		s.siteTouch(n, l, true)
+		s.siteWelcome(n, l)
 	}
 
 	recvErr := make(chan error, 1)
@@ -327,6 +329,10 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 			l.push(outFrame{f: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{ResultIds: []string{r.GetCommandId()}}}}})
 		case *bcdv1.AgentFrame_Event:
 			l.push(outFrame{f: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{EventSeq: x.Event.GetSeq()}}}})
+		case *bcdv1.AgentFrame_Status:
+			if err := s.storeStatus(l.nodeID, x.Status.GetSections()); err != nil {
+				log.Warn("status report refused", "err", err)
+			}
 		case *bcdv1.AgentFrame_SecretRequest:
 			req := x.SecretRequest
 			go l.push(outFrame{f: s.answerSecret(l, req)})

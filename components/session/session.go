@@ -75,6 +75,9 @@ type Session struct {
 	secWait map[string]chan *bcdv1.SecretAnswer
 	secSeq  uint64
 
+	repMu      sync.Mutex
+	lastReport []byte // the latest StatusReport sections, re-sent after each Welcome
+
 	mu        sync.Mutex
 	connected bool
 	epoch     uint64
@@ -235,6 +238,14 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 	if err := sendResults(); err != nil {
 		return true, 0, err
 	}
+	s.repMu.Lock()
+	rep := s.lastReport
+	s.repMu.Unlock()
+	if rep != nil {
+		if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Status{Status: &bcdv1.StatusReport{Sections: rep}}}); err != nil {
+			return true, 0, err
+		}
+	}
 
 	frames := make(chan *bcdv1.GatewayFrame)
 	recvErr := make(chan error, 1)
@@ -383,4 +394,16 @@ func WithSecrets(ctx context.Context, s Secrets) context.Context {
 func SecretsFrom(ctx context.Context) Secrets {
 	s, _ := ctx.Value(secretsKey{}).(Secrets)
 	return s
+}
+
+// Report sends a StatusReport with sections (JSON) now if a session is up,
+// and again after every later Welcome until a newer report replaces it.
+func (s *Session) Report(sections []byte) {
+	s.repMu.Lock()
+	s.lastReport = append([]byte(nil), sections...)
+	s.repMu.Unlock()
+	select {
+	case s.outbox <- &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Status{Status: &bcdv1.StatusReport{Sections: sections}}}:
+	default: // the next Welcome sends it
+	}
 }

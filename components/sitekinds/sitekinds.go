@@ -37,6 +37,17 @@ type Config struct {
 	Config  *config.Config
 	Entries *bootserver.Entries
 	Cache   *imagecache.Cache
+	// Keep spares the images the site needs from eviction, plus extra
+	// (nil: only the boot entries' images and extra).
+	Keep func(extra ...string)
+}
+
+func (c Config) keep(extra ...string) {
+	if c.Keep != nil {
+		c.Keep(extra...)
+		return
+	}
+	_ = c.Cache.SetKeep(append(c.Entries.Digests(), extra...))
 }
 
 type image struct {
@@ -118,7 +129,7 @@ func (c Config) prepare(ctx context.Context, b []byte) (json.RawMessage, error) 
 		return nil, errors.New("[boot] url is not configured: machines could not fetch their script")
 	}
 	// Keep what entries name, plus these, out of eviction while pulling.
-	_ = c.Cache.SetKeep(append(c.Entries.Digests(), body.Kernel.SHA256, body.Initrd.SHA256))
+	c.keep(body.Kernel.SHA256, body.Initrd.SHA256)
 	for _, im := range []image{body.Kernel, body.Initrd} {
 		if err := c.Cache.Pull(ctx, im.SHA256, im.URL); err != nil {
 			return nil, fmt.Errorf("pull %s: %w", im.SHA256, err)
@@ -208,6 +219,6 @@ func (c Config) cleanUp(ctx context.Context, b []byte) (json.RawMessage, error) 
 	if err != nil {
 		return nil, err
 	}
-	_ = c.Cache.SetKeep(c.Entries.Digests())
+	c.keep()
 	return json.Marshal(map[string]any{"mac": mac.String(), "removed": had})
 }

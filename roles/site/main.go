@@ -62,17 +62,34 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	if cacheDir == "" {
 		cacheDir = filepath.Join(cfg.DataDir, "cache")
 	}
-	cache, err := imagecache.New(imagecache.Config{Dir: cacheDir, MaxBytes: b.CacheMaxBytes, Client: downloadClient(), Log: log.With("component", "imagecache")})
+	var warmer *bootserver.Warmer
+	cache, err := imagecache.New(imagecache.Config{Dir: cacheDir, MaxBytes: b.CacheMaxBytes, Client: downloadClient(),
+		Log: log.With("component", "imagecache"), Changed: func() {
+			if warmer != nil {
+				warmer.Report()
+			}
+		}})
 	if err != nil {
 		return m, err
 	}
-	_ = cache.SetKeep(entries.Digests())
+	warmer = bootserver.NewWarmer(cache, entries, log.With("component", "cachewarmer"))
+	warmer.Keep()
 	srv := &bootserver.Server{Boot: b, Entries: entries, Cache: cache, Lease: lease, Log: log.With("component", "bootserver"),
 		Discovered: func(mac net.HardwareAddr) {
 			log.Info("an unprepared machine asked to boot", "component", "bootserver", "mac", mac.String())
 		}}
-	m.Kinds = append(bmc, sitekinds.Kinds(sitekinds.Config{Config: cfg, Entries: entries, Cache: cache})...)
-	m.Beside = func(ctx context.Context) error { return srv.Run(ctx) }
+	m.Kinds = append(bmc, sitekinds.Kinds(sitekinds.Config{Config: cfg, Entries: entries, Cache: cache, Keep: warmer.Keep})...)
+	m.OnDesiredState = func(ds *bcdv1.DesiredState, serverNow time.Time) {
+		_ = lease.Apply(ds.GetSpec(), serverNow)
+		if err := warmer.Apply(ds.GetSpec()); err != nil {
+			log.Warn("desired state", "err", err)
+		}
+	}
+	m.Reports = warmer.SetPublish
+	m.Beside = func(ctx context.Context) error {
+		go func() { _ = warmer.Run(ctx) }()
+		return srv.Run(ctx)
+	}
 	return m, nil
 }
 
