@@ -202,7 +202,7 @@ func TestPXEBoot(t *testing.T) {
 	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: src.Certificate().Raw}), 0o644)
 
 	gwDir := filepath.Join(root, "gw")
-	gw := ns.start(t, nil, filepath.Join(bin, "bcgw"), "serve", "--data-dir", gwDir, "--listen", "127.0.0.1:8443",
+	gw := ns.start(t, nil, filepath.Join(bin, "bcgw"), "serve", "--data-dir", gwDir, "--listen", pxeBridgeIP+":8443",
 		"--lease-ttl", "4s", "--heartbeat", "1s")
 	waitFor(t, "bcgw", 30*time.Second, func() bool { return strings.Contains(gw.String(), `"msg":"bcgw serving"`) })
 	bcgw := func(args ...string) string {
@@ -217,7 +217,7 @@ func TestPXEBoot(t *testing.T) {
 	siteDir := filepath.Join(root, "site")
 	cfg := filepath.Join(siteDir, "config.toml")
 	join := ns.cmd(context.Background(), filepath.Join(bin, "bcd-site"), append([]string{"join", "--role", "site", "--config", cfg,
-		"--data-dir", filepath.Join(siteDir, "data"), "--server", "https://127.0.0.1:8443"}, pins...)...)
+		"--data-dir", filepath.Join(siteDir, "data"), "--server", "https://" + pxeBridgeIP + ":8443"}, pins...)...)
 	join.Stdin = strings.NewReader(tok + "\n")
 	if out, err := join.CombinedOutput(); err != nil {
 		t.Fatalf("bcd join: %v\n%s", err, out)
@@ -266,7 +266,7 @@ func TestPXEBoot(t *testing.T) {
 	var console strings.Builder
 	var tInit time.Duration
 	s := bufio.NewScanner(stdout)
-	var tParams time.Duration
+	var tParams, tJoined time.Duration
 	for s.Scan() {
 		l := strings.TrimRight(s.Text(), "\r")
 		console.WriteString(l + "\n")
@@ -274,16 +274,45 @@ func TestPXEBoot(t *testing.T) {
 			tInit = time.Since(start)
 		}
 		// After the bc.* words the init says it starts the agent.
-		if c := console.String(); strings.Contains(c, "boot parameters:") && strings.Contains(c[strings.Index(c, "boot parameters:"):], " ramdisk (") {
-			// The ramdisk printed what it was given: enough for this test
-			// (the ramdisk has no network of its own yet to join).
+		if c := console.String(); tParams == 0 && strings.Contains(c, "boot parameters:") && strings.Contains(c[strings.Index(c, "boot parameters:"):], " ramdisk (") {
 			tParams = time.Since(start)
-			cancel()
+		}
+		// The ramdisk joins bcgw with the site's discovery assertion.
+		if tParams != 0 && strings.Contains(l, `"msg":"joined"`) {
+			tJoined = time.Since(start)
 			break
 		}
 	}
+	// The joined ramdisk answers a command, then the VM goes.
+	if tJoined != 0 {
+		var nodes []struct {
+			ID, Role  string
+			Connected bool
+		}
+		waitFor(t, "the ramdisk connected", 60*time.Second, func() bool {
+			json.Unmarshal([]byte(bcgw("nodes", "--json")), &nodes)
+			for _, n := range nodes {
+				if n.Role == "ramdisk" && n.Connected {
+					return true
+				}
+			}
+			return false
+		})
+		for _, n := range nodes {
+			if n.Role == "ramdisk" {
+				if out := bcgw("run", n.ID, "agent.ping", "--wait", "--timeout", "60s"); !strings.Contains(out, `"SUCCEEDED"`) {
+					t.Fatalf("agent.ping on the ramdisk: %s", out)
+				}
+			}
+		}
+	}
+	cancel()
 	_ = vm.Wait()
 	c := console.String()
+	if tJoined == 0 {
+		t.Logf("serial console:\n%s", c)
+		t.Fatalf("the ramdisk did not join bcgw")
+	}
 	if !strings.Contains(c, "bc.mac="+pxeMAC) || !strings.Contains(c, "bc.site=pxe") {
 		t.Logf("serial console:\n%s", c)
 		t.Logf("site:\n%s", site.String())
@@ -308,7 +337,7 @@ func TestPXEBoot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the printed bc.* parameters do not parse: %v\n%s", err, strings.Join(words, "\n"))
 	}
-	if p.MAC.String() != pxeMAC || p.Site != "pxe" || p.CacheURL != "http://"+pxeBridgeIP+":8080" || p.Gateway != "https://127.0.0.1:8443" {
+	if p.MAC.String() != pxeMAC || p.Site != "pxe" || p.CacheURL != "http://"+pxeBridgeIP+":8080" || p.Gateway != "https://"+pxeBridgeIP+":8443" {
 		t.Fatalf("parameters %+v\nwords:\n%s", p, strings.Join(words, "\n"))
 	}
 	if !strings.Contains(site.String(), `"msg":"iPXE script served"`) {
@@ -346,7 +375,7 @@ func TestPXEBoot(t *testing.T) {
 	if strings.Contains(out3.String(), "Linux version") || strings.Count(site.String(), `"msg":"iPXE script served"`) != 1 {
 		t.Fatalf("a machine booted while the site did not hold the lease:\n%s", out3.String())
 	}
-	t.Logf("PXE: QEMU start -> ramdisk init %v -> bc.* printed %v; initramfs %d bytes", tInit.Round(100*time.Millisecond), tParams.Round(100*time.Millisecond), len(initrd))
+	t.Logf("PXE: QEMU start -> ramdisk init %v -> bc.* printed %v -> joined bcgw as a ramdisk %v; initramfs %d bytes", tInit.Round(100*time.Millisecond), tParams.Round(100*time.Millisecond), tJoined.Round(100*time.Millisecond), len(initrd))
 }
 
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {

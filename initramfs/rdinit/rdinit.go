@@ -58,6 +58,8 @@ type Config struct {
 	// status when it ends.
 	RunAgent func(bcd string, args []string) (int, error)
 	PowerOff func() error
+	// Network configures the network interfaces (DHCP) and says how.
+	Network func() []string
 }
 
 // Run is the uinit. It returns only when power-off failed.
@@ -96,6 +98,13 @@ func Run(c Config) error {
 	disks := settle(c, func() []string { return blockDevices(c.SysBlock) })
 	p("block devices: %s", orNone(disks))
 	p("network interfaces: %s", orNone(netInterfaces(c.SysNet)))
+	if c.Network != nil {
+		t := time.Now()
+		for _, l := range c.Network() {
+			p("network: %s", l)
+		}
+		p("network configured in %.1fs", time.Since(t).Seconds())
+	}
 
 	words, err := BootWords(c.Cmdline)
 	if err != nil {

@@ -31,6 +31,7 @@ func DefaultConfig() Config {
 			return kmod.NewLoader("/lib/modules", release()).Load(names...)
 		},
 		HasAgent: HasRamdiskCommand,
+		Network:  func() []string { return DHCP(30 * time.Second) },
 		RunAgent: func(bcd string, args []string) (int, error) {
 			cmd := exec.Command(bcd, args...)
 			cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
