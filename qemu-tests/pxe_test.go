@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 
 	"github.com/better-compute/bcd/components/bootparams"
@@ -185,12 +186,23 @@ func TestPXEBoot(t *testing.T) {
 	// The image source, served over https inside the namespace.
 	kernel, _ := os.ReadFile(filepath.Join(image, "vmlinuz"))
 	initrd, _ := os.ReadFile(filepath.Join(image, "initramfs.cpio.zst"))
+	// An "installed OS" image for deploy.image: 3 MiB, zstd-compressed.
+	osRaw := make([]byte, 3<<20)
+	for i := range osRaw {
+		osRaw[i] = byte(i*7 + i>>12)
+	}
+	var osZst bytes.Buffer
+	zw, _ := zstd.NewWriter(&osZst)
+	zw.Write(osRaw)
+	zw.Close()
 	src := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/vmlinuz":
 			w.Write(kernel)
 		case "/initrd":
 			w.Write(initrd)
+		case "/os.img.zst":
+			w.Write(osZst.Bytes())
 		default:
 			http.NotFound(w, r)
 		}
@@ -254,8 +266,19 @@ func TestPXEBoot(t *testing.T) {
 	// The VM: diskless, its NIC's iPXE ROM boots from the network.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	// Two disks with partition-table signatures at both ends.
+	vda, nvme := sparseDisk(t, "vda.img", 64<<20), sparseDisk(t, "nvme.img", 64<<20)
+	for _, d := range []string{vda, nvme} {
+		f, _ := os.OpenFile(d, os.O_RDWR, 0)
+		f.WriteAt([]byte("EFI PART"), 512)
+		f.WriteAt([]byte("EFI PART"), 64<<20-512)
+		f.WriteAt([]byte{0x55, 0xaa}, 510)
+		f.Close()
+	}
 	vm := ns.cmd(ctx, qemu, "-machine", "q35", "-accel", accel(t), "-cpu", "max", "-smp", "1", "-m", "512",
 		"-nographic", "-no-reboot", "-boot", "n",
+		"-drive", "file="+vda+",if=virtio,format=raw",
+		"-drive", "file="+nvme+",if=none,id=nvm0,format=raw", "-device", "nvme,serial=bcdpxe0,drive=nvm0",
 		"-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no", "-device", "e1000,netdev=n0,mac="+pxeMAC)
 	stdout, _ := vm.StdoutPipe()
 	vm.Stderr = vm.Stdout
@@ -299,16 +322,43 @@ func TestPXEBoot(t *testing.T) {
 			return false
 		})
 		for _, n := range nodes {
-			if n.Role == "ramdisk" {
-				if out := bcgw("run", n.ID, "agent.ping", "--wait", "--timeout", "60s"); !strings.Contains(out, `"SUCCEEDED"`) {
-					t.Fatalf("agent.ping on the ramdisk: %s", out)
-				}
+			if n.Role != "ramdisk" {
+				continue
 			}
+			if out := bcgw("run", n.ID, "agent.ping", "--wait", "--timeout", "60s"); !strings.Contains(out, `"SUCCEEDED"`) {
+				t.Fatalf("agent.ping on the ramdisk: %s", out)
+			}
+			// disk.wipe quick on both disks, then deploy.image from the
+			// site's cache onto the virtio disk.
+			if out := bcgw("run", n.ID, "disk.wipe", "--body", `{"devices":["/dev/vda","/dev/nvme0n1"],"mode":"quick"}`, "--wait", "--timeout", "120s"); !strings.Contains(out, `"SUCCEEDED"`) {
+				t.Fatalf("disk.wipe: %s", out)
+			}
+			osSum := sha256.Sum256(osZst.Bytes())
+			osDigest := hex.EncodeToString(osSum[:])
+			bcgw("cache-images", siteID, "--image", osDigest+"="+src.URL+"/os.img.zst")
+			waitFor(t, "the OS image in the site's cache", 60*time.Second, func() bool {
+				return strings.Contains(bcgw("status", siteID), `"cache_images": "READY"`)
+			})
+			tDeploy := time.Now()
+			if out := bcgw("run", n.ID, "deploy.image", "--body", `{"target":"/dev/vda","sha256":"`+osDigest+`"}`, "--wait", "--timeout", "120s"); !strings.Contains(out, `"SUCCEEDED"`) {
+				t.Fatalf("deploy.image: %s", out)
+			}
+			t.Logf("deploy.image of %d bytes (zstd %d) from the site's cache: %v", len(osRaw), osZst.Len(), time.Since(tDeploy).Round(10*time.Millisecond))
 		}
 	}
 	cancel()
 	_ = vm.Wait()
 	c := console.String()
+	if tJoined != 0 {
+		nb, _ := os.ReadFile(nvme)
+		if !allZero(nb[:1<<20]) || !allZero(nb[len(nb)-1<<20:]) {
+			t.Fatal("the NVMe disk still has data in its first or last MiB after disk.wipe quick")
+		}
+		vb, _ := os.ReadFile(vda)
+		if !bytes.Equal(vb[:len(osRaw)], osRaw) || !allZero(vb[len(vb)-1<<20:]) {
+			t.Fatal("the virtio disk does not hold the deployed image (or its last MiB was not wiped)")
+		}
+	}
 	if tJoined == 0 {
 		t.Logf("serial console:\n%s", c)
 		t.Fatalf("the ramdisk did not join bcgw")
