@@ -10,6 +10,7 @@ import (
 	"github.com/better-compute/bcd/components/agentcmd"
 	"github.com/better-compute/bcd/components/cli"
 	"github.com/better-compute/bcd/components/config"
+	"github.com/better-compute/bcd/components/dcgm"
 	"github.com/better-compute/bcd/components/doctor"
 	"github.com/better-compute/bcd/components/nodekinds"
 	"github.com/better-compute/bcd/components/roles"
@@ -20,7 +21,7 @@ import (
 func machine(cfg *config.Config, _ *slog.Logger) (agentcmd.Machine, error) {
 	hw, _ := hardware(cfg.DataDir)
 	return agentcmd.Machine{
-		Kinds: append(append(nodekinds.Kinds(hw, nil), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient())),
+		Kinds: append(append(nodekinds.Kinds(hw, nil), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
 		StatusGPUs: nodekinds.StatusGPUs(hw),
 	}, nil

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/better-compute/bcd/components/cli"
+	"github.com/better-compute/bcd/components/dcgm"
 	"github.com/better-compute/bcd/components/dispatch"
 	"github.com/better-compute/bcd/components/ramdiskcmd"
 	"github.com/better-compute/bcd/components/ramdiskkinds"
@@ -18,7 +19,7 @@ import (
 func main() {
 	roles.Main("ramdisk", []cli.Command{
 		ramdiskcmd.Command(func(cacheURL string, log *slog.Logger) []dispatch.Kind {
-			return ramdiskkinds.Kinds(ramdiskkinds.Config{CacheURL: cacheURL, Log: log.With("component", "ramdiskkinds")})
+			return append(ramdiskkinds.Kinds(ramdiskkinds.Config{CacheURL: cacheURL, Log: log.With("component", "ramdiskkinds")}), dcgm.Kind(""))
 		}),
 		status.Command(),
 	}, nil)
