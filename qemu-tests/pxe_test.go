@@ -286,26 +286,38 @@ func TestPXEBoot(t *testing.T) {
 	if err := vm.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// The console is read in the background (a reader that stops would
+	// stall the guest's serial port).
+	var cmu sync.Mutex
 	var console strings.Builder
-	var tInit time.Duration
-	s := bufio.NewScanner(stdout)
-	var tParams, tJoined time.Duration
-	for s.Scan() {
-		l := strings.TrimRight(s.Text(), "\r")
-		console.WriteString(l + "\n")
-		if tInit == 0 && strings.Contains(l, "bcd-ramdisk: init started") {
-			tInit = time.Since(start)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			cmu.Lock()
+			console.WriteString(strings.TrimRight(sc.Text(), "\r") + "\n")
+			cmu.Unlock()
 		}
-		// After the bc.* words the init says it starts the agent.
-		if c := console.String(); tParams == 0 && strings.Contains(c, "boot parameters:") && strings.Contains(c[strings.Index(c, "boot parameters:"):], " ramdisk (") {
-			tParams = time.Since(start)
+	}()
+	consoleText := func() string { cmu.Lock(); defer cmu.Unlock(); return console.String() }
+	until := func(d time.Duration, cond func(string) bool) time.Duration {
+		end := time.Now().Add(d)
+		for time.Now().Before(end) {
+			if cond(consoleText()) {
+				return time.Since(start)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		// The ramdisk joins bcgw with the site's discovery assertion.
-		if tParams != 0 && strings.Contains(l, `"msg":"joined"`) {
-			tJoined = time.Since(start)
-			break
-		}
+		return 0
 	}
+	tInit := until(90*time.Second, func(c string) bool { return strings.Contains(c, "bcd-ramdisk: init started") })
+	// After the bc.* words the init says it starts the agent.
+	tParams := until(90*time.Second, func(c string) bool {
+		i := strings.Index(c, "boot parameters:")
+		return i >= 0 && strings.Contains(c[i:], " ramdisk (")
+	})
+	// The ramdisk joins bcgw with the site's discovery assertion.
+	tJoined := until(90*time.Second, func(c string) bool { return strings.Contains(c, `"msg":"joined"`) })
+	var tKexec time.Duration
 	// The joined ramdisk answers a command, then the VM goes.
 	if tJoined != 0 {
 		var nodes []struct {
@@ -344,11 +356,25 @@ func TestPXEBoot(t *testing.T) {
 				t.Fatalf("deploy.image: %s", out)
 			}
 			t.Logf("deploy.image of %d bytes (zstd %d) from the site's cache: %v", len(osRaw), osZst.Len(), time.Since(tDeploy).Round(10*time.Millisecond))
+			// boot.kexec into the ramdisk's own kernel and initramfs (from the
+			// site's cache) with another command line: the result comes
+			// back first, then the machine boots it.
+			kexecBody := fmt.Sprintf(`{"kernel_sha256":%q,"initrd_sha256":%q,"cmdline":"console=ttyS0 panic=-1 bc.kexec=1"}`, sum(kernel), sum(initrd))
+			if out := bcgw("run", n.ID, "boot.kexec", "--body", kexecBody, "--wait", "--timeout", "120s"); !strings.Contains(out, `"SUCCEEDED"`) {
+				t.Fatalf("boot.kexec: %s", out)
+			}
+			tKexec = until(90*time.Second, func(c string) bool {
+				return strings.Count(c, "bcd-ramdisk: init started") >= 2 && strings.Contains(c, "bc.kexec=1")
+			})
+			if tKexec == 0 {
+				t.Logf("serial console:\n%s", consoleText())
+				t.Fatal("the machine did not boot the kexec'd kernel")
+			}
 		}
 	}
 	cancel()
 	_ = vm.Wait()
-	c := console.String()
+	c := consoleText()
 	if tJoined != 0 {
 		nb, _ := os.ReadFile(nvme)
 		if !allZero(nb[:1<<20]) || !allZero(nb[len(nb)-1<<20:]) {
@@ -425,7 +451,7 @@ func TestPXEBoot(t *testing.T) {
 	if strings.Contains(out3.String(), "Linux version") || strings.Count(site.String(), `"msg":"iPXE script served"`) != 1 {
 		t.Fatalf("a machine booted while the site did not hold the lease:\n%s", out3.String())
 	}
-	t.Logf("PXE: QEMU start -> ramdisk init %v -> bc.* printed %v -> joined bcgw as a ramdisk %v; initramfs %d bytes", tInit.Round(100*time.Millisecond), tParams.Round(100*time.Millisecond), tJoined.Round(100*time.Millisecond), len(initrd))
+	t.Logf("PXE: QEMU start -> ramdisk init %v -> bc.* printed %v -> joined bcgw as a ramdisk %v -> kexec'd kernel's init %v; initramfs %d bytes", tInit.Round(100*time.Millisecond), tParams.Round(100*time.Millisecond), tJoined.Round(100*time.Millisecond), tKexec.Round(100*time.Millisecond), len(initrd))
 }
 
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {

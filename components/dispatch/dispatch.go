@@ -65,6 +65,11 @@ type Kind struct {
 	// was running when the agent stopped (a self-terminating kind such as
 	// node.reboot checks that it happened); nil falls back to INTERRUPTED.
 	Recover func(e *journal.Entry) *bcdv1.CommandResult
+	// AfterAck, when set, runs once the gateway acked a SUCCEEDED result of
+	// this kind: a kind whose side effect ends the agent where no journal
+	// survives it (boot.kexec in the tmpfs ramdisk) reports first and acts
+	// after, so its result is never lost.
+	AfterAck func(id string)
 }
 
 type idKey struct{}
@@ -153,6 +158,8 @@ type Dispatcher struct {
 	// pending holds the results the gateway has not acked (loaded from the
 	// journal by Recover, added by finish, removed by Acked).
 	pending map[string]*bcdv1.CommandResult
+	// afterAck holds the AfterAck hooks of finished commands until acked.
+	afterAck map[string]func(string)
 }
 
 // New builds a dispatcher; Run starts its workers.
@@ -171,7 +178,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		cfg: cfg, log: cfg.Log.With("component", "dispatch"), kinds: map[string]Kind{}, lanes: map[string]*lane{},
-		notify: make(chan struct{}, 1), pending: map[string]*bcdv1.CommandResult{},
+		notify: make(chan struct{}, 1), pending: map[string]*bcdv1.CommandResult{}, afterAck: map[string]func(string){},
 		running: map[string]*jobState{}, cancelled: map[string]string{}, locks: map[string]bool{},
 	}
 	d.lockCond = sync.NewCond(&d.mu)
@@ -446,8 +453,15 @@ func (d *Dispatcher) Acked(ids []string) {
 			continue
 		}
 		d.mu.Lock()
+		r := d.pending[id]
 		delete(d.pending, id)
+		after := d.afterAck[id]
+		delete(d.afterAck, id)
 		d.mu.Unlock()
+		if after != nil && r.GetStatus() == Succeeded {
+			d.log.Info("acting after the result was acked", "command_id", id)
+			go after(id)
+		}
 	}
 }
 
@@ -579,6 +593,11 @@ func (d *Dispatcher) runJob(ctx context.Context, j *job) {
 		r.Status, r.Error = Failed, err.Error()
 	}
 	r.FinishedUnixMs = d.now().UnixMilli()
+	if j.kind.AfterAck != nil && r.Status == Succeeded {
+		d.mu.Lock()
+		d.afterAck[j.id] = j.kind.AfterAck
+		d.mu.Unlock()
+	}
 	if err := d.finish(j.id, r); err != nil {
 		log.Error("storing the result failed", "err", err)
 		return

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -269,5 +270,38 @@ func TestResourceLockAndCancel(t *testing.T) {
 	f.d.Cancel("c", "operator asked")
 	if r := f.result("c"); r.GetStatus() != Cancelled || r.GetError() != "operator asked" {
 		t.Fatalf("cancelled: %v", r)
+	}
+}
+
+func TestAfterAckRunsOnceAcked(t *testing.T) {
+	acted := make(chan string, 2)
+	f := start(t, t.TempDir(), []Kind{
+		{Name: "selfend", Run: func(context.Context, []byte) (json.RawMessage, error) { return nil, nil },
+			AfterAck: func(id string) { acted <- id }},
+		{Name: "selfend-fails", Run: func(context.Context, []byte) (json.RawMessage, error) { return nil, errors.New("no") },
+			AfterAck: func(id string) { acted <- id }},
+	})
+	f.d.Deliver(cmd("a", "selfend"))
+	f.d.Deliver(cmd("b", "selfend-fails"))
+	f.result("a")
+	f.result("b")
+	select {
+	case id := <-acted:
+		t.Fatalf("%s acted before its result was acked", id)
+	case <-time.After(100 * time.Millisecond):
+	}
+	f.d.Acked([]string{"a", "b"})
+	select {
+	case id := <-acted:
+		if id != "a" {
+			t.Fatalf("acted for %s", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("AfterAck did not run after the ack")
+	}
+	select {
+	case id := <-acted:
+		t.Fatalf("a failed command acted: %s", id)
+	case <-time.After(100 * time.Millisecond):
 	}
 }

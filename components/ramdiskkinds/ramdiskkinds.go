@@ -1,7 +1,9 @@
 // Package ramdiskkinds holds the ramdisk role's command kinds: disk.wipe
-// (components/wipe, per device, never a silent downgrade) and deploy.image
+// (components/wipe, per device, never a silent downgrade), deploy.image
 // (components/deploy, streamed from the site's cache by digest, else from
-// its source URL, through SHA-256 and decompression onto the disk).
+// its source URL, through SHA-256 and decompression onto the disk) and
+// boot.kexec (kexec_file_load of verified images; the reboot into them
+// only after the gateway acked the result).
 package ramdiskkinds
 
 import (
@@ -31,6 +33,9 @@ type Config struct {
 	Log      *slog.Logger
 	// allowFiles lets tests name regular files as disks.
 	allowFiles bool
+	// Seams for tests: the kexec load and the reboot into it.
+	kexecLoader  func(kernel, initrd []byte, cmdline string) error
+	rebootNow func() error
 }
 
 // Kinds returns disk.wipe and deploy.image.
@@ -44,6 +49,8 @@ func Kinds(c Config) []dispatch.Kind {
 	return []dispatch.Kind{
 		{Name: "disk.wipe", Lane: dispatch.LaneProvision, Resources: disks("devices"), Run: c.wipe},
 		{Name: "deploy.image", Lane: dispatch.LaneProvision, Resources: disks("target"), Run: c.deploy},
+		{Name: "boot.kexec", Lane: dispatch.LaneProvision, Resources: func([]byte) ([]string, error) { return []string{"kexec"}, nil },
+			Run: c.kexecLoad, AfterAck: c.kexecReboot},
 	}
 }
 

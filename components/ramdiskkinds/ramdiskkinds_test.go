@@ -85,3 +85,43 @@ func TestDeployFromTheSiteCache(t *testing.T) {
 		t.Error("unknown mode accepted")
 	}
 }
+
+func TestKexecLoadsVerifiedImagesAndRebootsAfterAck(t *testing.T) {
+	kernel, initrd := []byte("a kernel"), []byte("an initramfs")
+	d := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+	cache := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/images/" + d(kernel):
+			w.Write(kernel)
+		case "/images/" + d(initrd):
+			w.Write(initrd)
+		case "/images/" + d([]byte("liar")):
+			w.Write([]byte("not the liar"))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer cache.Close()
+	var loaded string
+	rebooted := 0
+	c := Config{CacheURL: cache.URL,
+		kexecLoader: func(k, i []byte, cmdline string) error { loaded = string(k) + "|" + string(i) + "|" + cmdline; return nil },
+		rebootNow:   func() error { rebooted++; return nil }}
+	k := kind(t, Kinds(c), "boot.kexec")
+	if k.AfterAck == nil {
+		t.Fatal("boot.kexec must reboot only after its result is acked")
+	}
+	if _, err := k.Run(context.Background(), []byte(`{"kernel_sha256":"`+d(kernel)+`","initrd_sha256":"`+d(initrd)+`","cmdline":"console=ttyS0"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if loaded != "a kernel|an initramfs|console=ttyS0" || rebooted != 0 {
+		t.Fatalf("loaded %q, rebooted %d", loaded, rebooted)
+	}
+	k.AfterAck("x")
+	if rebooted != 1 {
+		t.Fatal("no reboot after the ack")
+	}
+	if _, err := k.Run(context.Background(), []byte(`{"kernel_sha256":"`+d([]byte("liar"))+`","cmdline":""}`)); err == nil || !strings.Contains(err.Error(), "another digest") {
+		t.Fatalf("a kernel with another digest: %v", err)
+	}
+}
