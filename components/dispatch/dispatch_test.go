@@ -2,8 +2,8 @@ package dispatch
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"strings"
 	"sync"

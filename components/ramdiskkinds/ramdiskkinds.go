@@ -34,8 +34,8 @@ type Config struct {
 	// allowFiles lets tests name regular files as disks.
 	allowFiles bool
 	// Seams for tests: the kexec load and the reboot into it.
-	kexecLoader  func(kernel, initrd []byte, cmdline string) error
-	rebootNow func() error
+	kexecLoader func(kernel, initrd []byte, cmdline string) error
+	rebootNow   func() error
 }
 
 // Kinds returns disk.wipe and deploy.image.

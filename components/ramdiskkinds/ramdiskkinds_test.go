@@ -105,8 +105,11 @@ func TestKexecLoadsVerifiedImagesAndRebootsAfterAck(t *testing.T) {
 	var loaded string
 	rebooted := 0
 	c := Config{CacheURL: cache.URL,
-		kexecLoader: func(k, i []byte, cmdline string) error { loaded = string(k) + "|" + string(i) + "|" + cmdline; return nil },
-		rebootNow:   func() error { rebooted++; return nil }}
+		kexecLoader: func(k, i []byte, cmdline string) error {
+			loaded = string(k) + "|" + string(i) + "|" + cmdline
+			return nil
+		},
+		rebootNow: func() error { rebooted++; return nil }}
 	k := kind(t, Kinds(c), "boot.kexec")
 	if k.AfterAck == nil {
 		t.Fatal("boot.kexec must reboot only after its result is acked")
