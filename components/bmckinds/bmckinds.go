@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"time"
@@ -101,21 +100,6 @@ type BMC struct {
 	// Driver is "redfish" or empty; BMCs behind a bcx driver plugin are not
 	// served by these kinds.
 	Driver string `json:"driver,omitempty"`
-}
-
-// strict decodes a command body: unknown fields, trailing data and a
-// missing bmc object are errors.
-func strict(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("body: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("body: trailing data after the JSON object")
-	}
-	return nil
 }
 
 // bmcResource locks one BMC per address: commands on the same BMC never
@@ -255,7 +239,7 @@ type PowerResult struct {
 
 func (c Config) power(ctx context.Context, b []byte) (json.RawMessage, error) {
 	var body powerBody
-	if err := strict(b, &body); err != nil {
+	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
 	switch body.Action {
@@ -292,7 +276,7 @@ type BootResult struct {
 
 func (c Config) bootDevice(ctx context.Context, b []byte) (json.RawMessage, error) {
 	var body bootBody
-	if err := strict(b, &body); err != nil {
+	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
 	switch body.Device {
@@ -318,7 +302,7 @@ type bmcOnly struct {
 
 func (c Config) inspect(ctx context.Context, b []byte) (json.RawMessage, error) {
 	var body bmcOnly
-	if err := strict(b, &body); err != nil {
+	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
 	j, err := c.start(ctx, KindInspect, body.BMC)
@@ -343,7 +327,7 @@ type MediaResult struct {
 
 func (c Config) virtualMedia(ctx context.Context, b []byte) (json.RawMessage, error) {
 	var body mediaBody
-	if err := strict(b, &body); err != nil {
+	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
 	switch body.Action {
@@ -381,7 +365,7 @@ type FirmwareResult struct {
 
 func (c Config) firmwareInventory(ctx context.Context, b []byte) (json.RawMessage, error) {
 	var body bmcOnly
-	if err := strict(b, &body); err != nil {
+	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
 	j, err := c.start(ctx, KindFirmwareInventory, body.BMC)
@@ -400,7 +384,7 @@ type RotateResult struct {
 
 func (c Config) rotateCredentials(ctx context.Context, b []byte) (json.RawMessage, error) {
 	var body bmcOnly
-	if err := strict(b, &body); err != nil {
+	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
 	j, err := c.start(ctx, KindRotateCredentials, body.BMC)
@@ -455,7 +439,7 @@ const maxBIOSAttributes = 64
 
 func (c Config) bios(ctx context.Context, b []byte) (json.RawMessage, error) {
 	var body biosBody
-	if err := strict(b, &body); err != nil {
+	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
 	switch body.Action {

@@ -3,7 +3,6 @@
 package dcgm
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,10 +28,8 @@ func Kind(path string) dispatch.Kind {
 		Run: func(ctx context.Context, b []byte) (json.RawMessage, error) {
 			req := body{Level: 1}
 			if len(b) > 0 {
-				dec := json.NewDecoder(bytes.NewReader(b))
-				dec.DisallowUnknownFields()
-				if err := dec.Decode(&req); err != nil {
-					return nil, fmt.Errorf("body: %w", err)
+				if err := dispatch.DecodeBody(b, &req); err != nil {
+					return nil, err
 				}
 			}
 			limit, ok := levels[req.Level]

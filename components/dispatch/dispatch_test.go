@@ -305,3 +305,17 @@ func TestAfterAckRunsOnceAcked(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+func TestDecodeBody(t *testing.T) {
+	var v struct {
+		A int `json:"a"`
+	}
+	for _, tc := range []struct {
+		in string
+		ok bool
+	}{{`{"a":1}`, true}, {`{"a":1,"b":2}`, false}, {`{"a":1} {}`, false}, {``, false}, {`[]`, false}} {
+		if err := DecodeBody([]byte(tc.in), &v); (err == nil) != tc.ok {
+			t.Errorf("%q: %v", tc.in, err)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/better-compute/bcd/components/dispatch"
@@ -30,10 +29,8 @@ func LogsCollect(configPath, dataDir string, client *http.Client) dispatch.Kind 
 		Name: "logs.collect", Lane: dispatch.LaneBulk, Resources: fixed("logs"),
 		Run: func(ctx context.Context, b []byte) (json.RawMessage, error) {
 			var body logsBody
-			dec := json.NewDecoder(strings.NewReader(string(b)))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&body); err != nil {
-				return nil, fmt.Errorf("body: %w", err)
+			if err := dispatch.DecodeBody(b, &body); err != nil {
+				return nil, err
 			}
 			u, err := url.Parse(body.URL)
 			if err != nil || u.Scheme != "https" || u.Host == "" {

@@ -121,10 +121,8 @@ type gpuBody struct {
 
 func parseGPUBody(b []byte) (gpuBody, error) {
 	var body gpuBody
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		return body, fmt.Errorf("body: %w", err)
+	if err := dispatch.DecodeBody(b, &body); err != nil {
+		return body, err
 	}
 	if body.GPU == "" {
 		return body, errors.New(`body: "gpu" (UUID, PCI bus id or index) is required`)

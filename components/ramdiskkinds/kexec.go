@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/better-compute/bcd/components/dispatch"
 	"github.com/better-compute/bcd/components/imagecache"
 )
 
@@ -64,7 +65,7 @@ func (c Config) fetchVerified(ctx context.Context, digest string) ([]byte, error
 // (kexecReboot), since the ramdisk's journal does not survive it.
 func (c Config) kexecLoad(ctx context.Context, b []byte) (json.RawMessage, error) {
 	var body kexecBody
-	if err := strict(b, &body); err != nil {
+	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
 	if len(body.Cmdline) > 2000 || strings.ContainsAny(body.Cmdline, "\n\x00") {

@@ -54,15 +54,6 @@ func Kinds(c Config) []dispatch.Kind {
 	}
 }
 
-func strict(b []byte, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("body: %w", err)
-	}
-	return nil
-}
-
 // disks locks every disk a command names.
 func disks(field string) func([]byte) ([]string, error) {
 	return func(b []byte) ([]string, error) {
@@ -111,7 +102,7 @@ type wipeBody struct {
 
 func (c Config) wipe(ctx context.Context, b []byte) (json.RawMessage, error) {
 	var body wipeBody
-	if err := strict(b, &body); err != nil {
+	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
 	mode, err := wipe.ParseMode(body.Mode)
@@ -152,7 +143,7 @@ type deployBody struct {
 
 func (c Config) deploy(ctx context.Context, b []byte) (json.RawMessage, error) {
 	var body deployBody
-	if err := strict(b, &body); err != nil {
+	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
 	if err := c.checkDisk(body.Target); err != nil {

@@ -82,15 +82,6 @@ func Kinds(c Config) []dispatch.Kind {
 	}
 }
 
-func strict(b []byte, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("body: %w", err)
-	}
-	return nil
-}
-
 func parseMAC(s string) (net.HardwareAddr, error) {
 	mac, err := net.ParseMAC(s)
 	if err != nil || len(mac) != 6 {
@@ -113,7 +104,7 @@ func macResource(b []byte) ([]string, error) {
 
 func (c Config) prepare(ctx context.Context, b []byte) (json.RawMessage, error) {
 	var body prepareBody
-	if err := strict(b, &body); err != nil {
+	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
 	mac, err := parseMAC(body.MAC)
@@ -208,7 +199,7 @@ func (c Config) cleanUp(ctx context.Context, b []byte) (json.RawMessage, error) 
 	var body struct {
 		MAC string `json:"mac"`
 	}
-	if err := strict(b, &body); err != nil {
+	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
 	mac, err := parseMAC(body.MAC)
