@@ -66,15 +66,13 @@ func (s *Server) secret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
 	if old, _ := s.store.Meta(key); len(old) > 0 {
 		_ = s.store.DeleteToken(string(old))
 	}
-	id := "jt" + randomID(8)
-	secret := randomID(20)
-	t := store.Token{ID: id, Hash: store.HashSecret(secret), Role: "ramdisk", Site: n.Site, Uses: 1,
-		CreatedAt: s.now().UTC(), ExpiresAt: s.now().Add(DiscoveryTokenTTL).UTC(), MAC: mac.String(), Command: c.ID}
-	if err := s.store.PutToken(t); err != nil {
+	tok, t, err := s.mintToken(store.Token{Role: "ramdisk", Site: n.Site, Uses: 1,
+		ExpiresAt: s.now().Add(DiscoveryTokenTTL).UTC(), MAC: mac.String(), Command: c.ID})
+	if err != nil {
 		return nil, err
 	}
-	if err := s.store.SetMeta(key, []byte(id)); err != nil {
+	if err := s.store.SetMeta(key, []byte(t.ID)); err != nil {
 		return nil, err
 	}
-	return []byte("bcjt_" + id + "_" + secret), nil
+	return []byte(tok), nil
 }

@@ -269,17 +269,27 @@ func (s *Server) NewToken(role, site string, uses int, ttl time.Duration) (strin
 	if site == "" {
 		site = "lab"
 	}
-	id := "jt" + randomID(8)
-	secret := randomID(20)
-	t := store.Token{ID: id, Hash: store.HashSecret(secret), Role: role, Site: site, Uses: uses, CreatedAt: s.now().UTC()}
+	t := store.Token{Role: role, Site: site, Uses: uses}
 	if ttl > 0 {
-		t.ExpiresAt = t.CreatedAt.Add(ttl)
+		t.ExpiresAt = s.now().Add(ttl).UTC()
 	}
+	tok, t, err := s.mintToken(t)
+	if err != nil {
+		return "", t, err
+	}
+	s.log.Info("join token created", "token_id", t.ID, "role", role, "site", site, "uses", uses)
+	return tok, t, nil
+}
+
+// mintToken gives t a new id and secret, stores it with the secret's hash
+// only, and returns the token string bcjt_<id>_<secret>.
+func (s *Server) mintToken(t store.Token) (string, store.Token, error) {
+	secret := randomID(20)
+	t.ID, t.Hash, t.CreatedAt = "jt"+randomID(8), store.HashSecret(secret), s.now().UTC()
 	if err := s.store.PutToken(t); err != nil {
 		return "", t, err
 	}
-	s.log.Info("join token created", "token_id", id, "role", role, "site", site, "uses", uses)
-	return "bcjt_" + id + "_" + secret, t, nil
+	return "bcjt_" + t.ID + "_" + secret, t, nil
 }
 
 func (s *Server) signResult(r *bcdv1.JoinResult) (*bcdv1.JoinResponse, error) {
