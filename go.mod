@@ -12,6 +12,7 @@ require (
 
 require (
 	github.com/dustin/go-humanize v1.0.1 // indirect
+	github.com/elastic/go-seccomp-bpf v1.6.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/hugelgupf/go-shlex v0.0.0-20200702092117-c80c9d0918fa // indirect
 	github.com/hugelgupf/vmtest v0.0.0-20240307030256-5d9f3d34a58d // indirect

@@ -22,6 +22,9 @@ want wipefs util-linux
 ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
 want dnsmasq dnsmasq-base
 want ip iproute2
+want ipmi_sim openipmi
+want ipmitool ipmitool
+want mkfs.ext4 e2fsprogs
 [ -e /usr/lib/ipxe/qemu/pxe-e1000.rom ] || need+=(ipxe-qemu)
 
 if [ ${#need[@]} -gt 0 ]; then
