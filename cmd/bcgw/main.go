@@ -133,7 +133,7 @@ func serve(ctx context.Context, env *cli.Env, args []string) int {
 
 func token(ctx context.Context, env *cli.Env, args []string) int {
 	if len(args) == 0 || args[0] != "create" {
-		return cli.Usagef(env, "usage: bcgw token create [--uses N] [--role node|site] [--site S] [--ttl D]")
+		return cli.Usagef(env, "usage: bcgw token create [--uses N] [--role node|site] [--site S] [--ttl D] [--node-id ID]")
 	}
 	fs := cli.NewFlagSet(env, "bcgw", "token create")
 	var a adminFlags
@@ -142,6 +142,7 @@ func token(ctx context.Context, env *cli.Env, args []string) int {
 	role := fs.String("role", "node", "node or site")
 	site := fs.String("site", "lab", "the site joined agents belong to")
 	ttl := fs.Duration("ttl", 24*time.Hour, "how long the token is valid (0: no expiry)")
+	nodeID := fs.String("node-id", "", "a provisioned token: the installed OS joins as this node (bcd join --node-id); one use")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if code, ok := cli.Parse(fs, env, args[1:], ""); !ok {
 		return code
@@ -150,7 +151,7 @@ func token(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, "bcgw token create", err)
 	}
-	t, err := c.CreateToken(ctx, gateway.TokenRequest{Role: *role, Site: *site, Uses: *uses, TTLSeconds: int(ttl.Seconds())})
+	t, err := c.CreateToken(ctx, gateway.TokenRequest{Role: *role, Site: *site, Uses: *uses, TTLSeconds: int(ttl.Seconds()), NodeID: *nodeID})
 	if err != nil {
 		return cli.Fail(env, "bcgw token create", err)
 	}
@@ -206,6 +207,7 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 	wait := fs.Bool("wait", false, "wait for the result and print it")
 	timeout := fs.Duration("timeout", 5*time.Minute, "with --wait, how long to wait")
 	deadline := fs.Duration("deadline", 10*time.Minute, "the command's deadline")
+	userData := fs.String("user-data", "", "deploy.image: a file of user data (cloud-init NoCloud or Ignition), sent as a secret bound to the command, never in its body")
 	pos, code, ok := parseInterleaved(fs, env, args, 2, "bcgw run NODE KIND [--body JSON] [--wait]")
 	if !ok {
 		return code
@@ -217,7 +219,13 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, "bcgw run", err)
 	}
-	cmd, err := c.Send(ctx, gateway.CommandRequest{Node: pos[0], Kind: pos[1], Body: json.RawMessage(*body), DeadlineSeconds: int(deadline.Seconds())})
+	req := gateway.CommandRequest{Node: pos[0], Kind: pos[1], Body: json.RawMessage(*body), DeadlineSeconds: int(deadline.Seconds())}
+	if *userData != "" {
+		if req.UserData, err = readSmallFile(*userData, gateway.MaxUserData); err != nil {
+			return cli.Usagef(env, "bcgw run: --user-data: %v", err)
+		}
+	}
+	cmd, err := c.Send(ctx, req)
 	if err != nil {
 		return cli.Fail(env, "bcgw run", err)
 	}
@@ -381,4 +389,24 @@ func wellKnown(ctx context.Context, env *cli.Env, args []string) int {
 		return 0
 	}
 	return printJSON(env, d)
+}
+
+// readSmallFile reads a regular file of at most limit bytes.
+func readSmallFile(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%s is empty", path)
+	}
+	return b, nil
 }

@@ -60,7 +60,7 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 	fs.StringVar(&f.tokenFile, "token-file", "", "read the token from this file (regular, mode 0600 or 0400, at most 4 KiB); removed once joined")
 	fs.StringVar(&f.nodeID, "node-id", "", "the node an installed OS must join as (provisioned attestor)")
 	fs.StringVar(&f.server, "server", "", "the control plane URL (https://): its well-known document bootstraps config.toml and the join key")
-	fs.StringVar(&f.attestor, "attestor", "join-token", "join-token (tpm, cloud-iid and provisioned come later)")
+	fs.StringVar(&f.attestor, "attestor", "join-token", "join-token, or provisioned (implied by --node-id); tpm and cloud-iid come later")
 	fs.StringVar(&f.servingPin, "serving-ca-pin", "", "sha256/...: required with --server and no config.toml; must equal serving_ca_spki_pin")
 	fs.StringVar(&f.signingPin, "join-signing-pin", "", "sha256/...: same, for join_signing_key_pin")
 	fs.StringVar(&f.encPin, "join-encryption-pin", "", "sha256/...: same, for join_encryption_key_pin")
@@ -81,12 +81,21 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 		}
 		return cli.Usagef(env, "bcd join: --attestor %s is not in this build yet", f.attestor)
 	case "provisioned":
-		return cli.Usagef(env, "bcd join: --attestor provisioned is not in this build yet")
+		if f.nodeID == "" {
+			return cli.Usagef(env, "bcd join: --attestor provisioned needs --node-id")
+		}
 	default:
 		return cli.Usagef(env, "bcd join: --attestor must be join-token, tpm, cloud-iid or provisioned")
 	}
 	if f.nodeID != "" {
-		return cli.Usagef(env, "bcd join: --node-id (the provisioned attestor) is not in this build yet")
+		// --node-id implies the provisioned attestor (an installed OS).
+		if f.attestor != "join-token" && f.attestor != "provisioned" {
+			return cli.Usagef(env, "bcd join: --node-id joins with the provisioned attestor, not %s", f.attestor)
+		}
+		if f.role != "node" {
+			return cli.Usagef(env, "bcd join: --node-id joins as role node")
+		}
+		f.attestor = "provisioned"
 	}
 	for name, p := range map[string]string{"--serving-ca-pin": f.servingPin, "--join-signing-pin": f.signingPin, "--join-encryption-pin": f.encPin} {
 		if p != "" {
@@ -127,6 +136,9 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 	}
 
 	if a, err := identity.Load(cfg.DataDir); err == nil {
+		if f.nodeID != "" && a.NodeID != f.nodeID {
+			return cli.Fail(env, "bcd join", fmt.Errorf("this machine already joined as %s, not --node-id %s (bcd join --reset --yes to join again)", a.NodeID, f.nodeID))
+		}
 		if err := handOver(cfg); err != nil {
 			return cli.Fail(env, "bcd join", err)
 		}
@@ -152,8 +164,8 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 	}
 	defer hc.CloseIdleConnections()
 	a, err := join.Join(ctx, join.Options{
-		Client: client, Role: f.role, Token: token, EncryptionJWK: jwk, SigningPin: cfg.JoinSigningKeyPin,
-		Claims: hostinfo.Claims(cfg.DataDir), DataDir: cfg.DataDir, Log: log,
+		Client: client, Role: f.role, Attestor: f.attestor, Token: token, EncryptionJWK: jwk, SigningPin: cfg.JoinSigningKeyPin,
+		Claims: hostinfo.Claims(cfg.DataDir), DataDir: cfg.DataDir, Log: log, NodeID: f.nodeID,
 	})
 	token = ""
 	if err != nil {

@@ -46,6 +46,9 @@ type TokenRequest struct {
 	Site       string `json:"site"`
 	Uses       int    `json:"uses"`
 	TTLSeconds int    `json:"ttl_seconds"`
+	// NodeID makes a provisioned token (role node, one use): the OS that
+	// joins with it (`bcd join --node-id`) becomes that node.
+	NodeID string `json:"node_id,omitempty"`
 }
 
 // TokenResponse carries a new token, shown once.
@@ -61,6 +64,10 @@ type CommandRequest struct {
 	Kind            string          `json:"kind"`
 	Body            json.RawMessage `json:"body,omitempty"`
 	DeadlineSeconds int             `json:"deadline_seconds"`
+	// UserData is deploy.image's user data (cloud-init NoCloud or
+	// Ignition): a secret bound to the command, fetched by the ramdisk
+	// with a SecretRequest, never part of the body.
+	UserData []byte `json:"user_data,omitempty"`
 }
 
 // CommandView is a command and its result as the admin API shows it.
@@ -236,7 +243,18 @@ func (s *Server) adminToken(w http.ResponseWriter, r *http.Request) {
 		adminErr(w, http.StatusBadRequest, err)
 		return
 	}
-	tok, rec, err := s.NewToken(req.Role, req.Site, req.Uses, time.Duration(req.TTLSeconds)*time.Second)
+	var tok string
+	var rec store.Token
+	var err error
+	if req.NodeID != "" {
+		if (req.Role != "" && req.Role != "node") || req.Uses > 1 {
+			adminErr(w, http.StatusBadRequest, errors.New("a provisioned token (node_id) is of role node and admits one join"))
+			return
+		}
+		tok, rec, err = s.NewProvisionedToken(req.Site, req.NodeID, time.Duration(req.TTLSeconds)*time.Second)
+	} else {
+		tok, rec, err = s.NewToken(req.Role, req.Site, req.Uses, time.Duration(req.TTLSeconds)*time.Second)
+	}
 	if err != nil {
 		adminErr(w, http.StatusBadRequest, err)
 		return
@@ -277,7 +295,19 @@ func (s *Server) adminSend(w http.ResponseWriter, r *http.Request) {
 		adminErr(w, http.StatusBadRequest, errors.New("body is not JSON"))
 		return
 	}
-	c, err := s.SendCommand(req.Node, req.Kind, req.Body, time.Duration(req.DeadlineSeconds)*time.Second)
+	var secrets map[string][]byte
+	if len(req.UserData) > 0 {
+		if req.Kind != "deploy.image" {
+			adminErr(w, http.StatusBadRequest, errors.New("user data goes with deploy.image only"))
+			return
+		}
+		if len(req.UserData) > MaxUserData {
+			adminErr(w, http.StatusBadRequest, fmt.Errorf("user data is larger than %d bytes", MaxUserData))
+			return
+		}
+		secrets = map[string][]byte{SecretUserData: req.UserData}
+	}
+	c, err := s.SendCommandWithSecrets(req.Node, req.Kind, req.Body, time.Duration(req.DeadlineSeconds)*time.Second, secrets)
 	if err != nil {
 		adminErr(w, errCode(err, http.StatusBadRequest), err)
 		return

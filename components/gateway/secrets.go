@@ -39,6 +39,9 @@ func (s *Server) secret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
 	if req.GetName() == secretBMCCredentials || req.GetName() == secretBMCNewPassword {
 		return s.bmcSecret(l, req)
 	}
+	if req.GetName() == SecretProvisionedToken || req.GetName() == SecretUserData {
+		return s.provisionSecret(l, req)
+	}
 	if req.GetName() != SecretDiscoveryToken {
 		return nil, fmt.Errorf("no secret %q", req.GetName())
 	}

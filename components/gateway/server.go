@@ -316,7 +316,8 @@ func (s *Server) Join(ctx context.Context, req *connect.Request[bcdv1.JoinReques
 	switch a := m.GetAttestor(); {
 	case (a == "" || a == "join-token") && (m.GetRole() == "node" || m.GetRole() == "site"):
 	case a == "discovery" && m.GetRole() == "ramdisk":
-	case a == "" || a == "join-token" || a == "discovery":
+	case a == "provisioned" && m.GetRole() == "node":
+	case a == "" || a == "join-token" || a == "discovery" || a == "provisioned":
 		return nil, connectErr(connect.CodeInvalidArgument, "role %q cannot join with attestor %q", m.GetRole(), a)
 	default:
 		return nil, connectErr(connect.CodeUnimplemented, "attestor %q is not supported by this gateway", a)
@@ -351,6 +352,10 @@ func (s *Server) Join(ctx context.Context, req *connect.Request[bcdv1.JoinReques
 	n := store.Node{
 		ID: "node_" + randomID(13), Role: m.GetRole(), Site: tok.Site, Hostname: m.GetClaims().GetHostname(),
 		JoinedAt: s.now().UTC(), TokenID: tok.ID, MAC: tok.MAC,
+	}
+	if err := s.checkProvisioned(m.GetAttestor(), tok, &n); err != nil {
+		log.Warn("join refused", "token_id", tok.ID, "reason", err.Error())
+		return nil, connect.NewError(connect.CodePermissionDenied, err)
 	}
 	if m.GetAttestor() == "discovery" {
 		if err := s.checkAssertion(m.GetAssertion(), sealed.Token, tok); err != nil {
@@ -454,6 +459,14 @@ func (s *Server) Revoke(nodeID string) error {
 
 // SendCommand stores a command for a node and pushes it to its live session.
 func (s *Server) SendCommand(nodeID, kind string, body []byte, deadline time.Duration) (store.Command, error) {
+	return s.SendCommandWithSecrets(nodeID, kind, body, deadline, nil)
+}
+
+// SendCommandWithSecrets sends a command with secrets bound to it (the
+// deploy.image user data): they are stored before the command is, and the
+// agent fetches them with a SecretRequest naming the command, never in its
+// body.
+func (s *Server) SendCommandWithSecrets(nodeID, kind string, body []byte, deadline time.Duration, secrets map[string][]byte) (store.Command, error) {
 	if kind == "" {
 		return store.Command{}, errors.New("kind is required")
 	}
@@ -470,6 +483,11 @@ func (s *Server) SendCommand(nodeID, kind string, body []byte, deadline time.Dur
 	}
 	now := s.now()
 	c := store.Command{ID: "cmd_" + randomID(13), NodeID: nodeID, Kind: kind, Body: body, DeadlineMS: now.Add(deadline).UnixMilli(), CreatedAt: now.UTC()}
+	for name, v := range secrets {
+		if err := s.putCommandSecret(c.ID, name, v); err != nil {
+			return c, err
+		}
+	}
 	if err := s.store.AddCommand(c); err != nil {
 		return c, err
 	}

@@ -39,8 +39,12 @@ type Options struct {
 	SigningPin    string           // join_signing_key_pin
 	Claims        *bcdv1.HardwareClaims
 	DataDir       string
-	MaxAttempts   int // default 20
-	Log           *slog.Logger
+	// NodeID, with the provisioned attestor, is the node the installed OS
+	// must join as: a JoinResponse for another node is refused before
+	// anything is stored.
+	NodeID      string
+	MaxAttempts int // default 20
+	Log         *slog.Logger
 	// Sleep waits between attempts; tests shorten it.
 	Sleep func(ctx context.Context, d time.Duration) error
 	Now   func() time.Time
@@ -117,6 +121,9 @@ func Join(ctx context.Context, o Options) (*identity.Agent, error) {
 	res, cert, err := VerifyResponse(resp.Msg, o.SigningPin, csr, key.Public(), o.Role)
 	if err != nil {
 		return nil, err
+	}
+	if o.NodeID != "" && res.GetNodeId() != o.NodeID {
+		return nil, fmt.Errorf("JoinResponse: joined as node %s, not --node-id %s", res.GetNodeId(), o.NodeID)
 	}
 	return identity.Save(o.DataDir, key, cert, identity.Identity{
 		NodeID: res.GetNodeId(), Site: res.GetSite(), Role: res.GetRole(), SPIFFEID: res.GetSpiffeId(), JoinedAt: o.Now().UTC(),

@@ -47,6 +47,10 @@ type Token struct {
 	// and the boot.prepareRamdisk command it was minted for.
 	MAC     string `json:"mac,omitempty"`
 	Command string `json:"command,omitempty"`
+	// NodeID binds a provisioned token (role node) to the node an
+	// installed OS must join as; the deploy.image command it was minted
+	// for is Command.
+	NodeID string `json:"node_id,omitempty"`
 }
 
 // Node is a joined agent.

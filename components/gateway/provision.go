@@ -1,0 +1,148 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/better-compute/bcd/components/gateway/store"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
+)
+
+// The secrets a ramdisk asks for while it runs deploy.image.
+const (
+	// SecretProvisionedToken is a one-use join token of role node bound to
+	// the node id the command's "os" section names: the installed OS joins
+	// with it (`bcd join --node-id`, the provisioned attestor).
+	SecretProvisionedToken = "provisioned-token"
+	// SecretUserData is the command's user data (cloud-init NoCloud or
+	// Ignition), given to `bcgw run --user-data` and stored with the
+	// command, never in its body.
+	SecretUserData = "user-data"
+)
+
+// ProvisionedTokenTTL is how long an installed OS has to boot and join.
+const ProvisionedTokenTTL = 24 * time.Hour
+
+// MaxUserData bounds deploy.image's user data.
+const MaxUserData = 256 << 10
+
+// nodeIDPattern is what a node id named by an operator may look like: it
+// goes into a SPIFFE id and file names.
+var nodeIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ValidNodeID checks a node id an operator names.
+func ValidNodeID(id string) error {
+	if !nodeIDPattern.MatchString(id) {
+		return fmt.Errorf("node id %q must be 1 to 63 of a-z, 0-9, _ and -, starting with a letter or digit", id)
+	}
+	return nil
+}
+
+// NewProvisionedToken mints a one-use token with which an installed OS
+// joins as node nodeID (`bcd join --node-id`): what deploy.image gets
+// through SecretProvisionedToken, made by hand for an OS installed some
+// other way. An existing node of that id is replaced when it joins.
+func (s *Server) NewProvisionedToken(site, nodeID string, ttl time.Duration) (string, store.Token, error) {
+	if err := ValidNodeID(nodeID); err != nil {
+		return "", store.Token{}, err
+	}
+	if n, err := s.store.Node(nodeID); err == nil && n.Role != "node" {
+		return "", store.Token{}, fmt.Errorf("node id %s is a %s's", n.ID, n.Role)
+	}
+	if site == "" {
+		site = "lab"
+	}
+	if ttl <= 0 {
+		ttl = ProvisionedTokenTTL
+	}
+	tok, t, err := s.mintToken(store.Token{Role: "node", Site: site, Uses: 1, ExpiresAt: s.now().Add(ttl).UTC(), NodeID: nodeID})
+	if err != nil {
+		return "", t, err
+	}
+	s.log.Info("provisioned token created", "token_id", t.ID, "site", site, "node", nodeID)
+	return tok, t, nil
+}
+
+func commandSecretKey(cmdID, name string) string { return "cmdsecret/" + cmdID + "/" + name }
+
+func (s *Server) putCommandSecret(cmdID, name string, v []byte) error {
+	return s.store.SetMeta(commandSecretKey(cmdID, name), v)
+}
+
+// provisionSecret answers a ramdisk's SecretRequest for a running
+// deploy.image command of its own.
+func (s *Server) provisionSecret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
+	if l.role != "ramdisk" {
+		return nil, fmt.Errorf("only a ramdisk may ask for %s", req.GetName())
+	}
+	c, err := s.store.Command(req.GetCommandId())
+	if err != nil || c.NodeID != l.nodeID || c.Kind != "deploy.image" || c.State == store.StateDone {
+		return nil, fmt.Errorf("%s is bound to a running deploy.image command of this ramdisk", req.GetName())
+	}
+	if req.GetName() == SecretUserData {
+		v, _ := s.store.Meta(commandSecretKey(c.ID, SecretUserData))
+		if len(v) == 0 {
+			return nil, errors.New("the command was sent without user data")
+		}
+		return v, nil
+	}
+	var body struct {
+		OS struct {
+			NodeID string `json:"node_id"`
+		} `json:"os"`
+	}
+	_ = json.Unmarshal(c.Body, &body)
+	if body.OS.NodeID == "" {
+		return nil, errors.New(`the command's "os" section names no node_id`)
+	}
+	if err := ValidNodeID(body.OS.NodeID); err != nil {
+		return nil, err
+	}
+	if n, err := s.store.Node(body.OS.NodeID); err == nil && n.Role != "node" {
+		return nil, fmt.Errorf("node id %s is a %s's", n.ID, n.Role)
+	}
+	ramdisk, err := s.store.Node(l.nodeID)
+	if err != nil {
+		return nil, err
+	}
+	// One live token per command: a re-request replaces it.
+	key := "provisioned/" + c.ID
+	if old, _ := s.store.Meta(key); len(old) > 0 {
+		_ = s.store.DeleteToken(string(old))
+	}
+	tok, t, err := s.mintToken(store.Token{Role: "node", Site: ramdisk.Site, Uses: 1,
+		ExpiresAt: s.now().Add(ProvisionedTokenTTL).UTC(), NodeID: body.OS.NodeID, Command: c.ID})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.SetMeta(key, []byte(t.ID)); err != nil {
+		return nil, err
+	}
+	return []byte(tok), nil
+}
+
+// checkProvisioned ties the provisioned attestor to provisioned tokens:
+// such a token admits only that attestor, and the node joins as the id the
+// token names (replacing an earlier record of that node, whose disk the
+// deploy overwrote). Other tokens never take the provisioned attestor.
+func (s *Server) checkProvisioned(attestor string, tok store.Token, n *store.Node) error {
+	switch {
+	case attestor == "provisioned" && tok.NodeID == "":
+		return errors.New("the provisioned attestor needs a token minted for deploy.image")
+	case attestor != "provisioned" && tok.NodeID != "":
+		return errors.New("a provisioned token joins only with the provisioned attestor (bcd join --node-id)")
+	case tok.NodeID == "":
+		return nil
+	}
+	if old, err := s.store.Node(tok.NodeID); err == nil {
+		if old.Role != "node" {
+			return fmt.Errorf("node id %s is a %s's", old.ID, old.Role)
+		}
+		s.log.Info("provisioned join replaces an earlier record of the node", "node", old.ID, "old_cert_serial", old.CertSerial)
+	}
+	n.ID = tok.NodeID
+	return nil
+}
