@@ -451,3 +451,8 @@ func Digest(r io.Reader) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// Unbootable leaves a target that was written but must not boot (its
+// installed OS could not be configured) unbootable, as a digest mismatch
+// does, and says what it did.
+func Unbootable(dst string, written int64) string { return unbootable(dst, written) }

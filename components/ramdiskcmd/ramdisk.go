@@ -26,11 +26,21 @@ import (
 	"github.com/better-compute/bcd/components/transport"
 )
 
+// Env is what the ramdisk's kinds get from the boot parameters.
+type Env struct {
+	CacheURL string // bc.cache
+	Log      *slog.Logger
+	// OSConfig is the config.toml an installed OS gets: the same gateway,
+	// pins and site, with the default data_dir. OSJWK is the same
+	// join-encryption.jwk.
+	OSConfig, OSJWK []byte
+}
+
 // Command returns `bcd ramdisk`: inside the PXE ramdisk it reads the bc.*
 // boot parameters, joins with the discovery attestor as role ramdisk
 // (unless the data directory already holds an identity) and runs the agent
 // with the ramdisk's kinds.
-func Command(kinds func(cacheURL string, log *slog.Logger) []dispatch.Kind) cli.Command {
+func Command(kinds func(Env) []dispatch.Kind) cli.Command {
 	return cli.Command{Name: "ramdisk", Summary: "run the ramdisk agent (inside the PXE initramfs)", Run: func(ctx context.Context, env *cli.Env, args []string) int {
 		fs := cli.NewFlagSet(env, "bcd", "ramdisk")
 		cmdline := fs.String("cmdline", "/proc/cmdline", "where to read the bc.* boot parameters")
@@ -92,7 +102,11 @@ func Command(kinds func(cacheURL string, log *slog.Logger) []dispatch.Kind) cli.
 		}
 		var k []dispatch.Kind
 		if kinds != nil {
-			k = kinds(p.CacheURL, log)
+			osConfig, err := InstalledConfig(&p)
+			if err != nil {
+				return cli.Fail(env, "bcd ramdisk", err)
+			}
+			k = kinds(Env{CacheURL: p.CacheURL, Log: log, OSConfig: osConfig, OSJWK: append(append([]byte(nil), p.JWK...), '\n')})
 		}
 		err = agent.Run(ctx, agent.Config{Config: cfg, Role: "ramdisk", Kinds: k, Version: buildinfo.Version, Log: log})
 		switch {
@@ -105,4 +119,22 @@ func Command(kinds func(cacheURL string, log *slog.Logger) []dispatch.Kind) cli.
 			return cli.Fail(env, "bcd ramdisk", err)
 		}
 	}}
+}
+
+// InstalledConfig renders the config.toml of an OS a deploy installs from
+// the ramdisk's boot parameters: the same gateway, server name, pins and
+// site, and the defaults for the rest (data_dir /var/lib/bcd).
+func InstalledConfig(p *bootparams.Params) ([]byte, error) {
+	c, err := config.Parse(nil, config.DefaultPath)
+	if err != nil {
+		return nil, err
+	}
+	c.Gateway, c.GatewayServerName = p.Gateway, p.ServerName
+	c.ServingCASPKIPin, c.JoinSigningKeyPin, c.JoinEncryptionKeyPin = p.ServingCAPin, p.JoinSigningPin, p.JoinEncryptionPin
+	c.Site.Name = p.Site
+	b, err := c.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("the installed OS's config.toml: %w", err)
+	}
+	return b, nil
 }

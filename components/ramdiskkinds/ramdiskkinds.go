@@ -21,6 +21,8 @@ import (
 
 	"github.com/better-compute/bcd/components/deploy"
 	"github.com/better-compute/bcd/components/dispatch"
+	"github.com/better-compute/bcd/components/osinstall"
+	"github.com/better-compute/bcd/components/session"
 	"github.com/better-compute/bcd/components/wipe"
 )
 
@@ -31,14 +33,28 @@ type Config struct {
 	CacheURL string
 	Client   *http.Client
 	Log      *slog.Logger
+	// OS is what deploy.image writes into the OS it installed, with an
+	// "os" section: the config.toml rendered from the ramdisk's boot
+	// parameters and the same join-encryption.jwk.
+	OS OSFiles
 	// allowFiles lets tests name regular files as disks.
 	allowFiles bool
+	// Seams for tests: mounting a partition of a disk, and the gateway's
+	// secrets for the running command.
+	mount  func(disk string, part int, readOnly bool) (string, func() error, error)
+	secret func(ctx context.Context, name string) ([]byte, error)
 	// Seams for tests: the kexec load and the reboot into it.
 	kexecLoader func(kernel, initrd []byte, cmdline string) error
 	rebootNow   func() error
 }
 
-// Kinds returns disk.wipe and deploy.image.
+// OSFiles are the files every installed OS gets.
+type OSFiles struct {
+	ConfigTOML []byte
+	JWK        []byte
+}
+
+// Kinds returns disk.wipe, deploy.image and boot.kexec.
 func Kinds(c Config) []dispatch.Kind {
 	if c.Client == nil {
 		c.Client = &http.Client{Timeout: 6 * time.Hour}
@@ -49,8 +65,7 @@ func Kinds(c Config) []dispatch.Kind {
 	return []dispatch.Kind{
 		{Name: "disk.wipe", Lane: dispatch.LaneProvision, Resources: disks("devices"), Run: c.wipe},
 		{Name: "deploy.image", Lane: dispatch.LaneProvision, Resources: disks("target"), Run: c.deploy},
-		{Name: "boot.kexec", Lane: dispatch.LaneProvision, Resources: func([]byte) ([]string, error) { return []string{"kexec"}, nil },
-			Run: c.kexecLoad, AfterAck: c.kexecReboot},
+		{Name: "boot.kexec", Lane: dispatch.LaneProvision, Resources: kexecResources, Run: c.kexecLoad, AfterAck: c.kexecReboot},
 	}
 }
 
@@ -139,6 +154,39 @@ type deployBody struct {
 	SHA256      string `json:"sha256"`
 	URL         string `json:"url,omitempty"`         // the image's source, when the site's cache lacks it
 	Compression string `json:"compression,omitempty"` // none, gzip, zstd or empty to sniff
+	// OS, when given, configures the installed OS once the image is
+	// written: its partition (1-based) gets the config.toml, the
+	// join-encryption.jwk, with node_id a provisioned join token and the
+	// node id (bcd join --node-id), and with user_data the command's user
+	// data in that format.
+	OS *osSection `json:"os,omitempty"`
+}
+
+type osSection struct {
+	Partition int    `json:"partition"`
+	NodeID    string `json:"node_id,omitempty"`
+	UserData  string `json:"user_data,omitempty"` // nocloud or ignition
+}
+
+// The secrets deploy.image asks the gateway for (components/gateway).
+const (
+	secretProvisionedToken = "provisioned-token"
+	secretUserData         = "user-data"
+)
+
+func (o *osSection) check() error {
+	if o.Partition < 1 || o.Partition > 128 {
+		return errors.New(`body: os: "partition" must be 1 to 128`)
+	}
+	if o.UserData != "" {
+		if err := osinstall.CheckFormat(o.UserData); err != nil {
+			return fmt.Errorf("body: os: %w", err)
+		}
+		if o.UserData == osinstall.NoCloud && o.NodeID == "" {
+			return errors.New(`body: os: NoCloud user data needs "node_id" (its instance id)`)
+		}
+	}
+	return nil
 }
 
 func (c Config) deploy(ctx context.Context, b []byte) (json.RawMessage, error) {
@@ -148,6 +196,11 @@ func (c Config) deploy(ctx context.Context, b []byte) (json.RawMessage, error) {
 	}
 	if err := c.checkDisk(body.Target); err != nil {
 		return nil, fmt.Errorf("body: target: %w", err)
+	}
+	if body.OS != nil {
+		if err := body.OS.check(); err != nil {
+			return nil, err
+		}
 	}
 	comp := deploy.Compression("")
 	if body.Compression != "" {
@@ -170,6 +223,16 @@ func (c Config) deploy(ctx context.Context, b []byte) (json.RawMessage, error) {
 	if len(sources) == 0 {
 		return nil, errors.New("no source: the ramdisk has no bc.cache and the command no url")
 	}
+	// The secrets come before the disk is touched: a refusal leaves it as
+	// it was.
+	var files osinstall.Files
+	if body.OS != nil {
+		var err error
+		if files, err = c.osFiles(ctx, body.OS); err != nil {
+			return nil, err
+		}
+		defer clear(files.Token)
+	}
 	var lastErr error
 	for _, src := range sources {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, src, nil)
@@ -191,12 +254,25 @@ func (c Config) deploy(ctx context.Context, b []byte) (json.RawMessage, error) {
 			c.Log.Info("deploy progress", "target", body.Target, "read", p.Read, "written", p.Written, "done", p.Done)
 		})
 		resp.Body.Close()
-		out, _ := json.Marshal(map[string]any{"source": redact(src), "result": res, "seconds": time.Since(start).Seconds()})
+		report := map[string]any{"source": redact(src), "result": res, "seconds": time.Since(start).Seconds()}
 		if err != nil {
 			// deploy.Write leaves a mismatched target unbootable; another
 			// source is not tried for a bad image.
+			out, _ := json.Marshal(report)
 			return out, err
 		}
+		if body.OS != nil {
+			written, err := c.configureOS(body.Target, body.OS.Partition, files)
+			report["os"] = map[string]any{"partition": body.OS.Partition, "files": written}
+			if err != nil {
+				// An installed OS that cannot join must not boot either.
+				report["unbootable"] = deploy.Unbootable(body.Target, res.Written)
+				out, _ := json.Marshal(report)
+				return out, fmt.Errorf("configure the installed OS: %w", err)
+			}
+			c.Log.Info("installed OS configured", "target", body.Target, "partition", body.OS.Partition, "files", written, "node_id", body.OS.NodeID)
+		}
+		out, _ := json.Marshal(report)
 		return out, nil
 	}
 	return nil, lastErr
@@ -209,4 +285,66 @@ func redact(s string) string {
 		return u.String()
 	}
 	return "(unparsable URL)"
+}
+
+// osFiles gathers what the installed OS gets: the ramdisk's config.toml
+// and key, and the secrets bound to this command.
+func (c Config) osFiles(ctx context.Context, o *osSection) (osinstall.Files, error) {
+	f := osinstall.Files{ConfigTOML: c.OS.ConfigTOML, JWK: c.OS.JWK, NodeID: o.NodeID, Format: o.UserData}
+	if len(f.ConfigTOML) == 0 || len(f.JWK) == 0 {
+		return f, errors.New("this ramdisk has no configuration to give an installed OS")
+	}
+	if o.NodeID != "" {
+		tok, err := c.secretFor(ctx, secretProvisionedToken)
+		if err != nil {
+			return f, fmt.Errorf("the provisioned join token: %w", err)
+		}
+		f.Token = tok
+	}
+	if o.UserData != "" {
+		ud, err := c.secretFor(ctx, secretUserData)
+		if err != nil {
+			return f, fmt.Errorf("user data: %w", err)
+		}
+		f.UserData = ud
+	}
+	return f, nil
+}
+
+func (c Config) secretFor(ctx context.Context, name string) ([]byte, error) {
+	if c.secret != nil {
+		return c.secret(ctx, name)
+	}
+	s := session.SecretsFrom(ctx)
+	if s == nil {
+		return nil, errors.New("no session to ask the gateway for " + name)
+	}
+	id := dispatch.CommandID(ctx)
+	return s.Secret(ctx, name, id, id)
+}
+
+func (c Config) mounter() func(string, int, bool) (string, func() error, error) {
+	if c.mount != nil {
+		return c.mount
+	}
+	return mountPartition
+}
+
+// configureOS mounts the installed OS's partition and writes its files.
+func (c Config) configureOS(disk string, part int, f osinstall.Files) ([]string, error) {
+	dir, unmount, err := c.mounter()(disk, part, false)
+	if err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		unmount()
+		return nil, err
+	}
+	written, err := osinstall.Write(root, f)
+	root.Close()
+	if uerr := unmount(); err == nil {
+		err = uerr
+	}
+	return written, err
 }

@@ -1,12 +1,10 @@
 // Command bcd-ramdisk is the ramdisk role, started by the init of the PXE
 // initramfs: it joins with the discovery attestor from the bc.* boot
-// parameters and runs the ramdisk agent with disk.wipe and deploy.image
-// (boot.kexec and diag.dcgm are wired here when they land).
+// parameters and runs the ramdisk agent with disk.wipe, deploy.image,
+// boot.kexec and diag.dcgm.
 package main
 
 import (
-	"log/slog"
-
 	"github.com/better-compute/bcd/components/cli"
 	"github.com/better-compute/bcd/components/dcgm"
 	"github.com/better-compute/bcd/components/dispatch"
@@ -18,8 +16,9 @@ import (
 
 func main() {
 	roles.Main("ramdisk", []cli.Command{
-		ramdiskcmd.Command(func(cacheURL string, log *slog.Logger) []dispatch.Kind {
-			return append(ramdiskkinds.Kinds(ramdiskkinds.Config{CacheURL: cacheURL, Log: log.With("component", "ramdiskkinds")}), dcgm.Kind(""))
+		ramdiskcmd.Command(func(e ramdiskcmd.Env) []dispatch.Kind {
+			return append(ramdiskkinds.Kinds(ramdiskkinds.Config{CacheURL: e.CacheURL, Log: e.Log.With("component", "ramdiskkinds"),
+				OS: ramdiskkinds.OSFiles{ConfigTOML: e.OSConfig, JWK: e.OSJWK}}), dcgm.Kind(""))
 		}),
 		status.Command(),
 	}, nil)

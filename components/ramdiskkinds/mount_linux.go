@@ -1,0 +1,88 @@
+package ramdiskkinds
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// partitionPath names partition n of disk the way the kernel does:
+// /dev/vda1, but /dev/nvme0n1p1 and /dev/loop0p1 after a digit.
+func partitionPath(disk string, n int) string {
+	if last := disk[len(disk)-1]; last >= '0' && last <= '9' {
+		return fmt.Sprintf("%sp%d", disk, n)
+	}
+	return fmt.Sprintf("%s%d", disk, n)
+}
+
+// rereadPartitions asks the kernel to read disk's partition table again
+// (BLKRRPART), retrying while the device is busy.
+func rereadPartitions(disk string) error {
+	f, err := os.Open(disk)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for i := 0; ; i++ {
+		err = unix.IoctlSetInt(int(f.Fd()), unix.BLKRRPART, 0)
+		if err == nil || !errors.Is(err, unix.EBUSY) || i == 20 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("ioctl(%s, BLKRRPART) = %w", disk, err)
+	}
+	return nil
+}
+
+// fsTypes are tried in order when mounting an installed OS's partition.
+var fsTypes = []string{"ext4", "xfs", "btrfs", "vfat"}
+
+// mountPartition mounts partition n of disk (nosuid, nodev, noexec) on a
+// new directory under /run and returns it with the function that
+// unmounts it (which syncs the file system).
+func mountPartition(disk string, n int, readOnly bool) (string, func() error, error) {
+	if err := rereadPartitions(disk); err != nil {
+		return "", nil, err
+	}
+	dev := partitionPath(disk, n)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := os.Stat(dev)
+		if err == nil && st.Mode()&os.ModeDevice != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", nil, fmt.Errorf("partition %d of %s: %s did not appear (is there a partition table with that partition?)", n, disk, dev)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	dir, err := os.MkdirTemp("/run", "bcd-mnt-")
+	if err != nil {
+		return "", nil, err
+	}
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if readOnly {
+		flags |= unix.MS_RDONLY
+	}
+	var errs []string
+	for _, fs := range fsTypes {
+		err := unix.Mount(dev, dir, fs, flags, "")
+		if err == nil {
+			return dir, func() error {
+				if err := unix.Unmount(dir, 0); err != nil {
+					return fmt.Errorf("umount(%s) = %w", dir, err)
+				}
+				return os.Remove(dir)
+			}, nil
+		}
+		errs = append(errs, fmt.Sprintf("%s: %v", fs, err))
+	}
+	os.Remove(dir)
+	return "", nil, fmt.Errorf("mount(%s) as %s failed (the ramdisk needs the file system's module)", dev, strings.Join(errs, ", "))
+}
