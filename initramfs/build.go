@@ -61,6 +61,9 @@ const baseFormat = "bcd-ramdisk-base-1"
 // the kernel's own modules.dep and modules.softdep.
 var DefaultModules = []string{
 	"virtio_pci", "virtio_blk", "virtio_net", "virtio_rng", "e1000", "nvme", "tpm_tis", "tpm_crb",
+	// ext4: deploy.image mounts an installed OS's partition to configure
+	// it, and boot.kexec reads its kernel from there.
+	"ext4",
 }
 
 // Config is one build.
@@ -74,6 +77,11 @@ type Config struct {
 	BCD     string
 	LDFlags string // default "-s -w"
 	Output  string // the .cpio.zst to write
+	// RolePackage and InitPackage are the bcd role built as bin/bcd and
+	// the uinit built as bin/ramdisk-init (the name the base layer runs);
+	// default the ramdisk's. The test installed OS (images/osimage) puts
+	// the node role and initramfs/cmd/os-init there.
+	RolePackage, InitPackage string
 	// CacheDir holds cached base layers; empty disables the cache.
 	CacheDir string
 	Log      io.Writer // progress lines; nil discards
@@ -101,6 +109,12 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.LDFlags == "" {
 		cfg.LDFlags = "-s -w"
+	}
+	if cfg.RolePackage == "" {
+		cfg.RolePackage = RolePackage
+	}
+	if cfg.InitPackage == "" {
+		cfg.InitPackage = InitPackage
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
@@ -152,11 +166,11 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	t := time.Now()
-	if err := goBuild(ctx, cfg.Repo, "-s -w", InitPackage, filepath.Join(bin, "ramdisk-init")); err != nil {
+	if err := goBuild(ctx, cfg.Repo, "-s -w", cfg.InitPackage, filepath.Join(bin, "ramdisk-init")); err != nil {
 		return nil, err
 	}
 	if cfg.BCD == "" {
-		if err := goBuild(ctx, cfg.Repo, cfg.LDFlags, RolePackage, filepath.Join(bin, "bcd")); err != nil {
+		if err := goBuild(ctx, cfg.Repo, cfg.LDFlags, cfg.RolePackage, filepath.Join(bin, "bcd")); err != nil {
 			return nil, err
 		}
 	} else if err := copyFile(cfg.BCD, filepath.Join(bin, "bcd"), 0o755); err != nil {

@@ -92,6 +92,9 @@ func staleness(repo, out string) string {
 	if _, err := os.Stat(filepath.Join(out, "vmlinuz")); err != nil {
 		return "no vmlinuz yet"
 	}
+	if _, err := os.Stat(filepath.Join(out, "os.img.zst")); err != nil {
+		return "no os.img.zst yet"
+	}
 	built := st.ModTime()
 	newer := ""
 	filepath.WalkDir(repo, func(p string, d fs.DirEntry, err error) error {

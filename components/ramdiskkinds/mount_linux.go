@@ -62,6 +62,12 @@ func mountPartition(disk string, n int, readOnly bool) (string, func() error, er
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return mountDevice(dev, readOnly)
+}
+
+// mountDevice mounts a block device holding a file system on a new
+// directory under /run.
+func mountDevice(dev string, readOnly bool) (string, func() error, error) {
 	dir, err := os.MkdirTemp("/run", "bcd-mnt-")
 	if err != nil {
 		return "", nil, err

@@ -3,7 +3,8 @@
 // linux-image-amd64; initramfs.cpio.zst, built by package initramfs for
 // that kernel's release; ramdisk.ipxe, the iPXE script that boots them
 // with the site's bc.* parameters; and a SHA-256 digest file of each
-// (<name>.sha256, in sha256sum's format).
+// (<name>.sha256, in sha256sum's format). With -os (the default) it also
+// builds os.img.zst, the test installed OS (images/osimage).
 //
 //	go run ./images/ramdisk -out images/out
 package main
@@ -19,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/better-compute/bcd/images/osimage"
 	"github.com/better-compute/bcd/initramfs"
 )
 
@@ -41,6 +43,7 @@ func main() {
 	boot := flag.String("boot", "/boot", "where the installed kernels are")
 	modules := flag.String("modules", strings.Join(initramfs.DefaultModules, ","), "modules the ramdisk loads, comma-separated")
 	noCache := flag.Bool("no-cache", false, "rebuild the initramfs base layer (u-root init)")
+	withOS := flag.Bool("os", true, "also build os.img.zst, the test installed OS the QEMU tests deploy (images/osimage)")
 	cache, _ := os.UserCacheDir()
 	flag.StringVar(&cfg.Repo, "repo", ".", "the bcd repository root")
 	flag.StringVar(&cfg.KernelRelease, "kernel-release", "", "kernel release (default: the newest /boot/vmlinuz-* with /lib/modules)")
@@ -93,6 +96,26 @@ func main() {
 	fmt.Printf("initramfs: cpio %d bytes: bin/init %d, bin/ramdisk-init %d, bin/bcd %d, %d modules %d; base layer cached: %v; built in %.1fs\n",
 		res.CPIOSize, res.Sizes["bin/init"], res.Sizes["bin/ramdisk-init"], res.Sizes["bin/bcd"],
 		len(res.Plan.Modules), res.Sizes["lib/modules"], res.BaseCached, res.Took.Seconds())
+
+	if !*withOS {
+		return
+	}
+	// The test installed OS: the same kernel, an initramfs with the node
+	// role and initramfs/osinit, in an ext4 partition of a disk image.
+	osCfg := cfg
+	osCfg.RolePackage, osCfg.InitPackage = "./roles/node", "./initramfs/cmd/os-init"
+	osCfg.BCD = ""
+	osCfg.Output = filepath.Join(*out, "os-initramfs.cpio.zst")
+	osRes, err := initramfs.Build(context.Background(), osCfg)
+	if err != nil {
+		fail(err)
+	}
+	img, err := osimage.Build(context.Background(), osimage.Config{Kernel: filepath.Join(*out, "vmlinuz"), Initramfs: osCfg.Output,
+		Output: filepath.Join(*out, "os.img.zst")})
+	if err != nil {
+		fail(err)
+	}
+	fmt.Printf("%-20s %10d bytes  sha256 %s (disk %d bytes; initramfs %d bytes with the node role)\n", "os.img.zst", img.Size, img.SHA256, img.RawSize, osRes.Size)
 }
 
 func digest(p string) (string, int64, error) {

@@ -60,12 +60,24 @@ type Config struct {
 	PowerOff func() error
 	// Network configures the network interfaces (DHCP) and says how.
 	Network func() []string
+
+	// An installed OS's init (initramfs/cmd/os-init) runs the same flow
+	// with its own prefix, prepares its root file system after the
+	// network, and runs other bcd commands: Steps returns them (each run
+	// while the previous one exited 0). Nil runs `bcd ramdisk`.
+	Prefix  string
+	Prepare func(printf func(format string, a ...any)) error
+	Steps   func() ([][]string, error)
 }
 
 // Run is the uinit. It returns only when power-off failed.
 func Run(c Config) error {
 	start := time.Now()
-	p := func(format string, a ...any) { fmt.Fprintf(c.Out, Prefix+format+"\n", a...) }
+	prefix := c.Prefix
+	if prefix == "" {
+		prefix = Prefix
+	}
+	p := func(format string, a ...any) { fmt.Fprintf(c.Out, prefix+format+"\n", a...) }
 	p("init started (kernel %s)", c.Release)
 	if c.Mount != nil {
 		for _, err := range c.Mount() {
@@ -114,15 +126,37 @@ func Run(c Config) error {
 	for _, w := range words {
 		p("%s", w)
 	}
-	if c.HasAgent(c.BCD) {
-		p("starting %s ramdisk (%.1fs after init started)", c.BCD, time.Since(start).Seconds())
-		code, err := c.RunAgent(c.BCD, []string{"ramdisk"})
-		if err != nil {
-			p("%s ramdisk: %v", c.BCD, err)
-		} else {
-			p("%s ramdisk exited with status %d", c.BCD, code)
+	steps, err := [][]string{{"ramdisk"}}, error(nil)
+	if c.Prepare != nil {
+		if err = c.Prepare(p); err != nil {
+			p("prepare: %v", err)
 		}
-	} else {
+	}
+	if err == nil && c.Steps != nil {
+		if steps, err = c.Steps(); err != nil {
+			p("%v", err)
+		}
+	}
+	switch {
+	case err != nil:
+	case c.HasAgent(c.BCD):
+		for _, args := range steps {
+			name := strings.Join(args, " ")
+			if len(args) > 0 {
+				name = args[0]
+			}
+			p("starting %s %s (%.1fs after init started)", c.BCD, strings.Join(args, " "), time.Since(start).Seconds())
+			code, err := c.RunAgent(c.BCD, args)
+			if err != nil {
+				p("%s %s: %v", c.BCD, name, err)
+				break
+			}
+			p("%s %s exited with status %d", c.BCD, name, code)
+			if code != 0 {
+				break
+			}
+		}
+	default:
 		fmt.Fprintln(c.Out, NotBuilt)
 		if out, err := exec.Command(c.BCD, "version").CombinedOutput(); err == nil {
 			p("%s", strings.TrimSpace(string(out)))
