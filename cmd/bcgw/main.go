@@ -31,6 +31,7 @@ func main() {
 			{Name: "serve", Summary: "run the gateway and control plane", Run: serve},
 			{Name: "token", Summary: "token create: make a join token", Run: token},
 			{Name: "nodes", Summary: "list nodes", Run: nodes},
+			{Name: "tpm", Summary: "tpm enroll: let a TPM join (bcd join --attestor tpm) by its EK or EK CA", Run: tpmCmd},
 			{Name: "run", Summary: "run NODE KIND: send a command and print its result", Run: run},
 			{Name: "revoke", Summary: "revoke NODE: revoke a node's certificate", Run: revoke},
 			{Name: "cancel", Summary: "cancel COMMAND: cancel a command", Run: cancel},
@@ -191,9 +192,13 @@ func nodes(ctx context.Context, env *cli.Env, args []string) int {
 		return printJSON(env, ns)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tROLE\tSITE\tCONNECTED\tEPOCH\tREVOKED\tHOSTNAME")
+	fmt.Fprintln(tw, "NODE\tROLE\tSITE\tCONNECTED\tEPOCH\tREVOKED\tHOSTNAME\tAK")
 	for _, n := range ns {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%v\t%s\n", n.ID, n.Role, n.Site, n.Connected, n.Epoch, n.Revoked, n.Hostname)
+		ak := n.AK
+		if ak == "" {
+			ak = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%v\t%s\t%s\n", n.ID, n.Role, n.Site, n.Connected, n.Epoch, n.Revoked, n.Hostname, ak)
 	}
 	tw.Flush()
 	return 0

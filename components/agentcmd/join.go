@@ -60,7 +60,7 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 	fs.StringVar(&f.tokenFile, "token-file", "", "read the token from this file (regular, mode 0600 or 0400, at most 4 KiB); removed once joined")
 	fs.StringVar(&f.nodeID, "node-id", "", "the node an installed OS must join as (provisioned attestor)")
 	fs.StringVar(&f.server, "server", "", "the control plane URL (https://): its well-known document bootstraps config.toml and the join key")
-	fs.StringVar(&f.attestor, "attestor", "join-token", "join-token, or provisioned (implied by --node-id); tpm and cloud-iid come later")
+	fs.StringVar(&f.attestor, "attestor", "join-token", "join-token; tpm (the host's TPM, no token); provisioned (implied by --node-id); cloud-iid comes later")
 	fs.StringVar(&f.servingPin, "serving-ca-pin", "", "sha256/...: required with --server and no config.toml; must equal serving_ca_spki_pin")
 	fs.StringVar(&f.signingPin, "join-signing-pin", "", "sha256/...: same, for join_signing_key_pin")
 	fs.StringVar(&f.encPin, "join-encryption-pin", "", "sha256/...: same, for join_encryption_key_pin")
@@ -79,7 +79,9 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 		if f.tokenFile != "" {
 			return cli.Usagef(env, "bcd join: --attestor %s takes no --token-file", f.attestor)
 		}
-		return cli.Usagef(env, "bcd join: --attestor %s is not in this build yet", f.attestor)
+		if f.attestor != "tpm" {
+			return cli.Usagef(env, "bcd join: --attestor %s is not in this build yet", f.attestor)
+		}
 	case "provisioned":
 		if f.nodeID == "" {
 			return cli.Usagef(env, "bcd join: --attestor provisioned needs --node-id")
@@ -149,11 +151,23 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 		return cli.Fail(env, "bcd join", err)
 	}
 
-	token, code := readToken(env, envToken, f.tokenFile)
+	var jt join.TPM // the tpm attestor: the host's TPM, and no token
+	if f.attestor == "tpm" {
+		t, err := OpenTPM(env.Getenv)
+		if err != nil {
+			return cli.Fail(env, "bcd join", fmt.Errorf("--attestor tpm: %w", err))
+		}
+		defer t.Close()
+		jt = t
+	}
+	token, code := "", 0
+	if jt == nil {
+		token, code = readToken(env, envToken, f.tokenFile)
+	}
 	if code != 0 {
 		return code
 	}
-	if jwk == nil {
+	if jwk == nil && jt == nil {
 		if jwk, code = loadJWK(ctx, env, cfg, &f, doc); code != 0 {
 			return code
 		}
@@ -165,7 +179,7 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 	defer hc.CloseIdleConnections()
 	a, err := join.Join(ctx, join.Options{
 		Client: client, Role: f.role, Attestor: f.attestor, Token: token, EncryptionJWK: jwk, SigningPin: cfg.JoinSigningKeyPin,
-		Claims: hostinfo.Claims(cfg.DataDir), DataDir: cfg.DataDir, Log: log, NodeID: f.nodeID,
+		Claims: hostinfo.Claims(cfg.DataDir), DataDir: cfg.DataDir, Log: log, TPM: jt, NodeID: f.nodeID,
 	})
 	token = ""
 	if err != nil {

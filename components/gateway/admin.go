@@ -38,6 +38,7 @@ type NodeView struct {
 	Revoked   bool      `json:"revoked"`
 	LastSeen  time.Time `json:"last_seen"`
 	NotAfter  time.Time `json:"not_after"`
+	AK        string    `json:"ak,omitempty"` // the TPM name (hex) of the AK a tpm join proved
 }
 
 // TokenRequest asks for a join token.
@@ -103,6 +104,7 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tokens", s.adminToken)
 	mux.HandleFunc("GET /v1/nodes", s.adminNodes)
+	mux.HandleFunc("POST /v1/tpm/enroll", s.adminTPMEnroll)
 	mux.HandleFunc("POST /v1/nodes/{id}/revoke", s.adminRevoke)
 	mux.HandleFunc("POST /v1/commands", s.adminSend)
 	mux.HandleFunc("POST /v1/bmc", s.adminBMC)
@@ -272,7 +274,7 @@ func (s *Server) adminNodes(w http.ResponseWriter, r *http.Request) {
 	for _, n := range nodes {
 		out = append(out, NodeView{ID: n.ID, Role: n.Role, Site: n.Site, Hostname: n.Hostname, Connected: s.Connected(n.ID),
 			BootLease: n.Role == "site" && s.leases.holder(n.Site, s.now()) == n.ID,
-			Epoch:     n.Epoch, Revoked: n.Revoked, LastSeen: n.LastSeen, NotAfter: n.NotAfter})
+			Epoch:     n.Epoch, Revoked: n.Revoked, LastSeen: n.LastSeen, NotAfter: n.NotAfter, AK: n.AK})
 	}
 	writeJSON(w, out)
 }

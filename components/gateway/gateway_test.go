@@ -422,7 +422,7 @@ func TestJoinRefusals(t *testing.T) {
 		}, connect.CodeInvalidArgument},
 		{"unsupported attestor", func() *bcdv1.JoinRequest {
 			r, _ := joinRequest(t, g.jwk, nodeTok, "node", nil, time.Now())
-			r.Attestor = "tpm"
+			r.Attestor = "cloud-iid"
 			return r
 		}, connect.CodeUnimplemented},
 		{"garbage CSR", func() *bcdv1.JoinRequest {

@@ -60,6 +60,7 @@ type Server struct {
 	hub    *hub
 	leases *leases
 	now    func() time.Time
+	tpm    tpmChallenges // the tpm attestor's open challenges (tpm.go)
 
 	mu       sync.Mutex
 	waiters  map[string][]chan struct{} // command id -> admin calls waiting for its result
@@ -306,13 +307,16 @@ func (s *Server) signResult(r *bcdv1.JoinResult) (*bcdv1.JoinResponse, error) {
 
 func (s *Server) issue(n store.Node, csr *x509.CertificateRequest) (*x509.Certificate, error) {
 	spiffe := pki.SPIFFEID(s.cfg.TrustDomain, n.Role, n.ID)
-	return s.keys.nodeCA.IssueClient(csr.PublicKey, n.ID, spiffe, n.Site, s.cfg.CertValidity)
+	return s.keys.nodeCA.IssueClient(csr.PublicKey, n.ID, spiffe, n.Site, s.cfg.CertValidity, akExtension(n)...)
 }
 
 // Join admits an agent with a sealed join token.
 func (s *Server) Join(ctx context.Context, req *connect.Request[bcdv1.JoinRequest]) (*connect.Response[bcdv1.JoinResponse], error) {
 	m := req.Msg
 	log := s.log.With("rpc", "Join", "role", m.GetRole())
+	if m.GetAttestor() == "tpm" {
+		return s.joinTPM(ctx, m)
+	}
 	switch a := m.GetAttestor(); {
 	case (a == "" || a == "join-token") && (m.GetRole() == "node" || m.GetRole() == "site"):
 	case a == "discovery" && m.GetRole() == "ramdisk":
@@ -418,6 +422,10 @@ func (s *Server) Renew(ctx context.Context, req *connect.Request[bcdv1.RenewRequ
 	csr, err := pki.ParseCSR(req.Msg.GetCsr())
 	if err != nil {
 		return nil, connectErr(connect.CodeInvalidArgument, "csr: %v", err)
+	}
+	if err := s.checkRenewalCertification(n, req.Msg, csr); err != nil {
+		s.log.Warn("renewal refused", "node", n.ID, "reason", err.Error())
+		return nil, err
 	}
 	nc, err := s.issue(n, csr)
 	if err != nil {

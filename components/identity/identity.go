@@ -1,6 +1,7 @@
 // Package identity stores an agent's joined identity under its data
-// directory: node.key (PKCS#8 PEM, 0600) and identity.json (who the
-// gateway says this agent is, and its current certificate).
+// directory: node.key (a PKCS#8 PEM key, or the record of a key held in the
+// host's TPM; 0600) and identity.json (who the gateway says this agent is,
+// and its current certificate).
 package identity
 
 import (
@@ -46,6 +47,8 @@ type Agent struct {
 	Identity
 	Key  crypto.Signer
 	Cert *x509.Certificate
+	// KeyHolder is what holds the node key: KeyInFile or KeyInTPM.
+	KeyHolder string
 }
 
 // TLSCertificate returns the certificate and key for mTLS.
@@ -55,7 +58,15 @@ func (a *Agent) TLSCertificate() tls.Certificate {
 
 // Load reads identity.json and node.key from dir and checks that they
 // belong together. A directory with neither returns ErrNotJoined.
-func Load(dir string) (*Agent, error) {
+//
+// A key in the TPM is not derived: Agent.Key answers its public half, and
+// signing with it fails. Use LoadWith to sign.
+func Load(dir string) (*Agent, error) { return LoadWith(dir, nil) }
+
+// LoadWith is Load with the host's TPM, which derives a node.key held in it
+// (and checks that it is the key node.key and the certificate name). tpm may
+// be nil when node.key is a file.
+func LoadWith(dir string, tpm TPM) (*Agent, error) {
 	idPath := filepath.Join(dir, IdentityFile)
 	raw, err := os.ReadFile(idPath)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -81,12 +92,12 @@ func Load(dir string) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !samePublicKey(cert.PublicKey, key.Public()) {
+	if !samePublicKey(cert.PublicKey, key.public()) {
 		// Save died between writing identity.json and moving node.key.next
 		// into place: finish its work.
 		next := keyPath + ".next"
 		nk, nerr := readKey(next)
-		if nerr != nil || !samePublicKey(cert.PublicKey, nk.Public()) {
+		if nerr != nil || !samePublicKey(cert.PublicKey, nk.public()) {
 			return nil, fmt.Errorf("%s: certificate is not for %s", idPath, keyPath)
 		}
 		if err := os.Rename(next, keyPath); err != nil {
@@ -98,14 +109,19 @@ func Load(dir string) (*Agent, error) {
 	if id.NodeID == "" || id.Role == "" {
 		return nil, fmt.Errorf("%s: node_id and role are required", idPath)
 	}
-	return &Agent{Identity: id, Key: key, Cert: cert}, nil
+	signer, err := key.signer(keyPath, tpm)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{Identity: id, Key: signer, Cert: cert, KeyHolder: key.holder()}, nil
 }
 
 // Save writes node.key (0600) and identity.json (0600) so that a crash at
 // any point leaves an identity that loads: the new key goes to
 // node.key.next, then identity.json names the new certificate, then
 // node.key.next is renamed over node.key (Load finishes that last step if
-// the process died before it).
+// the process died before it). A key in the TPM (a TPMKey) is recorded by
+// its unique and public key; any other key is written as PKCS#8.
 func Save(dir string, key crypto.Signer, cert *x509.Certificate, id Identity) (*Agent, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("mkdir %s: %w", dir, err)
@@ -113,7 +129,15 @@ func Save(dir string, key crypto.Signer, cert *x509.Certificate, id Identity) (*
 	if !samePublicKey(cert.PublicKey, key.Public()) {
 		return nil, fmt.Errorf("save identity: the certificate is not for this key")
 	}
-	kb, err := pki.MarshalPrivateKeyPEM(key)
+	holder := KeyInFile
+	var kb []byte
+	var err error
+	if tk, ok := key.(TPMKey); ok {
+		holder = KeyInTPM
+		kb, err = marshalTPMRecord(tk)
+	} else {
+		kb, err = pki.MarshalPrivateKeyPEM(key)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +158,7 @@ func Save(dir string, key crypto.Signer, cert *x509.Certificate, id Identity) (*
 		return nil, fmt.Errorf("rename %s.next: %w", keyPath, err)
 	}
 	syncDir(dir)
-	return &Agent{Identity: id, Key: key, Cert: cert}, nil
+	return &Agent{Identity: id, Key: key, Cert: cert, KeyHolder: holder}, nil
 }
 
 // WriteFileAtomic replaces path with data at mode, crash-safely.
@@ -144,16 +168,62 @@ func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
 
 func syncDir(dir string) { atomicfile.SyncDir(dir) }
 
-func readKey(path string) (crypto.Signer, error) {
+// storedKey is what node.key holds: a private key, or a TPM key's record.
+type storedKey struct {
+	file crypto.Signer
+	tpm  *tpmRecord
+}
+
+func (k storedKey) public() crypto.PublicKey {
+	if k.tpm != nil {
+		return k.tpm.pub
+	}
+	return k.file.Public()
+}
+
+func (k storedKey) holder() string {
+	if k.tpm != nil {
+		return KeyInTPM
+	}
+	return KeyInFile
+}
+
+// signer returns the key to sign with: the file's, or the TPM's derived
+// from the record's unique and checked against its public key.
+func (k storedKey) signer(path string, t TPM) (crypto.Signer, error) {
+	if k.tpm == nil {
+		return k.file, nil
+	}
+	if t == nil {
+		return absentTPMKey{pub: k.tpm.pub}, nil
+	}
+	s, err := t.NodeKey(k.tpm.unique)
+	if err != nil {
+		return nil, fmt.Errorf("%s: derive the node key in the TPM: %w", path, err)
+	}
+	if !samePublicKey(s.Public(), k.tpm.pub) {
+		return nil, fmt.Errorf("%s: the TPM derives another key for this unique than node.key records (was the TPM cleared?); join again: bcd join --reset --yes", path)
+	}
+	return s, nil
+}
+
+func readKey(path string) (storedKey, error) {
 	kb, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return storedKey{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	if isTPMRecord(kb) {
+		r, err := parseTPMRecord(kb)
+		if err != nil {
+			return storedKey{}, fmt.Errorf("parse %s: %w", path, err)
+		}
+		return storedKey{tpm: r}, nil
 	}
 	key, err := pki.ParsePrivateKeyPEM(kb)
 	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", path, err)
+		return storedKey{}, fmt.Errorf("parse %s: %w", path, err)
 	}
-	return key, nil
+	return storedKey{file: key}, nil
 }
 
 // Reset moves identity.json, node.key, node.key.next and journal.db aside

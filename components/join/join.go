@@ -34,6 +34,7 @@ type Options struct {
 	Role          string
 	Attestor      string // default join-token
 	Assertion     string // the site's discovery assertion (attestor discovery)
+	TPM           TPM    // the host's TPM (attestor tpm; see tpm.go)
 	Token         string
 	EncryptionJWK *jose.JSONWebKey // already checked against join_encryption_key_pin
 	SigningPin    string           // join_signing_key_pin
@@ -80,6 +81,9 @@ func Join(ctx context.Context, o Options) (*identity.Agent, error) {
 	}
 	if o.Attestor == "" {
 		o.Attestor = "join-token"
+	}
+	if o.Attestor == "tpm" {
+		return joinTPM(ctx, o)
 	}
 	key, err := pki.GenerateKey()
 	if err != nil {

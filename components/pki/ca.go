@@ -180,9 +180,9 @@ func (ca *CA) IssueServer(pub crypto.PublicKey, dnsNames []string, ips []net.IP,
 
 // IssueClient issues a TLS client certificate (ExtKeyUsageClientAuth) for an
 // ECDSA P-256 public key, with spiffeID as its only URI SAN and, if org is
-// non-empty, Subject.OrganizationalUnit = [org]. NotAfter never exceeds the
-// CA's.
-func (ca *CA) IssueClient(pub crypto.PublicKey, commonName string, spiffeID *url.URL, org string, validity time.Duration) (*x509.Certificate, error) {
+// non-empty, Subject.OrganizationalUnit = [org], and the extra extensions
+// (bcgw's AK extension). NotAfter never exceeds the CA's.
+func (ca *CA) IssueClient(pub crypto.PublicKey, commonName string, spiffeID *url.URL, org string, validity time.Duration, extra ...pkix.Extension) (*x509.Certificate, error) {
 	if _, _, _, err := ParseSPIFFEID(spiffeID); err != nil {
 		return nil, fmt.Errorf("issue client certificate: %w", err)
 	}
@@ -192,9 +192,10 @@ func (ca *CA) IssueClient(pub crypto.PublicKey, commonName string, spiffeID *url
 	}
 	u := *spiffeID
 	tmpl := &x509.Certificate{
-		Subject:     subj,
-		URIs:        []*url.URL{&u},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		Subject:         subj,
+		URIs:            []*url.URL{&u},
+		ExtKeyUsage:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		ExtraExtensions: extra,
 	}
 	c, err := ca.issue(tmpl, pub, validity)
 	if err != nil {

@@ -2,10 +2,19 @@
 // it makes a new key, proves possession of the current one (a
 // purpose-framed signature over the new CSR), calls Renew over mTLS,
 // verifies the signed answer like a join's, and stores the new identity.
+//
+// With a usable TPM the new key is made in the TPM, so a file key moves
+// into it at the next renewal. A node whose certificate names an AK (a tpm
+// join) has the AK certify the new key over sha256(csr), or the renewal
+// fails.
 package renew
 
 import (
+	"bytes"
 	"context"
+	"crypto"
+	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -36,6 +45,22 @@ type Config struct {
 	// certificate and redials).
 	OnRenewed func(*identity.Agent)
 	Now       func() time.Time
+	// TPM, when set, is the host's usable TPM: the next key is made in it.
+	// A node whose key is in the TPM or whose certificate names an AK
+	// cannot renew without it.
+	TPM TPM
+}
+
+// TPM is what renewal needs of the host's TPM (components/tpm/nodetpm).
+type TPM interface {
+	identity.TPM
+	// NewNodeKey makes a node key under a new unique.
+	NewNodeKey() (crypto.Signer, error)
+	// AKPublic answers the AK's TPMT_PUBLIC.
+	AKPublic() ([]byte, error)
+	// Certify has the AK certify key over qualifyingData: the key's
+	// TPMT_PUBLIC, the TPMS_ATTEST and the AK's TPMT_SIGNATURE.
+	Certify(key crypto.Signer, qualifyingData [32]byte) (keyPub, attest, sig []byte, err error)
 }
 
 // Due returns when a certificate should be renewed.
@@ -95,7 +120,11 @@ func Run(ctx context.Context, cfg Config, cur *identity.Agent) error {
 
 // Once renews cur now and stores the new identity.
 func Once(ctx context.Context, cfg Config, cur *identity.Agent) (*identity.Agent, error) {
-	key, err := pki.GenerateKey()
+	akName, err := identity.CertAK(cur.Cert)
+	if err != nil {
+		return nil, err
+	}
+	key, err := nextKey(cfg, cur, akName != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +136,13 @@ func Once(ctx context.Context, cfg Config, cur *identity.Agent) (*identity.Agent
 	if err != nil {
 		return nil, fmt.Errorf("sign renewal proof: %w", err)
 	}
-	resp, err := cfg.Client.Renew(ctx, connect.NewRequest(&bcdv1.RenewRequest{Csr: csr, Proof: proof}))
+	req := &bcdv1.RenewRequest{Csr: csr, Proof: proof}
+	if akName != nil {
+		if req.Certification, err = certify(cfg.TPM, key, akName, csr); err != nil {
+			return nil, err
+		}
+	}
+	resp, err := cfg.Client.Renew(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, fmt.Errorf("Renew: %w", err)
 	}
@@ -118,6 +153,55 @@ func Once(ctx context.Context, cfg Config, cur *identity.Agent) (*identity.Agent
 	if res.GetNodeId() != cur.NodeID {
 		return nil, fmt.Errorf("Renew answered for node %s, not %s", res.GetNodeId(), cur.NodeID)
 	}
+	if got, err := identity.CertAK(cert); err != nil || !bytes.Equal(got, akName) {
+		return nil, errors.New("Renew answered a certificate that does not name this node's AK as the current one does")
+	}
 	id := cur.Identity
-	return identity.Save(cfg.DataDir, key, cert, id)
+	next, err := identity.Save(cfg.DataDir, key, cert, id)
+	if err == nil && cur.KeyHolder == identity.KeyInFile && next.KeyHolder == identity.KeyInTPM && cfg.Log != nil {
+		cfg.Log.Info("the node key moved into the TPM", "component", "renew")
+	}
+	return next, err
+}
+
+// nextKey makes the renewal's key: in the TPM when there is one, which moves
+// a file key into it. A key in the TPM, or a certificate naming the AK,
+// needs the TPM.
+func nextKey(cfg Config, cur *identity.Agent, namesAK bool) (crypto.Signer, error) {
+	if cfg.TPM == nil {
+		if namesAK || cur.KeyHolder == identity.KeyInTPM {
+			return nil, errors.New("renew: this node's key is in the TPM and its certificate names the AK, but the TPM is not open: the AK must certify the next key")
+		}
+		return pki.GenerateKey()
+	}
+	key, err := cfg.TPM.NewNodeKey()
+	if err != nil && !namesAK && cur.KeyHolder == identity.KeyInFile {
+		// A file key stays a file key rather than expire.
+		if cfg.Log != nil {
+			cfg.Log.Warn("the TPM could not make the next key; it stays a file key", "component", "renew", "err", err)
+		}
+		return pki.GenerateKey()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("renew: make the next key in the TPM: %w", err)
+	}
+	return key, nil
+}
+
+// certify has the AK certify the next key over sha256(csr), after checking
+// that the TPM's AK is the one the current certificate names.
+func certify(t TPM, key crypto.Signer, akName, csr []byte) (*bcdv1.TPMCertification, error) {
+	akPub, err := t.AKPublic()
+	if err != nil {
+		return nil, fmt.Errorf("renew: %w", err)
+	}
+	if !bytes.Equal(join.AKName(akPub), akName) {
+		return nil, errors.New("renew: the TPM's AK is not the AK this node's certificate names (another TPM, or its endorsement seed changed)")
+	}
+	sum := sha256.Sum256(csr)
+	keyPub, attest, sig, err := t.Certify(key, sum)
+	if err != nil {
+		return nil, fmt.Errorf("renew: certify the next key with the AK: %w", err)
+	}
+	return &bcdv1.TPMCertification{KeyPublic: keyPub, CertifyInfo: attest, CertifySignature: sig}, nil
 }

@@ -77,6 +77,12 @@ type Node struct {
 	JoinedAt time.Time `json:"joined_at"`
 	LastSeen time.Time `json:"last_seen"`
 	TokenID  string    `json:"token_id"`
+	// AK is the TPM name (hex) of the AK a tpm join proved with credential
+	// activation, AKPublic its TPMT_PUBLIC (every renewal's key must be
+	// certified by it) and EK the SPKI pin of that TPM's EK.
+	AK       string `json:"ak,omitempty"`
+	AKPublic []byte `json:"ak_public,omitempty"`
+	EK       string `json:"ek,omitempty"`
 }
 
 // Current reports whether a certificate serial may be used by this node:

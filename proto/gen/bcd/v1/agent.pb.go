@@ -40,7 +40,10 @@ type JoinRequest struct {
 	NodeId string `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// For the discovery attestor: the site agent's signed assertion about
 	// this machine (a compact JWS from the bc.assertion boot parameter).
-	Assertion     string `protobuf:"bytes,7,opt,name=assertion,proto3" json:"assertion,omitempty"`
+	Assertion string `protobuf:"bytes,7,opt,name=assertion,proto3" json:"assertion,omitempty"`
+	// For the tpm attestor (no sealed token): the TPM's evidence, and the
+	// answer to a challenge once the gateway asked one.
+	Tpm           *TPMAttestation `protobuf:"bytes,8,opt,name=tpm,proto3" json:"tpm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -124,6 +127,263 @@ func (x *JoinRequest) GetAssertion() string {
 	return ""
 }
 
+func (x *JoinRequest) GetTpm() *TPMAttestation {
+	if x != nil {
+		return x.Tpm
+	}
+	return nil
+}
+
+// TPMAttestation is a tpm join's evidence: the EK, the AK, and the AK's
+// certification (TPM2_Certify) of the join key over sha256(csr). The same
+// request, with a challenge answered, is sent again for each round.
+type TPMAttestation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The EK's TPMT_PUBLIC (the credential is encrypted to it).
+	EkPublic []byte `protobuf:"bytes,1,opt,name=ek_public,json=ekPublic,proto3" json:"ek_public,omitempty"`
+	// The EK certificate (DER) the TPM holds in NV, empty when none.
+	EkCertificate []byte `protobuf:"bytes,2,opt,name=ek_certificate,json=ekCertificate,proto3" json:"ek_certificate,omitempty"`
+	// The AK's TPMT_PUBLIC (bcd's AK template).
+	AkPublic []byte `protobuf:"bytes,3,opt,name=ak_public,json=akPublic,proto3" json:"ak_public,omitempty"`
+	// The join key's TPMT_PUBLIC (bcd's node-key template); its point is the
+	// CSR's public key.
+	KeyPublic []byte `protobuf:"bytes,4,opt,name=key_public,json=keyPublic,proto3" json:"key_public,omitempty"`
+	// TPMS_ATTEST from TPM2_Certify(join key, AK) with qualifying data
+	// sha256(csr), and the AK's TPMT_SIGNATURE over it.
+	CertifyInfo      []byte `protobuf:"bytes,5,opt,name=certify_info,json=certifyInfo,proto3" json:"certify_info,omitempty"`
+	CertifySignature []byte `protobuf:"bytes,6,opt,name=certify_signature,json=certifySignature,proto3" json:"certify_signature,omitempty"`
+	// The challenge answered (JoinResponse.challenge.id) and the secret
+	// TPM2_ActivateCredential recovered; empty in the first round.
+	ChallengeId     string `protobuf:"bytes,7,opt,name=challenge_id,json=challengeId,proto3" json:"challenge_id,omitempty"`
+	ChallengeAnswer []byte `protobuf:"bytes,8,opt,name=challenge_answer,json=challengeAnswer,proto3" json:"challenge_answer,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TPMAttestation) Reset() {
+	*x = TPMAttestation{}
+	mi := &file_bcd_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TPMAttestation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TPMAttestation) ProtoMessage() {}
+
+func (x *TPMAttestation) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TPMAttestation.ProtoReflect.Descriptor instead.
+func (*TPMAttestation) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TPMAttestation) GetEkPublic() []byte {
+	if x != nil {
+		return x.EkPublic
+	}
+	return nil
+}
+
+func (x *TPMAttestation) GetEkCertificate() []byte {
+	if x != nil {
+		return x.EkCertificate
+	}
+	return nil
+}
+
+func (x *TPMAttestation) GetAkPublic() []byte {
+	if x != nil {
+		return x.AkPublic
+	}
+	return nil
+}
+
+func (x *TPMAttestation) GetKeyPublic() []byte {
+	if x != nil {
+		return x.KeyPublic
+	}
+	return nil
+}
+
+func (x *TPMAttestation) GetCertifyInfo() []byte {
+	if x != nil {
+		return x.CertifyInfo
+	}
+	return nil
+}
+
+func (x *TPMAttestation) GetCertifySignature() []byte {
+	if x != nil {
+		return x.CertifySignature
+	}
+	return nil
+}
+
+func (x *TPMAttestation) GetChallengeId() string {
+	if x != nil {
+		return x.ChallengeId
+	}
+	return ""
+}
+
+func (x *TPMAttestation) GetChallengeAnswer() []byte {
+	if x != nil {
+		return x.ChallengeAnswer
+	}
+	return nil
+}
+
+// TPMChallenge is a credential activation challenge: a secret encrypted to
+// the EK and bound to the AK's name (TPM2_MakeCredential). Only the TPM
+// holding that EK, with that AK loaded, recovers it.
+type TPMChallenge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Names this challenge; valid for one answer to this same request.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET contents for
+	// TPM2_ActivateCredential.
+	CredentialBlob  []byte `protobuf:"bytes,2,opt,name=credential_blob,json=credentialBlob,proto3" json:"credential_blob,omitempty"`
+	EncryptedSecret []byte `protobuf:"bytes,3,opt,name=encrypted_secret,json=encryptedSecret,proto3" json:"encrypted_secret,omitempty"`
+	// 1 for the first challenge of this request; an agent answers at most 3.
+	Round         int32 `protobuf:"varint,4,opt,name=round,proto3" json:"round,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TPMChallenge) Reset() {
+	*x = TPMChallenge{}
+	mi := &file_bcd_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TPMChallenge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TPMChallenge) ProtoMessage() {}
+
+func (x *TPMChallenge) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TPMChallenge.ProtoReflect.Descriptor instead.
+func (*TPMChallenge) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TPMChallenge) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *TPMChallenge) GetCredentialBlob() []byte {
+	if x != nil {
+		return x.CredentialBlob
+	}
+	return nil
+}
+
+func (x *TPMChallenge) GetEncryptedSecret() []byte {
+	if x != nil {
+		return x.EncryptedSecret
+	}
+	return nil
+}
+
+func (x *TPMChallenge) GetRound() int32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+// TPMCertification is the AK's certification of a renewal's next key: the
+// key's TPMT_PUBLIC, and TPM2_Certify's TPMS_ATTEST and TPMT_SIGNATURE over
+// qualifying data sha256(csr).
+type TPMCertification struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	KeyPublic        []byte                 `protobuf:"bytes,1,opt,name=key_public,json=keyPublic,proto3" json:"key_public,omitempty"`
+	CertifyInfo      []byte                 `protobuf:"bytes,2,opt,name=certify_info,json=certifyInfo,proto3" json:"certify_info,omitempty"`
+	CertifySignature []byte                 `protobuf:"bytes,3,opt,name=certify_signature,json=certifySignature,proto3" json:"certify_signature,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TPMCertification) Reset() {
+	*x = TPMCertification{}
+	mi := &file_bcd_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TPMCertification) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TPMCertification) ProtoMessage() {}
+
+func (x *TPMCertification) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TPMCertification.ProtoReflect.Descriptor instead.
+func (*TPMCertification) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TPMCertification) GetKeyPublic() []byte {
+	if x != nil {
+		return x.KeyPublic
+	}
+	return nil
+}
+
+func (x *TPMCertification) GetCertifyInfo() []byte {
+	if x != nil {
+		return x.CertifyInfo
+	}
+	return nil
+}
+
+func (x *TPMCertification) GetCertifySignature() []byte {
+	if x != nil {
+		return x.CertifySignature
+	}
+	return nil
+}
+
 type HardwareClaims struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Hostname      string                 `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
@@ -138,7 +398,7 @@ type HardwareClaims struct {
 
 func (x *HardwareClaims) Reset() {
 	*x = HardwareClaims{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[1]
+	mi := &file_bcd_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -150,7 +410,7 @@ func (x *HardwareClaims) String() string {
 func (*HardwareClaims) ProtoMessage() {}
 
 func (x *HardwareClaims) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[1]
+	mi := &file_bcd_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -163,7 +423,7 @@ func (x *HardwareClaims) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareClaims.ProtoReflect.Descriptor instead.
 func (*HardwareClaims) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HardwareClaims) GetHostname() string {
@@ -216,14 +476,17 @@ type JoinResponse struct {
 	Result    []byte                 `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
 	Signature []byte                 `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
 	// DER SubjectPublicKeyInfo of the signing key; must match the pin.
-	SigningKey    []byte `protobuf:"bytes,3,opt,name=signing_key,json=signingKey,proto3" json:"signing_key,omitempty"`
+	SigningKey []byte `protobuf:"bytes,3,opt,name=signing_key,json=signingKey,proto3" json:"signing_key,omitempty"`
+	// A tpm join's challenge instead of a result (result, signature and
+	// signing_key are then empty): the agent answers it with Join again.
+	Challenge     *TPMChallenge `protobuf:"bytes,4,opt,name=challenge,proto3" json:"challenge,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[2]
+	mi := &file_bcd_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +498,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[2]
+	mi := &file_bcd_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +511,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *JoinResponse) GetResult() []byte {
@@ -272,6 +535,13 @@ func (x *JoinResponse) GetSigningKey() []byte {
 	return nil
 }
 
+func (x *JoinResponse) GetChallenge() *TPMChallenge {
+	if x != nil {
+		return x.Challenge
+	}
+	return nil
+}
+
 type JoinResult struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	NodeId   string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -291,7 +561,7 @@ type JoinResult struct {
 
 func (x *JoinResult) Reset() {
 	*x = JoinResult{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[3]
+	mi := &file_bcd_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +573,7 @@ func (x *JoinResult) String() string {
 func (*JoinResult) ProtoMessage() {}
 
 func (x *JoinResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[3]
+	mi := &file_bcd_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +586,7 @@ func (x *JoinResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResult.ProtoReflect.Descriptor instead.
 func (*JoinResult) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JoinResult) GetNodeId() string {
@@ -380,14 +650,17 @@ type RenewRequest struct {
 	// DER PKCS#10 request for the next key.
 	Csr []byte `protobuf:"bytes,1,opt,name=csr,proto3" json:"csr,omitempty"`
 	// Signature by the current key, purpose "bcd/renew/v1", over the CSR.
-	Proof         []byte `protobuf:"bytes,2,opt,name=proof,proto3" json:"proof,omitempty"`
+	Proof []byte `protobuf:"bytes,2,opt,name=proof,proto3" json:"proof,omitempty"`
+	// Required when the node's certificate names an AK: the AK's
+	// certification of the next key over sha256(csr).
+	Certification *TPMCertification `protobuf:"bytes,3,opt,name=certification,proto3" json:"certification,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[4]
+	mi := &file_bcd_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +672,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[4]
+	mi := &file_bcd_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +685,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RenewRequest) GetCsr() []byte {
@@ -425,6 +698,13 @@ func (x *RenewRequest) GetCsr() []byte {
 func (x *RenewRequest) GetProof() []byte {
 	if x != nil {
 		return x.Proof
+	}
+	return nil
+}
+
+func (x *RenewRequest) GetCertification() *TPMCertification {
+	if x != nil {
+		return x.Certification
 	}
 	return nil
 }
@@ -448,7 +728,7 @@ type AgentFrame struct {
 
 func (x *AgentFrame) Reset() {
 	*x = AgentFrame{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[5]
+	mi := &file_bcd_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +740,7 @@ func (x *AgentFrame) String() string {
 func (*AgentFrame) ProtoMessage() {}
 
 func (x *AgentFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[5]
+	mi := &file_bcd_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +753,7 @@ func (x *AgentFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentFrame.ProtoReflect.Descriptor instead.
 func (*AgentFrame) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AgentFrame) GetFrame() isAgentFrame_Frame {
@@ -628,7 +908,7 @@ type GatewayFrame struct {
 
 func (x *GatewayFrame) Reset() {
 	*x = GatewayFrame{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[6]
+	mi := &file_bcd_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +920,7 @@ func (x *GatewayFrame) String() string {
 func (*GatewayFrame) ProtoMessage() {}
 
 func (x *GatewayFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[6]
+	mi := &file_bcd_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +933,7 @@ func (x *GatewayFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayFrame.ProtoReflect.Descriptor instead.
 func (*GatewayFrame) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GatewayFrame) GetFrame() isGatewayFrame_Frame {
@@ -840,7 +1120,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[7]
+	mi := &file_bcd_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +1132,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[7]
+	mi := &file_bcd_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +1145,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -956,7 +1236,7 @@ type Driver struct {
 
 func (x *Driver) Reset() {
 	*x = Driver{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[8]
+	mi := &file_bcd_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1248,7 @@ func (x *Driver) String() string {
 func (*Driver) ProtoMessage() {}
 
 func (x *Driver) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[8]
+	mi := &file_bcd_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1261,7 @@ func (x *Driver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Driver.ProtoReflect.Descriptor instead.
 func (*Driver) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Driver) GetId() string {
@@ -1024,7 +1304,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[9]
+	mi := &file_bcd_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1316,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[9]
+	mi := &file_bcd_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1329,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Welcome) GetEpoch() uint64 {
@@ -1104,7 +1384,7 @@ type TrustBundle struct {
 
 func (x *TrustBundle) Reset() {
 	*x = TrustBundle{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[10]
+	mi := &file_bcd_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1396,7 @@ func (x *TrustBundle) String() string {
 func (*TrustBundle) ProtoMessage() {}
 
 func (x *TrustBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[10]
+	mi := &file_bcd_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1409,7 @@ func (x *TrustBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustBundle.ProtoReflect.Descriptor instead.
 func (*TrustBundle) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TrustBundle) GetVersion() uint64 {
@@ -1157,7 +1437,7 @@ type LaneCredit struct {
 
 func (x *LaneCredit) Reset() {
 	*x = LaneCredit{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[11]
+	mi := &file_bcd_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1449,7 @@ func (x *LaneCredit) String() string {
 func (*LaneCredit) ProtoMessage() {}
 
 func (x *LaneCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[11]
+	mi := &file_bcd_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1462,7 @@ func (x *LaneCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaneCredit.ProtoReflect.Descriptor instead.
 func (*LaneCredit) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LaneCredit) GetLane() string {
@@ -1217,7 +1497,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[12]
+	mi := &file_bcd_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1509,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[12]
+	mi := &file_bcd_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +1522,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Heartbeat) GetSentUnixMs() int64 {
@@ -1283,7 +1563,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[13]
+	mi := &file_bcd_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1575,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[13]
+	mi := &file_bcd_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1588,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Command) GetId() string {
@@ -1377,7 +1657,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[14]
+	mi := &file_bcd_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1669,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[14]
+	mi := &file_bcd_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1682,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -1431,7 +1711,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[15]
+	mi := &file_bcd_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1723,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[15]
+	mi := &file_bcd_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1736,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Drain) GetReason() string {
@@ -1486,7 +1766,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[16]
+	mi := &file_bcd_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1778,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[16]
+	mi := &file_bcd_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1791,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Ack) GetCommandIds() []string {
@@ -1550,7 +1830,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1842,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1855,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -1632,7 +1912,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1924,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1937,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1698,7 +1978,7 @@ type StatusReport struct {
 
 func (x *StatusReport) Reset() {
 	*x = StatusReport{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1990,7 @@ func (x *StatusReport) String() string {
 func (*StatusReport) ProtoMessage() {}
 
 func (x *StatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +2003,7 @@ func (x *StatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReport.ProtoReflect.Descriptor instead.
 func (*StatusReport) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatusReport) GetObservedGeneration() uint64 {
@@ -1753,7 +2033,7 @@ type DesiredState struct {
 
 func (x *DesiredState) Reset() {
 	*x = DesiredState{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +2045,7 @@ func (x *DesiredState) String() string {
 func (*DesiredState) ProtoMessage() {}
 
 func (x *DesiredState) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +2058,7 @@ func (x *DesiredState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredState.ProtoReflect.Descriptor instead.
 func (*DesiredState) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DesiredState) GetGeneration() uint64 {
@@ -1818,7 +2098,7 @@ type RevocationNotice struct {
 
 func (x *RevocationNotice) Reset() {
 	*x = RevocationNotice{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +2110,7 @@ func (x *RevocationNotice) String() string {
 func (*RevocationNotice) ProtoMessage() {}
 
 func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +2123,7 @@ func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationNotice.ProtoReflect.Descriptor instead.
 func (*RevocationNotice) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RevocationNotice) GetReason() string {
@@ -1863,7 +2143,7 @@ type OpenTunnel struct {
 
 func (x *OpenTunnel) Reset() {
 	*x = OpenTunnel{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1875,7 +2155,7 @@ func (x *OpenTunnel) String() string {
 func (*OpenTunnel) ProtoMessage() {}
 
 func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1888,7 +2168,7 @@ func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenTunnel.ProtoReflect.Descriptor instead.
 func (*OpenTunnel) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *OpenTunnel) GetTunnelId() string {
@@ -1917,7 +2197,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2209,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2222,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SecretRequest) GetRequestId() string {
@@ -1984,7 +2264,7 @@ type SecretAnswer struct {
 
 func (x *SecretAnswer) Reset() {
 	*x = SecretAnswer{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2276,7 @@ func (x *SecretAnswer) String() string {
 func (*SecretAnswer) ProtoMessage() {}
 
 func (x *SecretAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2289,7 @@ func (x *SecretAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretAnswer.ProtoReflect.Descriptor instead.
 func (*SecretAnswer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SecretAnswer) GetRequestId() string {
@@ -2043,7 +2323,7 @@ type WorkloadTokenRequest struct {
 
 func (x *WorkloadTokenRequest) Reset() {
 	*x = WorkloadTokenRequest{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2335,7 @@ func (x *WorkloadTokenRequest) String() string {
 func (*WorkloadTokenRequest) ProtoMessage() {}
 
 func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2348,7 @@ func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenRequest.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WorkloadTokenRequest) GetRequestId() string {
@@ -2096,7 +2376,7 @@ type WorkloadTokenAnswer struct {
 
 func (x *WorkloadTokenAnswer) Reset() {
 	*x = WorkloadTokenAnswer{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2388,7 @@ func (x *WorkloadTokenAnswer) String() string {
 func (*WorkloadTokenAnswer) ProtoMessage() {}
 
 func (x *WorkloadTokenAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2401,7 @@ func (x *WorkloadTokenAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenAnswer.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenAnswer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WorkloadTokenAnswer) GetRequestId() string {
@@ -2156,7 +2436,7 @@ type TunnelData struct {
 
 func (x *TunnelData) Reset() {
 	*x = TunnelData{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2448,7 @@ func (x *TunnelData) String() string {
 func (*TunnelData) ProtoMessage() {}
 
 func (x *TunnelData) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2461,7 @@ func (x *TunnelData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelData.ProtoReflect.Descriptor instead.
 func (*TunnelData) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TunnelData) GetTunnelId() string {
@@ -2209,7 +2489,7 @@ var File_bcd_v1_agent_proto protoreflect.FileDescriptor
 
 const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x12bcd/v1/agent.proto\x12\x06bcd.v1\"\xd9\x01\n" +
+	"\x12bcd/v1/agent.proto\x12\x06bcd.v1\"\x83\x02\n" +
 	"\vJoinRequest\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x1a\n" +
 	"\battestor\x18\x02 \x01(\tR\battestor\x12!\n" +
@@ -2217,7 +2497,28 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\x03csr\x18\x04 \x01(\fR\x03csr\x12.\n" +
 	"\x06claims\x18\x05 \x01(\v2\x16.bcd.v1.HardwareClaimsR\x06claims\x12\x17\n" +
 	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12\x1c\n" +
-	"\tassertion\x18\a \x01(\tR\tassertion\"\xab\x01\n" +
+	"\tassertion\x18\a \x01(\tR\tassertion\x12(\n" +
+	"\x03tpm\x18\b \x01(\v2\x16.bcd.v1.TPMAttestationR\x03tpm\"\xae\x02\n" +
+	"\x0eTPMAttestation\x12\x1b\n" +
+	"\tek_public\x18\x01 \x01(\fR\bekPublic\x12%\n" +
+	"\x0eek_certificate\x18\x02 \x01(\fR\rekCertificate\x12\x1b\n" +
+	"\tak_public\x18\x03 \x01(\fR\bakPublic\x12\x1d\n" +
+	"\n" +
+	"key_public\x18\x04 \x01(\fR\tkeyPublic\x12!\n" +
+	"\fcertify_info\x18\x05 \x01(\fR\vcertifyInfo\x12+\n" +
+	"\x11certify_signature\x18\x06 \x01(\fR\x10certifySignature\x12!\n" +
+	"\fchallenge_id\x18\a \x01(\tR\vchallengeId\x12)\n" +
+	"\x10challenge_answer\x18\b \x01(\fR\x0fchallengeAnswer\"\x88\x01\n" +
+	"\fTPMChallenge\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
+	"\x0fcredential_blob\x18\x02 \x01(\fR\x0ecredentialBlob\x12)\n" +
+	"\x10encrypted_secret\x18\x03 \x01(\fR\x0fencryptedSecret\x12\x14\n" +
+	"\x05round\x18\x04 \x01(\x05R\x05round\"\x81\x01\n" +
+	"\x10TPMCertification\x12\x1d\n" +
+	"\n" +
+	"key_public\x18\x01 \x01(\fR\tkeyPublic\x12!\n" +
+	"\fcertify_info\x18\x02 \x01(\fR\vcertifyInfo\x12+\n" +
+	"\x11certify_signature\x18\x03 \x01(\fR\x10certifySignature\"\xab\x01\n" +
 	"\x0eHardwareClaims\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x1d\n" +
 	"\n" +
@@ -2225,12 +2526,13 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\fproduct_uuid\x18\x03 \x01(\tR\vproductUuid\x12\x17\n" +
 	"\aboot_id\x18\x04 \x01(\tR\x06bootId\x12\x12\n" +
 	"\x04arch\x18\x05 \x01(\tR\x04arch\x12\x0e\n" +
-	"\x02os\x18\x06 \x01(\tR\x02os\"e\n" +
+	"\x02os\x18\x06 \x01(\tR\x02os\"\x99\x01\n" +
 	"\fJoinResponse\x12\x16\n" +
 	"\x06result\x18\x01 \x01(\fR\x06result\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x1f\n" +
 	"\vsigning_key\x18\x03 \x01(\fR\n" +
-	"signingKey\"\x80\x02\n" +
+	"signingKey\x122\n" +
+	"\tchallenge\x18\x04 \x01(\v2\x14.bcd.v1.TPMChallengeR\tchallenge\"\x80\x02\n" +
 	"\n" +
 	"JoinResult\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
@@ -2241,10 +2543,11 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"csr_sha256\x18\x06 \x01(\fR\tcsrSha256\x12$\n" +
 	"\x0enot_after_unix\x18\a \x01(\x03R\fnotAfterUnix\x12-\n" +
-	"\x13server_time_unix_ms\x18\b \x01(\x03R\x10serverTimeUnixMs\"6\n" +
+	"\x13server_time_unix_ms\x18\b \x01(\x03R\x10serverTimeUnixMs\"v\n" +
 	"\fRenewRequest\x12\x10\n" +
 	"\x03csr\x18\x01 \x01(\fR\x03csr\x12\x14\n" +
-	"\x05proof\x18\x02 \x01(\fR\x05proof\"\xae\x03\n" +
+	"\x05proof\x18\x02 \x01(\fR\x05proof\x12>\n" +
+	"\rcertification\x18\x03 \x01(\v2\x18.bcd.v1.TPMCertificationR\rcertification\"\xae\x03\n" +
 	"\n" +
 	"AgentFrame\x12%\n" +
 	"\x05hello\x18\x01 \x01(\v2\r.bcd.v1.HelloH\x00R\x05hello\x121\n" +
@@ -2407,74 +2710,80 @@ func file_bcd_v1_agent_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_agent_proto_rawDescData
 }
 
-var file_bcd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_bcd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_bcd_v1_agent_proto_goTypes = []any{
 	(*JoinRequest)(nil),          // 0: bcd.v1.JoinRequest
-	(*HardwareClaims)(nil),       // 1: bcd.v1.HardwareClaims
-	(*JoinResponse)(nil),         // 2: bcd.v1.JoinResponse
-	(*JoinResult)(nil),           // 3: bcd.v1.JoinResult
-	(*RenewRequest)(nil),         // 4: bcd.v1.RenewRequest
-	(*AgentFrame)(nil),           // 5: bcd.v1.AgentFrame
-	(*GatewayFrame)(nil),         // 6: bcd.v1.GatewayFrame
-	(*Hello)(nil),                // 7: bcd.v1.Hello
-	(*Driver)(nil),               // 8: bcd.v1.Driver
-	(*Welcome)(nil),              // 9: bcd.v1.Welcome
-	(*TrustBundle)(nil),          // 10: bcd.v1.TrustBundle
-	(*LaneCredit)(nil),           // 11: bcd.v1.LaneCredit
-	(*Heartbeat)(nil),            // 12: bcd.v1.Heartbeat
-	(*Command)(nil),              // 13: bcd.v1.Command
-	(*Cancel)(nil),               // 14: bcd.v1.Cancel
-	(*Drain)(nil),                // 15: bcd.v1.Drain
-	(*Ack)(nil),                  // 16: bcd.v1.Ack
-	(*CommandResult)(nil),        // 17: bcd.v1.CommandResult
-	(*Event)(nil),                // 18: bcd.v1.Event
-	(*StatusReport)(nil),         // 19: bcd.v1.StatusReport
-	(*DesiredState)(nil),         // 20: bcd.v1.DesiredState
-	(*RevocationNotice)(nil),     // 21: bcd.v1.RevocationNotice
-	(*OpenTunnel)(nil),           // 22: bcd.v1.OpenTunnel
-	(*SecretRequest)(nil),        // 23: bcd.v1.SecretRequest
-	(*SecretAnswer)(nil),         // 24: bcd.v1.SecretAnswer
-	(*WorkloadTokenRequest)(nil), // 25: bcd.v1.WorkloadTokenRequest
-	(*WorkloadTokenAnswer)(nil),  // 26: bcd.v1.WorkloadTokenAnswer
-	(*TunnelData)(nil),           // 27: bcd.v1.TunnelData
+	(*TPMAttestation)(nil),       // 1: bcd.v1.TPMAttestation
+	(*TPMChallenge)(nil),         // 2: bcd.v1.TPMChallenge
+	(*TPMCertification)(nil),     // 3: bcd.v1.TPMCertification
+	(*HardwareClaims)(nil),       // 4: bcd.v1.HardwareClaims
+	(*JoinResponse)(nil),         // 5: bcd.v1.JoinResponse
+	(*JoinResult)(nil),           // 6: bcd.v1.JoinResult
+	(*RenewRequest)(nil),         // 7: bcd.v1.RenewRequest
+	(*AgentFrame)(nil),           // 8: bcd.v1.AgentFrame
+	(*GatewayFrame)(nil),         // 9: bcd.v1.GatewayFrame
+	(*Hello)(nil),                // 10: bcd.v1.Hello
+	(*Driver)(nil),               // 11: bcd.v1.Driver
+	(*Welcome)(nil),              // 12: bcd.v1.Welcome
+	(*TrustBundle)(nil),          // 13: bcd.v1.TrustBundle
+	(*LaneCredit)(nil),           // 14: bcd.v1.LaneCredit
+	(*Heartbeat)(nil),            // 15: bcd.v1.Heartbeat
+	(*Command)(nil),              // 16: bcd.v1.Command
+	(*Cancel)(nil),               // 17: bcd.v1.Cancel
+	(*Drain)(nil),                // 18: bcd.v1.Drain
+	(*Ack)(nil),                  // 19: bcd.v1.Ack
+	(*CommandResult)(nil),        // 20: bcd.v1.CommandResult
+	(*Event)(nil),                // 21: bcd.v1.Event
+	(*StatusReport)(nil),         // 22: bcd.v1.StatusReport
+	(*DesiredState)(nil),         // 23: bcd.v1.DesiredState
+	(*RevocationNotice)(nil),     // 24: bcd.v1.RevocationNotice
+	(*OpenTunnel)(nil),           // 25: bcd.v1.OpenTunnel
+	(*SecretRequest)(nil),        // 26: bcd.v1.SecretRequest
+	(*SecretAnswer)(nil),         // 27: bcd.v1.SecretAnswer
+	(*WorkloadTokenRequest)(nil), // 28: bcd.v1.WorkloadTokenRequest
+	(*WorkloadTokenAnswer)(nil),  // 29: bcd.v1.WorkloadTokenAnswer
+	(*TunnelData)(nil),           // 30: bcd.v1.TunnelData
 }
 var file_bcd_v1_agent_proto_depIdxs = []int32{
-	1,  // 0: bcd.v1.JoinRequest.claims:type_name -> bcd.v1.HardwareClaims
-	7,  // 1: bcd.v1.AgentFrame.hello:type_name -> bcd.v1.Hello
-	12, // 2: bcd.v1.AgentFrame.heartbeat:type_name -> bcd.v1.Heartbeat
-	16, // 3: bcd.v1.AgentFrame.ack:type_name -> bcd.v1.Ack
-	17, // 4: bcd.v1.AgentFrame.result:type_name -> bcd.v1.CommandResult
-	18, // 5: bcd.v1.AgentFrame.event:type_name -> bcd.v1.Event
-	19, // 6: bcd.v1.AgentFrame.status:type_name -> bcd.v1.StatusReport
-	23, // 7: bcd.v1.AgentFrame.secret_request:type_name -> bcd.v1.SecretRequest
-	25, // 8: bcd.v1.AgentFrame.workload_token_request:type_name -> bcd.v1.WorkloadTokenRequest
-	9,  // 9: bcd.v1.GatewayFrame.welcome:type_name -> bcd.v1.Welcome
-	13, // 10: bcd.v1.GatewayFrame.command:type_name -> bcd.v1.Command
-	14, // 11: bcd.v1.GatewayFrame.cancel:type_name -> bcd.v1.Cancel
-	15, // 12: bcd.v1.GatewayFrame.drain:type_name -> bcd.v1.Drain
-	16, // 13: bcd.v1.GatewayFrame.ack:type_name -> bcd.v1.Ack
-	20, // 14: bcd.v1.GatewayFrame.desired_state:type_name -> bcd.v1.DesiredState
-	21, // 15: bcd.v1.GatewayFrame.revocation:type_name -> bcd.v1.RevocationNotice
-	22, // 16: bcd.v1.GatewayFrame.open_tunnel:type_name -> bcd.v1.OpenTunnel
-	24, // 17: bcd.v1.GatewayFrame.secret_answer:type_name -> bcd.v1.SecretAnswer
-	26, // 18: bcd.v1.GatewayFrame.workload_token_answer:type_name -> bcd.v1.WorkloadTokenAnswer
-	8,  // 19: bcd.v1.Hello.drivers:type_name -> bcd.v1.Driver
-	11, // 20: bcd.v1.Hello.lanes:type_name -> bcd.v1.LaneCredit
-	10, // 21: bcd.v1.Welcome.trust_bundle:type_name -> bcd.v1.TrustBundle
-	11, // 22: bcd.v1.Heartbeat.lanes:type_name -> bcd.v1.LaneCredit
-	0,  // 23: bcd.v1.AgentGateway.Join:input_type -> bcd.v1.JoinRequest
-	4,  // 24: bcd.v1.AgentGateway.Renew:input_type -> bcd.v1.RenewRequest
-	5,  // 25: bcd.v1.AgentGateway.Session:input_type -> bcd.v1.AgentFrame
-	27, // 26: bcd.v1.AgentGateway.Tunnel:input_type -> bcd.v1.TunnelData
-	2,  // 27: bcd.v1.AgentGateway.Join:output_type -> bcd.v1.JoinResponse
-	2,  // 28: bcd.v1.AgentGateway.Renew:output_type -> bcd.v1.JoinResponse
-	6,  // 29: bcd.v1.AgentGateway.Session:output_type -> bcd.v1.GatewayFrame
-	27, // 30: bcd.v1.AgentGateway.Tunnel:output_type -> bcd.v1.TunnelData
-	27, // [27:31] is the sub-list for method output_type
-	23, // [23:27] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	4,  // 0: bcd.v1.JoinRequest.claims:type_name -> bcd.v1.HardwareClaims
+	1,  // 1: bcd.v1.JoinRequest.tpm:type_name -> bcd.v1.TPMAttestation
+	2,  // 2: bcd.v1.JoinResponse.challenge:type_name -> bcd.v1.TPMChallenge
+	3,  // 3: bcd.v1.RenewRequest.certification:type_name -> bcd.v1.TPMCertification
+	10, // 4: bcd.v1.AgentFrame.hello:type_name -> bcd.v1.Hello
+	15, // 5: bcd.v1.AgentFrame.heartbeat:type_name -> bcd.v1.Heartbeat
+	19, // 6: bcd.v1.AgentFrame.ack:type_name -> bcd.v1.Ack
+	20, // 7: bcd.v1.AgentFrame.result:type_name -> bcd.v1.CommandResult
+	21, // 8: bcd.v1.AgentFrame.event:type_name -> bcd.v1.Event
+	22, // 9: bcd.v1.AgentFrame.status:type_name -> bcd.v1.StatusReport
+	26, // 10: bcd.v1.AgentFrame.secret_request:type_name -> bcd.v1.SecretRequest
+	28, // 11: bcd.v1.AgentFrame.workload_token_request:type_name -> bcd.v1.WorkloadTokenRequest
+	12, // 12: bcd.v1.GatewayFrame.welcome:type_name -> bcd.v1.Welcome
+	16, // 13: bcd.v1.GatewayFrame.command:type_name -> bcd.v1.Command
+	17, // 14: bcd.v1.GatewayFrame.cancel:type_name -> bcd.v1.Cancel
+	18, // 15: bcd.v1.GatewayFrame.drain:type_name -> bcd.v1.Drain
+	19, // 16: bcd.v1.GatewayFrame.ack:type_name -> bcd.v1.Ack
+	23, // 17: bcd.v1.GatewayFrame.desired_state:type_name -> bcd.v1.DesiredState
+	24, // 18: bcd.v1.GatewayFrame.revocation:type_name -> bcd.v1.RevocationNotice
+	25, // 19: bcd.v1.GatewayFrame.open_tunnel:type_name -> bcd.v1.OpenTunnel
+	27, // 20: bcd.v1.GatewayFrame.secret_answer:type_name -> bcd.v1.SecretAnswer
+	29, // 21: bcd.v1.GatewayFrame.workload_token_answer:type_name -> bcd.v1.WorkloadTokenAnswer
+	11, // 22: bcd.v1.Hello.drivers:type_name -> bcd.v1.Driver
+	14, // 23: bcd.v1.Hello.lanes:type_name -> bcd.v1.LaneCredit
+	13, // 24: bcd.v1.Welcome.trust_bundle:type_name -> bcd.v1.TrustBundle
+	14, // 25: bcd.v1.Heartbeat.lanes:type_name -> bcd.v1.LaneCredit
+	0,  // 26: bcd.v1.AgentGateway.Join:input_type -> bcd.v1.JoinRequest
+	7,  // 27: bcd.v1.AgentGateway.Renew:input_type -> bcd.v1.RenewRequest
+	8,  // 28: bcd.v1.AgentGateway.Session:input_type -> bcd.v1.AgentFrame
+	30, // 29: bcd.v1.AgentGateway.Tunnel:input_type -> bcd.v1.TunnelData
+	5,  // 30: bcd.v1.AgentGateway.Join:output_type -> bcd.v1.JoinResponse
+	5,  // 31: bcd.v1.AgentGateway.Renew:output_type -> bcd.v1.JoinResponse
+	9,  // 32: bcd.v1.AgentGateway.Session:output_type -> bcd.v1.GatewayFrame
+	30, // 33: bcd.v1.AgentGateway.Tunnel:output_type -> bcd.v1.TunnelData
+	30, // [30:34] is the sub-list for method output_type
+	26, // [26:30] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_agent_proto_init() }
@@ -2482,7 +2791,7 @@ func file_bcd_v1_agent_proto_init() {
 	if File_bcd_v1_agent_proto != nil {
 		return
 	}
-	file_bcd_v1_agent_proto_msgTypes[5].OneofWrappers = []any{
+	file_bcd_v1_agent_proto_msgTypes[8].OneofWrappers = []any{
 		(*AgentFrame_Hello)(nil),
 		(*AgentFrame_Heartbeat)(nil),
 		(*AgentFrame_Ack)(nil),
@@ -2492,7 +2801,7 @@ func file_bcd_v1_agent_proto_init() {
 		(*AgentFrame_SecretRequest)(nil),
 		(*AgentFrame_WorkloadTokenRequest)(nil),
 	}
-	file_bcd_v1_agent_proto_msgTypes[6].OneofWrappers = []any{
+	file_bcd_v1_agent_proto_msgTypes[9].OneofWrappers = []any{
 		(*GatewayFrame_Welcome)(nil),
 		(*GatewayFrame_Command)(nil),
 		(*GatewayFrame_Cancel)(nil),
@@ -2510,7 +2819,7 @@ func file_bcd_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_agent_proto_rawDesc), len(file_bcd_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

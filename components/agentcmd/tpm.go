@@ -1,0 +1,43 @@
+package agentcmd
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/better-compute/bcd/components/buildinfo"
+	"github.com/better-compute/bcd/components/tpm"
+	"github.com/better-compute/bcd/components/tpm/nodetpm"
+)
+
+// FakeSWTPMEnv names, in fakehw builds only, the swtpm (host:port of its TCP
+// command port, `swtpm socket --server type=tcp`) that stands for the host's
+// TPM. A fakehw build without it has no TPM; a host build ignores it.
+const FakeSWTPMEnv = "BCD_FAKEHW_SWTPM"
+
+// ErrNoTPM is OpenTPM's answer on a host without a TPM.
+var ErrNoTPM = errors.New("this host has no TPM (" + tpm.DefaultPath + " does not exist)")
+
+// OpenTPM opens the host's TPM: /dev/tpmrm0, or in a fakehw build the swtpm
+// at $BCD_FAKEHW_SWTPM. It answers ErrNoTPM when there is none.
+func OpenTPM(getenv func(string) string) (*nodetpm.TPM, error) {
+	if buildinfo.FakeHW {
+		addr := getenv(FakeSWTPMEnv)
+		if addr == "" {
+			return nil, fmt.Errorf("this fakehw machine has no TPM (set %s to a swtpm's host:port)", FakeSWTPMEnv)
+		}
+		return nodetpm.OpenTCP(addr)
+	}
+	if !nodetpm.Present(tpm.DefaultPath) {
+		return nil, ErrNoTPM
+	}
+	return nodetpm.Open(tpm.DefaultPath)
+}
+
+// HasTPM reports whether this host has a TPM, usable or not (bcd doctor's
+// warning for a file key on a host with a TPM).
+func HasTPM(getenv func(string) string) bool {
+	if buildinfo.FakeHW {
+		return getenv(FakeSWTPMEnv) != ""
+	}
+	return nodetpm.Present(tpm.DefaultPath)
+}

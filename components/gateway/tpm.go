@@ -1,0 +1,524 @@
+package gateway
+
+// The tpm attestor: a join with no token, admitted because the TPM's EK is
+// enrolled (bcgw tpm enroll --ek-pub) or certified by an enrolled EK CA
+// (--ek-ca), the AK is proved to live in that TPM by credential activation,
+// and the AK certified the join key over sha256(csr). The certificate names
+// the AK (identity.OIDTPMAK), and every renewal of such a node must carry
+// the AK's certification of the next key. See docs/tpm.md.
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/better-compute/bcd/components/gateway/store"
+	"github.com/better-compute/bcd/components/identity"
+	"github.com/better-compute/bcd/components/pki"
+	"github.com/better-compute/bcd/components/tpm"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
+)
+
+const (
+	// MaxTPMRounds is how many challenges one tpm join request may be given.
+	MaxTPMRounds = 3
+	// tpmChallengeTTL is how long a challenge may be answered.
+	tpmChallengeTTL = 2 * time.Minute
+	// maxTPMChallenges bounds the open challenges (every one needs an
+	// enrolled EK, so this is only a backstop).
+	maxTPMChallenges = 10000
+	// maxTPMField bounds each byte field of TPMAttestation; an EK
+	// certificate may be larger.
+	maxTPMField     = 1 << 10
+	maxEKCertSize   = 8 << 10
+	metaEKPrefix    = "tpm/ek/"
+	metaEKCAs       = "tpm/ekcas"
+	tpmRoleDefault  = "node"
+	tpmSecretLength = 32
+)
+
+// tpmChallenges are the open credential activation challenges. They live in
+// memory: a restarted bcgw forgets them, and the agent's next answer, naming
+// an unknown challenge, is given a new one (another round).
+type tpmChallenges struct {
+	mu      sync.Mutex
+	pending map[string]*tpmChallenge // id -> open challenge
+	used    map[string]time.Time     // id -> when it may be forgotten
+	rounds  map[[32]byte][]time.Time // request binding -> challenges issued
+}
+
+type tpmChallenge struct {
+	binding [32]byte
+	secret  []byte
+	expires time.Time
+}
+
+// expire drops what is past its time; c.mu is held.
+func (c *tpmChallenges) expire(now time.Time) {
+	for id, ch := range c.pending {
+		if now.After(ch.expires) {
+			delete(c.pending, id) // an answer to it gets a new challenge
+		}
+	}
+	for id, t := range c.used {
+		if now.After(t) {
+			delete(c.used, id)
+		}
+	}
+	for b, ts := range c.rounds {
+		if len(ts) == 0 || now.Sub(ts[len(ts)-1]) > 2*tpmChallengeTTL {
+			delete(c.rounds, b)
+		}
+	}
+}
+
+// open records a new challenge for binding and returns its round, or an
+// error when the request was given MaxTPMRounds challenges already.
+func (c *tpmChallenges) open(id string, binding [32]byte, secret []byte, now time.Time) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending == nil {
+		c.pending, c.used, c.rounds = map[string]*tpmChallenge{}, map[string]time.Time{}, map[[32]byte][]time.Time{}
+	}
+	c.expire(now)
+	if len(c.rounds[binding]) >= MaxTPMRounds {
+		return 0, fmt.Errorf("this request was given %d TPM challenges already; start a new join", MaxTPMRounds)
+	}
+	if len(c.pending) >= maxTPMChallenges {
+		return 0, errors.New("too many open TPM challenges; try again later")
+	}
+	c.pending[id] = &tpmChallenge{binding: binding, secret: secret, expires: now.Add(tpmChallengeTTL)}
+	c.rounds[binding] = append(c.rounds[binding], now)
+	return len(c.rounds[binding]), nil
+}
+
+// errUnknownChallenge is an answer to a challenge this gateway does not
+// hold (expired, or issued before a restart): the agent gets a new one.
+var errUnknownChallenge = errors.New("unknown TPM challenge")
+
+// answer checks an answer and closes the challenge whatever the outcome, so
+// an answer is accepted at most once.
+func (c *tpmChallenges) answer(id string, binding [32]byte, answer []byte, now time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending == nil {
+		return errUnknownChallenge
+	}
+	c.expire(now)
+	if _, ok := c.used[id]; ok {
+		return fmt.Errorf("TPM challenge %s was already answered", id)
+	}
+	ch, ok := c.pending[id]
+	if !ok {
+		return errUnknownChallenge
+	}
+	delete(c.pending, id)
+	c.used[id] = ch.expires.Add(tpmChallengeTTL)
+	if ch.binding != binding {
+		return fmt.Errorf("TPM challenge %s was made for another request", id)
+	}
+	if subtle.ConstantTimeCompare(ch.secret, answer) != 1 {
+		return errors.New("the TPM challenge was answered wrongly: the AK is not in the TPM that holds this EK")
+	}
+	return nil
+}
+
+// tpmBinding is what a challenge is bound to: every field of the request but
+// the answer, so an answer counts only for the request it was made for.
+func tpmBinding(m *bcdv1.JoinRequest) [32]byte {
+	h := sha256.New()
+	a := m.GetTpm()
+	for _, b := range [][]byte{[]byte("bcd/tpm-challenge/v1"), []byte(m.GetRole()), m.GetCsr(),
+		a.GetEkPublic(), a.GetEkCertificate(), a.GetAkPublic(), a.GetKeyPublic(), a.GetCertifyInfo(), a.GetCertifySignature()} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// tpmEnrolment is what an enrolled EK or EK CA admits to.
+type tpmEnrolment struct {
+	Site       string    `json:"site"`
+	Role       string    `json:"role"`
+	EnrolledAt time.Time `json:"enrolled_at"`
+	// CAPEM is an EK CA's certificate (PEM); empty for an enrolled EK.
+	CAPEM string `json:"ca_pem,omitempty"`
+}
+
+// checkEK finds what admits this EK: its enrolment, else an enrolled EK CA
+// that issued its certificate. It answers the enrolment and the EK's pin.
+func (s *Server) checkEK(ekPub, ekCert []byte) (tpmEnrolment, string, error) {
+	key, err := tpm.EKPublicKey(ekPub)
+	if err != nil {
+		return tpmEnrolment{}, "", err
+	}
+	pin, err := pki.Pin(key)
+	if err != nil {
+		return tpmEnrolment{}, "", err
+	}
+	if b, err := s.store.Meta(metaEKPrefix + pin); err != nil {
+		return tpmEnrolment{}, pin, err
+	} else if len(b) > 0 {
+		var e tpmEnrolment
+		if err := json.Unmarshal(b, &e); err != nil {
+			return tpmEnrolment{}, pin, fmt.Errorf("EK enrolment: %w", err)
+		}
+		return e, pin, nil
+	}
+	cas, err := s.ekCAs()
+	if err != nil {
+		return tpmEnrolment{}, pin, err
+	}
+	if len(ekCert) == 0 || len(cas) == 0 {
+		return tpmEnrolment{}, pin, fmt.Errorf("the TPM's EK %s is not enrolled (bcgw tpm enroll --ek-pub) and %s", pin, map[bool]string{
+			true: "it has no EK certificate", false: "no EK CA is enrolled (bcgw tpm enroll --ek-ca)"}[len(ekCert) == 0])
+	}
+	var errs []error
+	for _, ca := range cas {
+		roots := x509.NewCertPool()
+		for _, c := range mustParseCerts(ca.CAPEM) {
+			roots.AddCert(c)
+		}
+		err := tpm.VerifyEKCertificate(ekCert, ekPub, roots, nil)
+		if err == nil {
+			return ca, pin, nil
+		}
+		errs = append(errs, err)
+	}
+	return tpmEnrolment{}, pin, fmt.Errorf("the TPM's EK %s is not enrolled and its certificate is not from an enrolled EK CA: %w", pin, errors.Join(errs...))
+}
+
+func (s *Server) ekCAs() ([]tpmEnrolment, error) {
+	b, err := s.store.Meta(metaEKCAs)
+	if err != nil || len(b) == 0 {
+		return nil, err
+	}
+	var cas []tpmEnrolment
+	if err := json.Unmarshal(b, &cas); err != nil {
+		return nil, fmt.Errorf("EK CAs: %w", err)
+	}
+	return cas, nil
+}
+
+func mustParseCerts(p string) []*x509.Certificate {
+	cs, _ := pki.ParseCertPEM([]byte(p))
+	return cs
+}
+
+// joinTPM admits an agent with the tpm attestor.
+func (s *Server) joinTPM(ctx context.Context, m *bcdv1.JoinRequest) (*connect.Response[bcdv1.JoinResponse], error) {
+	log := s.log.With("rpc", "Join", "attestor", "tpm", "role", m.GetRole())
+	refuse := func(code connect.Code, format string, a ...any) error {
+		err := connectErr(code, format, a...)
+		log.Warn("join refused", "reason", fmt.Sprintf(format, a...))
+		return err
+	}
+	a := m.GetTpm()
+	if m.GetRole() != "node" && m.GetRole() != "site" {
+		return nil, refuse(connect.CodeInvalidArgument, "role %q cannot join with attestor \"tpm\"", m.GetRole())
+	}
+	if a == nil || m.GetSealedToken() != "" {
+		return nil, refuse(connect.CodeInvalidArgument, "a tpm join carries TPM evidence and no sealed token")
+	}
+	for name, f := range map[string][]byte{"ek_public": a.GetEkPublic(), "ak_public": a.GetAkPublic(), "key_public": a.GetKeyPublic(),
+		"certify_info": a.GetCertifyInfo(), "certify_signature": a.GetCertifySignature(), "challenge_answer": a.GetChallengeAnswer()} {
+		if len(f) > maxTPMField {
+			return nil, refuse(connect.CodeInvalidArgument, "tpm.%s is %d bytes, at most %d", name, len(f), maxTPMField)
+		}
+	}
+	if len(a.GetEkCertificate()) > maxEKCertSize || len(a.GetChallengeId()) > 64 {
+		return nil, refuse(connect.CodeInvalidArgument, "tpm.ek_certificate or tpm.challenge_id is too large")
+	}
+	csr, err := pki.ParseCSR(m.GetCsr())
+	if err != nil {
+		return nil, refuse(connect.CodeInvalidArgument, "csr: %v", err)
+	}
+	enr, ekPin, err := s.checkEK(a.GetEkPublic(), a.GetEkCertificate())
+	if err != nil {
+		return nil, refuse(connect.CodePermissionDenied, "%v", err)
+	}
+	log = log.With("ek", ekPin)
+	if enr.Role != m.GetRole() {
+		return nil, refuse(connect.CodePermissionDenied, "the EK is enrolled for role %s, not %s", enr.Role, m.GetRole())
+	}
+	sum := sha256.Sum256(m.GetCsr())
+	if err := checkCertification(a.GetAkPublic(), a.GetKeyPublic(), a.GetCertifyInfo(), a.GetCertifySignature(), csr, sum); err != nil {
+		return nil, refuse(connect.CodePermissionDenied, "%v", err)
+	}
+	binding := tpmBinding(m)
+	now := s.now()
+	if id := a.GetChallengeId(); id != "" {
+		err := s.tpm.answer(id, binding, a.GetChallengeAnswer(), now)
+		if err != nil && !errors.Is(err, errUnknownChallenge) {
+			return nil, refuse(connect.CodePermissionDenied, "%v", err)
+		}
+		if err == nil {
+			return s.admitTPM(m, csr, enr, ekPin, sum, log)
+		}
+		log.Info("answer to an unknown TPM challenge; asking another", "challenge", id)
+	}
+	secret := make([]byte, tpmSecretLength)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, connectErr(connect.CodeInternal, "challenge secret: %v", err)
+	}
+	blob, enc, err := tpm.MakeCredential(a.GetEkPublic(), a.GetAkPublic(), secret)
+	if err != nil {
+		return nil, refuse(connect.CodePermissionDenied, "%v", err)
+	}
+	id := "tc_" + randomID(13)
+	round, err := s.tpm.open(id, binding, secret, now)
+	if err != nil {
+		return nil, refuse(connect.CodePermissionDenied, "%v", err)
+	}
+	log.Info("TPM challenge sent", "challenge", id, "round", round)
+	return connect.NewResponse(&bcdv1.JoinResponse{Challenge: &bcdv1.TPMChallenge{
+		Id: id, CredentialBlob: blob, EncryptedSecret: enc, Round: int32(round),
+	}}), nil
+}
+
+// checkCertification checks the AK's certification of the CSR's key over
+// qualifying data sum (sha256 of the CSR): a bcd AK, a bcd node key whose
+// point is the CSR's public key, and TPM2_Certify's attestation verified.
+func checkCertification(akPub, keyPub, attest, sig []byte, csr *x509.CertificateRequest, sum [32]byte) error {
+	kp, err := tpm.CheckNodeKeyPublic(keyPub)
+	if err != nil {
+		return fmt.Errorf("the certified key: %w", err)
+	}
+	cp, ok := csr.PublicKey.(*ecdsa.PublicKey)
+	if !ok || !cp.Equal(kp) {
+		return errors.New("the certified key is not the CSR's key")
+	}
+	if err := tpm.VerifyCertify(akPub, attest, sig, keyPub, sum); err != nil {
+		return err
+	}
+	return nil
+}
+
+// admitTPM records the node and answers its certificate, which names the AK.
+func (s *Server) admitTPM(m *bcdv1.JoinRequest, csr *x509.CertificateRequest, enr tpmEnrolment, ekPin string, sum [32]byte, log interface {
+	Info(string, ...any)
+}) (*connect.Response[bcdv1.JoinResponse], error) {
+	akName, err := tpm.Name(m.GetTpm().GetAkPublic())
+	if err != nil {
+		return nil, connectErr(connect.CodeInvalidArgument, "AK: %v", err)
+	}
+	n := store.Node{
+		ID: "node_" + randomID(13), Role: m.GetRole(), Site: enr.Site, Hostname: m.GetClaims().GetHostname(),
+		JoinedAt: s.now().UTC(), AK: hex.EncodeToString(akName), AKPublic: m.GetTpm().GetAkPublic(), EK: ekPin,
+	}
+	cert, err := s.issue(n, csr)
+	if err != nil {
+		return nil, connectErr(connect.CodeInternal, "issue certificate: %v", err)
+	}
+	n.SPIFFEID, n.CertSerial, n.NotAfter = cert.URIs[0].String(), cert.SerialNumber.Text(16), cert.NotAfter
+	n.PublicKey = cert.RawSubjectPublicKeyInfo
+	if err := s.store.PutNode(n); err != nil {
+		return nil, connectErr(connect.CodeUnavailable, "store node: %v", err)
+	}
+	resp, err := s.signResult(&bcdv1.JoinResult{
+		NodeId: n.ID, Site: n.Site, Role: n.Role, SpiffeId: n.SPIFFEID, Certificate: cert.Raw,
+		CsrSha256: sum[:], NotAfterUnix: cert.NotAfter.Unix(), ServerTimeUnixMs: s.now().UnixMilli(),
+	})
+	if err != nil {
+		return nil, connectErr(connect.CodeInternal, "sign join response: %v", err)
+	}
+	log.Info("node joined", "node", n.ID, "site", n.Site, "ak", n.AK, "hostname", n.Hostname)
+	return connect.NewResponse(resp), nil
+}
+
+// akExtension is the certificate extension naming a node's AK, none for a
+// node that did not join with the tpm attestor.
+func akExtension(n store.Node) []pkix.Extension {
+	if n.AK == "" {
+		return nil
+	}
+	name, err := hex.DecodeString(n.AK)
+	if err != nil {
+		return nil
+	}
+	v, err := asn1.Marshal(name)
+	if err != nil {
+		return nil
+	}
+	return []pkix.Extension{{Id: identity.OIDTPMAK, Value: v}}
+}
+
+// checkRenewalCertification requires, for a node whose AK bcgw knows, the
+// AK's certification of the renewal's key over sha256(csr).
+func (s *Server) checkRenewalCertification(n store.Node, r *bcdv1.RenewRequest, csr *x509.CertificateRequest) error {
+	if n.AK == "" {
+		return nil
+	}
+	c := r.GetCertification()
+	if c == nil {
+		return connectErr(connect.CodePermissionDenied, "this node joined with its TPM: a renewal must carry the AK's certification of the next key")
+	}
+	if len(c.GetKeyPublic()) > maxTPMField || len(c.GetCertifyInfo()) > maxTPMField || len(c.GetCertifySignature()) > maxTPMField {
+		return connectErr(connect.CodeInvalidArgument, "certification fields are too large")
+	}
+	sum := sha256.Sum256(r.GetCsr())
+	if err := checkCertification(n.AKPublic, c.GetKeyPublic(), c.GetCertifyInfo(), c.GetCertifySignature(), csr, sum); err != nil {
+		return connectErr(connect.CodePermissionDenied, "renewal certification: %v", err)
+	}
+	return nil
+}
+
+// ---- enrolment ----
+
+// TPMEnrollRequest enrols an EK public key or an EK CA for a site.
+type TPMEnrollRequest struct {
+	// EKPublic is the EK's public key: PEM or DER SubjectPublicKeyInfo, or
+	// its TPMT_PUBLIC.
+	EKPublic []byte `json:"ek_public,omitempty"`
+	// EKPin is the EK's SPKI pin (sha256/...), as a refused tpm join names
+	// it; compare it with one read on the machine itself.
+	EKPin string `json:"ek_pin,omitempty"`
+	// EKCA is an EK CA's certificate(s), PEM or DER.
+	EKCA []byte `json:"ek_ca,omitempty"`
+	Site string `json:"site"`
+	Role string `json:"role,omitempty"` // node (default) or site
+}
+
+// TPMEnrollResponse says what was enrolled.
+type TPMEnrollResponse struct {
+	EK   string `json:"ek,omitempty"`    // the EK's SPKI pin
+	EKCA string `json:"ek_ca,omitempty"` // the CA's subject
+	Site string `json:"site"`
+	Role string `json:"role"`
+}
+
+// parseEKPublic reads an EK public key in any of the forms enrolment takes.
+func parseEKPublic(b []byte) (crypto.PublicKey, error) {
+	if blk, _ := pem.Decode(b); blk != nil {
+		if blk.Type != "PUBLIC KEY" {
+			return nil, fmt.Errorf("EK public key: PEM block %q, want PUBLIC KEY", blk.Type)
+		}
+		b = blk.Bytes
+	}
+	if k, err := x509.ParsePKIXPublicKey(b); err == nil {
+		return k, nil
+	}
+	k, err := tpm.EKPublicKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("EK public key is neither a SubjectPublicKeyInfo nor an EK TPMT_PUBLIC: %w", err)
+	}
+	return k, nil
+}
+
+// EnrollTPM records an EK or an EK CA; tpm joins it admits join as site
+// and role.
+func (s *Server) EnrollTPM(r TPMEnrollRequest) (TPMEnrollResponse, error) {
+	if r.Role == "" {
+		r.Role = tpmRoleDefault
+	}
+	if r.Role != "node" && r.Role != "site" {
+		return TPMEnrollResponse{}, errors.New("role must be node or site")
+	}
+	if r.Site == "" {
+		r.Site = "lab"
+	}
+	given := 0
+	for _, ok := range []bool{len(r.EKPublic) > 0, r.EKPin != "", len(r.EKCA) > 0} {
+		if ok {
+			given++
+		}
+	}
+	if given != 1 {
+		return TPMEnrollResponse{}, errors.New("give one of an EK public key, an EK pin or an EK CA")
+	}
+	e := tpmEnrolment{Site: r.Site, Role: r.Role, EnrolledAt: s.now().UTC()}
+	out := TPMEnrollResponse{Site: r.Site, Role: r.Role}
+	if len(r.EKPublic) > 0 || r.EKPin != "" {
+		pin := r.EKPin
+		if pin != "" {
+			if _, err := pki.ParsePin(pin); err != nil {
+				return out, fmt.Errorf("EK pin: %w", err)
+			}
+		} else {
+			k, err := parseEKPublic(r.EKPublic)
+			if err != nil {
+				return out, err
+			}
+			if pin, err = pki.Pin(k); err != nil {
+				return out, err
+			}
+		}
+		b, _ := json.Marshal(e)
+		if err := s.store.SetMeta(metaEKPrefix+pin, b); err != nil {
+			return out, err
+		}
+		out.EK = pin
+		s.log.Info("TPM EK enrolled", "ek", pin, "site", r.Site, "role", r.Role)
+		return out, nil
+	}
+	certs, err := pki.ParseCertPEM(r.EKCA)
+	if err != nil || len(certs) == 0 {
+		c, derr := x509.ParseCertificate(r.EKCA)
+		if derr != nil {
+			return out, fmt.Errorf("EK CA: neither PEM certificates nor one DER certificate: %w", derr)
+		}
+		certs = []*x509.Certificate{c}
+	}
+	var p bytes.Buffer
+	for _, c := range certs {
+		if !c.IsCA {
+			return out, fmt.Errorf("EK CA %q is not a CA certificate", c.Subject.String())
+		}
+		p.Write(pki.CertPEM(c))
+	}
+	cas, err := s.ekCAs()
+	if err != nil {
+		return out, err
+	}
+	e.CAPEM = p.String()
+	cas = append(cas, e)
+	b, _ := json.Marshal(cas)
+	if err := s.store.SetMeta(metaEKCAs, b); err != nil {
+		return out, err
+	}
+	out.EKCA = certs[0].Subject.String()
+	s.log.Info("TPM EK CA enrolled", "ca", out.EKCA, "site", r.Site, "role", r.Role)
+	return out, nil
+}
+
+func (s *Server) adminTPMEnroll(w http.ResponseWriter, r *http.Request) {
+	var req TPMEnrollRequest
+	if err := decodeBody(r, &req); err != nil {
+		adminErr(w, http.StatusBadRequest, err)
+		return
+	}
+	out, err := s.EnrollTPM(req)
+	if err != nil {
+		adminErr(w, http.StatusBadRequest, err)
+		return
+	}
+	writeJSON(w, out)
+}
+
+// EnrollTPM enrols an EK public key or an EK CA.
+func (c *AdminClient) EnrollTPM(ctx context.Context, r TPMEnrollRequest) (TPMEnrollResponse, error) {
+	var out TPMEnrollResponse
+	return out, c.do(ctx, http.MethodPost, "/v1/tpm/enroll", r, &out)
+}
