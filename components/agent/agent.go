@@ -51,6 +51,9 @@ type Config struct {
 	// RenewAfter, when set, renews the certificate this soon after start
 	// (BCD_RENEW_AFTER, fakehw builds), then at 60% of each lifetime.
 	RenewAfter time.Duration
+	// TPM, when set, is the host's usable TPM: a node.key held in it is
+	// derived from it, and renewals make the next key in it (see renew).
+	TPM renew.TPM
 }
 
 // Run runs the agent until ctx ends (nil) or the node is revoked.
@@ -59,10 +62,15 @@ func Run(ctx context.Context, c Config) error {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
-	a, err := identity.Load(cfg.DataDir)
+	a, err := identity.LoadWith(cfg.DataDir, c.TPM)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	if a.KeyHolder == identity.KeyInTPM && c.TPM == nil {
+		return fmt.Errorf("agent: node.key is held in the TPM, which this process could not open")
+	}
+	var keyHolder atomic.Value
+	keyHolder.Store(a.KeyHolder)
 	if a.Role != c.Role {
 		return fmt.Errorf("this data directory holds a %s identity; join with a %s token (bcd join --role %s)", a.Role, c.Role, c.Role)
 	}
@@ -133,8 +141,9 @@ func Run(ctx context.Context, c Config) error {
 	go func() {
 		defer close(rDone)
 		_ = renew.Run(rctx, renew.Config{
-			Client: client, DataDir: cfg.DataDir, SigningPin: cfg.JoinSigningKeyPin, Log: nodeLog, After: c.RenewAfter,
+			Client: client, DataDir: cfg.DataDir, SigningPin: cfg.JoinSigningKeyPin, Log: nodeLog, After: c.RenewAfter, TPM: c.TPM,
 			OnRenewed: func(next *identity.Agent) {
+				keyHolder.Store(next.KeyHolder)
 				tc := next.TLSCertificate()
 				cert.Store(&tc)
 				s.Reconnect()
@@ -157,7 +166,7 @@ func Run(ctx context.Context, c Config) error {
 				Gateway: cfg.Gateway, Connected: connected, Epoch: epoch, SessionSince: since,
 				ClockOffsetMS: now.Sub(time.Now()).Milliseconds(), TimeMark: clk.Mark(),
 				EventBacklog: len(evs), EventsDropped: j.Dropped(), ResultsUnacked: len(d.Unacked()),
-				CertificateNotAfter: leaf.NotAfter, CertificateValidFor: status.ValidFor(leaf.NotAfter, now), KeyHolder: status.KeyInFile,
+				CertificateNotAfter: leaf.NotAfter, CertificateValidFor: status.ValidFor(leaf.NotAfter, now), KeyHolder: keyHolder.Load().(string),
 				Running: []status.Job{}, Deferred: []status.Job{}, Lanes: []status.Lane{},
 			}
 			for _, x := range running {

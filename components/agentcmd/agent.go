@@ -81,6 +81,10 @@ func Agent(name, role, summary string, machine func(*config.Config, *slog.Logger
 			}
 			ac.RenewAfter = d
 		}
+		if t := agentTPM(env.Getenv, role, cfg, log); t != nil {
+			defer t.Close()
+			ac.TPM = t
+		}
 		actx, stop := context.WithCancel(ctx)
 		defer stop()
 		besideErr := make(chan error, 1)

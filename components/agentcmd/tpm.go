@@ -3,8 +3,10 @@ package agentcmd
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/better-compute/bcd/components/buildinfo"
+	"github.com/better-compute/bcd/components/config"
 	"github.com/better-compute/bcd/components/tpm"
 	"github.com/better-compute/bcd/components/tpm/nodetpm"
 )
@@ -40,4 +42,24 @@ func HasTPM(getenv func(string) string) bool {
 		return getenv(FakeSWTPMEnv) != ""
 	}
 	return nodetpm.Present(tpm.DefaultPath)
+}
+
+// agentTPM opens the TPM for `bcd node`: the host's TPM when it has one and
+// bcd node runs without [helper] (an unprivileged node never opens the TPM;
+// the helper's tpm.* operations are not in this build yet). It answers nil
+// when there is none or it is unusable, which it logs.
+func agentTPM(getenv func(string) string, role string, cfg *config.Config, log *slog.Logger) *nodetpm.TPM {
+	if role != "node" || !HasTPM(getenv) {
+		return nil
+	}
+	if cfg.Helper.Socket != "" {
+		log.Info("bcd node runs beside bcd helper: the node key stays where it is (the helper's tpm.* operations are not in this build)")
+		return nil
+	}
+	t, err := OpenTPM(getenv)
+	if err != nil {
+		log.Warn("this host has a TPM but it cannot be opened; the node key stays where it is", "err", err)
+		return nil
+	}
+	return t
 }

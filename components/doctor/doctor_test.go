@@ -219,7 +219,7 @@ func TestBase(t *testing.T) {
 		t.Errorf("without a config: %s, want %s", got, want)
 	}
 	cfg := &config.Config{Gateway: "https://gw.example.com", DataDir: t.TempDir()}
-	if got, want := names(Base(cfg, "/x")), "config kvm iommu gateway identity clock cgroups hugepages vfio"; got != want {
+	if got, want := names(Base(cfg, "/x")), "config kvm iommu gateway identity node key clock cgroups hugepages vfio"; got != want {
 		t.Errorf("with a config: %s, want %s", got, want)
 	}
 }
