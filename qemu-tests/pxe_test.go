@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -27,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/better-compute/bcd/components/bootparams"
+	"github.com/better-compute/bcd/images/osimage"
 )
 
 // The PXE test's own network, inside a namespace the test creates.
@@ -186,15 +188,25 @@ func TestPXEBoot(t *testing.T) {
 	// The image source, served over https inside the namespace.
 	kernel, _ := os.ReadFile(filepath.Join(image, "vmlinuz"))
 	initrd, _ := os.ReadFile(filepath.Join(image, "initramfs.cpio.zst"))
-	// An "installed OS" image for deploy.image: 3 MiB, zstd-compressed.
-	osRaw := make([]byte, 3<<20)
-	for i := range osRaw {
-		osRaw[i] = byte(i*7 + i>>12)
+	// The test installed OS (images/osimage): an MBR, an ext4 partition
+	// with the kernel and an initramfs whose init runs bcd join --node-id
+	// and bcd node. A second copy with one byte changed, recompressed,
+	// stands in for a cache that serves bytes that are not their digest.
+	osZstBytes, err := os.ReadFile(filepath.Join(image, "os.img.zst"))
+	need(t, "images/out/os.img.zst (make image)", err)
+	osZst := bytes.NewBuffer(osZstBytes)
+	dec, _ := zstd.NewReader(nil)
+	osRaw, err := dec.DecodeAll(osZstBytes, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var osZst bytes.Buffer
-	zw, _ := zstd.NewWriter(&osZst)
-	zw.Write(osRaw)
+	bad := bytes.Clone(osRaw)
+	bad[len(bad)/2] ^= 0xff
+	var badZst bytes.Buffer
+	zw, _ := zstd.NewWriter(&badZst)
+	zw.Write(bad)
 	zw.Close()
+	const provisionedID = "pxe-node-1"
 	src := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/vmlinuz":
@@ -221,6 +233,14 @@ func TestPXEBoot(t *testing.T) {
 		out, err := exec.Command(filepath.Join(bin, "bcgw"), append(args, "--data-dir", gwDir)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("bcgw %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	// bcgwFail runs a bcgw command that is meant to fail.
+	bcgwFail := func(args ...string) string {
+		out, err := exec.Command(filepath.Join(bin, "bcgw"), append(args, "--data-dir", gwDir)...).CombinedOutput()
+		if err == nil {
+			t.Fatalf("bcgw %v succeeded:\n%s", args, out)
 		}
 		return string(out)
 	}
@@ -267,11 +287,12 @@ func TestPXEBoot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// Two disks with partition-table signatures at both ends.
-	vda, nvme := sparseDisk(t, "vda.img", 64<<20), sparseDisk(t, "nvme.img", 64<<20)
+	vda, nvme := sparseDisk(t, "vda.img", 128<<20), sparseDisk(t, "nvme.img", 64<<20)
 	for _, d := range []string{vda, nvme} {
 		f, _ := os.OpenFile(d, os.O_RDWR, 0)
+		st, _ := f.Stat()
 		f.WriteAt([]byte("EFI PART"), 512)
-		f.WriteAt([]byte("EFI PART"), 64<<20-512)
+		f.WriteAt([]byte("EFI PART"), st.Size()-512)
 		f.WriteAt([]byte{0x55, 0xaa}, 510)
 		f.Close()
 	}
@@ -317,7 +338,7 @@ func TestPXEBoot(t *testing.T) {
 	})
 	// The ramdisk joins bcgw with the site's discovery assertion.
 	tJoined := until(90*time.Second, func(c string) bool { return strings.Contains(c, `"msg":"joined"`) })
-	var tKexec time.Duration
+	var tKexec, tOSJoined time.Duration
 	// The joined ramdisk answers a command, then the VM goes.
 	if tJoined != 0 {
 		var nodes []struct {
@@ -351,24 +372,65 @@ func TestPXEBoot(t *testing.T) {
 			waitFor(t, "the OS image in the site's cache", 60*time.Second, func() bool {
 				return strings.Contains(bcgw("status", siteID), `"cache_images": "READY"`)
 			})
+			// The cache's copy goes bad (one byte of the image changed): the
+			// deploy writes it all, finds the digest wrong, fails, and
+			// leaves the disk unbootable.
+			blob := findBlob(t, siteDir, osDigest)
+			os.WriteFile(blob, badZst.Bytes(), 0o444)
+			out := bcgwFail("run", n.ID, "deploy.image", "--body", `{"target":"/dev/vda","sha256":"`+osDigest+`"}`, "--wait", "--timeout", "180s")
+			if !strings.Contains(out, `"FAILED"`) || !strings.Contains(out, "unbootable") {
+				t.Fatalf("deploy.image of bytes that are not their digest: %s", out)
+			}
+			if vb, _ := os.ReadFile(vda); !allZero(vb[:1<<20]) {
+				t.Fatal("after a failed deploy.image the disk's first MiB (its partition table) is not zero")
+			}
+			t.Logf("deploy.image of a corrupted cache copy: FAILED, first MiB zeroed")
+			os.WriteFile(blob, osZst.Bytes(), 0o444)
+
+			// The real deploy, which configures the installed OS: config.toml,
+			// join-encryption.jwk, a provisioned token for pxe-node-1, and
+			// NoCloud user data given to bcgw as a secret of the command.
+			ud := filepath.Join(root, "user-data")
+			os.WriteFile(ud, []byte("#cloud-config\nhostname: pxe-node-1\n"), 0o600)
 			tDeploy := time.Now()
-			if out := bcgw("run", n.ID, "deploy.image", "--body", `{"target":"/dev/vda","sha256":"`+osDigest+`"}`, "--wait", "--timeout", "120s"); !strings.Contains(out, `"SUCCEEDED"`) {
+			body := `{"target":"/dev/vda","sha256":"` + osDigest + `","os":{"partition":1,"node_id":"` + provisionedID + `","user_data":"nocloud"}}`
+			if out := bcgw("run", n.ID, "deploy.image", "--body", body, "--user-data", ud, "--wait", "--timeout", "180s"); !strings.Contains(out, `"SUCCEEDED"`) {
 				t.Fatalf("deploy.image: %s", out)
 			}
-			t.Logf("deploy.image of %d bytes (zstd %d) from the site's cache: %v", len(osRaw), osZst.Len(), time.Since(tDeploy).Round(10*time.Millisecond))
-			// boot.kexec into the ramdisk's own kernel and initramfs (from the
-			// site's cache) with another command line: the result comes
-			// back first, then the machine boots it.
-			kexecBody := fmt.Sprintf(`{"kernel_sha256":%q,"initrd_sha256":%q,"cmdline":"console=ttyS0 panic=-1 bc.kexec=1"}`, sum(kernel), sum(initrd))
+			t.Logf("deploy.image of %d bytes (zstd %d) from the site's cache, OS configured: %v", len(osRaw), osZst.Len(), time.Since(tDeploy).Round(10*time.Millisecond))
+			// boot.kexec into the installed OS's own kernel, read from its
+			// partition: the result comes back first, then the machine boots
+			// it, and its bcd joins as the provisioned node.
+			kexecBody := `{"disk":"/dev/vda","partition":1,"kernel":"boot/vmlinuz","initrd":"boot/initramfs.cpio.zst","cmdline":"console=ttyS0 panic=-1 bcos.root=/dev/vda1"}`
 			if out := bcgw("run", n.ID, "boot.kexec", "--body", kexecBody, "--wait", "--timeout", "120s"); !strings.Contains(out, `"SUCCEEDED"`) {
 				t.Fatalf("boot.kexec: %s", out)
 			}
-			tKexec = until(90*time.Second, func(c string) bool {
-				return strings.Count(c, "bcd-ramdisk: init started") >= 2 && strings.Contains(c, "bc.kexec=1")
-			})
+			tKexec = until(90*time.Second, func(c string) bool { return strings.Contains(c, "bcd-os: init started") })
 			if tKexec == 0 {
 				t.Logf("serial console:\n%s", consoleText())
-				t.Fatal("the machine did not boot the kexec'd kernel")
+				t.Fatal("the machine did not boot the installed OS's kernel")
+			}
+			end := time.Now().Add(150 * time.Second)
+			for tOSJoined == 0 && time.Now().Before(end) {
+				var nodes []struct {
+					ID, Role  string
+					Connected bool
+				}
+				json.Unmarshal([]byte(bcgw("nodes", "--json")), &nodes)
+				for _, x := range nodes {
+					if x.ID == provisionedID && x.Role == "node" && x.Connected {
+						tOSJoined = time.Since(start)
+					}
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			if tOSJoined == 0 {
+				t.Logf("serial console:\n%s", consoleText())
+				t.Fatalf("the installed OS did not join as %s", provisionedID)
+			}
+			t.Logf("bcgw nodes:\n%s", bcgw("nodes"))
+			if out := bcgw("run", provisionedID, "agent.ping", "--wait", "--timeout", "60s"); !strings.Contains(out, `"SUCCEEDED"`) {
+				t.Fatalf("agent.ping on the installed OS: %s", out)
 			}
 		}
 	}
@@ -381,9 +443,10 @@ func TestPXEBoot(t *testing.T) {
 			t.Fatal("the NVMe disk still has data in its first or last MiB after disk.wipe quick")
 		}
 		vb, _ := os.ReadFile(vda)
-		if !bytes.Equal(vb[:len(osRaw)], osRaw) || !allZero(vb[len(vb)-1<<20:]) {
-			t.Fatal("the virtio disk does not hold the deployed image (or its last MiB was not wiped)")
+		if !bytes.Equal(vb[:1<<20], osRaw[:1<<20]) || !allZero(vb[len(vb)-1<<20:]) {
+			t.Fatal("the virtio disk does not start with the deployed image's partition table (or its last MiB was not wiped)")
 		}
+		checkInstalledOS(t, vb, provisionedID)
 	}
 	if tJoined == 0 {
 		t.Logf("serial console:\n%s", c)
@@ -451,7 +514,58 @@ func TestPXEBoot(t *testing.T) {
 	if strings.Contains(out3.String(), "Linux version") || strings.Count(site.String(), `"msg":"iPXE script served"`) != 1 {
 		t.Fatalf("a machine booted while the site did not hold the lease:\n%s", out3.String())
 	}
-	t.Logf("PXE: QEMU start -> ramdisk init %v -> bc.* printed %v -> joined bcgw as a ramdisk %v -> kexec'd kernel's init %v; initramfs %d bytes", tInit.Round(100*time.Millisecond), tParams.Round(100*time.Millisecond), tJoined.Round(100*time.Millisecond), tKexec.Round(100*time.Millisecond), len(initrd))
+	t.Logf("PXE: QEMU start -> ramdisk init %v -> bc.* printed %v -> joined bcgw as a ramdisk %v -> installed OS's init (kexec) %v -> joined as node %s %v; initramfs %d bytes", tInit.Round(100*time.Millisecond), tParams.Round(100*time.Millisecond), tJoined.Round(100*time.Millisecond), tKexec.Round(100*time.Millisecond), provisionedID, tOSJoined.Round(100*time.Millisecond), len(initrd))
+}
+
+// findBlob finds the site cache's file of an image.
+func findBlob(t *testing.T, dir, digest string) string {
+	t.Helper()
+	var found string
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == digest && filepath.Base(filepath.Dir(p)) == "blobs" {
+			found = p
+		}
+		return nil
+	})
+	if found == "" {
+		t.Fatalf("no cached blob %s under %s", digest, dir)
+	}
+	return found
+}
+
+// checkInstalledOS reads the installed OS's file system from the disk's
+// bytes with debugfs: deploy.image wrote its configuration, and its bcd
+// joined (the identity is there, the one-use token file is gone).
+func checkInstalledOS(t *testing.T, disk []byte, nodeID string) {
+	t.Helper()
+	if _, err := exec.LookPath("debugfs"); err != nil {
+		need(t, "debugfs (apt-get install e2fsprogs)", err)
+	}
+	fsImg := filepath.Join(t.TempDir(), "fs.img")
+	os.WriteFile(fsImg, disk[osimage.PartitionStart:], 0o600)
+	// The VM was stopped, not shut down: what the OS wrote last may be in
+	// the ext4 journal only. e2fsck replays it (debugfs does not).
+	if out, err := exec.Command("e2fsck", "-fy", fsImg).CombinedOutput(); err != nil {
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() > 1 {
+			t.Fatalf("e2fsck of the installed OS's file system: %v\n%s", err, out)
+		}
+	}
+	cat := func(p string) string {
+		b, _ := exec.Command("debugfs", "-R", "cat "+p, fsImg).Output()
+		return string(b)
+	}
+	for p, want := range map[string]string{
+		"/etc/bcd/config.toml": "gateway = \"https://" + pxeBridgeIP + ":8443\"", "/etc/bcd/node-id": nodeID,
+		"/etc/bcd/join-encryption.jwk": `"kty":"EC"`, "/var/lib/cloud/seed/nocloud/user-data": "hostname: pxe-node-1",
+		"/var/lib/bcd/identity.json": nodeID,
+	} {
+		if got := cat(p); !strings.Contains(got, want) {
+			t.Errorf("%s on the installed OS's disk: %q, want it to contain %q", p, got, want)
+		}
+	}
+	if b, _ := exec.Command("debugfs", "-R", "stat /etc/bcd/join-token", fsImg).CombinedOutput(); !strings.Contains(string(b), "File not found") {
+		t.Errorf("the provisioned token is still on the disk after the join:\n%s", b)
+	}
 }
 
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
