@@ -44,15 +44,16 @@ func HasTPM(getenv func(string) string) bool {
 	return nodetpm.Present(tpm.DefaultPath)
 }
 
-// agentTPM opens the TPM for `bcd node`: the host's TPM when it has one and
-// bcd node runs without [helper] (an unprivileged node never opens the TPM;
-// the helper's tpm.* operations are not in this build yet). It answers nil
-// when there is none or it is unusable, which it logs.
+// agentTPM opens the TPM for `bcd node` and `bcd site`: the host's TPM when
+// it has one, except for a node beside bcd helper (an unprivileged node never
+// opens the TPM; the helper's tpm.* operations are not in this build yet;
+// bcd site ignores [helper]). It answers nil when there is none or it is
+// unusable, which it logs.
 func agentTPM(getenv func(string) string, role string, cfg *config.Config, log *slog.Logger) *nodetpm.TPM {
-	if role != "node" || !HasTPM(getenv) {
+	if (role != "node" && role != "site") || !HasTPM(getenv) {
 		return nil
 	}
-	if cfg.Helper.Socket != "" {
+	if role == "node" && cfg.Helper.Socket != "" {
 		log.Info("bcd node runs beside bcd helper: the node key stays where it is (the helper's tpm.* operations are not in this build)")
 		return nil
 	}
