@@ -121,6 +121,43 @@ func TestJoinRefusals(t *testing.T) {
 		l.out.assertAbsent(t, "the second token", tok2)
 	})
 
+	t.Run("provisioned", func(t *testing.T) {
+		// An OS a deploy installed: a provisioned token for web-01 and
+		// bcd join --node-id (the provisioned attestor).
+		ptok := l.token(g, "--node-id", "web-01")
+		f := filepath.Join(l.root, "ptoken")
+		os.WriteFile(f, []byte(ptok+"\n"), 0o600)
+		dir := filepath.Join(l.root, "provisioned")
+		args := append(joinArgs(dir, serving, signing, enc), "--token-file", f)
+		// Without --node-id the provisioned token is refused (and kept).
+		code, _, errOut := l.run("", nil, "bcd-node", args...)
+		if code != 1 || !strings.Contains(errOut, "provisioned attestor") {
+			t.Fatalf("provisioned token without --node-id: exit %d, stderr %q", code, errOut)
+		}
+		if _, err := os.Stat(f); err != nil {
+			t.Fatal("a refused join removed the token file")
+		}
+		code, out, errOut := l.run("", nil, "bcd-node", append(args, "--node-id", "web-01")...)
+		if code != 0 || !strings.HasPrefix(out, "joined as web-01 (site lab, role node)") {
+			t.Fatalf("provisioned join: exit %d, %q %q", code, out, errOut)
+		}
+		// Every boot runs it again: the same node id exits 0 without a
+		// token, another is refused.
+		code, out, _ = l.run("", nil, "bcd-node", append(joinArgs(dir, serving, signing, enc), "--node-id", "web-01")...)
+		if code != 0 || !strings.HasPrefix(out, "already joined as web-01") {
+			t.Fatalf("rerun: exit %d, %q", code, out)
+		}
+		code, _, errOut = l.run("", nil, "bcd-node", append(joinArgs(dir, serving, signing, enc), "--node-id", "web-02")...)
+		if code != 1 || !strings.Contains(errOut, "already joined as web-01, not --node-id web-02") {
+			t.Fatalf("another node id: exit %d, stderr %q", code, errOut)
+		}
+		code, _, errOut = l.run("", nil, "bcd-node", append(joinArgs(dir, serving, signing, enc), "--node-id", "web-01", "--role", "site")...)
+		if code != 2 {
+			t.Fatalf("--node-id with --role site: exit %d, stderr %q", code, errOut)
+		}
+		l.out.assertAbsent(t, "the provisioned token", ptok)
+	})
+
 	l.out.assertAbsent(t, "the join token", tok)
 }
 

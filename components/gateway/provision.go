@@ -124,18 +124,25 @@ func (s *Server) provisionSecret(l *live, req *bcdv1.SecretRequest) ([]byte, err
 	return []byte(tok), nil
 }
 
-// checkProvisioned ties the provisioned attestor to provisioned tokens:
-// such a token admits only that attestor, and the node joins as the id the
-// token names (replacing an earlier record of that node, whose disk the
-// deploy overwrote). Other tokens never take the provisioned attestor.
-func (s *Server) checkProvisioned(attestor string, tok store.Token, n *store.Node) error {
+// provisionedBinding ties the provisioned attestor to provisioned tokens:
+// such a token admits only that attestor, and other tokens never take it.
+// It is checked before the token's use is counted.
+func provisionedBinding(attestor string, tok store.Token) error {
 	switch {
 	case attestor == "provisioned" && tok.NodeID == "":
 		return errors.New("the provisioned attestor needs a token minted for deploy.image")
 	case attestor != "provisioned" && tok.NodeID != "":
 		return errors.New("a provisioned token joins only with the provisioned attestor (bcd join --node-id)")
-	case tok.NodeID == "":
-		return nil
+	}
+	return nil
+}
+
+// checkProvisioned makes a provisioned join the node its token names
+// (replacing an earlier record of that node, whose disk the deploy
+// overwrote).
+func (s *Server) checkProvisioned(attestor string, tok store.Token, n *store.Node) error {
+	if err := provisionedBinding(attestor, tok); err != nil || tok.NodeID == "" {
+		return err
 	}
 	if old, err := s.store.Node(tok.NodeID); err == nil {
 		if old.Role != "node" {

@@ -33,9 +33,15 @@ func TestProvisionedJoin(t *testing.T) {
 
 	// A provisioned token with the join-token attestor is refused, and so
 	// is an ordinary token with the provisioned attestor.
-	o := joinOpts(g, g.client(t, nil), mint("web-01"), t.TempDir())
+	web01 := mint("web-01")
+	o := joinOpts(g, g.client(t, nil), web01, t.TempDir())
 	if _, err := join.Join(ctx, o); err == nil || !strings.Contains(err.Error(), "provisioned attestor") {
 		t.Fatalf("provisioned token, join-token attestor: %v", err)
+	}
+	// That refusal did not spend the token.
+	o.Attestor, o.NodeID = "provisioned", "web-01"
+	if _, err := join.Join(ctx, o); err != nil {
+		t.Fatalf("the provisioned token after a refused attempt: %v", err)
 	}
 	o = joinOpts(g, g.client(t, nil), g.token(t, "node", 1), t.TempDir())
 	o.Attestor = "provisioned"

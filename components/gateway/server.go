@@ -348,7 +348,7 @@ func (s *Server) Join(ctx context.Context, req *connect.Request[bcdv1.JoinReques
 		log.Warn("join refused", "reason", "malformed token")
 		return nil, connectErr(connect.CodePermissionDenied, "join token is not valid")
 	}
-	tok, err := s.store.SpendToken(id, secret, m.GetRole(), s.now())
+	tok, err := s.store.SpendTokenIf(id, secret, m.GetRole(), s.now(), func(t store.Token) error { return provisionedBinding(m.GetAttestor(), t) })
 	if err != nil {
 		log.Warn("join refused", "token_id", id, "reason", err.Error())
 		return nil, connect.NewError(connect.CodePermissionDenied, err)

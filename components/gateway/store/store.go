@@ -186,6 +186,13 @@ func (s *Store) DeleteToken(id string) error {
 // SpendToken checks the token id and secret, its role and expiry, and uses
 // it once, all in one transaction.
 func (s *Store) SpendToken(id, secret, role string, now time.Time) (Token, error) {
+	return s.SpendTokenIf(id, secret, role, now, nil)
+}
+
+// SpendTokenIf is SpendToken with one more check of the token, made in the
+// same transaction before the use is counted: a join the check refuses
+// leaves the token as it was. check must not use the store.
+func (s *Store) SpendTokenIf(id, secret, role string, now time.Time, check func(Token) error) (Token, error) {
 	var t Token
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		if err := get(tx, bTokens, id, &t); err != nil {
@@ -202,6 +209,11 @@ func (s *Store) SpendToken(id, secret, role string, now time.Time) (Token, error
 		}
 		if t.Role != role {
 			return ErrTokenRole
+		}
+		if check != nil {
+			if err := check(t); err != nil {
+				return err
+			}
 		}
 		t.Used++
 		return put(tx, bTokens, t.ID, t)
