@@ -238,14 +238,21 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 		return printJSON(env, cmd)
 	}
 	end := time.Now().Add(*timeout)
+	lastProgress := ""
 	for cmd.State != "done" {
 		left := time.Until(end)
 		if left <= 0 {
 			printJSON(env, cmd)
 			return cli.Fail(env, "bcgw run", fmt.Errorf("no result for %s within %s", cmd.ID, *timeout))
 		}
-		if cmd, err = c.Command(ctx, cmd.ID, min(left, 30*time.Second)); err != nil {
+		// Short waits, so the command's progress shows while it runs (on
+		// stderr: stdout stays the one JSON view).
+		if cmd, err = c.Command(ctx, cmd.ID, min(left, 2*time.Second)); err != nil {
 			return cli.Fail(env, "bcgw run", err)
+		}
+		if p := string(cmd.Progress); p != "" && p != lastProgress {
+			lastProgress = p
+			fmt.Fprintf(env.Stderr, "bcgw run: %s progress: %s\n", cmd.ID, p)
 		}
 	}
 	printJSON(env, cmd)

@@ -80,6 +80,12 @@ func CommandID(ctx context.Context) string {
 	return id
 }
 
+// WithCommandID returns ctx naming the command a Kind's Run runs, as the
+// dispatcher does; tests of kinds use it.
+func WithCommandID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, idKey{}, id)
+}
+
 // Clock is the agent's working clock.
 type Clock interface{ Now() time.Time }
 
@@ -545,7 +551,7 @@ func (d *Dispatcher) runJob(ctx context.Context, j *job) {
 	}
 	d.lock(res)
 	defer d.unlock(res)
-	cctx, cancel := context.WithCancel(context.WithValue(ctx, idKey{}, j.id))
+	cctx, cancel := context.WithCancel(WithCommandID(ctx, j.id))
 	defer cancel()
 	if dl := j.cmd.GetDeadlineUnixMs(); dl != 0 {
 		left := time.UnixMilli(dl).Sub(d.now())

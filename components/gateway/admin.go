@@ -84,6 +84,10 @@ type CommandView struct {
 	// ResultCopies is how many copies of the result arrived (re-sends
 	// until acked); the first one is the result.
 	ResultCopies int `json:"result_copies,omitempty"`
+	// Progress is the agent's latest CommandProgress of a running
+	// command (JSON of the kind's own shape), and when it came.
+	Progress   json.RawMessage `json:"progress,omitempty"`
+	ProgressAt *time.Time      `json:"progress_at,omitempty"`
 }
 
 func viewCommand(c store.Command) CommandView {
@@ -333,7 +337,7 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 		left := time.Until(end)
 		if c.State == store.StateDone || left <= 0 {
 			cancel()
-			writeJSON(w, viewCommand(c))
+			writeJSON(w, s.withProgress(viewCommand(c)))
 			return
 		}
 		select {

@@ -53,14 +53,15 @@ type Config struct {
 
 // Server is a running bcgw.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	store  *store.Store
-	keys   *keys
-	hub    *hub
-	leases *leases
-	now    func() time.Time
-	tpm    tpmChallenges // the tpm attestor's open challenges (tpm.go)
+	cfg      Config
+	log      *slog.Logger
+	store    *store.Store
+	keys     *keys
+	hub      *hub
+	leases   *leases
+	now      func() time.Time
+	tpm      tpmChallenges // the tpm attestor's open challenges (tpm.go)
+	progress progressBook  // running commands' latest progress (progress.go)
 
 	mu       sync.Mutex
 	waiters  map[string][]chan struct{} // command id -> admin calls waiting for its result

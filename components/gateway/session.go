@@ -324,6 +324,7 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 				if c, err := s.store.Command(r.GetCommandId()); err == nil {
 					s.bmcResult(c, r.GetStatus())
 				}
+				s.dropProgress(r.GetCommandId())
 				s.resultStored(r.GetCommandId())
 			}
 			l.push(outFrame{f: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{ResultIds: []string{r.GetCommandId()}}}}})
@@ -332,6 +333,10 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 		case *bcdv1.AgentFrame_Status:
 			if err := s.storeStatus(l.nodeID, x.Status.GetSections()); err != nil {
 				log.Warn("status report refused", "err", err)
+			}
+		case *bcdv1.AgentFrame_Progress:
+			if err := s.storeProgress(l.nodeID, x.Progress); err != nil {
+				log.Warn("progress refused", "command_id", x.Progress.GetCommandId(), "err", err)
 			}
 		case *bcdv1.AgentFrame_SecretRequest:
 			req := x.SecretRequest

@@ -12,6 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/better-compute/bcd/components/dispatch"
+	"github.com/better-compute/bcd/components/session"
 )
 
 // fakePartition stands in for mounting a partition: a directory holds the
@@ -168,5 +171,34 @@ func TestKexecFromDisk(t *testing.T) {
 		if _, err := k.Run(context.Background(), []byte(body)); err == nil || !strings.Contains(err.Error(), want) || loaded != "" {
 			t.Errorf("%s: %v (loaded %q), want an error with %q", body, err, loaded, want)
 		}
+	}
+}
+
+// fakeSession stands in for the agent's session in a kind's context: it
+// records progress reports.
+type fakeSession struct{ progress []string }
+
+func (f *fakeSession) Secret(context.Context, string, string, string) ([]byte, error) {
+	return nil, errors.New("no secrets here")
+}
+func (f *fakeSession) Progress(id string, detail []byte) {
+	f.progress = append(f.progress, id+" "+string(detail))
+}
+
+// deploy.image and disk.wipe report their progress through the session.
+func TestProgressIsReported(t *testing.T) {
+	img := bytes.Repeat([]byte{1}, 3<<20)
+	url, digest := imageServer(t, img)
+	target := filepath.Join(t.TempDir(), "disk")
+	os.WriteFile(target, make([]byte, 4<<20), 0o600)
+	s := &fakeSession{}
+	ctx := session.WithSecrets(dispatch.WithCommandID(context.Background(), "cmd_1"), s)
+	ks := Kinds(Config{CacheURL: url, allowFiles: true})
+	if _, err := kind(t, ks, "deploy.image").Run(ctx, []byte(`{"target":"`+target+`","sha256":"`+digest+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	last := s.progress[len(s.progress)-1]
+	if !strings.HasPrefix(last, `cmd_1 {`) || !strings.Contains(last, `"done":true`) || !strings.Contains(last, `"written":3145728`) {
+		t.Fatalf("progress %q", s.progress)
 	}
 }

@@ -134,13 +134,15 @@ func (c Config) wipe(ctx context.Context, b []byte) (json.RawMessage, error) {
 	}
 	var reports []wipe.Report
 	var failed []string
-	for _, d := range body.Devices {
+	id := dispatch.CommandID(ctx)
+	for i, d := range body.Devices {
+		session.ReportProgress(ctx, id, map[string]any{"device": d, "mode": mode, "devices_done": i, "devices": len(body.Devices)})
 		r, err := wipe.Wipe(ctx, d, wipe.Options{Mode: mode})
 		reports = append(reports, r)
 		if err != nil {
 			failed = append(failed, err.Error())
 		}
-		c.Log.Info("wiped", "device", d, "mode", mode, "ok", r.OK, "method", r.Method)
+		c.Log.Info("wiped", "command_id", id, "device", d, "mode", mode, "ok", r.OK, "method", r.Method)
 	}
 	out, _ := json.Marshal(map[string]any{"mode": mode, "devices": reports})
 	if len(failed) > 0 {
@@ -250,8 +252,18 @@ func (c Config) deploy(ctx context.Context, b []byte) (json.RawMessage, error) {
 			continue
 		}
 		start := time.Now()
-		res, err := deploy.Write(ctx, resp.Body, body.SHA256, comp, body.Target, func(p deploy.Progress) {
-			c.Log.Info("deploy progress", "target", body.Target, "read", p.Read, "written", p.Written, "done", p.Done)
+		var last time.Time
+		id := dispatch.CommandID(ctx)
+		w := &deploy.Writer{ProgressEvery: 8 << 20}
+		res, err := w.Write(ctx, resp.Body, body.SHA256, comp, body.Target, func(p deploy.Progress) {
+			// At most one report a second, and the last one.
+			if !p.Done && time.Since(last) < time.Second {
+				return
+			}
+			last = time.Now()
+			c.Log.Info("deploy progress", "command_id", id, "target", body.Target, "read", p.Read, "written", p.Written, "done", p.Done)
+			session.ReportProgress(ctx, id, map[string]any{"target": body.Target, "read": p.Read, "written": p.Written,
+				"seconds": time.Since(start).Seconds(), "done": p.Done})
 		})
 		resp.Body.Close()
 		report := map[string]any{"source": redact(src), "result": res, "seconds": time.Since(start).Seconds()}

@@ -721,6 +721,7 @@ type AgentFrame struct {
 	//	*AgentFrame_Status
 	//	*AgentFrame_SecretRequest
 	//	*AgentFrame_WorkloadTokenRequest
+	//	*AgentFrame_Progress
 	Frame         isAgentFrame_Frame `protobuf_oneof:"frame"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -835,6 +836,15 @@ func (x *AgentFrame) GetWorkloadTokenRequest() *WorkloadTokenRequest {
 	return nil
 }
 
+func (x *AgentFrame) GetProgress() *CommandProgress {
+	if x != nil {
+		if x, ok := x.Frame.(*AgentFrame_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
 type isAgentFrame_Frame interface {
 	isAgentFrame_Frame()
 }
@@ -871,6 +881,10 @@ type AgentFrame_WorkloadTokenRequest struct {
 	WorkloadTokenRequest *WorkloadTokenRequest `protobuf:"bytes,8,opt,name=workload_token_request,json=workloadTokenRequest,proto3,oneof"`
 }
 
+type AgentFrame_Progress struct {
+	Progress *CommandProgress `protobuf:"bytes,9,opt,name=progress,proto3,oneof"`
+}
+
 func (*AgentFrame_Hello) isAgentFrame_Frame() {}
 
 func (*AgentFrame_Heartbeat) isAgentFrame_Frame() {}
@@ -886,6 +900,8 @@ func (*AgentFrame_Status) isAgentFrame_Frame() {}
 func (*AgentFrame_SecretRequest) isAgentFrame_Frame() {}
 
 func (*AgentFrame_WorkloadTokenRequest) isAgentFrame_Frame() {}
+
+func (*AgentFrame_Progress) isAgentFrame_Frame() {}
 
 type GatewayFrame struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1968,6 +1984,71 @@ func (x *Event) GetAtUnixMs() int64 {
 	return 0
 }
 
+// CommandProgress says how far a running command got (deploy.image's bytes
+// written, a wipe's devices). Best effort: not journaled and not acked; a
+// lost one is replaced by the next, and the gateway keeps only the latest
+// of each command until its result arrives.
+type CommandProgress struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	CommandId string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// JSON, at most 4 KiB.
+	Detail        []byte `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	AtUnixMs      int64  `protobuf:"varint,3,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandProgress) Reset() {
+	*x = CommandProgress{}
+	mi := &file_bcd_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandProgress) ProtoMessage() {}
+
+func (x *CommandProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandProgress.ProtoReflect.Descriptor instead.
+func (*CommandProgress) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CommandProgress) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *CommandProgress) GetDetail() []byte {
+	if x != nil {
+		return x.Detail
+	}
+	return nil
+}
+
+func (x *CommandProgress) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
 type StatusReport struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	ObservedGeneration uint64                 `protobuf:"varint,1,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`
@@ -1978,7 +2059,7 @@ type StatusReport struct {
 
 func (x *StatusReport) Reset() {
 	*x = StatusReport{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2071,7 @@ func (x *StatusReport) String() string {
 func (*StatusReport) ProtoMessage() {}
 
 func (x *StatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2084,7 @@ func (x *StatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReport.ProtoReflect.Descriptor instead.
 func (*StatusReport) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatusReport) GetObservedGeneration() uint64 {
@@ -2033,7 +2114,7 @@ type DesiredState struct {
 
 func (x *DesiredState) Reset() {
 	*x = DesiredState{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2126,7 @@ func (x *DesiredState) String() string {
 func (*DesiredState) ProtoMessage() {}
 
 func (x *DesiredState) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2139,7 @@ func (x *DesiredState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredState.ProtoReflect.Descriptor instead.
 func (*DesiredState) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DesiredState) GetGeneration() uint64 {
@@ -2098,7 +2179,7 @@ type RevocationNotice struct {
 
 func (x *RevocationNotice) Reset() {
 	*x = RevocationNotice{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2191,7 @@ func (x *RevocationNotice) String() string {
 func (*RevocationNotice) ProtoMessage() {}
 
 func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2204,7 @@ func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationNotice.ProtoReflect.Descriptor instead.
 func (*RevocationNotice) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RevocationNotice) GetReason() string {
@@ -2143,7 +2224,7 @@ type OpenTunnel struct {
 
 func (x *OpenTunnel) Reset() {
 	*x = OpenTunnel{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2236,7 @@ func (x *OpenTunnel) String() string {
 func (*OpenTunnel) ProtoMessage() {}
 
 func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2249,7 @@ func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenTunnel.ProtoReflect.Descriptor instead.
 func (*OpenTunnel) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *OpenTunnel) GetTunnelId() string {
@@ -2197,7 +2278,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2290,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2303,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SecretRequest) GetRequestId() string {
@@ -2264,7 +2345,7 @@ type SecretAnswer struct {
 
 func (x *SecretAnswer) Reset() {
 	*x = SecretAnswer{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2357,7 @@ func (x *SecretAnswer) String() string {
 func (*SecretAnswer) ProtoMessage() {}
 
 func (x *SecretAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2370,7 @@ func (x *SecretAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretAnswer.ProtoReflect.Descriptor instead.
 func (*SecretAnswer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SecretAnswer) GetRequestId() string {
@@ -2323,7 +2404,7 @@ type WorkloadTokenRequest struct {
 
 func (x *WorkloadTokenRequest) Reset() {
 	*x = WorkloadTokenRequest{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2416,7 @@ func (x *WorkloadTokenRequest) String() string {
 func (*WorkloadTokenRequest) ProtoMessage() {}
 
 func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2429,7 @@ func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenRequest.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WorkloadTokenRequest) GetRequestId() string {
@@ -2376,7 +2457,7 @@ type WorkloadTokenAnswer struct {
 
 func (x *WorkloadTokenAnswer) Reset() {
 	*x = WorkloadTokenAnswer{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2469,7 @@ func (x *WorkloadTokenAnswer) String() string {
 func (*WorkloadTokenAnswer) ProtoMessage() {}
 
 func (x *WorkloadTokenAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2482,7 @@ func (x *WorkloadTokenAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenAnswer.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenAnswer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WorkloadTokenAnswer) GetRequestId() string {
@@ -2436,7 +2517,7 @@ type TunnelData struct {
 
 func (x *TunnelData) Reset() {
 	*x = TunnelData{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[30]
+	mi := &file_bcd_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2529,7 @@ func (x *TunnelData) String() string {
 func (*TunnelData) ProtoMessage() {}
 
 func (x *TunnelData) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[30]
+	mi := &file_bcd_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2542,7 @@ func (x *TunnelData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelData.ProtoReflect.Descriptor instead.
 func (*TunnelData) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TunnelData) GetTunnelId() string {
@@ -2547,7 +2628,7 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\fRenewRequest\x12\x10\n" +
 	"\x03csr\x18\x01 \x01(\fR\x03csr\x12\x14\n" +
 	"\x05proof\x18\x02 \x01(\fR\x05proof\x12>\n" +
-	"\rcertification\x18\x03 \x01(\v2\x18.bcd.v1.TPMCertificationR\rcertification\"\xae\x03\n" +
+	"\rcertification\x18\x03 \x01(\v2\x18.bcd.v1.TPMCertificationR\rcertification\"\xe5\x03\n" +
 	"\n" +
 	"AgentFrame\x12%\n" +
 	"\x05hello\x18\x01 \x01(\v2\r.bcd.v1.HelloH\x00R\x05hello\x121\n" +
@@ -2557,7 +2638,8 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\x05event\x18\x05 \x01(\v2\r.bcd.v1.EventH\x00R\x05event\x12.\n" +
 	"\x06status\x18\x06 \x01(\v2\x14.bcd.v1.StatusReportH\x00R\x06status\x12>\n" +
 	"\x0esecret_request\x18\a \x01(\v2\x15.bcd.v1.SecretRequestH\x00R\rsecretRequest\x12T\n" +
-	"\x16workload_token_request\x18\b \x01(\v2\x1c.bcd.v1.WorkloadTokenRequestH\x00R\x14workloadTokenRequestB\a\n" +
+	"\x16workload_token_request\x18\b \x01(\v2\x1c.bcd.v1.WorkloadTokenRequestH\x00R\x14workloadTokenRequest\x125\n" +
+	"\bprogress\x18\t \x01(\v2\x17.bcd.v1.CommandProgressH\x00R\bprogressB\a\n" +
 	"\x05frame\"\xa3\x04\n" +
 	"\fGatewayFrame\x12+\n" +
 	"\awelcome\x18\x01 \x01(\v2\x0f.bcd.v1.WelcomeH\x00R\awelcome\x12+\n" +
@@ -2648,7 +2730,13 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
 	"\x04body\x18\x03 \x01(\fR\x04body\x12\x1c\n" +
 	"\n" +
-	"at_unix_ms\x18\x04 \x01(\x03R\batUnixMs\"[\n" +
+	"at_unix_ms\x18\x04 \x01(\x03R\batUnixMs\"f\n" +
+	"\x0fCommandProgress\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\fR\x06detail\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\x03 \x01(\x03R\batUnixMs\"[\n" +
 	"\fStatusReport\x12/\n" +
 	"\x13observed_generation\x18\x01 \x01(\x04R\x12observedGeneration\x12\x1a\n" +
 	"\bsections\x18\x02 \x01(\fR\bsections\"v\n" +
@@ -2710,7 +2798,7 @@ func file_bcd_v1_agent_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_agent_proto_rawDescData
 }
 
-var file_bcd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_bcd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_bcd_v1_agent_proto_goTypes = []any{
 	(*JoinRequest)(nil),          // 0: bcd.v1.JoinRequest
 	(*TPMAttestation)(nil),       // 1: bcd.v1.TPMAttestation
@@ -2734,15 +2822,16 @@ var file_bcd_v1_agent_proto_goTypes = []any{
 	(*Ack)(nil),                  // 19: bcd.v1.Ack
 	(*CommandResult)(nil),        // 20: bcd.v1.CommandResult
 	(*Event)(nil),                // 21: bcd.v1.Event
-	(*StatusReport)(nil),         // 22: bcd.v1.StatusReport
-	(*DesiredState)(nil),         // 23: bcd.v1.DesiredState
-	(*RevocationNotice)(nil),     // 24: bcd.v1.RevocationNotice
-	(*OpenTunnel)(nil),           // 25: bcd.v1.OpenTunnel
-	(*SecretRequest)(nil),        // 26: bcd.v1.SecretRequest
-	(*SecretAnswer)(nil),         // 27: bcd.v1.SecretAnswer
-	(*WorkloadTokenRequest)(nil), // 28: bcd.v1.WorkloadTokenRequest
-	(*WorkloadTokenAnswer)(nil),  // 29: bcd.v1.WorkloadTokenAnswer
-	(*TunnelData)(nil),           // 30: bcd.v1.TunnelData
+	(*CommandProgress)(nil),      // 22: bcd.v1.CommandProgress
+	(*StatusReport)(nil),         // 23: bcd.v1.StatusReport
+	(*DesiredState)(nil),         // 24: bcd.v1.DesiredState
+	(*RevocationNotice)(nil),     // 25: bcd.v1.RevocationNotice
+	(*OpenTunnel)(nil),           // 26: bcd.v1.OpenTunnel
+	(*SecretRequest)(nil),        // 27: bcd.v1.SecretRequest
+	(*SecretAnswer)(nil),         // 28: bcd.v1.SecretAnswer
+	(*WorkloadTokenRequest)(nil), // 29: bcd.v1.WorkloadTokenRequest
+	(*WorkloadTokenAnswer)(nil),  // 30: bcd.v1.WorkloadTokenAnswer
+	(*TunnelData)(nil),           // 31: bcd.v1.TunnelData
 }
 var file_bcd_v1_agent_proto_depIdxs = []int32{
 	4,  // 0: bcd.v1.JoinRequest.claims:type_name -> bcd.v1.HardwareClaims
@@ -2754,36 +2843,37 @@ var file_bcd_v1_agent_proto_depIdxs = []int32{
 	19, // 6: bcd.v1.AgentFrame.ack:type_name -> bcd.v1.Ack
 	20, // 7: bcd.v1.AgentFrame.result:type_name -> bcd.v1.CommandResult
 	21, // 8: bcd.v1.AgentFrame.event:type_name -> bcd.v1.Event
-	22, // 9: bcd.v1.AgentFrame.status:type_name -> bcd.v1.StatusReport
-	26, // 10: bcd.v1.AgentFrame.secret_request:type_name -> bcd.v1.SecretRequest
-	28, // 11: bcd.v1.AgentFrame.workload_token_request:type_name -> bcd.v1.WorkloadTokenRequest
-	12, // 12: bcd.v1.GatewayFrame.welcome:type_name -> bcd.v1.Welcome
-	16, // 13: bcd.v1.GatewayFrame.command:type_name -> bcd.v1.Command
-	17, // 14: bcd.v1.GatewayFrame.cancel:type_name -> bcd.v1.Cancel
-	18, // 15: bcd.v1.GatewayFrame.drain:type_name -> bcd.v1.Drain
-	19, // 16: bcd.v1.GatewayFrame.ack:type_name -> bcd.v1.Ack
-	23, // 17: bcd.v1.GatewayFrame.desired_state:type_name -> bcd.v1.DesiredState
-	24, // 18: bcd.v1.GatewayFrame.revocation:type_name -> bcd.v1.RevocationNotice
-	25, // 19: bcd.v1.GatewayFrame.open_tunnel:type_name -> bcd.v1.OpenTunnel
-	27, // 20: bcd.v1.GatewayFrame.secret_answer:type_name -> bcd.v1.SecretAnswer
-	29, // 21: bcd.v1.GatewayFrame.workload_token_answer:type_name -> bcd.v1.WorkloadTokenAnswer
-	11, // 22: bcd.v1.Hello.drivers:type_name -> bcd.v1.Driver
-	14, // 23: bcd.v1.Hello.lanes:type_name -> bcd.v1.LaneCredit
-	13, // 24: bcd.v1.Welcome.trust_bundle:type_name -> bcd.v1.TrustBundle
-	14, // 25: bcd.v1.Heartbeat.lanes:type_name -> bcd.v1.LaneCredit
-	0,  // 26: bcd.v1.AgentGateway.Join:input_type -> bcd.v1.JoinRequest
-	7,  // 27: bcd.v1.AgentGateway.Renew:input_type -> bcd.v1.RenewRequest
-	8,  // 28: bcd.v1.AgentGateway.Session:input_type -> bcd.v1.AgentFrame
-	30, // 29: bcd.v1.AgentGateway.Tunnel:input_type -> bcd.v1.TunnelData
-	5,  // 30: bcd.v1.AgentGateway.Join:output_type -> bcd.v1.JoinResponse
-	5,  // 31: bcd.v1.AgentGateway.Renew:output_type -> bcd.v1.JoinResponse
-	9,  // 32: bcd.v1.AgentGateway.Session:output_type -> bcd.v1.GatewayFrame
-	30, // 33: bcd.v1.AgentGateway.Tunnel:output_type -> bcd.v1.TunnelData
-	30, // [30:34] is the sub-list for method output_type
-	26, // [26:30] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	23, // 9: bcd.v1.AgentFrame.status:type_name -> bcd.v1.StatusReport
+	27, // 10: bcd.v1.AgentFrame.secret_request:type_name -> bcd.v1.SecretRequest
+	29, // 11: bcd.v1.AgentFrame.workload_token_request:type_name -> bcd.v1.WorkloadTokenRequest
+	22, // 12: bcd.v1.AgentFrame.progress:type_name -> bcd.v1.CommandProgress
+	12, // 13: bcd.v1.GatewayFrame.welcome:type_name -> bcd.v1.Welcome
+	16, // 14: bcd.v1.GatewayFrame.command:type_name -> bcd.v1.Command
+	17, // 15: bcd.v1.GatewayFrame.cancel:type_name -> bcd.v1.Cancel
+	18, // 16: bcd.v1.GatewayFrame.drain:type_name -> bcd.v1.Drain
+	19, // 17: bcd.v1.GatewayFrame.ack:type_name -> bcd.v1.Ack
+	24, // 18: bcd.v1.GatewayFrame.desired_state:type_name -> bcd.v1.DesiredState
+	25, // 19: bcd.v1.GatewayFrame.revocation:type_name -> bcd.v1.RevocationNotice
+	26, // 20: bcd.v1.GatewayFrame.open_tunnel:type_name -> bcd.v1.OpenTunnel
+	28, // 21: bcd.v1.GatewayFrame.secret_answer:type_name -> bcd.v1.SecretAnswer
+	30, // 22: bcd.v1.GatewayFrame.workload_token_answer:type_name -> bcd.v1.WorkloadTokenAnswer
+	11, // 23: bcd.v1.Hello.drivers:type_name -> bcd.v1.Driver
+	14, // 24: bcd.v1.Hello.lanes:type_name -> bcd.v1.LaneCredit
+	13, // 25: bcd.v1.Welcome.trust_bundle:type_name -> bcd.v1.TrustBundle
+	14, // 26: bcd.v1.Heartbeat.lanes:type_name -> bcd.v1.LaneCredit
+	0,  // 27: bcd.v1.AgentGateway.Join:input_type -> bcd.v1.JoinRequest
+	7,  // 28: bcd.v1.AgentGateway.Renew:input_type -> bcd.v1.RenewRequest
+	8,  // 29: bcd.v1.AgentGateway.Session:input_type -> bcd.v1.AgentFrame
+	31, // 30: bcd.v1.AgentGateway.Tunnel:input_type -> bcd.v1.TunnelData
+	5,  // 31: bcd.v1.AgentGateway.Join:output_type -> bcd.v1.JoinResponse
+	5,  // 32: bcd.v1.AgentGateway.Renew:output_type -> bcd.v1.JoinResponse
+	9,  // 33: bcd.v1.AgentGateway.Session:output_type -> bcd.v1.GatewayFrame
+	31, // 34: bcd.v1.AgentGateway.Tunnel:output_type -> bcd.v1.TunnelData
+	31, // [31:35] is the sub-list for method output_type
+	27, // [27:31] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_agent_proto_init() }
@@ -2800,6 +2890,7 @@ func file_bcd_v1_agent_proto_init() {
 		(*AgentFrame_Status)(nil),
 		(*AgentFrame_SecretRequest)(nil),
 		(*AgentFrame_WorkloadTokenRequest)(nil),
+		(*AgentFrame_Progress)(nil),
 	}
 	file_bcd_v1_agent_proto_msgTypes[9].OneofWrappers = []any{
 		(*GatewayFrame_Welcome)(nil),
@@ -2819,7 +2910,7 @@ func file_bcd_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_agent_proto_rawDesc), len(file_bcd_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
