@@ -51,6 +51,53 @@ func runNft(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 	return stdout.Bytes(), nil
 }
 
+// Tools that are not installed.
+var (
+	errNoSystemctl = errors.New("systemctl is not installed on this host (looked in /usr/sbin, /sbin, /usr/bin and /bin)")
+	errNoSMI       = errors.New("nvidia-smi is not installed on this host (looked in /usr/sbin, /sbin, /usr/bin and /bin)")
+)
+
+// toolEnv is the whole environment a tool runs with.
+var toolEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+
+// runTool runs name, found by findTool (missing: notFound), with args and
+// the fixed environment, and returns its standard output. A failure
+// carries the tool's standard error, cut to 1 KiB.
+func runTool(ctx context.Context, name string, notFound error, args ...string) ([]byte, error) {
+	p, err := findTool(name)
+	if err != nil {
+		return nil, notFound
+	}
+	cmd := exec.CommandContext(ctx, p, args...)
+	cmd.Env = toolEnv
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = strings.TrimSpace(stdout.String())
+		}
+		if len(msg) > 1024 {
+			msg = msg[:1024] + "..."
+		}
+		return stdout.Bytes(), fmt.Errorf("%s %s = %w: %s", name, strings.Join(args, " "), err, msg)
+	}
+	return stdout.Bytes(), nil
+}
+
+// runSystemctl runs systemctl.
+func runSystemctl(ctx context.Context, args ...string) ([]byte, error) {
+	return runTool(ctx, "systemctl", errNoSystemctl, args...)
+}
+
+// runSMI runs nvidia-smi.
+func runSMI(ctx context.Context, args ...string) ([]byte, error) {
+	return runTool(ctx, "nvidia-smi", errNoSMI, args...)
+}
+
+// trimmed is a tool's output without surrounding space.
+func trimmed(b []byte) string { return strings.TrimSpace(string(b)) }
+
 // systemctlReboot asks systemd to reboot the host.
 func systemctlReboot(ctx context.Context, reason string) error {
 	systemctl, err := findTool("systemctl")

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/buildinfo"
-	"github.com/better-compute/bcd/components/helper/filetable"
 	"github.com/better-compute/bcd/components/helper/wire"
 )
 
@@ -52,6 +51,19 @@ type seams struct {
 	nft func(ctx context.Context, stdin []byte, args ...string) ([]byte, error)
 	// reboot reboots the host (a host build).
 	reboot func(ctx context.Context, reason string) error
+	// systemctl runs systemctl with args, returning standard output.
+	systemctl func(ctx context.Context, args ...string) ([]byte, error)
+	// smi runs nvidia-smi with args, returning standard output.
+	smi func(ctx context.Context, args ...string) ([]byte, error)
+	// fakeGPUs lists the GPU UUIDs of a fakehw build's machine.
+	fakeGPUs func() []string
+	// topology returns the host's CPUs and memory nodes as cpulists
+	// (a fakehw build: its fake machine's).
+	topology func() (cpus, mems string, err error)
+	// unitRoot is where /run/systemd/system is looked for: "/".
+	unitRoot string
+	// cgroup is the cgroup v2 mount: /sys/fs/cgroup.
+	cgroup string
 	// hold, when set, is called once a request holds a slot, before its
 	// operation runs (tests hold requests in flight with it).
 	hold func(op string)
@@ -64,8 +76,14 @@ func hostSeams() seams {
 		euid: os.Geteuid(), fakeHW: buildinfo.FakeHW, top: "/", root: "/",
 		lookupUser: lookupUser, peer: socketPeer, exe: peerExe,
 		self:   func() (os.FileInfo, error) { return os.Stat("/proc/self/exe") },
-		nft:    runNft,
-		reboot: systemctlReboot,
+		nft:       runNft,
+		reboot:    systemctlReboot,
+		systemctl: runSystemctl,
+		smi:       runSMI,
+		fakeGPUs:  fakeGPUs,
+		topology:  topology,
+		unitRoot:  "/",
+		cgroup:    "/sys/fs/cgroup",
 	}
 }
 
@@ -415,12 +433,15 @@ func (srv *server) handle(ctx context.Context, p peerCred, data []byte) *wire.Re
 func (srv *server) logOp(p peerCred, req *wire.Request, outcome, msg string) {
 	attrs := []any{"pid", p.pid, "uid", p.uid}
 	if req != nil {
-		attrs = append(attrs, "op", req.Op)
+		// A refused request's fields are logged too, cut short.
+		attrs = append(attrs, "op", short(req.Op))
 		if req.Kind != "" {
-			attrs = append(attrs, "kind", req.Kind, "id", req.ID)
+			attrs = append(attrs, "kind", short(req.Kind), "id", short(req.ID))
 		}
-		if req.GPU != "" {
-			attrs = append(attrs, "gpu", req.GPU)
+		for _, f := range []struct{ key, v string }{{"gpu", req.GPU}, {"slice", req.Slice}, {"cpus", req.CPUs}, {"mems", req.Mems}} {
+			if f.v != "" {
+				attrs = append(attrs, f.key, short(f.v))
+			}
 		}
 		if req.Op == wire.OpFileWrite {
 			attrs = append(attrs, "bytes", len(req.Data))
@@ -440,65 +461,12 @@ func (srv *server) logOp(p peerCred, req *wire.Request, outcome, msg string) {
 	srv.log.Log(context.Background(), level, "helper: operation", attrs...)
 }
 
-// do runs a checked request and returns its answer and outcome.
-func (srv *server) do(ctx context.Context, req *wire.Request) (*wire.Response, string) {
-	fail := func(err error, outcome string, retryable bool) (*wire.Response, string) {
-		return wire.Failed(err.Error(), retryable), outcome
+// short cuts a logged value a caller chose to 256 bytes.
+func short(s string) string {
+	if len(s) > 256 {
+		return s[:256] + "..."
 	}
-	switch req.Op {
-	case wire.OpFileWrite, wire.OpFileRemove:
-		t, err := filetable.Resolve(req.Kind, req.ID)
-		if err != nil {
-			return fail(err, "refused", false)
-		}
-		owner := srv.s.euid
-		if req.Op == wire.OpFileWrite {
-			err = writeFile(srv.s.root, t, req.Data, owner)
-		} else {
-			var absent bool
-			absent, err = removeFile(srv.s.root, t, owner)
-			if err == nil && absent {
-				return &wire.Response{OK: true}, "absent"
-			}
-		}
-		if err != nil {
-			var r *refusal
-			if errors.As(err, &r) {
-				return fail(fmt.Errorf("%s %s: %w", req.Op, t.Path(), err), "refused", false)
-			}
-			return fail(fmt.Errorf("%s %s: %w", req.Op, t.Path(), err), "failed", true)
-		}
-		return &wire.Response{OK: true}, "ok"
-	case wire.OpFirewallApply:
-		if err := CheckRuleset(req.Ruleset); err != nil {
-			return fail(fmt.Errorf("firewall.apply: %w", err), "refused", false)
-		}
-		if _, err := srv.s.nft(ctx, []byte(req.Ruleset), "-f", "-"); err != nil {
-			return fail(fmt.Errorf("firewall.apply: %w", err), "failed", !errors.Is(err, errNoNft))
-		}
-		return &wire.Response{OK: true}, "ok"
-	case wire.OpFirewallCheck:
-		rules, loaded, err := srv.firewallRules(ctx)
-		if err != nil {
-			return fail(fmt.Errorf("firewall.check: %w", err), "failed", !errors.Is(err, errNoNft))
-		}
-		match := loaded && rules == *req.Rules
-		return &wire.Response{OK: true, Rules: &rules, Loaded: &match}, "ok"
-	case wire.OpReboot:
-		reason := wire.CutReason(req.Reason)
-		if srv.s.fakeHW {
-			srv.log.Warn("helper: reboot (a fakehw build only logs it)", "reason", reason)
-			return &wire.Response{OK: true}, "ok"
-		}
-		srv.log.Warn("helper: rebooting the host", "reason", reason)
-		if err := srv.s.reboot(ctx, reason); err != nil {
-			return fail(fmt.Errorf("reboot: %w", err), "failed", true)
-		}
-		return &wire.Response{OK: true}, "ok"
-	case wire.OpSSHReload, wire.OpGPUReset, wire.OpSliceApply, wire.OpSliceRemove:
-		return fail(fmt.Errorf("%s is not implemented yet in this bcd helper", req.Op), "refused", false)
-	}
-	return fail(fmt.Errorf("unknown operation %q", req.Op), "refused", false)
+	return s
 }
 
 // firewallRules counts the rules of bcd's three tables. loaded is false

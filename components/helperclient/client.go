@@ -76,6 +76,42 @@ func (c *Client) RemoveFile(ctx context.Context, path string) error {
 	return err
 }
 
+// Ping asks the helper for nothing: it answers when it runs and lets this
+// process in (bcd doctor's check).
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpPing})
+	return err
+}
+
+// ResetGPU asks the helper to reset the GPU uuid (GPU-...), which must be
+// one of the host's own; the helper checks that itself.
+func (c *Client) ResetGPU(ctx context.Context, uuid string) error {
+	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpGPUReset, GPU: uuid})
+	return err
+}
+
+// ReloadSSH asks the helper to reload sshd.
+func (c *Client) ReloadSSH(ctx context.Context) error {
+	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpSSHReload})
+	return err
+}
+
+// ApplySlice asks the helper to confine allocation id's slice
+// (bcd-alloc-<id>.slice) to cpus and mems, cpulists in the form
+// wire.FormatCPUList writes; either may be "" (not both).
+func (c *Client) ApplySlice(ctx context.Context, id, cpus, mems string) error {
+	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpSliceApply, Slice: wire.SliceName(id), CPUs: cpus, Mems: mems})
+	return err
+}
+
+// RemoveSlice asks the helper to stop allocation id's slice, once it is
+// empty, and remove its drop-in. A slice that still holds processes is a
+// retryable *Error.
+func (c *Client) RemoveSlice(ctx context.Context, id string) error {
+	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpSliceRemove, Slice: wire.SliceName(id)})
+	return err
+}
+
 // Do sends req and returns the helper's answer. A request that does not
 // pass wire's Check is refused before anything is sent. A failed answer
 // is returned with an *Error.

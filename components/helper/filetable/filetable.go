@@ -42,7 +42,9 @@ type entry struct {
 
 var table = []entry{
 	{kind: "cdi", dir: "/etc/cdi", prefix: "bcd-", suffix: ".json", idOK: allocID, mode: 0o644},
-	{kind: "allocation-env", dir: "/run/bcd/allocations", suffix: ".env", idOK: allocID, mode: 0o644},
+	// Not under /run/bcd: that is the node account's (its status socket),
+	// and the helper writes only in directories root owns alone.
+	{kind: "allocation-env", dir: "/run/bcd-alloc", suffix: ".env", idOK: allocID, mode: 0o644},
 	{kind: "ssh-dropin", dir: "/etc/ssh/sshd_config.d", prefix: "10-better-compute.conf", mode: 0o644},
 	{kind: "ssh-ca", dir: "/etc/ssh", prefix: "bc_ca.pub", mode: 0o644},
 	{kind: "ssh-krl", dir: "/etc/ssh", prefix: "bc_krl", mode: 0o644},

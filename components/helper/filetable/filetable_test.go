@@ -15,7 +15,7 @@ func TestResolveAndLookup(t *testing.T) {
 	}{
 		{"cdi", "gpu0_hold-1", "/etc/cdi/bcd-gpu0_hold-1.json", 0o644},
 		{"cdi", strings.Repeat("a", 128), "/etc/cdi/bcd-" + strings.Repeat("a", 128) + ".json", 0o644},
-		{"allocation-env", "alloc-7", "/run/bcd/allocations/alloc-7.env", 0o644},
+		{"allocation-env", "alloc-7", "/run/bcd-alloc/alloc-7.env", 0o644},
 		{"ssh-dropin", "", "/etc/ssh/sshd_config.d/10-better-compute.conf", 0o644},
 		{"ssh-ca", "", "/etc/ssh/bc_ca.pub", 0o644},
 		{"ssh-krl", "", "/etc/ssh/bc_krl", 0o644},
@@ -86,7 +86,9 @@ func TestLookupRefuses(t *testing.T) {
 		"/etc/ssh/bc_principals/",
 		"/etc/ssh/sshd_config",
 		"/etc/ssh/sshd_config.d/other.conf",
-		"/run/bcd/allocations/.env",
+		"/run/bcd-alloc/.env",
+		"/run/bcd/allocations/a1.env", // the old path, under the node's /run/bcd
+		"/run/bcd-alloc/sub/a1.env",
 		"/var/lib/bcd-hostconfig/k8s/bootstrap-token2",
 	} {
 		if got, err := Lookup(p); !errors.Is(err, ErrNotInTable) {
@@ -100,5 +102,27 @@ func TestKinds(t *testing.T) {
 	want := "cdi allocation-env ssh-dropin ssh-ca ssh-krl ssh-principals k8s-token"
 	if got != want {
 		t.Errorf("Kinds() = %s, want %s", got, want)
+	}
+}
+
+// TestNoKindInTheNodesDirectories: no kind lives in a directory the node
+// account owns on an unprivileged install (/run/bcd for its status socket,
+// /var/lib/bcd for its data), since the helper refuses to write in a
+// directory that is not root's alone.
+func TestNoKindInTheNodesDirectories(t *testing.T) {
+	for _, k := range Kinds() {
+		id := ""
+		if _, err := Resolve(k, ""); err != nil {
+			id = "x"
+		}
+		tg, err := Resolve(k, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, nodes := range []string{"/run/bcd", "/var/lib/bcd"} {
+			if tg.Dir == nodes || strings.HasPrefix(tg.Dir, nodes+"/") {
+				t.Errorf("kind %s lives in %s, which is under the node's %s", k, tg.Dir, nodes)
+			}
+		}
 	}
 }

@@ -42,6 +42,7 @@ const (
 	OpGPUReset      = "gpu.reset"
 	OpSliceApply    = "slice.apply"
 	OpSliceRemove   = "slice.remove"
+	OpPing          = "ping"
 )
 
 // Request is one request. Each operation uses only its own fields; Check
@@ -56,6 +57,9 @@ type Request struct {
 	Rules   *int64 `json:"rules,omitempty"`   // firewall.check: the rule count the node loaded
 	Reason  string `json:"reason,omitempty"`  // reboot: why (cut to 200 bytes by the helper)
 	GPU     string `json:"gpu,omitempty"`     // gpu.reset: GPU-<uuid>
+	Slice   string `json:"slice,omitempty"`   // slice.*: bcd-alloc-<id>.slice
+	CPUs    string `json:"cpus,omitempty"`    // slice.apply: a cpulist (AllowedCPUs)
+	Mems    string `json:"mems,omitempty"`    // slice.apply: a cpulist of memory nodes (AllowedMemoryNodes)
 }
 
 // Response is one answer. Error and Retryable are set only when OK is
@@ -96,6 +100,7 @@ const (
 var requestKeys = map[string]valueType{
 	"v": tNumber, "op": tString, "kind": tString, "id": tString, "data": tString,
 	"ruleset": tString, "rules": tNumber, "reason": tString, "gpu": tString,
+	"slice": tString, "cpus": tString, "mems": tString,
 }
 
 var responseKeys = map[string]valueType{
@@ -286,13 +291,18 @@ func (r *Request) Check() error {
 		allowed = "reason"
 	case OpGPUReset:
 		allowed = "gpu"
-	case OpSSHReload, OpSliceApply, OpSliceRemove:
+	case OpSliceApply:
+		allowed = "slice cpus mems"
+	case OpSliceRemove:
+		allowed = "slice"
+	case OpSSHReload, OpPing:
 	default:
 		return fmt.Errorf("unknown operation %q", clip(r.Op))
 	}
 	has := map[string]bool{
 		"kind": r.Kind != "", "id": r.ID != "", "data": len(r.Data) > 0, "ruleset": r.Ruleset != "",
 		"rules": r.Rules != nil, "reason": r.Reason != "", "gpu": r.GPU != "",
+		"slice": r.Slice != "", "cpus": r.CPUs != "", "mems": r.Mems != "",
 	}
 	for f, set := range has {
 		if set && !strings.Contains(" "+allowed+" ", " "+f+" ") {
@@ -319,8 +329,25 @@ func (r *Request) Check() error {
 			return fmt.Errorf("%s: rules must be a count from 0 to %d", r.Op, MaxRuleCount)
 		}
 	case OpGPUReset:
-		if !isGPUUUID(r.GPU) {
+		if !IsGPUUUID(r.GPU) {
 			return fmt.Errorf("%s: gpu must be a GPU-<uuid>", r.Op)
+		}
+	case OpSliceApply, OpSliceRemove:
+		if _, err := SliceID(r.Slice); err != nil {
+			return fmt.Errorf("%s: %w", r.Op, err)
+		}
+		if r.Op == OpSliceApply {
+			if r.CPUs == "" && r.Mems == "" {
+				return fmt.Errorf("%s: no cpus and no mems: give either or both", r.Op)
+			}
+			for _, f := range []struct{ name, v string }{{"cpus", r.CPUs}, {"mems", r.Mems}} {
+				if f.v == "" {
+					continue
+				}
+				if _, err := ParseCPUList(f.v); err != nil {
+					return fmt.Errorf("%s: %s: %w", r.Op, f.name, err)
+				}
+			}
 		}
 	}
 	return nil
@@ -338,9 +365,9 @@ func CutReason(s string) string {
 	return s[:n]
 }
 
-// isGPUUUID matches GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in lower- or
-// upper-case hex.
-func isGPUUUID(s string) bool {
+// IsGPUUUID reports whether s is GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx
+// in lower- or upper-case hex.
+func IsGPUUUID(s string) bool {
 	rest, ok := strings.CutPrefix(s, "GPU-")
 	if !ok || len(rest) != 36 {
 		return false

@@ -86,7 +86,26 @@ func TestCheck(t *testing.T) {
 		{name: "ssh.reload with reason", r: Request{Op: OpSSHReload, Reason: "x"}, wantErr: "takes no reason"},
 		{name: "gpu.reset", r: Request{Op: OpGPUReset, GPU: "GPU-12345678-1234-1234-1234-123456789abc"}},
 		{name: "gpu.reset bad uuid", r: Request{Op: OpGPUReset, GPU: "GPU-../../x"}, wantErr: "gpu must be a GPU-<uuid>"},
-		{name: "slice.apply", r: Request{Op: OpSliceApply}},
+		{name: "ping", r: Request{Op: OpPing}},
+		{name: "ping with gpu", r: Request{Op: OpPing, GPU: "GPU-12345678-1234-1234-1234-123456789abc"}, wantErr: "ping takes no gpu"},
+		{name: "slice.apply", r: Request{Op: OpSliceApply, Slice: "bcd-alloc-a1.slice", CPUs: "0-3,8", Mems: "0"}},
+		{name: "slice.apply cpus only", r: Request{Op: OpSliceApply, Slice: "bcd-alloc-alloc_01k5w.slice", CPUs: "2"}},
+		{name: "slice.apply mems only", r: Request{Op: OpSliceApply, Slice: "bcd-alloc-a-b.slice", Mems: "0-1"}},
+		{name: "slice.apply neither", r: Request{Op: OpSliceApply, Slice: "bcd-alloc-a1.slice"}, wantErr: "no cpus and no mems"},
+		{name: "slice.apply no slice", r: Request{Op: OpSliceApply, CPUs: "0"}, wantErr: "is not bcd-alloc-<id>.slice"},
+		{name: "slice.apply other slice", r: Request{Op: OpSliceApply, Slice: "system.slice", CPUs: "0"}, wantErr: "is not bcd-alloc-<id>.slice"},
+		{name: "slice.apply path in the id", r: Request{Op: OpSliceApply, Slice: "bcd-alloc-../x.slice", CPUs: "0"}, wantErr: "may hold only"},
+		{name: "slice.apply id too long", r: Request{Op: OpSliceApply, Slice: SliceName(strings.Repeat("a", 65)), CPUs: "0"}, wantErr: "1 to 64 characters"},
+		{name: "slice.apply id of 64", r: Request{Op: OpSliceApply, Slice: SliceName(strings.Repeat("a", 64)), CPUs: "0"}},
+		{name: "slice.apply id --", r: Request{Op: OpSliceApply, Slice: "bcd-alloc-a--b.slice", CPUs: "0"}, wantErr: "may not start or end"},
+		{name: "slice.apply id ending in -", r: Request{Op: OpSliceApply, Slice: "bcd-alloc-a-.slice", CPUs: "0"}, wantErr: "may not start or end"},
+		{name: "slice.apply bad cpus", r: Request{Op: OpSliceApply, Slice: "bcd-alloc-a1.slice", CPUs: "0-3,2"}, wantErr: "cpus: \"2\": items must go up"},
+		{name: "slice.apply bad mems", r: Request{Op: OpSliceApply, Slice: "bcd-alloc-a1.slice", CPUs: "0", Mems: "0 "}, wantErr: "mems:"},
+		{name: "slice.apply with gpu", r: Request{Op: OpSliceApply, Slice: "bcd-alloc-a1.slice", CPUs: "0", GPU: "GPU-12345678-1234-1234-1234-123456789abc"}, wantErr: "takes no gpu"},
+		{name: "slice.remove", r: Request{Op: OpSliceRemove, Slice: "bcd-alloc-a1.slice"}},
+		{name: "slice.remove with cpus", r: Request{Op: OpSliceRemove, Slice: "bcd-alloc-a1.slice", CPUs: "0"}, wantErr: "slice.remove takes no cpus"},
+		{name: "slice.remove bad name", r: Request{Op: OpSliceRemove, Slice: "bcd-alloc-x.service"}, wantErr: "is not bcd-alloc-<id>.slice"},
+		{name: "slice on file.write", r: Request{Op: OpFileWrite, Kind: "cdi", ID: "a", Slice: "bcd-alloc-a1.slice"}, wantErr: "file.write takes no slice"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -191,6 +210,10 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"v":2}`,
 		`[1]`,
 		`{"v":1,"op":"gpu.reset","gpu":"GPU-12345678-1234-1234-1234-123456789abc"} `,
+		`{"v":1,"op":"slice.apply","slice":"bcd-alloc-a1.slice","cpus":"0-3,8","mems":"0"}`,
+		`{"v":1,"op":"slice.remove","slice":"bcd-alloc-a1.slice"}`,
+		`{"v":1,"op":"slice.apply","slice":"bcd-alloc-a1.slice","cpus":"1-0"}`,
+		`{"v":1,"op":"ping"}`,
 	} {
 		f.Add([]byte(s))
 	}

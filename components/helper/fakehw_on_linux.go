@@ -1,0 +1,49 @@
+//go:build fakehw
+
+package helper
+
+import (
+	"os"
+	"sort"
+	"strconv"
+
+	"github.com/better-compute/bcd/components/fakehw"
+	"github.com/better-compute/bcd/components/helper/wire"
+)
+
+// fakeSeed is the fake machine of BCD_FAKEHW_SEED (default 1), as bcd node
+// in a fakehw build reads it.
+func fakeSeed() int64 {
+	if v := os.Getenv("BCD_FAKEHW_SEED"); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+	}
+	return 1
+}
+
+// fakeGPUs are the fake machine's GPUs.
+func fakeGPUs() []string {
+	seed := fakeSeed()
+	out := make([]string, fakehw.GPUCount)
+	for i := range out {
+		out[i] = fakehw.GPUUUID(seed, i)
+	}
+	return out
+}
+
+// topology is the fake machine's CPUs and NUMA nodes.
+func topology() (cpus, mems string, err error) {
+	var all, nodes []int
+	for _, n := range fakehw.Machine(fakeSeed()).CPU.NUMA {
+		c, err := wire.ParseCPUList(n.CPUs)
+		if err != nil {
+			return "", "", err
+		}
+		all = append(all, c...)
+		nodes = append(nodes, n.ID)
+	}
+	sort.Ints(all)
+	sort.Ints(nodes)
+	return wire.FormatCPUList(all), wire.FormatCPUList(nodes), nil
+}
