@@ -75,7 +75,7 @@ func hostSeams() seams {
 	return seams{
 		euid: os.Geteuid(), fakeHW: buildinfo.FakeHW, top: "/", root: "/",
 		lookupUser: lookupUser, peer: socketPeer, exe: peerExe,
-		self:   func() (os.FileInfo, error) { return os.Stat("/proc/self/exe") },
+		self:      func() (os.FileInfo, error) { return os.Stat("/proc/self/exe") },
 		nft:       runNft,
 		reboot:    systemctlReboot,
 		systemctl: runSystemctl,
