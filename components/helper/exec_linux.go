@@ -68,6 +68,11 @@ func runTool(ctx context.Context, name string, notFound error, args ...string) (
 	if err != nil {
 		return nil, notFound
 	}
+	return runPath(ctx, p, name, args...)
+}
+
+// runPath runs the program at p, named name in errors, as runTool does.
+func runPath(ctx context.Context, p, name string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, p, args...)
 	cmd.Env = toolEnv
 	var stdout, stderr bytes.Buffer

@@ -87,8 +87,14 @@ func TestRootEndToEnd(t *testing.T) {
 		}
 	})
 
+	// Slices: with systemd running, the real systemctl and
+	// /run/systemd/system; without (a container), a helpere2e build's
+	// stand-ins: a systemctl that logs its arguments, a unit root and a
+	// cgroup tree under base.
+	sl := newSliceEnv(t, base, rnd)
+
 	socket := filepath.Join(base, "run", "helper.sock")
-	logs := startBinary(t, bin, base, "a", socket, name, "")
+	logs := startBinary(t, bin, base, "a", socket, name, "", sl.env...)
 
 	fi, err := os.Lstat(socket)
 	if err != nil {
@@ -157,6 +163,18 @@ func TestRootEndToEnd(t *testing.T) {
 		t.Errorf("%s after file.remove: %v", target, err)
 	}
 
+	// ping, as bcd doctor sends it.
+	if out, code := call(t, bin, socket, asUser, `{"v":1,"op":"ping"}`); out != `{"v":1,"ok":true}` || code != 0 {
+		t.Errorf("ping as %s: %q exit %d", name, out, code)
+	}
+	// gpu.reset of a GPU this host does not have: refused, or failed
+	// without nvidia-smi, and never reset.
+	if out, code := call(t, bin, socket, asUser, `{"v":1,"op":"gpu.reset","gpu":"GPU-00000000-0000-4000-8000-0000000000e2"}`); code != 1 ||
+		!strings.Contains(out, "nvidia-smi is not installed on this host") && !strings.Contains(out, "is not a GPU of this host") {
+		t.Errorf("gpu.reset of another host's GPU: %q exit %d", out, code)
+	}
+	t.Run("slice", func(t *testing.T) { sl.roundTrip(t, bin, socket, asUser) })
+
 	// The log: each refusal with pid, uid and reason; each operation with
 	// pid, op, kind, id and outcome.
 	text := logs.String()
@@ -189,9 +207,129 @@ func TestRootEndToEnd(t *testing.T) {
 	})
 }
 
+// sliceEnv is where the root end-to-end test follows slice.apply and
+// slice.remove: the real systemd when it runs, else stand-ins under base
+// that a helpere2e build takes from env.
+type sliceEnv struct {
+	real     bool
+	id       string
+	unitRoot string // "/" or base/sysroot
+	cgroup   string // the slice's cgroup directory (stand-ins only)
+	log      string // the stand-in systemctl's log
+	env      []string
+}
+
+func newSliceEnv(t *testing.T, base, rnd string) *sliceEnv {
+	t.Helper()
+	sl := &sliceEnv{id: "e2e_" + rnd, unitRoot: "/"}
+	if fi, err := os.Lstat("/run/systemd/system"); err == nil && fi.IsDir() {
+		sl.real = true
+		t.Cleanup(func() {
+			os.RemoveAll("/run/systemd/system/bcd-alloc-" + sl.id + ".slice.d")
+			exec.Command("systemctl", "stop", "bcd-alloc-"+sl.id+".slice").Run()
+			exec.Command("systemctl", "daemon-reload").Run()
+		})
+		return sl
+	}
+	fmt.Fprintln(os.Stderr, "NOTE TestRootEndToEnd: systemd is not running here (no /run/systemd/system): slice.apply and slice.remove run against a stand-in systemctl, unit root and cgroup tree")
+	sl.unitRoot = filepath.Join(base, "sysroot")
+	must(t, os.MkdirAll(filepath.Join(sl.unitRoot, "run/systemd/system"), 0o755))
+	cg := filepath.Join(base, "cgroup")
+	sl.cgroup = filepath.Join(cg, "bcd.slice/bcd-alloc.slice/bcd-alloc-"+sl.id+".slice")
+	must(t, os.MkdirAll(sl.cgroup, 0o755))
+	sl.log = filepath.Join(base, "run", "systemctl.log")
+	fake := filepath.Join(base, "bin", "systemctl")
+	must(t, os.WriteFile(fake, []byte("#!/bin/sh\necho \"$*\" >> "+sl.log+"\ncase \"$1\" in show) echo active ;; esac\n"), 0o755))
+	sl.env = []string{"BCD_HELPER_E2E_SYSTEMCTL=" + fake, "BCD_HELPER_E2E_UNIT_ROOT=" + sl.unitRoot, "BCD_HELPER_E2E_CGROUP=" + cg}
+	return sl
+}
+
+// roundTrip applies and removes the slice as the user, through helper-call
+// (helperclient) from the installed binary.
+func (sl *sliceEnv) roundTrip(t *testing.T, bin, socket string, asUser *syscall.Credential) {
+	slice := "bcd-alloc-" + sl.id + ".slice"
+	dropin := filepath.Join(sl.unitRoot, "run/systemd/system", slice+".d", "50-bcd.conf")
+	apply := `{"v":1,"op":"slice.apply","slice":"` + slice + `","cpus":"0","mems":"0"}`
+	remove := `{"v":1,"op":"slice.remove","slice":"` + slice + `"}`
+
+	// Bounded by the host: CPU 8191 is refused and nothing is written.
+	if out, code := call(t, bin, socket, asUser, `{"v":1,"op":"slice.apply","slice":"`+slice+`","cpus":"8191"}`); code != 1 || !strings.Contains(out, "CPU 8191 is not one of this host's online CPUs") {
+		t.Errorf("slice.apply beyond the host: %q exit %d", out, code)
+	}
+	if _, err := os.Lstat(filepath.Dir(dropin)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("%s after a refused slice.apply: %v", filepath.Dir(dropin), err)
+	}
+
+	if out, code := call(t, bin, socket, asUser, apply); out != `{"v":1,"ok":true}` || code != 0 {
+		t.Fatalf("slice.apply: %q exit %d", out, code)
+	}
+	fi, err := os.Lstat(dropin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 || st.Uid != 0 {
+		t.Errorf("%s: %v uid %d, want a 0644 file of root's", dropin, fi.Mode(), st.Uid)
+	}
+	want := "# Written by bcd helper (slice.apply); slice.remove removes it.\n[Slice]\nAllowedCPUs=0\nAllowedMemoryNodes=0\n"
+	if b, _ := os.ReadFile(dropin); string(b) != want {
+		t.Errorf("%s = %q, want %q", dropin, b, want)
+	}
+	if sl.real {
+		out, err := exec.Command("systemctl", "show", "--property=AllowedCPUs", "--value", slice).Output()
+		if err != nil || strings.TrimSpace(string(out)) != "0" {
+			t.Errorf("systemctl show AllowedCPUs %s = %q, %v; want 0", slice, out, err)
+		}
+	} else {
+		sl.wantCalls(t, "daemon-reload", "start "+slice)
+		// A process in the slice: remove is refused, retryable, and the
+		// drop-in stays.
+		must(t, os.WriteFile(filepath.Join(sl.cgroup, "cgroup.events"), []byte("populated 1\nfrozen 0\n"), 0o644))
+		if out, code := call(t, bin, socket, asUser, remove); code != 1 || !strings.Contains(out, "still has processes") || !strings.HasSuffix(out, `"retryable":true}`) {
+			t.Errorf("slice.remove of a slice in use: %q exit %d", out, code)
+		}
+		if _, err := os.Lstat(dropin); err != nil {
+			t.Errorf("the drop-in after a refused slice.remove: %v", err)
+		}
+		sl.wantCalls(t)
+		must(t, os.WriteFile(filepath.Join(sl.cgroup, "cgroup.events"), []byte("populated 0\nfrozen 0\n"), 0o644))
+	}
+
+	if out, code := call(t, bin, socket, asUser, remove); out != `{"v":1,"ok":true}` || code != 0 {
+		t.Fatalf("slice.remove: %q exit %d", out, code)
+	}
+	if _, err := os.Lstat(filepath.Dir(dropin)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s after slice.remove: %v", filepath.Dir(dropin), err)
+	}
+	if sl.real {
+		out, _ := exec.Command("systemctl", "show", "--property=ActiveState", "--value", slice).Output()
+		if s := strings.TrimSpace(string(out)); s != "inactive" {
+			t.Errorf("%s is %s after slice.remove", slice, s)
+		}
+	} else {
+		sl.wantCalls(t, "show --property=ActiveState --value "+slice, "stop "+slice, "daemon-reload")
+	}
+}
+
+// wantCalls checks the stand-in systemctl's log since the last check.
+func (sl *sliceEnv) wantCalls(t *testing.T, want ...string) {
+	t.Helper()
+	b, err := os.ReadFile(sl.log)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	os.Remove(sl.log)
+	var got []string
+	if s := strings.TrimSpace(string(b)); s != "" {
+		got = strings.Split(s, "\n")
+	}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("systemctl ran %q, want %q", got, want)
+	}
+}
+
 // startBinary writes config-NAME.toml and runs `bcd helper` as root until
 // the test ends; it returns the helper's log.
-func startBinary(t *testing.T, bin, base, name, socket, userName, entrypoint string) *syncBuffer {
+func startBinary(t *testing.T, bin, base, name, socket, userName, entrypoint string, env ...string) *syncBuffer {
 	t.Helper()
 	cfg := fmt.Sprintf("[helper]\nsocket = %q\nuser = %q\n", socket, userName)
 	if entrypoint != "" {
@@ -201,6 +339,7 @@ func startBinary(t *testing.T, bin, base, name, socket, userName, entrypoint str
 	must(t, os.WriteFile(cfgPath, []byte(cfg), 0o600))
 	logs := &syncBuffer{}
 	cmd := exec.Command(bin, "helper", "--config", cfgPath)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = logs
 	cmd.Stdout = logs
 	must(t, cmd.Start())

@@ -72,7 +72,7 @@ type seams struct {
 }
 
 func hostSeams() seams {
-	return seams{
+	s := seams{
 		euid: os.Geteuid(), fakeHW: buildinfo.FakeHW, top: "/", root: "/",
 		lookupUser: lookupUser, peer: socketPeer, exe: peerExe,
 		self:      func() (os.FileInfo, error) { return os.Stat("/proc/self/exe") },
@@ -85,6 +85,8 @@ func hostSeams() seams {
 		unitRoot:  "/",
 		cgroup:    "/sys/fs/cgroup",
 	}
+	e2eSeams(&s)
+	return s
 }
 
 func lookupUser(name string) (uint32, uint32, error) {

@@ -1,0 +1,36 @@
+//go:build helpere2e
+
+package helper
+
+import (
+	"context"
+	"os"
+)
+
+// Environment variables a helpere2e build (the root end-to-end test's,
+// never a release build) reads, so that test can follow slice.apply and
+// slice.remove through the real binary on a host systemd does not run.
+const (
+	// e2eSystemctlEnv names a program run in place of systemctl.
+	e2eSystemctlEnv = "BCD_HELPER_E2E_SYSTEMCTL"
+	// e2eUnitRootEnv names the directory /run/systemd/system is looked
+	// for under, in place of /.
+	e2eUnitRootEnv = "BCD_HELPER_E2E_UNIT_ROOT"
+	// e2eCgroupEnv names the directory read in place of /sys/fs/cgroup.
+	e2eCgroupEnv = "BCD_HELPER_E2E_CGROUP"
+)
+
+// e2eSeams applies the helpere2e environment variables that are set.
+func e2eSeams(s *seams) {
+	if p := os.Getenv(e2eSystemctlEnv); p != "" {
+		s.systemctl = func(ctx context.Context, args ...string) ([]byte, error) {
+			return runPath(ctx, p, "systemctl", args...)
+		}
+	}
+	if d := os.Getenv(e2eUnitRootEnv); d != "" {
+		s.unitRoot = d
+	}
+	if d := os.Getenv(e2eCgroupEnv); d != "" {
+		s.cgroup = d
+	}
+}
