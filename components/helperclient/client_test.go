@@ -186,3 +186,53 @@ func TestNoSocket(t *testing.T) {
 		t.Fatal("no socket: succeeded")
 	}
 }
+
+// TestOperationsSend: each call sends its operation with exactly its
+// fields, and one that does not pass Check (a slice id systemd would read
+// as a path or as two levels, cpulists out of form, a GPU that is not a
+// UUID) never reaches the socket.
+func TestOperationsSend(t *testing.T) {
+	f := newFake(t, true, func([]byte) []byte { return []byte(`{"v":1,"ok":true}`) })
+	c := &Client{Socket: f.socket}
+	ctx := context.Background()
+	const gpu = "GPU-5f1c0a2e-1111-4222-8333-944455556666"
+	tests := []struct {
+		name string
+		call func() error
+		sent string
+	}{
+		{"ping", func() error { return c.Ping(ctx) }, `{"v":1,"op":"ping"}`},
+		{"gpu.reset", func() error { return c.ResetGPU(ctx, gpu) }, `{"v":1,"op":"gpu.reset","gpu":"` + gpu + `"}`},
+		{"ssh.reload", func() error { return c.ReloadSSH(ctx) }, `{"v":1,"op":"ssh.reload"}`},
+		{"slice.apply", func() error { return c.ApplySlice(ctx, "alloc_01", "0-3,8", "0") },
+			`{"v":1,"op":"slice.apply","slice":"bcd-alloc-alloc_01.slice","cpus":"0-3,8","mems":"0"}`},
+		{"slice.apply cpus only", func() error { return c.ApplySlice(ctx, "a1", "2", "") },
+			`{"v":1,"op":"slice.apply","slice":"bcd-alloc-a1.slice","cpus":"2"}`},
+		{"slice.remove", func() error { return c.RemoveSlice(ctx, "a1") }, `{"v":1,"op":"slice.remove","slice":"bcd-alloc-a1.slice"}`},
+	}
+	for _, tt := range tests {
+		if err := tt.call(); err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		if got := string(<-f.requests); got != tt.sent {
+			t.Errorf("%s sent %s, want %s", tt.name, got, tt.sent)
+		}
+	}
+	before := f.accepted.Load()
+	for name, call := range map[string]func() error{
+		"gpu by index":       func() error { return c.ResetGPU(ctx, "0") },
+		"slice id with /":    func() error { return c.ApplySlice(ctx, "../x", "0", "") },
+		"slice id with --":   func() error { return c.RemoveSlice(ctx, "a--b") },
+		"no cpus or mems":    func() error { return c.ApplySlice(ctx, "a1", "", "") },
+		"cpus not canonical": func() error { return c.ApplySlice(ctx, "a1", "1,2", "") },
+		"mems with a space":  func() error { return c.ApplySlice(ctx, "a1", "0", "0, 1") },
+	} {
+		if err := call(); err == nil {
+			t.Errorf("%s: sent", name)
+		}
+	}
+	if n := f.accepted.Load(); n != before {
+		t.Errorf("%d refused calls reached the socket", n-before)
+	}
+}
