@@ -4,7 +4,8 @@
 // partition (bcos.root= on the kernel command line, /dev/vda1 by default),
 // binds its /etc/bcd and /var/lib/bcd where bcd looks for them, and runs
 // `bcd join --node-id <etc/bcd/node-id> --token-file etc/bcd/join-token`
-// (the provisioned attestor; exits 0 when already joined) and then
+// (the provisioned attestor; exits 0 when already joined), or
+// `bcd join --attestor tpm` when etc/bcd/attestor says "tpm", and then
 // `bcd node`. A real OS does the same with the units of build/systemd.
 package osinit
 
@@ -32,16 +33,33 @@ func RootDevice(cmdline string) string {
 	return DefaultRoot
 }
 
+// AttestorFile, under etc, names the attestor the OS joins with when it is
+// not the provisioned one: one word, and only "tpm" is known (the host's
+// TPM, no token).
+const AttestorFile = "attestor"
+
 // Steps are the bcd commands to run with the OS's files under etc (the
 // bound /etc/bcd): join as the node the deploy named, then run the node.
 // Without a node-id file the OS has no provisioned identity to take, and
-// joins only if it already has (bcd join exits 0 then).
+// joins only if it already has (bcd join exits 0 then). An attestor file
+// saying "tpm" makes the join `bcd join --attestor tpm` (no token, no node
+// id: the gateway names the node); it cannot go with a node-id file.
 func Steps(etc string) ([][]string, error) {
 	cfg := filepath.Join(etc, "config.toml")
 	if _, err := os.Stat(cfg); err != nil {
 		return nil, fmt.Errorf("no configuration: %w (deploy.image writes it with an \"os\" section)", err)
 	}
 	join := []string{"join", "--config", cfg}
+	attestor, err := readAttestor(etc)
+	if err != nil {
+		return nil, err
+	}
+	if attestor == "tpm" {
+		if _, err := os.Lstat(filepath.Join(etc, "node-id")); !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("etc/bcd/%s says tpm but etc/bcd/node-id names a provisioned node: keep one of them", AttestorFile)
+		}
+		return [][]string{append(join, "--attestor", "tpm"), {"node", "--config", cfg}}, nil
+	}
 	b, err := os.ReadFile(filepath.Join(etc, "node-id"))
 	switch {
 	case err == nil:
@@ -57,4 +75,27 @@ func Steps(etc string) ([][]string, error) {
 		return nil, err
 	}
 	return [][]string{join, {"node", "--config", cfg}}, nil
+}
+
+// readAttestor returns the word in etc's attestor file, "" when there is
+// none, and an error for a word other than "tpm".
+func readAttestor(etc string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(etc, AttestorFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("etc/bcd/%s: %w", AttestorFile, err)
+	}
+	switch w := strings.TrimSpace(string(b)); w {
+	case "tpm":
+		return w, nil
+	case "":
+		return "", fmt.Errorf("etc/bcd/%s is empty: write tpm, or remove it to join with the provisioned node id", AttestorFile)
+	default:
+		if len(w) > 32 || strings.ContainsFunc(w, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
+			return "", fmt.Errorf("etc/bcd/%s does not hold one word: the only attestor known is tpm", AttestorFile)
+		}
+		return "", fmt.Errorf("etc/bcd/%s says %q: the only attestor known is tpm", AttestorFile, w)
+	}
 }

@@ -1,7 +1,7 @@
 // Command os-init is the uinit of the test installed OS (initramfs/osinit):
 // u-root's init runs it; it loads the image's modules, configures the
-// network, mounts the OS's root partition and runs `bcd join --node-id`
-// then `bcd node`.
+// network, mounts the OS's root partition and runs `bcd join` (--node-id,
+// or --attestor tpm when etc/bcd/attestor says so) then `bcd node`.
 package main
 
 import (
