@@ -1,7 +1,8 @@
 // Package nodekinds holds the node role's v0.1 command kinds over a
 // Hardware seam: inventory.refresh, diag.nvml and gpu.reset. The host
 // build reads the real machine (procfs, sysfs, nvidia-smi); a fakehw build
-// passes a fake machine.
+// passes a fake machine. With [helper] (bcd node unprivileged), the real
+// machine's GPU resets go through bcd helper (WithHelper).
 package nodekinds
 
 import (
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/dispatch"
+	"github.com/better-compute/bcd/components/helperclient"
 	"github.com/better-compute/bcd/components/hostinfo"
 	"github.com/better-compute/bcd/components/inventory"
 	"github.com/better-compute/bcd/components/nvsmi"
@@ -206,6 +208,21 @@ type Host struct {
 	// DataDir keeps faults.json: this boot's Xid errors, so a restart in
 	// the same boot keeps them until a reset leaves the GPU healthy.
 	DataDir string
+	// Helper, when set ([helper] in config.toml: bcd node runs
+	// unprivileged), does the privileged work: a GPU reset is bcd helper's
+	// gpu.reset, which checks the GPU is one of this host's itself.
+	Helper *helperclient.Client
+}
+
+// WithHelper routes hw's privileged work through bcd helper: the real
+// machine's (Host) GPU resets. A fake machine does nothing privileged and
+// is returned as it is.
+func WithHelper(hw Hardware, c *helperclient.Client) Hardware {
+	if h, ok := hw.(Host); ok && c != nil {
+		h.Helper = c
+		return h
+	}
+	return hw
 }
 
 func (h Host) smiPath() (string, bool) {
@@ -259,21 +276,34 @@ func (h Host) faults() (*xid.Store, error) {
 	return xid.Load(h.DataDir, boot)
 }
 
-// ResetGPU runs nvidia-smi -r for the GPU (bounded to 2 minutes).
+// ResetGPU runs nvidia-smi -r for the GPU (bounded to 2 minutes), or,
+// with Helper set, asks bcd helper to reset it by its UUID.
 func (h Host) ResetGPU(ctx context.Context, g nvsmi.GPU) error {
-	p, ok := h.smiPath()
-	if !ok {
-		return nvsmi.ErrNotFound
-	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, p, "-r", "-i", g.PCIBusID).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("nvidia-smi -r -i %s = %w: %s", g.PCIBusID, err, strings.TrimSpace(string(out)))
+	if h.Helper != nil {
+		if err := h.Helper.ResetGPU(ctx, g.UUID); err != nil {
+			return err
+		}
+	} else if err := h.resetHere(ctx, g); err != nil {
+		return err
 	}
 	// The reset clears the GPU's recorded Xid errors.
 	if st, err := h.faults(); err == nil && st.Clear(g.PCIBusID) > 0 {
 		return st.Save()
+	}
+	return nil
+}
+
+// resetHere runs nvidia-smi -r itself (bcd node runs as root).
+func (h Host) resetHere(ctx context.Context, g nvsmi.GPU) error {
+	p, ok := h.smiPath()
+	if !ok {
+		return nvsmi.ErrNotFound
+	}
+	out, err := exec.CommandContext(ctx, p, "-r", "-i", g.PCIBusID).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("nvidia-smi -r -i %s = %w: %s", g.PCIBusID, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

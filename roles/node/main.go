@@ -12,6 +12,7 @@ import (
 	"github.com/better-compute/bcd/components/config"
 	"github.com/better-compute/bcd/components/dcgm"
 	"github.com/better-compute/bcd/components/doctor"
+	"github.com/better-compute/bcd/components/helperclient"
 	"github.com/better-compute/bcd/components/nodekinds"
 	"github.com/better-compute/bcd/components/roles"
 	"github.com/better-compute/bcd/components/status"
@@ -20,6 +21,13 @@ import (
 // machine wires the node kinds and the status GPU lines for this machine.
 func machine(cfg *config.Config, _ *slog.Logger) (agentcmd.Machine, error) {
 	hw, _ := hardware(cfg.DataDir)
+	if cfg.Helper.Socket != "" {
+		// Unprivileged: run as [helper] user, privileged work through bcd helper.
+		if err := helperclient.CheckNodeUser(cfg.Helper.User); err != nil {
+			return agentcmd.Machine{}, err
+		}
+		hw = nodekinds.WithHelper(hw, &helperclient.Client{Socket: cfg.Helper.Socket})
+	}
 	return agentcmd.Machine{
 		Kinds: append(append(nodekinds.Kinds(hw, nil), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
@@ -29,11 +37,13 @@ func machine(cfg *config.Config, _ *slog.Logger) (agentcmd.Machine, error) {
 
 func doctorChecks(cfg *config.Config, path string) []doctor.Check {
 	dataDir := config.DefaultDataDir
+	var helper []doctor.Check
 	if cfg != nil {
 		dataDir = cfg.DataDir
+		helper = doctor.Helper(cfg.Helper)
 	}
 	hw, backend := hardware(dataDir)
-	return append(doctor.Base(cfg, path), nodekinds.DoctorChecks(hw, backend)...)
+	return append(append(doctor.Base(cfg, path), nodekinds.DoctorChecks(hw, backend)...), helper...)
 }
 
 func main() {
