@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +12,6 @@ import (
 
 	"github.com/better-compute/bcd/components/identity"
 	"github.com/better-compute/bcd/components/join"
-	"github.com/better-compute/bcd/components/tpm"
 	"github.com/better-compute/bcd/components/tpm/nodetpm"
 	"github.com/better-compute/bcd/components/tpm/swtpmtest"
 )
@@ -28,19 +25,11 @@ func ekAndAK(t *testing.T, addr, file string) (akName string) {
 		t.Fatal(err)
 	}
 	defer tp.Close()
-	pub, _, err := tp.EK()
+	ek, err := tp.EKPublicPEM()
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := tpm.EKPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spki, err := x509.MarshalPKIXPublicKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: spki}), 0o644); err != nil {
+	if err := os.WriteFile(file, ek, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	akPub, err := tp.AKPublic()

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/hex"
 	"os"
 	"strings"
@@ -18,7 +17,6 @@ import (
 	"github.com/better-compute/bcd/components/join"
 	"github.com/better-compute/bcd/components/pki"
 	"github.com/better-compute/bcd/components/renew"
-	"github.com/better-compute/bcd/components/tpm"
 	"github.com/better-compute/bcd/components/tpm/nodetpm"
 	"github.com/better-compute/bcd/components/tpm/swtpmtest"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -37,22 +35,14 @@ func newTPM(t *testing.T, state string) *nodetpm.TPM {
 	return tp
 }
 
-// enrollEK enrols the TPM's EK public key (as SPKI DER) for site rack1.
+// enrollEK enrols the TPM's EK public key (as PEM) for site rack1.
 func enrollEK(t *testing.T, g *gw, tp *nodetpm.TPM) string {
 	t.Helper()
-	pub, _, err := tp.EK()
+	ek, err := tp.EKPublicPEM()
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := tpm.EKPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spki, err := x509.MarshalPKIXPublicKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := g.s.EnrollTPM(gateway.TPMEnrollRequest{EKPublic: spki, Site: "rack1"})
+	out, err := g.s.EnrollTPM(gateway.TPMEnrollRequest{EKPublic: ek, Site: "rack1"})
 	if err != nil {
 		t.Fatal(err)
 	}

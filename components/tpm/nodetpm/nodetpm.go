@@ -8,6 +8,8 @@ package nodetpm
 
 import (
 	"crypto"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -134,6 +136,24 @@ func (h *TPM) EK() (pub, cert []byte, err error) {
 		return nil, nil, err
 	}
 	return ek.Public, ek.Cert, nil
+}
+
+// EKPublicPEM answers the EK's public key as a PEM "PUBLIC KEY" block
+// (SPKI), the form `bcgw tpm enroll --ek-pub` takes.
+func (h *TPM) EKPublicPEM() ([]byte, error) {
+	pub, _, err := h.EK()
+	if err != nil {
+		return nil, err
+	}
+	k, err := tpm.EKPublicKey(pub)
+	if err != nil {
+		return nil, err
+	}
+	spki, err := x509.MarshalPKIXPublicKey(k)
+	if err != nil {
+		return nil, fmt.Errorf("EK public key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: spki}), nil
 }
 
 // ActivateCredential recovers the secret of a credential made for this TPM's
