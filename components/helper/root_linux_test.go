@@ -205,6 +205,61 @@ func TestRootEndToEnd(t *testing.T) {
 			t.Errorf("a third copy: %q", out)
 		}
 	})
+
+	// The node side: the installed bcd node (the entrypoint) refuses to
+	// run as root under [helper], and its bcd doctor, run as the user,
+	// finds the helper answering and letting it in; run as another uid it
+	// says that uid may not connect.
+	t.Run("node", func(t *testing.T) {
+		node := filepath.Join(base, "bin", "bcd")
+		buildRole(t, node, "node", "")
+		socket3 := filepath.Join(base, "run", "helper3.sock")
+		startBinary(t, bin, base, "c", socket3, name, node)
+		dataDir := filepath.Join(base, "data")
+		must(t, os.Mkdir(dataDir, 0o700))
+		must(t, os.Chown(dataDir, uid, gid))
+		nodeCfg := filepath.Join(base, "etc", "node.toml")
+		must(t, os.WriteFile(nodeCfg, []byte(fmt.Sprintf("gateway = \"https://127.0.0.1:9\"\ndata_dir = %q\n\n[helper]\nsocket = %q\nuser = %q\nentrypoint = %q\n", dataDir, socket3, name, node)), 0o644))
+
+		out, code := runAs(t, node, nil, "node", "--config", nodeCfg)
+		if code != 1 || !strings.Contains(out, "bcd node: runs as root, but config.toml has [helper]: start bcd node as "+name) {
+			t.Errorf("bcd node as root under [helper]: exit %d\n%s", code, out)
+		}
+		out, _ = runAs(t, node, asUser, "node", "--config", nodeCfg)
+		if strings.Contains(out, "[helper]") || !strings.Contains(out, "has not joined") {
+			t.Errorf("bcd node as %s should pass the user check and stop at the join:\n%s", name, out)
+		}
+
+		out, _ = runAs(t, node, asUser, "doctor", "--config", nodeCfg)
+		if !strings.Contains(out, "ok    helper    "+socket3+" answers in ") {
+			t.Errorf("bcd doctor as %s:\n%s", name, out)
+		}
+		out, _ = runAs(t, node, &syscall.Credential{Uid: 65534, Gid: 65534}, "doctor", "--config", nodeCfg)
+		if !strings.Contains(out, "fail  helper    this user may not connect to "+socket3) {
+			t.Errorf("bcd doctor as uid 65534:\n%s", out)
+		}
+	})
+}
+
+// runAs runs exe with args as cred (nil: as the test) and returns its
+// output, both streams, and exit code.
+func runAs(t *testing.T, exe string, cred *syscall.Credential, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(exe, args...)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Dir = "/"
+	b, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return string(b), exit.ExitCode()
+	}
+	if err != nil {
+		t.Fatalf("running %s: %v", exe, err)
+	}
+	return string(b), 0
 }
 
 // sliceEnv is where the root end-to-end test follows slice.apply and
@@ -399,17 +454,20 @@ func call(t *testing.T, exe, socket string, cred *syscall.Credential, request st
 }
 
 // build builds roles/helper with the helpere2e tag into out.
-func build(t *testing.T, out string) {
+func build(t *testing.T, out string) { buildRole(t, out, "helper", "helpere2e") }
+
+// buildRole builds roles/ROLE with tags into out.
+func buildRole(t *testing.T, out, role, tags string) {
 	t.Helper()
 	modRoot, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("go", "build", "-tags", "helpere2e", "-o", out, "./roles/helper")
+	cmd := exec.Command("go", "build", "-tags", tags, "-o", out, "./roles/"+role)
 	cmd.Dir = filepath.Dir(strings.TrimSpace(string(modRoot)))
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./roles/helper: %v\n%s", err, b)
+		t.Fatalf("go build ./roles/%s: %v\n%s", role, err, b)
 	}
 	must(t, os.Chmod(out, 0o755))
 }
