@@ -368,6 +368,17 @@ func (s *Server) Join(ctx context.Context, req *connect.Request[bcdv1.JoinReques
 			return nil, connectErr(connect.CodePermissionDenied, "discovery assertion: %v", err)
 		}
 	}
+	resp, err := s.admit(n, csr, sum)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("node joined", "node", n.ID, "site", n.Site, "token_id", tok.ID, "hostname", n.Hostname)
+	return resp, nil
+}
+
+// admit issues an admitted node its certificate, stores the node and
+// answers the signed JoinResponse; sum is sha256 of its CSR.
+func (s *Server) admit(n store.Node, csr *x509.CertificateRequest, sum [32]byte) (*connect.Response[bcdv1.JoinResponse], error) {
 	cert, err := s.issue(n, csr)
 	if err != nil {
 		return nil, connectErr(connect.CodeInternal, "issue certificate: %v", err)
@@ -384,7 +395,6 @@ func (s *Server) Join(ctx context.Context, req *connect.Request[bcdv1.JoinReques
 	if err != nil {
 		return nil, connectErr(connect.CodeInternal, "sign join response: %v", err)
 	}
-	log.Info("node joined", "node", n.ID, "site", n.Site, "token_id", tok.ID, "hostname", n.Hostname)
 	return connect.NewResponse(resp), nil
 }
 

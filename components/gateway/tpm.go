@@ -328,24 +328,12 @@ func (s *Server) admitTPM(m *bcdv1.JoinRequest, csr *x509.CertificateRequest, en
 		ID: "node_" + randomID(13), Role: m.GetRole(), Site: enr.Site, Hostname: m.GetClaims().GetHostname(),
 		JoinedAt: s.now().UTC(), AK: hex.EncodeToString(akName), AKPublic: m.GetTpm().GetAkPublic(), EK: ekPin,
 	}
-	cert, err := s.issue(n, csr)
+	resp, err := s.admit(n, csr, sum)
 	if err != nil {
-		return nil, connectErr(connect.CodeInternal, "issue certificate: %v", err)
-	}
-	n.SPIFFEID, n.CertSerial, n.NotAfter = cert.URIs[0].String(), cert.SerialNumber.Text(16), cert.NotAfter
-	n.PublicKey = cert.RawSubjectPublicKeyInfo
-	if err := s.store.PutNode(n); err != nil {
-		return nil, connectErr(connect.CodeUnavailable, "store node: %v", err)
-	}
-	resp, err := s.signResult(&bcdv1.JoinResult{
-		NodeId: n.ID, Site: n.Site, Role: n.Role, SpiffeId: n.SPIFFEID, Certificate: cert.Raw,
-		CsrSha256: sum[:], NotAfterUnix: cert.NotAfter.Unix(), ServerTimeUnixMs: s.now().UnixMilli(),
-	})
-	if err != nil {
-		return nil, connectErr(connect.CodeInternal, "sign join response: %v", err)
+		return nil, err
 	}
 	log.Info("node joined", "node", n.ID, "site", n.Site, "ak", n.AK, "hostname", n.Hostname)
-	return connect.NewResponse(resp), nil
+	return resp, nil
 }
 
 // akExtension is the certificate extension naming a node's AK, none for a
