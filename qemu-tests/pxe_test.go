@@ -48,21 +48,31 @@ func run(t *testing.T, name string, args ...string) {
 }
 
 func newNetns(t *testing.T) *netns {
+	return makeNetns(t, "bcdpxe", pxeBridgeIP+"/24", []string{"ip", "-6", "addr", "add", "fd00:77::1/64", "dev", "br0"})
+}
+
+// makeNetns makes a network namespace named prefix<pid> with a bridge br0
+// on cidr, more commands for it, and a tap (tap0) on the bridge for a VM;
+// the namespace is deleted when the test ends.
+func makeNetns(t *testing.T, prefix, cidr string, extra ...[]string) *netns {
 	t.Helper()
-	n := &netns{name: fmt.Sprintf("bcdpxe%d", os.Getpid()%100000)}
+	n := &netns{name: fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)}
 	_ = exec.Command("ip", "netns", "del", n.name).Run()
 	run(t, "ip", "netns", "add", n.name)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.name).Run() })
-	for _, c := range [][]string{
+	cmds := [][]string{
 		{"ip", "link", "set", "lo", "up"},
 		{"ip", "link", "add", "br0", "type", "bridge"},
-		{"ip", "addr", "add", pxeBridgeIP + "/24", "dev", "br0"},
-		{"ip", "-6", "addr", "add", "fd00:77::1/64", "dev", "br0"},
+		{"ip", "addr", "add", cidr, "dev", "br0"},
+	}
+	cmds = append(cmds, extra...)
+	cmds = append(cmds, [][]string{
 		{"ip", "tuntap", "add", "tap0", "mode", "tap"},
 		{"ip", "link", "set", "tap0", "master", "br0"},
 		{"ip", "link", "set", "tap0", "up"},
 		{"ip", "link", "set", "br0", "up"},
-	} {
+	}...)
+	for _, c := range cmds {
 		run(t, "ip", append([]string{"netns", "exec", n.name}, c...)...)
 	}
 	return n

@@ -80,7 +80,7 @@ func TestInstalledOSJoinsWithTPM(t *testing.T) {
 	akName := readEKAndAK(t, state, ekFile)
 	t.Logf("swtpm state %s: AK %s", state, akName)
 
-	ns := newTPMNetns(t)
+	ns := makeNetns(t, "bcdtpm", tpmBridgeIP+"/24")
 	ns.start(t, nil, "dnsmasq", "--no-daemon", "--port=0", "--interface=br0", "--bind-interfaces", "--user=root",
 		"--dhcp-range=10.78.0.100,10.78.0.150,12h", "--no-ping",
 		"--dhcp-leasefile="+filepath.Join(root, "leases"), "--pid-file="+filepath.Join(root, "dnsmasq.pid"))
@@ -317,28 +317,6 @@ func TestInstalledOSJoinsWithTPM(t *testing.T) {
 	vm.stop()
 	sw.stop(t)
 	t.Logf("third boot, another TPM: bcd node refused the key at %v", vm.at("bcd node exited with status").Round(100*time.Millisecond))
-}
-
-// newTPMNetns makes the test's namespace: a bridge on 10.78.0.1/24 and
-// the VM's tap.
-func newTPMNetns(t *testing.T) *netns {
-	t.Helper()
-	n := &netns{name: fmt.Sprintf("bcdtpm%d", os.Getpid()%100000)}
-	_ = exec.Command("ip", "netns", "del", n.name).Run()
-	run(t, "ip", "netns", "add", n.name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.name).Run() })
-	for _, c := range [][]string{
-		{"ip", "link", "set", "lo", "up"},
-		{"ip", "link", "add", "br0", "type", "bridge"},
-		{"ip", "addr", "add", tpmBridgeIP + "/24", "dev", "br0"},
-		{"ip", "tuntap", "add", "tap0", "mode", "tap"},
-		{"ip", "link", "set", "tap0", "master", "br0"},
-		{"ip", "link", "set", "tap0", "up"},
-		{"ip", "link", "set", "br0", "up"},
-	} {
-		run(t, "ip", append([]string{"netns", "exec", n.name}, c...)...)
-	}
-	return n
 }
 
 // readEKAndAK starts a swtpm on state over loopback TCP, writes its EK
