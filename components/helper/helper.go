@@ -5,7 +5,10 @@
 // helper's own binary or [helper] entrypoint), carries one request of the
 // wire package's protocol, and is logged. Files are written only through
 // the filetable package's kinds and ids, never a path; a firewall ruleset
-// only in the shape of bcd's three nftables tables.
+// only in the shape of bcd's three nftables tables; a GPU reset only for a
+// GPU nvidia-smi lists on this host; a systemd slice only named
+// bcd-alloc-<id>.slice, with cpulists bounded by the host's CPUs and
+// memory nodes. The operations are one table (ops_linux.go).
 //
 // It links no network, RPC or protobuf code: roles/deps_test.go checks the
 // helper role never links net/http, connect, protobuf or gRPC.
