@@ -54,6 +54,9 @@ type Config struct {
 	Networks []*net.IPNet
 	// Timeout bounds each Redfish request (redfish.DefaultTimeout when 0).
 	Timeout time.Duration
+	// Drivers are the hosted bcx drivers (nil: none); a BMC whose driver
+	// is not redfish is driven through them.
+	Drivers Drivers
 }
 
 // ParseNetworks parses [site] bmc_networks entries: CIDR prefixes, or
@@ -97,9 +100,13 @@ type BMC struct {
 	Address  string `json:"address"`             // IP[:port]
 	SPKIPin  string `json:"spki_pin"`            // the enrolled pin, sha256/<base64>
 	SystemID string `json:"system_id,omitempty"` // /redfish/v1/Systems/<id>; else the first system
-	// Driver is "redfish" or empty; BMCs behind a bcx driver plugin are not
-	// served by these kinds.
+	// Driver is "redfish" or empty for Redfish, else the id of a hosted bcx
+	// driver (e.g. "ipmi"), which gets address, spki_pin and options as its
+	// config.
 	Driver string `json:"driver,omitempty"`
+	// Options are the BMC's enrollment driver options, for a bcx driver
+	// only (bcx-ipmi: {"cipher_suite": 3}).
+	Options json.RawMessage `json:"options,omitempty"`
 }
 
 // bmcResource locks one BMC per address: commands on the same BMC never
@@ -118,10 +125,10 @@ func bmcResource(b []byte) ([]string, error) {
 	return []string{"bmc:" + addr}, nil
 }
 
-// target checks the BMC a command names and returns its normalized
-// address. It makes no connection.
+// target checks the Redfish BMC a command names and returns its
+// normalized address. It makes no connection.
 func (c Config) target(b BMC) (string, error) {
-	if b.Driver != "" && b.Driver != "redfish" {
+	if bcxDriver(b) {
 		return "", fmt.Errorf("unsupported-driver: driver %q is not hosted by this agent", b.Driver)
 	}
 	addr, host, err := redfish.NormalizeAddr(b.Address)
@@ -132,18 +139,11 @@ func (c Config) target(b BMC) (string, error) {
 	if ip == nil {
 		return "", errors.New(`body: "bmc.address" must be an IP address (bmc_networks are checked on addresses, not names)`)
 	}
-	if len(c.Networks) == 0 {
-		return "", fmt.Errorf("BMC %s refused: [site] bmc_networks is empty", addr)
+	if err := c.allowed(ip, addr); err != nil {
+		return "", err
 	}
-	in := false
-	for _, n := range c.Networks {
-		if n.Contains(ip) {
-			in = true
-			break
-		}
-	}
-	if !in {
-		return "", fmt.Errorf("BMC %s refused: outside [site] bmc_networks", addr)
+	if len(b.Options) != 0 {
+		return "", errors.New(`body: "bmc.options" is for bcx drivers, not Redfish`)
 	}
 	if _, err := pki.ParsePin(b.SPKIPin); err != nil {
 		return "", fmt.Errorf(`body: "bmc.spki_pin": %w`, err)
@@ -152,6 +152,19 @@ func (c Config) target(b BMC) (string, error) {
 		return "", errors.New(`body: "bmc.system_id" must be one path segment of letters, digits and -._~:`)
 	}
 	return addr, nil
+}
+
+// allowed checks ip against [site] bmc_networks; addr names it in errors.
+func (c Config) allowed(ip net.IP, addr string) error {
+	if len(c.Networks) == 0 {
+		return fmt.Errorf("BMC %s refused: [site] bmc_networks is empty", addr)
+	}
+	for _, n := range c.Networks {
+		if n.Contains(ip) {
+			return nil
+		}
+	}
+	return fmt.Errorf("BMC %s refused: outside [site] bmc_networks", addr)
 }
 
 // job is one command's session with its BMC.
@@ -188,7 +201,9 @@ func (c Config) start(ctx context.Context, kind string, b BMC) (*job, error) {
 // zeroes the secrets.
 func (j *job) finish(ctx context.Context, out any, err error) (json.RawMessage, error) {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), logoutTimeout)
-	_ = j.client.Close(lctx) // a failed logout leaves a session the BMC times out
+	if j.client != nil {
+		_ = j.client.Close(lctx) // a failed logout leaves a session the BMC times out
+	}
 	cancel()
 	defer func() {
 		for _, s := range j.secrets {
@@ -247,6 +262,28 @@ func (c Config) power(ctx context.Context, b []byte) (json.RawMessage, error) {
 	default:
 		return nil, fmt.Errorf(`body: "action" must be on, off, cycle or status, not %q`, body.Action)
 	}
+	if bcxDriver(body.BMC) {
+		return c.runDriver(ctx, KindPower, body.BMC, false, func(call func(string, any) (json.RawMessage, error)) (any, error) {
+			res := PowerResult{Action: body.Action}
+			if body.Action != "status" {
+				if _, err := call("power.setPower", map[string]string{"state": body.Action}); err != nil {
+					return nil, err
+				}
+			}
+			out, err := call("power.getPower", struct{}{})
+			if err != nil {
+				return nil, err
+			}
+			var p struct {
+				PowerState string `json:"power_state"`
+			}
+			if err := json.Unmarshal(out, &p); err != nil || p.PowerState == "" {
+				return nil, errors.New("the driver's power.getPower result has no power_state")
+			}
+			res.PowerState = p.PowerState
+			return res, nil
+		})
+	}
 	j, err := c.start(ctx, KindPower, body.BMC)
 	if err != nil {
 		return nil, err
@@ -284,6 +321,20 @@ func (c Config) bootDevice(ctx context.Context, b []byte) (json.RawMessage, erro
 	default:
 		return nil, fmt.Errorf(`body: "device" must be pxe, disk or cd, not %q`, body.Device)
 	}
+	if bcxDriver(body.BMC) {
+		return c.runDriver(ctx, KindBootDevice, body.BMC, false, func(call func(string, any) (json.RawMessage, error)) (any, error) {
+			out, err := call("management.setBootDevice", map[string]any{"device": body.Device, "once": body.Once})
+			if err != nil {
+				return nil, err
+			}
+			var res BootResult
+			if err := json.Unmarshal(out, &res); err != nil {
+				return nil, fmt.Errorf("the driver's management.setBootDevice result: %w", err)
+			}
+			res.Device = body.Device
+			return res, nil
+		})
+	}
 	j, err := c.start(ctx, KindBootDevice, body.BMC)
 	if err != nil {
 		return nil, err
@@ -304,6 +355,11 @@ func (c Config) inspect(ctx context.Context, b []byte) (json.RawMessage, error) 
 	var body bmcOnly
 	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
+	}
+	if bcxDriver(body.BMC) {
+		return c.runDriver(ctx, KindInspect, body.BMC, false, func(call func(string, any) (json.RawMessage, error)) (any, error) {
+			return call("inspect.inspect", struct{}{})
+		})
 	}
 	j, err := c.start(ctx, KindInspect, body.BMC)
 	if err != nil {
@@ -342,6 +398,14 @@ func (c Config) virtualMedia(ctx context.Context, b []byte) (json.RawMessage, er
 	default:
 		return nil, fmt.Errorf(`body: "action" must be insert or eject, not %q`, body.Action)
 	}
+	if bcxDriver(body.BMC) {
+		return c.runDriver(ctx, KindVirtualMedia, body.BMC, false, func(call func(string, any) (json.RawMessage, error)) (any, error) {
+			if body.Action == "insert" {
+				return call("virtualMedia.insertMedia", map[string]string{"image_url": body.ImageURL})
+			}
+			return call("virtualMedia.ejectMedia", struct{}{})
+		})
+	}
 	j, err := c.start(ctx, KindVirtualMedia, body.BMC)
 	if err != nil {
 		return nil, err
@@ -368,6 +432,11 @@ func (c Config) firmwareInventory(ctx context.Context, b []byte) (json.RawMessag
 	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
+	if bcxDriver(body.BMC) {
+		return c.runDriver(ctx, KindFirmwareInventory, body.BMC, false, func(call func(string, any) (json.RawMessage, error)) (any, error) {
+			return call("firmware.getInventory", struct{}{})
+		})
+	}
 	j, err := c.start(ctx, KindFirmwareInventory, body.BMC)
 	if err != nil {
 		return nil, err
@@ -386,6 +455,12 @@ func (c Config) rotateCredentials(ctx context.Context, b []byte) (json.RawMessag
 	var body bmcOnly
 	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
+	}
+	if bcxDriver(body.BMC) {
+		// The new password reaches the driver as the secret new_password.
+		return c.runDriver(ctx, KindRotateCredentials, body.BMC, true, func(call func(string, any) (json.RawMessage, error)) (any, error) {
+			return call("credentials.setPassword", struct{}{})
+		})
 	}
 	j, err := c.start(ctx, KindRotateCredentials, body.BMC)
 	if err != nil {
@@ -453,6 +528,14 @@ func (c Config) bios(ctx context.Context, b []byte) (json.RawMessage, error) {
 		}
 	default:
 		return nil, fmt.Errorf(`body: "action" must be get or set, not %q`, body.Action)
+	}
+	if bcxDriver(body.BMC) {
+		return c.runDriver(ctx, KindBIOS, body.BMC, false, func(call func(string, any) (json.RawMessage, error)) (any, error) {
+			if body.Action == "get" {
+				return call("bios.getSettings", struct{}{})
+			}
+			return call("bios.setSettings", map[string]any{"attributes": body.Attributes})
+		})
 	}
 	j, err := c.start(ctx, KindBIOS, body.BMC)
 	if err != nil {
