@@ -61,6 +61,8 @@ type Config struct {
 	Helper Helper `toml:"helper,omitempty"`
 	// Boot configures a site agent's boot server.
 	Boot Boot `toml:"boot,omitempty"`
+	// Plugins configures the bcx driver plugins a site agent hosts.
+	Plugins Plugins `toml:"plugins,omitempty"`
 
 	// Path is the file the configuration was loaded from; it is not a key.
 	Path string `toml:"-"`
@@ -297,6 +299,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.Helper.validate()...)
 	errs = append(errs, c.Boot.validate()...)
+	errs = append(errs, c.Plugins.validate()...)
 	if len(errs) == 0 {
 		return nil
 	}
@@ -369,6 +372,27 @@ func (b *Boot) validate() []error {
 	}
 	if b.CacheMaxBytes < 0 {
 		errs = append(errs, errors.New("boot.cache_max_bytes: must not be negative"))
+	}
+	return errs
+}
+
+// Plugins is the [plugins] section: bcx driver plugins (components/bcx).
+type Plugins struct {
+	// Dir holds the plugin binaries (bcx-<driver id>) and the pins file
+	// ("<sha256 hex>  <file name>" lines); empty: no plugins.
+	Dir string `toml:"dir,omitempty"`
+	// UIDBase is the first uid and gid of the block plugins run as when
+	// bcd is root (default 0x7FFE0000); the block is 65536 ids.
+	UIDBase int64 `toml:"uid_base,omitempty"`
+}
+
+func (p *Plugins) validate() []error {
+	var errs []error
+	if p.Dir != "" && !filepath.IsAbs(p.Dir) {
+		errs = append(errs, errors.New("plugins.dir: must be an absolute path, e.g. /usr/lib/bcd/plugins"))
+	}
+	if p.UIDBase < 0 || p.UIDBase != 0 && (p.UIDBase < 1000 || p.UIDBase+0x10000 > 1<<32-1) {
+		errs = append(errs, errors.New("plugins.uid_base: must be at least 1000 and leave room for 65536 ids below 2^32-1"))
 	}
 	return errs
 }

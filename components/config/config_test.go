@@ -348,3 +348,20 @@ func writeTestFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+func TestPluginsSection(t *testing.T) {
+	c, err := Parse([]byte("[plugins]\ndir = \"/usr/lib/bcd/plugins\"\nuid_base = 2147352576\n"), "")
+	if err != nil || c.Plugins.Dir != "/usr/lib/bcd/plugins" || c.Plugins.UIDBase != 0x7FFE0000 {
+		t.Fatalf("%+v %v", c, err)
+	}
+	for in, want := range map[string]string{
+		"[plugins]\ndir = \"plugins\"\n":     "plugins.dir",
+		"[plugins]\nuid_base = 10\n":         "plugins.uid_base",
+		"[plugins]\nuid_base = 4294967000\n": "plugins.uid_base",
+		"[plugins]\npins = \"x\"\n":          "unknown key",
+	} {
+		if _, err := Parse([]byte(in), ""); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", in, err, want)
+		}
+	}
+}
