@@ -11,6 +11,7 @@ import (
 	"github.com/better-compute/bcd/components/cli"
 	"github.com/better-compute/bcd/components/dispatch"
 	"github.com/better-compute/bcd/components/fakehw"
+	"github.com/better-compute/bcd/components/fakehw/fakehttp"
 	"github.com/better-compute/bcd/components/fakekinds"
 	"github.com/better-compute/bcd/components/nodekinds"
 )
@@ -27,7 +28,7 @@ func hardware(dataDir string) (nodekinds.Hardware, string) {
 }
 
 // uploadClient also trusts $BCD_FAKEHW_EXTRA_CA (tests' upload servers).
-func uploadClient() *http.Client { return fakehw.ExtraCAClient() }
+func uploadClient() *http.Client { return fakehttp.Client() }
 
 // extraKinds are the test kinds of a fakehw build.
 func extraKinds(dataDir string) []dispatch.Kind { return fakekinds.Kinds(dataDir) }

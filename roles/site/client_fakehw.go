@@ -5,8 +5,8 @@ package main
 import (
 	"net/http"
 
-	"github.com/better-compute/bcd/components/fakehw"
+	"github.com/better-compute/bcd/components/fakehw/fakehttp"
 )
 
 // downloadClient also trusts $BCD_FAKEHW_EXTRA_CA (tests' image sources).
-func downloadClient() *http.Client { return fakehw.ExtraCAClient() }
+func downloadClient() *http.Client { return fakehttp.Client() }

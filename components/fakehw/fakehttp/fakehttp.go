@@ -1,4 +1,8 @@
-package fakehw
+// Package fakehttp is the HTTP client of fakehw builds: it trusts the
+// system roots and test CAs from the environment. It is apart from
+// components/fakehw so that a fakehw build of a role without HTTP (the
+// helper) links no net/http.
+package fakehttp
 
 import (
 	"crypto/tls"
@@ -13,9 +17,9 @@ import (
 // image sources and presigned upload URLs from a local TLS server.
 const ExtraCAEnv = "BCD_FAKEHW_EXTRA_CA"
 
-// ExtraCAClient returns an HTTP client trusting the system roots and the
+// Client returns an HTTP client trusting the system roots and the
 // CAs in $BCD_FAKEHW_EXTRA_CA, or nil (the default client) when it is unset.
-func ExtraCAClient() *http.Client {
+func Client() *http.Client {
 	f := os.Getenv(ExtraCAEnv)
 	if f == "" {
 		return nil
