@@ -54,6 +54,8 @@ type Config struct {
 	// TPM, when set, is the host's usable TPM: a node.key held in it is
 	// derived from it, and renewals make the next key in it (see renew).
 	TPM renew.TPM
+	// Drivers, when set, lists the hosted bcx drivers for Hello.
+	Drivers func() []*bcdv1.Driver
 }
 
 // Run runs the agent until ctx ends (nil) or the node is revoked.
@@ -130,7 +132,7 @@ func Run(ctx context.Context, c Config) error {
 	s := session.New(session.Config{
 		Client: client, NodeID: a.NodeID, Role: c.Role, BootID: bootID, Version: c.Version,
 		Dispatcher: d, Clock: clk, Log: nodeLog, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
-		BeforeDial: hc.CloseIdleConnections, OnDesiredState: c.OnDesiredState,
+		BeforeDial: hc.CloseIdleConnections, OnDesiredState: c.OnDesiredState, Drivers: c.Drivers,
 	})
 	if c.Reports != nil {
 		c.Reports(s.Report)

@@ -32,6 +32,8 @@ type Machine struct {
 	// Beside, when set, runs beside the agent (the site's boot server);
 	// its failure stops the agent with exit 1.
 	Beside func(ctx context.Context) error
+	// Drivers, when set, lists the hosted bcx drivers for Hello.
+	Drivers func() []*bcdv1.Driver
 }
 
 // ExitError is a machine's refusal to start with the exit code to use.
@@ -72,7 +74,7 @@ func Agent(name, role, summary string, machine func(*config.Config, *slog.Logger
 			}
 		}
 		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, OnDesiredState: m.OnDesiredState,
-			BootLease: m.BootLease, Reports: m.Reports, Version: buildinfo.Version, Log: log,
+			BootLease: m.BootLease, Reports: m.Reports, Drivers: m.Drivers, Version: buildinfo.Version, Log: log,
 			FakeReboot: buildinfo.FakeHW && role == "node"}
 		if v := env.Getenv("BCD_RENEW_AFTER"); v != "" && buildinfo.FakeHW {
 			d, err := time.ParseDuration(v)

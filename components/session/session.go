@@ -62,6 +62,8 @@ type Config struct {
 	// BeforeDial, when set, runs before every dial (the agent closes idle
 	// connections there, so a renewed certificate is used at once).
 	BeforeDial func()
+	// Drivers, when set, lists the hosted drivers for each Hello.
+	Drivers func() []*bcdv1.Driver
 }
 
 // Session is the agent's state across redials.
@@ -175,10 +177,14 @@ func errText(err error) string {
 
 func (s *Session) hello() *bcdv1.Hello {
 	d := s.cfg.Dispatcher
-	return &bcdv1.Hello{
+	h := &bcdv1.Hello{
 		NodeId: s.cfg.NodeID, BootId: s.cfg.BootID, Role: s.cfg.Role, Version: s.cfg.Version,
 		InFlight: d.InFlight(), Kinds: d.Kinds(), Lanes: d.Credits(),
 	}
+	if s.cfg.Drivers != nil {
+		h.Drivers = s.cfg.Drivers()
+	}
+	return h
 }
 
 // once runs one session. It reports whether a Welcome was accepted, how

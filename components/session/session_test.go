@@ -801,3 +801,26 @@ func TestAgainstGateway(t *testing.T) {
 		t.Fatalf("Run after Revoke = %v, want ErrRevoked", err)
 	}
 }
+
+// TestHelloListsDrivers: every Hello carries the hosted drivers as they
+// are at dial time.
+func TestHelloListsDrivers(t *testing.T) {
+	t.Parallel()
+	g, cl := startFake(t)
+	r := newRunner()
+	var mu sync.Mutex
+	drivers := []*bcdv1.Driver{{Id: "ipmi", Kind: "bmc", Version: "1"}}
+	startAgent(t, session.Config{Client: cl, NodeID: me, Dispatcher: dispatcherFor(t, me, r, 1, nil),
+		Drivers: func() []*bcdv1.Driver { mu.Lock(); defer mu.Unlock(); return drivers }})
+	p1 := g.next(t)
+	if d := p1.hello.GetDrivers(); len(d) != 1 || d[0].GetId() != "ipmi" || d[0].GetKind() != "bmc" {
+		t.Fatalf("Hello drivers %v", d)
+	}
+	mu.Lock()
+	drivers = append(drivers, &bcdv1.Driver{Id: "kata", Kind: "runtime"})
+	mu.Unlock()
+	p1.end <- connect.NewError(connect.CodeUnavailable, errors.New("restarting"))
+	if d := g.next(t).hello.GetDrivers(); len(d) != 2 {
+		t.Fatalf("the next Hello's drivers %v, want 2", d)
+	}
+}
