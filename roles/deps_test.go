@@ -37,6 +37,8 @@ var forbidden = map[string]map[string]string{
 		"github.com/better-compute/bcd/components/runtime":    "instance runtimes are the node's",
 		"github.com/better-compute/bcd/components/kubernetes": "Kubernetes is the node's",
 		"github.com/better-compute/bcd/components/hostconfig": "host units are the node's",
+		"google.golang.org/grpc":                              "the bcx plugin host speaks gRPC through connect-go",
+		"github.com/hashicorp/go-plugin":                      "the bcx plugin host has its own handshake",
 		"github.com/better-compute/bcd/components/gateway":    "the gateway is bcgw's",
 	},
 	"ramdisk": {

@@ -10,9 +10,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/better-compute/bcd/components/agentcmd"
+	"github.com/better-compute/bcd/components/bcx"
 	"github.com/better-compute/bcd/components/bmckinds"
 	"github.com/better-compute/bcd/components/bootlease"
 	"github.com/better-compute/bcd/components/bootserver"
@@ -38,8 +40,24 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	if err != nil {
 		return m, &agentcmd.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("[site] bmc_networks: %w", err)}
 	}
-	bmc := bmckinds.Kinds(bmckinds.Config{Networks: networks})
+	bc := bmckinds.Config{Networks: networks}
+	// beside runs what the site runs next to the agent: the plugin host
+	// and, with [boot] listen, the boot server.
+	var beside []func(context.Context) error
+	if cfg.Plugins.Dir != "" {
+		host, err := bcx.New(bcx.Config{Dir: cfg.Plugins.Dir, UIDBase: int(cfg.Plugins.UIDBase), Log: log})
+		if err != nil {
+			return m, err
+		}
+		bc.Drivers = host
+		// The first Hello waits (briefly) for the plugins' first start, so
+		// it lists their drivers.
+		m.Drivers = func() []*bcdv1.Driver { host.WaitStarted(15 * time.Second); return host.Drivers() }
+		beside = append(beside, host.Run)
+	}
+	bmc := bmckinds.Kinds(bc)
 	m.Kinds = bmc
+	m.Beside = besideAll(beside)
 	b := cfg.Boot
 	if b.Listen == "" {
 		log.Warn("no [boot] listen: this site agent serves no PXE machine")
@@ -86,14 +104,44 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 		}
 	}
 	m.Reports = warmer.SetPublish
-	m.Beside = func(ctx context.Context) error {
+	beside = append(beside, func(ctx context.Context) error {
 		go func() { _ = warmer.Run(ctx) }()
 		return srv.Run(ctx)
-	}
+	})
+	m.Beside = besideAll(beside)
 	return m, nil
 }
 
+// besideAll runs every function of fs until ctx ends or one fails; it
+// returns the first error once all have returned.
+func besideAll(fs []func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make(chan error, len(fs))
+		for _, f := range fs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := f(ctx); err != nil {
+					errs <- err
+					cancel()
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		return <-errs
+	}
+}
+
 func main() {
+	// bcd re-executes itself as the plugin sandbox's shim; it is no
+	// command for operators, so it is not in the command list.
+	if len(os.Args) > 1 && os.Args[1] == bcx.ShimName {
+		os.Exit(bcx.Shim(os.Args[2:], os.Stderr))
+	}
 	roles.Main("site", []cli.Command{
 		agentcmd.Agent("site", "site", "run the site agent", machine),
 		agentcmd.Join(),
