@@ -29,6 +29,13 @@ const (
 	MaxRuleset   = 2 << 20   // bytes of a firewall ruleset
 	MaxRuleCount = 1_000_000 // firewall.check's rule count
 	MaxReason    = 200       // bytes of a reboot reason kept
+
+	// UniqueSize is the size of the unique that names a node key in the
+	// TPM (tpm.*), as node.key records it.
+	UniqueSize = 32
+	// QualifyingDataSize is the size of tpm.certify's qualifying data
+	// (a renewal's sha256(csr)).
+	QualifyingDataSize = 32
 )
 
 // Operations.
@@ -43,7 +50,22 @@ const (
 	OpSliceApply    = "slice.apply"
 	OpSliceRemove   = "slice.remove"
 	OpPing          = "ping"
+	OpTPMNodeKey    = "tpm.nodekey"
+	OpTPMSign       = "tpm.sign"
+	OpTPMAK         = "tpm.ak"
+	OpTPMCertify    = "tpm.certify"
+	OpTPMRelease    = "tpm.release"
 )
+
+// NoTPM is how a helper on a host without a TPM refuses every tpm.*
+// operation (the seeds' words).
+const NoTPM = "node keys in the TPM are not served by this helper (the host has no TPM)"
+
+// NotLoaded is in the refusal of tpm.sign, tpm.certify and tpm.release for
+// a unique the helper holds no key for (never announced with tpm.nodekey,
+// unloaded as the least recently used, released, or the helper restarted):
+// the node sends tpm.nodekey again and retries.
+const NotLoaded = "no node key is loaded for this unique (send tpm.nodekey first)"
 
 // Request is one request. Each operation uses only its own fields; Check
 // refuses any other.
@@ -60,16 +82,27 @@ type Request struct {
 	Slice   string `json:"slice,omitempty"`   // slice.*: bcd-alloc-<id>.slice
 	CPUs    string `json:"cpus,omitempty"`    // slice.apply: a cpulist (AllowedCPUs)
 	Mems    string `json:"mems,omitempty"`    // slice.apply: a cpulist of memory nodes (AllowedMemoryNodes)
+	// tpm.nodekey, tpm.sign, tpm.certify, tpm.release: the 32-byte unique
+	// naming the node key (base64 on the wire).
+	Unique []byte `json:"unique,omitempty"`
+	// tpm.sign: a SHA-256, -384 or -512 digest (32, 48 or 64 bytes).
+	Digest []byte `json:"digest,omitempty"`
+	// tpm.certify: 32 bytes of qualifying data.
+	QualifyingData []byte `json:"qualifying_data,omitempty"`
 }
 
 // Response is one answer. Error and Retryable are set only when OK is
-// false; Rules and Loaded only by firewall.check.
+// false; the results only by the operations CheckAnswer names.
 type Response struct {
 	OK        bool
 	Error     string
 	Retryable bool
 	Rules     *int64 // firewall.check: the rules loaded in the three tables
 	Loaded    *bool  // firewall.check: the tables are loaded with Rules == the request's rules
+	Public    []byte // tpm.nodekey: the node key's TPMT_PUBLIC
+	Signature []byte // tpm.sign: ASN.1 DER ECDSA; tpm.certify: the AK's TPMT_SIGNATURE
+	Attest    []byte // tpm.certify: the TPMS_ATTEST
+	AKPublic  []byte // tpm.ak, tpm.certify: the AK's TPMT_PUBLIC
 }
 
 // Failed returns a failed answer.
@@ -86,6 +119,10 @@ type wireResponse struct {
 	Retryable *bool  `json:"retryable,omitempty"`
 	Rules     *int64 `json:"rules,omitempty"`
 	Loaded    *bool  `json:"loaded,omitempty"`
+	Public    []byte `json:"public,omitempty"`
+	Signature []byte `json:"signature,omitempty"`
+	Attest    []byte `json:"attest,omitempty"`
+	AKPublic  []byte `json:"ak_public,omitempty"`
 }
 
 // valueType is what a key's value must be.
@@ -101,10 +138,12 @@ var requestKeys = map[string]valueType{
 	"v": tNumber, "op": tString, "kind": tString, "id": tString, "data": tString,
 	"ruleset": tString, "rules": tNumber, "reason": tString, "gpu": tString,
 	"slice": tString, "cpus": tString, "mems": tString,
+	"unique": tString, "digest": tString, "qualifying_data": tString,
 }
 
 var responseKeys = map[string]valueType{
 	"v": tNumber, "ok": tBool, "error": tString, "retryable": tBool, "rules": tNumber, "loaded": tBool,
+	"public": tString, "signature": tString, "attest": tString, "ak_public": tString,
 }
 
 // EncodeRequest checks r and returns its JSON.
@@ -147,6 +186,7 @@ func EncodeResponse(r *Response) []byte {
 	w := wireResponse{V: Version, OK: r.OK}
 	if r.OK {
 		w.Rules, w.Loaded = r.Rules, r.Loaded
+		w.Public, w.Signature, w.Attest, w.AKPublic = r.Public, r.Signature, r.Attest, r.AKPublic
 	} else {
 		msg := r.Error
 		if msg == "" {
@@ -158,7 +198,7 @@ func EncodeResponse(r *Response) []byte {
 	}
 	b, err := json.Marshal(w)
 	if err != nil {
-		// Only strings, bools and ints: Marshal cannot fail.
+		// Only strings, bytes, bools and ints: Marshal cannot fail.
 		panic(err)
 	}
 	return b
@@ -185,12 +225,13 @@ func DecodeResponse(data []byte) (*Response, error) {
 		if w.Error != "" || w.Retryable != nil {
 			return nil, errors.New("helper answer: ok with an error")
 		}
-		return &Response{OK: true, Rules: w.Rules, Loaded: w.Loaded}, nil
+		return &Response{OK: true, Rules: w.Rules, Loaded: w.Loaded,
+			Public: w.Public, Signature: w.Signature, Attest: w.Attest, AKPublic: w.AKPublic}, nil
 	}
 	if w.Error == "" || w.Retryable == nil {
 		return nil, errors.New("helper answer: failed without an error and retryable")
 	}
-	if w.Rules != nil || w.Loaded != nil {
+	if w.Rules != nil || w.Loaded != nil || len(w.Public)+len(w.Signature)+len(w.Attest)+len(w.AKPublic) > 0 {
 		return nil, errors.New("helper answer: failed with results")
 	}
 	return &Response{Error: w.Error, Retryable: *w.Retryable}, nil
@@ -295,7 +336,13 @@ func (r *Request) Check() error {
 		allowed = "slice cpus mems"
 	case OpSliceRemove:
 		allowed = "slice"
-	case OpSSHReload, OpPing:
+	case OpTPMNodeKey, OpTPMRelease:
+		allowed = "unique"
+	case OpTPMSign:
+		allowed = "unique digest"
+	case OpTPMCertify:
+		allowed = "unique qualifying_data"
+	case OpSSHReload, OpPing, OpTPMAK:
 	default:
 		return fmt.Errorf("unknown operation %q", clip(r.Op))
 	}
@@ -303,6 +350,7 @@ func (r *Request) Check() error {
 		"kind": r.Kind != "", "id": r.ID != "", "data": len(r.Data) > 0, "ruleset": r.Ruleset != "",
 		"rules": r.Rules != nil, "reason": r.Reason != "", "gpu": r.GPU != "",
 		"slice": r.Slice != "", "cpus": r.CPUs != "", "mems": r.Mems != "",
+		"unique": len(r.Unique) > 0, "digest": len(r.Digest) > 0, "qualifying_data": len(r.QualifyingData) > 0,
 	}
 	for f, set := range has {
 		if set && !strings.Contains(" "+allowed+" ", " "+f+" ") {
@@ -348,6 +396,59 @@ func (r *Request) Check() error {
 					return fmt.Errorf("%s: %s: %w", r.Op, f.name, err)
 				}
 			}
+		}
+	case OpTPMNodeKey, OpTPMSign, OpTPMCertify, OpTPMRelease:
+		if len(r.Unique) != UniqueSize {
+			return fmt.Errorf("%s: unique is %d bytes, want %d", r.Op, len(r.Unique), UniqueSize)
+		}
+		switch r.Op {
+		case OpTPMSign:
+			if n := len(r.Digest); n != 32 && n != 48 && n != 64 {
+				return fmt.Errorf("%s: digest is %d bytes, want 32, 48 or 64 (SHA-256, -384, -512)", r.Op, n)
+			}
+		case OpTPMCertify:
+			if n := len(r.QualifyingData); n != QualifyingDataSize {
+				return fmt.Errorf("%s: qualifying_data is %d bytes, want %d", r.Op, n, QualifyingDataSize)
+			}
+		}
+	}
+	return nil
+}
+
+// CheckAnswer checks that a successful answer to op carries exactly the
+// results op answers: rules and loaded (firewall.check), public
+// (tpm.nodekey), signature (tpm.sign), ak_public (tpm.ak), and attest,
+// signature and ak_public (tpm.certify); no other operation answers any.
+// The client runs it on every successful answer; what the results say is
+// for the caller to check.
+func (r *Response) CheckAnswer(op string) error {
+	if !r.OK {
+		return nil
+	}
+	var want string
+	switch op {
+	case OpFirewallCheck:
+		want = "rules loaded"
+	case OpTPMNodeKey:
+		want = "public"
+	case OpTPMSign:
+		want = "signature"
+	case OpTPMAK:
+		want = "ak_public"
+	case OpTPMCertify:
+		want = "attest signature ak_public"
+	}
+	has := map[string]bool{
+		"rules": r.Rules != nil, "loaded": r.Loaded != nil, "public": len(r.Public) > 0,
+		"signature": len(r.Signature) > 0, "attest": len(r.Attest) > 0, "ak_public": len(r.AKPublic) > 0,
+	}
+	for f, set := range has {
+		in := strings.Contains(" "+want+" ", " "+f+" ")
+		if set && !in {
+			return fmt.Errorf("answer to %s carries %s, which it does not answer", clip(op), f)
+		}
+		if !set && in {
+			return fmt.Errorf("answer to %s carries no %s", clip(op), f)
 		}
 	}
 	return nil

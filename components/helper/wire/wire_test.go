@@ -34,6 +34,13 @@ func TestDecodeRequest(t *testing.T) {
 		{name: "trailing garbage", in: `{"v":1,"op":"ssh.reload"} x`, wantErr: "more than one JSON value"},
 		{name: "empty", in: ``, wantErr: "not JSON"},
 		{name: "truncated", in: `{"v":1,"op":"ssh.re`, wantErr: "not JSON"},
+		{name: "tpm.sign", in: `{"v":1,"op":"tpm.sign","unique":"` + b64(32, 1) + `","digest":"` + b64(48, 2) + `"}`,
+			want: &Request{V: 1, Op: "tpm.sign", Unique: fill(32, 1), Digest: fill(48, 2)}},
+		{name: "tpm.certify", in: `{"v":1,"op":"tpm.certify","unique":"` + b64(32, 1) + `","qualifying_data":"` + b64(32, 3) + `"}`,
+			want: &Request{V: 1, Op: "tpm.certify", Unique: fill(32, 1), QualifyingData: fill(32, 3)}},
+		{name: "unique as a number", in: `{"v":1,"op":"tpm.nodekey","unique":12}`, wantErr: `field "unique" has the wrong type`},
+		{name: "qualifying data in another case", in: `{"v":1,"op":"tpm.certify","qualifyingData":"AA=="}`, wantErr: `unknown field "qualifyingData"`},
+		{name: "unique not base64", in: `{"v":1,"op":"tpm.nodekey","unique":"not base64!"}`, wantErr: "request"},
 		{name: "bad base64", in: `{"v":1,"op":"file.write","kind":"cdi","id":"x","data":"!!"}`, wantErr: "request"},
 		{name: "too large", in: `{"v":1,"op":"ssh.reload"}` + strings.Repeat(" ", MaxRequest), wantErr: "larger than 4194304 bytes"},
 		{name: "exactly the limit", in: `{"v":1,"op":"ssh.reload"}` + strings.Repeat(" ", MaxRequest-len(`{"v":1,"op":"ssh.reload"}`)), want: &Request{V: 1, Op: "ssh.reload"}},
@@ -105,6 +112,29 @@ func TestCheck(t *testing.T) {
 		{name: "slice.remove", r: Request{Op: OpSliceRemove, Slice: "bcd-alloc-a1.slice"}},
 		{name: "slice.remove with cpus", r: Request{Op: OpSliceRemove, Slice: "bcd-alloc-a1.slice", CPUs: "0"}, wantErr: "slice.remove takes no cpus"},
 		{name: "slice.remove bad name", r: Request{Op: OpSliceRemove, Slice: "bcd-alloc-x.service"}, wantErr: "is not bcd-alloc-<id>.slice"},
+		{name: "tpm.nodekey", r: Request{Op: OpTPMNodeKey, Unique: fill(32, 1)}},
+		{name: "tpm.nodekey no unique", r: Request{Op: OpTPMNodeKey}, wantErr: "tpm.nodekey: unique is 0 bytes, want 32"},
+		{name: "tpm.nodekey short unique", r: Request{Op: OpTPMNodeKey, Unique: fill(31, 1)}, wantErr: "unique is 31 bytes, want 32"},
+		{name: "tpm.nodekey long unique", r: Request{Op: OpTPMNodeKey, Unique: fill(33, 1)}, wantErr: "unique is 33 bytes, want 32"},
+		{name: "tpm.nodekey with digest", r: Request{Op: OpTPMNodeKey, Unique: fill(32, 1), Digest: fill(32, 2)}, wantErr: "tpm.nodekey takes no digest"},
+		{name: "tpm.sign sha256", r: Request{Op: OpTPMSign, Unique: fill(32, 1), Digest: fill(32, 2)}},
+		{name: "tpm.sign sha384", r: Request{Op: OpTPMSign, Unique: fill(32, 1), Digest: fill(48, 2)}},
+		{name: "tpm.sign sha512", r: Request{Op: OpTPMSign, Unique: fill(32, 1), Digest: fill(64, 2)}},
+		{name: "tpm.sign no digest", r: Request{Op: OpTPMSign, Unique: fill(32, 1)}, wantErr: "digest is 0 bytes, want 32, 48 or 64"},
+		{name: "tpm.sign 20-byte digest", r: Request{Op: OpTPMSign, Unique: fill(32, 1), Digest: fill(20, 2)}, wantErr: "digest is 20 bytes"},
+		{name: "tpm.sign 33-byte digest", r: Request{Op: OpTPMSign, Unique: fill(32, 1), Digest: fill(33, 2)}, wantErr: "digest is 33 bytes"},
+		{name: "tpm.sign no unique", r: Request{Op: OpTPMSign, Digest: fill(32, 2)}, wantErr: "unique is 0 bytes"},
+		{name: "tpm.sign with qualifying data", r: Request{Op: OpTPMSign, Unique: fill(32, 1), Digest: fill(32, 2), QualifyingData: fill(32, 3)}, wantErr: "tpm.sign takes no qualifying_data"},
+		{name: "tpm.ak", r: Request{Op: OpTPMAK}},
+		{name: "tpm.ak with unique", r: Request{Op: OpTPMAK, Unique: fill(32, 1)}, wantErr: "tpm.ak takes no unique"},
+		{name: "tpm.certify", r: Request{Op: OpTPMCertify, Unique: fill(32, 1), QualifyingData: fill(32, 3)}},
+		{name: "tpm.certify short qualifying data", r: Request{Op: OpTPMCertify, Unique: fill(32, 1), QualifyingData: fill(31, 3)}, wantErr: "qualifying_data is 31 bytes, want 32"},
+		{name: "tpm.certify sha512 qualifying data", r: Request{Op: OpTPMCertify, Unique: fill(32, 1), QualifyingData: fill(64, 3)}, wantErr: "qualifying_data is 64 bytes, want 32"},
+		{name: "tpm.certify with digest", r: Request{Op: OpTPMCertify, Unique: fill(32, 1), QualifyingData: fill(32, 3), Digest: fill(32, 2)}, wantErr: "tpm.certify takes no digest"},
+		{name: "tpm.release", r: Request{Op: OpTPMRelease, Unique: fill(32, 1)}},
+		{name: "tpm.release short unique", r: Request{Op: OpTPMRelease, Unique: fill(16, 1)}, wantErr: "unique is 16 bytes"},
+		{name: "tpm.quote", r: Request{Op: "tpm.quote"}, wantErr: `unknown operation "tpm.quote"`},
+		{name: "unique on file.write", r: Request{Op: OpFileWrite, Kind: "cdi", ID: "a", Unique: fill(32, 1)}, wantErr: "file.write takes no unique"},
 		{name: "slice on file.write", r: Request{Op: OpFileWrite, Kind: "cdi", ID: "a", Slice: "bcd-alloc-a1.slice"}, wantErr: "file.write takes no slice"},
 	}
 	for _, tt := range tests {
@@ -134,6 +164,9 @@ func TestResponses(t *testing.T) {
 		{name: "failed", r: Response{Error: "not allowed"}, want: `{"v":1,"ok":false,"error":"not allowed","retryable":false}`},
 		{name: "busy", r: Response{Error: "busy", Retryable: true}, want: `{"v":1,"ok":false,"error":"busy","retryable":true}`},
 		{name: "check", r: Response{OK: true, Rules: ptr(int64(3)), Loaded: ptr(true)}, want: `{"v":1,"ok":true,"rules":3,"loaded":true}`},
+		{name: "tpm.certify", r: Response{OK: true, Attest: []byte{1}, Signature: []byte{2}, AKPublic: []byte{3}},
+			want: `{"v":1,"ok":true,"signature":"Ag==","attest":"AQ==","ak_public":"Aw=="}`},
+		{name: "tpm.nodekey", r: Response{OK: true, Public: []byte{0xff}}, want: `{"v":1,"ok":true,"public":"/w=="}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,22 +187,87 @@ func TestResponses(t *testing.T) {
 
 func TestDecodeResponseRefuses(t *testing.T) {
 	for in, wantErr := range map[string]string{
-		`{"v":1,"ok":true,"extra":1}`:                                `unknown field "extra"`,
-		`{"v":2,"ok":true}`:                                          "protocol version 2",
-		`{"v":1}`:                                                    `no field "ok"`,
-		`{"v":1,"ok":true}{"v":1,"ok":true}`:                         "more than one JSON value",
-		`{"v":1,"ok":true,"error":"x"}`:                              "ok with an error",
-		`{"v":1,"ok":false,"retryable":true}`:                        "failed without an error",
-		`{"v":1,"ok":false,"error":"x"}`:                             "failed without an error and retryable",
-		`{"v":1,"ok":false,"error":"x","retryable":false,"rules":1}`: "failed with results",
-		`{"v":1,"OK":true}`:                                          `unknown field "OK"`,
-		`{"v":1,"ok":"true"}`:                                        "wrong type",
+		`{"v":1,"ok":true,"extra":1}`:                                        `unknown field "extra"`,
+		`{"v":2,"ok":true}`:                                                  "protocol version 2",
+		`{"v":1}`:                                                            `no field "ok"`,
+		`{"v":1,"ok":true}{"v":1,"ok":true}`:                                 "more than one JSON value",
+		`{"v":1,"ok":true,"error":"x"}`:                                      "ok with an error",
+		`{"v":1,"ok":false,"retryable":true}`:                                "failed without an error",
+		`{"v":1,"ok":false,"error":"x"}`:                                     "failed without an error and retryable",
+		`{"v":1,"ok":false,"error":"x","retryable":false,"rules":1}`:         "failed with results",
+		`{"v":1,"ok":false,"error":"x","retryable":false,"public":"AA=="}`:   "failed with results",
+		`{"v":1,"ok":true,"signature":"!"}`:                                  "helper answer",
+		`{"v":1,"ok":true,"public":null}`:                                    `field "public" has the wrong type`,
+		`{"v":1,"OK":true}`:                                                  `unknown field "OK"`,
+		`{"v":1,"ok":"true"}`:                                                "wrong type",
 		`{"v":1,"ok":true,"pad":"` + strings.Repeat("x", MaxResponse) + `"}`: "larger than",
 	} {
 		if _, err := DecodeResponse([]byte(in)); err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("DecodeResponse(%.60s) = %v, want an error containing %q", in, err, wantErr)
 		}
 	}
+}
+
+func TestCheckAnswer(t *testing.T) {
+	b := []byte{1}
+	tests := []struct {
+		op      string
+		r       Response
+		wantErr string
+	}{
+		{op: OpPing, r: Response{OK: true}},
+		{op: OpPing, r: Response{OK: true, Public: b}, wantErr: "answer to ping carries public"},
+		{op: OpFirewallCheck, r: Response{OK: true, Rules: ptr(int64(1)), Loaded: ptr(false)}},
+		{op: OpFirewallCheck, r: Response{OK: true, Rules: ptr(int64(1))}, wantErr: "carries no loaded"},
+		{op: OpTPMNodeKey, r: Response{OK: true, Public: b}},
+		{op: OpTPMNodeKey, r: Response{OK: true}, wantErr: "answer to tpm.nodekey carries no public"},
+		{op: OpTPMNodeKey, r: Response{OK: true, Public: b, AKPublic: b}, wantErr: "carries ak_public"},
+		{op: OpTPMSign, r: Response{OK: true, Signature: b}},
+		{op: OpTPMSign, r: Response{OK: true, Signature: b, Attest: b}, wantErr: "tpm.sign carries attest"},
+		{op: OpTPMAK, r: Response{OK: true, AKPublic: b}},
+		{op: OpTPMAK, r: Response{OK: true, Public: b}, wantErr: "carries public"},
+		{op: OpTPMCertify, r: Response{OK: true, Attest: b, Signature: b, AKPublic: b}},
+		{op: OpTPMCertify, r: Response{OK: true, Attest: b, Signature: b}, wantErr: "carries no ak_public"},
+		{op: OpTPMRelease, r: Response{OK: true}},
+		{op: OpTPMRelease, r: Response{OK: true, Signature: b}, wantErr: "tpm.release carries signature"},
+		{op: OpTPMSign, r: Response{Error: "refused"}}, // a failure carries nothing: DecodeResponse checks it
+	}
+	for _, tt := range tests {
+		err := tt.r.CheckAnswer(tt.op)
+		if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("CheckAnswer(%s, %+v) = %v, want %q", tt.op, tt.r, err, tt.wantErr)
+		}
+	}
+}
+
+// FuzzDecodeResponse: the node's decoder of the helper's answers never
+// panics, and what it accepts re-encodes and decodes to the same answer.
+func FuzzDecodeResponse(f *testing.F) {
+	for _, s := range []string{
+		`{"v":1,"ok":true}`,
+		`{"v":1,"ok":false,"error":"busy","retryable":true}`,
+		`{"v":1,"ok":true,"rules":3,"loaded":true}`,
+		`{"v":1,"ok":true,"public":"AAEC"}`,
+		`{"v":1,"ok":true,"signature":"MEUCIQ==","attest":"/1RDRw==","ak_public":"ACM="}`,
+		`{"v":1,"ok":false,"error":"x","retryable":false,"signature":"AA=="}`,
+		`{"v":1,"ok":true,"public":"A"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := DecodeResponse(data)
+		if err != nil {
+			return
+		}
+		again, err := DecodeResponse(EncodeResponse(r))
+		if err != nil {
+			t.Fatalf("re-encoded answer %s does not decode: %v", EncodeResponse(r), err)
+		}
+		if !reflect.DeepEqual(normalResponse(r), normalResponse(again)) {
+			t.Fatalf("round trip %+v != %+v", r, again)
+		}
+		_ = r.CheckAnswer(OpTPMCertify) // must not panic
+	})
 }
 
 func TestCutReason(t *testing.T) {
@@ -214,6 +312,12 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"v":1,"op":"slice.remove","slice":"bcd-alloc-a1.slice"}`,
 		`{"v":1,"op":"slice.apply","slice":"bcd-alloc-a1.slice","cpus":"1-0"}`,
 		`{"v":1,"op":"ping"}`,
+		`{"v":1,"op":"tpm.nodekey","unique":"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="}`,
+		`{"v":1,"op":"tpm.sign","unique":"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=","digest":"AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI="}`,
+		`{"v":1,"op":"tpm.ak"}`,
+		`{"v":1,"op":"tpm.certify","unique":"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=","qualifying_data":"AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM="}`,
+		`{"v":1,"op":"tpm.release","unique":"AQEB"}`,
+		`{"v":1,"op":"tpm.sign","unique":"AQ\nEB","digest":""}`,
 	} {
 		f.Add([]byte(s))
 	}
