@@ -7,7 +7,10 @@ import (
 
 	"github.com/better-compute/bcd/components/buildinfo"
 	"github.com/better-compute/bcd/components/config"
+	"github.com/better-compute/bcd/components/helperclient"
+	"github.com/better-compute/bcd/components/renew"
 	"github.com/better-compute/bcd/components/tpm"
+	"github.com/better-compute/bcd/components/tpm/helpertpm"
 	"github.com/better-compute/bcd/components/tpm/nodetpm"
 )
 
@@ -44,18 +47,25 @@ func HasTPM(getenv func(string) string) bool {
 	return nodetpm.Present(tpm.DefaultPath)
 }
 
+// agentTPMs is what the agent uses of a TPM: renewal's and the identity's
+// calls, and Close.
+type agentTPMs interface {
+	renew.TPM
+	Close() error
+}
+
 // agentTPM opens the TPM for `bcd node` and `bcd site`: the host's TPM when
-// it has one, except for a node beside bcd helper (an unprivileged node never
-// opens the TPM; the helper's tpm.* operations are not in this build yet;
+// it has one; for a node beside bcd helper, which never opens the TPM
+// itself, the helper's tpm.* operations (helpertpm, every answer checked;
 // bcd site ignores [helper]). It answers nil when there is none or it is
 // unusable, which it logs.
-func agentTPM(getenv func(string) string, role string, cfg *config.Config, log *slog.Logger) *nodetpm.TPM {
+func agentTPM(getenv func(string) string, role string, cfg *config.Config, log *slog.Logger) agentTPMs {
 	if (role != "node" && role != "site") || !HasTPM(getenv) {
 		return nil
 	}
 	if role == "node" && cfg.Helper.Socket != "" {
-		log.Info("bcd node runs beside bcd helper: the node key stays where it is (the helper's tpm.* operations are not in this build)")
-		return nil
+		log.Info("bcd node runs beside bcd helper: node keys in the TPM go through the helper's tpm.* operations", "socket", cfg.Helper.Socket)
+		return helpertpm.New(&helperclient.Client{Socket: cfg.Helper.Socket})
 	}
 	t, err := OpenTPM(getenv)
 	if err != nil {

@@ -31,9 +31,9 @@ const fileKeyWithTPM = "a file key although this host has a TPM: the next renewa
 
 // NodeKey says what holds the node key once the node has joined: ok in the
 // TPM, ok for a file key on a host without a TPM, and a warning for a file
-// key on a host with one. viaHelper is bcd node running beside bcd helper,
-// whose tpm.* operations this build lacks, so the key stays a file key.
-func NodeKey(dataDir string, hasTPM, viaHelper bool) Check {
+// key on a host with one (moved at the next renewal, through bcd helper's
+// tpm.* operations when bcd node runs beside it).
+func NodeKey(dataDir string, hasTPM bool) Check {
 	return Check{Name: "node key", Run: func(context.Context) Result {
 		r := Result{Name: "node key"}
 		a, err := identity.Load(dataDir)
@@ -50,8 +50,6 @@ func NodeKey(dataDir string, hasTPM, viaHelper bool) Check {
 			r.Status, r.Detail = OK, "in the TPM"
 		case !hasTPM:
 			r.Status, r.Detail = OK, "a file (this host has no TPM)"
-		case viaHelper:
-			r.Status, r.Detail = Warn, fileKeyWithTPM+"; this build's bcd helper has no tpm.* operations, so it stays a file key"
 		default:
 			r.Status, r.Detail = Warn, fileKeyWithTPM
 		}

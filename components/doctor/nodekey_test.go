@@ -39,25 +39,23 @@ func joinedInTPM(t *testing.T, dir string) {
 
 func TestNodeKeyCheck(t *testing.T) {
 	tests := []struct {
-		name              string
-		setup             func(t *testing.T, dir string)
-		hasTPM, viaHelper bool
-		want              want
+		name   string
+		setup  func(t *testing.T, dir string)
+		hasTPM bool
+		want   want
 	}{
-		{"not joined", func(*testing.T, string) {}, true, false, want{status: OK, detail: "none yet: this node has not joined"}},
-		{"file key, no TPM", func(t *testing.T, d string) { joined(t, d, time.Now().Add(time.Hour)) }, false, false,
+		{"not joined", func(*testing.T, string) {}, true, want{status: OK, detail: "none yet: this node has not joined"}},
+		{"file key, no TPM", func(t *testing.T, d string) { joined(t, d, time.Now().Add(time.Hour)) }, false,
 			want{status: OK, detail: "a file (this host has no TPM)"}},
-		{"file key, host has a TPM", func(t *testing.T, d string) { joined(t, d, time.Now().Add(time.Hour)) }, true, false,
+		{"file key, host has a TPM", func(t *testing.T, d string) { joined(t, d, time.Now().Add(time.Hour)) }, true,
 			want{status: Warn, detail: fileKeyWithTPM}},
-		{"file key, TPM, beside the helper", func(t *testing.T, d string) { joined(t, d, time.Now().Add(time.Hour)) }, true, true,
-			want{status: Warn, contains: []string{"a file key although this host has a TPM", "stays a file key"}}},
-		{"key in the TPM", joinedInTPM, true, false, want{status: OK, detail: "in the TPM"}},
+		{"key in the TPM", joinedInTPM, true, want{status: OK, detail: "in the TPM"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			tt.setup(t, dir)
-			tt.want.check(t, NodeKey(dir, tt.hasTPM, tt.viaHelper).Run(context.Background()), "node key")
+			tt.want.check(t, NodeKey(dir, tt.hasTPM).Run(context.Background()), "node key")
 		})
 	}
 }

@@ -5,11 +5,14 @@ package helper
 import (
 	"context"
 	"os"
+
+	"github.com/better-compute/bcd/components/tpm"
 )
 
 // Environment variables a helpere2e build (the root end-to-end test's,
 // never a release build) reads, so that test can follow slice.apply and
-// slice.remove through the real binary on a host systemd does not run.
+// slice.remove through the real binary on a host systemd does not run, and
+// the tpm.* operations against a swtpm.
 const (
 	// e2eSystemctlEnv names a program run in place of systemctl.
 	e2eSystemctlEnv = "BCD_HELPER_E2E_SYSTEMCTL"
@@ -18,6 +21,9 @@ const (
 	e2eUnitRootEnv = "BCD_HELPER_E2E_UNIT_ROOT"
 	// e2eCgroupEnv names the directory read in place of /sys/fs/cgroup.
 	e2eCgroupEnv = "BCD_HELPER_E2E_CGROUP"
+	// e2eSWTPMEnv names a swtpm's TCP command port (host:port) opened in
+	// place of /dev/tpmrm0 for the tpm.* operations.
+	e2eSWTPMEnv = "BCD_HELPER_E2E_SWTPM"
 )
 
 // e2eSeams applies the helpere2e environment variables that are set.
@@ -32,5 +38,8 @@ func e2eSeams(s *seams) {
 	}
 	if d := os.Getenv(e2eCgroupEnv); d != "" {
 		s.cgroup = d
+	}
+	if addr := os.Getenv(e2eSWTPMEnv); addr != "" {
+		s.openTPM = func() (*tpm.TPM, error) { return tpm.OpenTCP(addr) }
 	}
 }

@@ -18,7 +18,7 @@ type opFunc func(srv *server, ctx context.Context, req *wire.Request) (*wire.Res
 // operations is the helper's table of operations. An operation is added
 // with its name in wire (its fields and Check) and one line here; its
 // implementation lives in a file of its own (slice_linux.go,
-// gpu_linux.go, ...).
+// gpu_linux.go, tpm_linux.go, ...).
 var operations = map[string]opFunc{
 	wire.OpPing:          (*server).ping,
 	wire.OpFileWrite:     (*server).file,
@@ -30,6 +30,11 @@ var operations = map[string]opFunc{
 	wire.OpGPUReset:      (*server).gpuReset,
 	wire.OpSliceApply:    (*server).sliceApply,
 	wire.OpSliceRemove:   (*server).sliceRemove,
+	wire.OpTPMNodeKey:    (*server).tpmNodeKey,
+	wire.OpTPMSign:       (*server).tpmSign,
+	wire.OpTPMAK:         (*server).tpmAK,
+	wire.OpTPMCertify:    (*server).tpmCertify,
+	wire.OpTPMRelease:    (*server).tpmRelease,
 }
 
 // do runs a checked request and returns its answer and outcome.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/better-compute/bcd/components/buildinfo"
 	"github.com/better-compute/bcd/components/helper/wire"
+	"github.com/better-compute/bcd/components/tpm"
 )
 
 // Limits of the server.
@@ -64,6 +65,9 @@ type seams struct {
 	unitRoot string
 	// cgroup is the cgroup v2 mount: /sys/fs/cgroup.
 	cgroup string
+	// openTPM opens the host's TPM for the tpm.* operations, or answers
+	// errNoTPM when the host has none.
+	openTPM func() (*tpm.TPM, error)
 	// hold, when set, is called once a request holds a slot, before its
 	// operation runs (tests hold requests in flight with it).
 	hold func(op string)
@@ -84,6 +88,7 @@ func hostSeams() seams {
 		topology:  topology,
 		unitRoot:  "/",
 		cgroup:    "/sys/fs/cgroup",
+		openTPM:   openHostTPM(buildinfo.FakeHW),
 	}
 	e2eSeams(&s)
 	return s
@@ -111,6 +116,7 @@ type server struct {
 	self     os.FileInfo // this helper's binary
 	inFlight chan struct{}
 	waiting  chan struct{}
+	tpm      tpmKeys // the TPM and the node keys of the tpm.* operations
 }
 
 func serve(ctx context.Context, cfg Config, log *slog.Logger, s seams) error {
@@ -338,6 +344,9 @@ func (srv *server) run(ctx context.Context, l *net.UnixListener) error {
 	}
 	cancel()
 	wg.Wait()
+	if err := srv.tpm.close(); err != nil {
+		srv.log.Warn("helper: closing the TPM", "error", err.Error())
+	}
 	if fi, lerr := os.Lstat(srv.cfg.Socket); lerr == nil && placed != nil && os.SameFile(fi, placed) {
 		os.Remove(srv.cfg.Socket)
 	}
@@ -425,7 +434,11 @@ func (srv *server) handle(ctx context.Context, p peerCred, data []byte) *wire.Re
 		resp = wire.Failed(fmt.Sprintf("%s: did not finish within %s: %s", req.Op, requestTimeout, resp.Error), true)
 		outcome = "failed"
 	}
-	srv.logOp(p, req, outcome, resp.Error)
+	// Every TLS handshake and node statement signs: a successful tpm.sign
+	// is not logged, its refusals and failures are.
+	if req.Op != wire.OpTPMSign || outcome != "ok" {
+		srv.logOp(p, req, outcome, resp.Error)
+	}
 	return resp
 }
 
@@ -447,6 +460,9 @@ func (srv *server) logOp(p peerCred, req *wire.Request, outcome, msg string) {
 		}
 		if req.Op == wire.OpFileWrite {
 			attrs = append(attrs, "bytes", len(req.Data))
+		}
+		if len(req.Unique) > 0 {
+			attrs = append(attrs, "key", keyID(req.Unique))
 		}
 		if req.Op == wire.OpReboot {
 			attrs = append(attrs, "reason", wire.CutReason(req.Reason))

@@ -24,6 +24,7 @@ import (
 
 	"github.com/better-compute/bcd/components/helper/wire"
 	"github.com/better-compute/bcd/components/helperclient"
+	"github.com/better-compute/bcd/components/tpm"
 )
 
 // syncBuffer is a log sink the server's goroutines share.
@@ -100,6 +101,7 @@ func testSeams(dir string) (seams, uint32, uint32) {
 	s.topology = func() (string, string, error) { return "0-3", "0", nil }
 	s.unitRoot = s.root
 	s.cgroup = filepath.Join(dir, "cgroup")
+	s.openTPM = func() (*tpm.TPM, error) { return nil, errNoTPM } // never the host's
 	return s, uid, gid
 }
 

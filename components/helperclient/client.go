@@ -3,7 +3,9 @@
 // decodes the answer as strictly as the helper decodes the request. Files
 // are named by path here and mapped to the helper's kind and id with the
 // same table (components/helper/filetable); a path outside the table is
-// refused before anything is sent.
+// refused before anything is sent. The tpm.* calls (tpm.go) answer the
+// helper's bytes after the wire's shape checks; components/tpm/helpertpm
+// checks what they say.
 package helperclient
 
 import (
@@ -130,6 +132,9 @@ func (c *Client) Do(ctx context.Context, req *wire.Request) (*wire.Response, err
 	}
 	if !resp.OK {
 		return resp, &Error{Op: req.Op, Msg: resp.Error, Retryable: resp.Retryable}
+	}
+	if err := resp.CheckAnswer(req.Op); err != nil {
+		return nil, fmt.Errorf("bcd helper at %s: %s: %w", c.Socket, req.Op, err)
 	}
 	return resp, nil
 }
