@@ -35,8 +35,9 @@ type Options struct {
 	// chassis control script (in its directory); PowerStatus exits 0 when
 	// the machine is on. Defaults: a file named "on".
 	PowerOn, PowerOff, PowerStatus string
-	// Command wraps how ipmi_sim is started (e.g. inside a network
-	// namespace): it gets ipmi_sim's argv and returns the command.
+	// Command wraps how ipmi_sim and the test's own ipmitool are started
+	// (e.g. inside a network namespace): it gets the argv and returns the
+	// command.
 	Command func(argv ...string) *exec.Cmd
 }
 
@@ -60,6 +61,7 @@ type BMC struct {
 	Dir                string
 	cmd                *exec.Cmd
 	out                *syncBuf
+	wrap               func(argv ...string) *exec.Cmd
 }
 
 type syncBuf struct {
@@ -119,7 +121,7 @@ func Start(t testing.TB, o Options) *BMC {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	b := &BMC{Addr: o.Addr, Host: host, Port: port, Username: o.Username, Password: o.Password, Dir: dir, out: &syncBuf{}}
+	b := &BMC{Addr: o.Addr, Host: host, Port: port, Username: o.Username, Password: o.Password, Dir: dir, out: &syncBuf{}, wrap: o.Command}
 	script := filepath.Join(dir, "chassis.sh")
 	write(t, script, chassisScript(o), 0o755)
 	var lan strings.Builder
@@ -174,7 +176,11 @@ func (b *BMC) Ipmitool(ctx context.Context, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	argv := append([]string{"-I", "lanplus", "-C", "3", "-H", b.Host, "-p", b.Port, "-U", b.Username, "-f", pw, "-N", "1", "-R", "2"}, args...)
-	out, err := exec.CommandContext(ctx, "ipmitool", argv...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, "ipmitool", argv...)
+	if b.wrap != nil {
+		cmd = b.wrap(append([]string{"ipmitool"}, argv...)...)
+	}
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("ipmitool %s: %v: %s", strings.Join(args, " "), err, out)
 	}
