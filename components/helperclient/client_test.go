@@ -236,3 +236,88 @@ func TestOperationsSend(t *testing.T) {
 		t.Errorf("%d refused calls reached the socket", n-before)
 	}
 }
+
+func TestTPMCallsSend(t *testing.T) {
+	// Each answer carries the one result its operation answers.
+	answers := map[string]string{
+		wire.OpTPMNodeKey: `{"v":1,"ok":true,"public":"AQI="}`,
+		wire.OpTPMSign:    `{"v":1,"ok":true,"signature":"AwQ="}`,
+		wire.OpTPMAK:      `{"v":1,"ok":true,"ak_public":"BQY="}`,
+		wire.OpTPMCertify: `{"v":1,"ok":true,"attest":"Bw==","signature":"CA==","ak_public":"CQ=="}`,
+		wire.OpTPMRelease: `{"v":1,"ok":true}`,
+	}
+	f := newFake(t, true, func(req []byte) []byte {
+		r, err := wire.DecodeRequest(req)
+		if err != nil {
+			return []byte(`{"v":1,"ok":false,"error":"bad","retryable":false}`)
+		}
+		return []byte(answers[r.Op])
+	})
+	c := &Client{Socket: f.socket}
+	ctx := context.Background()
+	u := bytes.Repeat([]byte{1}, 32)
+	const ub = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="
+	got := func(b ...[]byte) string { return string(bytes.Join(b, []byte(","))) }
+	tests := []struct {
+		name, sent, want string
+		call             func() (string, error)
+	}{
+		{"tpm.nodekey", `{"v":1,"op":"tpm.nodekey","unique":"` + ub + `"}`, "\x01\x02",
+			func() (string, error) { p, err := c.TPMNodeKey(ctx, u); return got(p), err }},
+		{"tpm.sign", `{"v":1,"op":"tpm.sign","unique":"` + ub + `","digest":"` + ub + `"}`, "\x03\x04",
+			func() (string, error) { s, err := c.TPMSign(ctx, u, u); return got(s), err }},
+		{"tpm.ak", `{"v":1,"op":"tpm.ak"}`, "\x05\x06",
+			func() (string, error) { p, err := c.TPMAK(ctx); return got(p), err }},
+		{"tpm.certify", `{"v":1,"op":"tpm.certify","unique":"` + ub + `","qualifying_data":"` + ub + `"}`, "\x07,\x08,\x09",
+			func() (string, error) { a, s, p, err := c.TPMCertify(ctx, u, u); return got(a, s, p), err }},
+		{"tpm.release", `{"v":1,"op":"tpm.release","unique":"` + ub + `"}`, "",
+			func() (string, error) { return "", c.TPMRelease(ctx, u) }},
+	}
+	for _, tt := range tests {
+		res, err := tt.call()
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		if res != tt.want {
+			t.Errorf("%s answered %q, want %q", tt.name, res, tt.want)
+		}
+		if s := string(<-f.requests); s != tt.sent {
+			t.Errorf("%s sent %s, want %s", tt.name, s, tt.sent)
+		}
+	}
+	before := f.accepted.Load()
+	for name, call := range map[string]func() error{
+		"short unique":           func() error { _, err := c.TPMNodeKey(ctx, u[:31]); return err },
+		"20-byte digest":         func() error { _, err := c.TPMSign(ctx, u, u[:20]); return err },
+		"64-byte qualifying":     func() error { _, _, _, err := c.TPMCertify(ctx, u, append(u, u...)); return err },
+		"release without unique": func() error { return c.TPMRelease(ctx, nil) },
+	} {
+		if err := call(); err == nil {
+			t.Errorf("%s: sent", name)
+		}
+	}
+	if n := f.accepted.Load(); n != before {
+		t.Errorf("%d refused calls reached the socket", n-before)
+	}
+}
+
+func TestTPMAnswersOfAnotherShape(t *testing.T) {
+	for op, answer := range map[string]string{
+		"sign answering nothing":       `{"v":1,"ok":true}`,
+		"sign answering a public area": `{"v":1,"ok":true,"signature":"AQ==","public":"AQ=="}`,
+	} {
+		f := newFake(t, true, func([]byte) []byte { return []byte(answer) })
+		c := &Client{Socket: f.socket}
+		if _, err := c.TPMSign(context.Background(), make([]byte, 32), make([]byte, 32)); err == nil {
+			t.Errorf("%s: accepted", op)
+		}
+	}
+	notLoaded := &Error{Op: wire.OpTPMSign, Msg: "tpm.sign: " + wire.NotLoaded}
+	if !IsNotLoaded(notLoaded) || IsNotLoaded(&Error{Op: wire.OpTPMSign, Msg: "busy"}) || IsNotLoaded(errors.New(wire.NotLoaded)) {
+		t.Error("IsNotLoaded")
+	}
+	if !IsNoTPM(&Error{Op: wire.OpTPMAK, Msg: wire.NoTPM}) || IsNoTPM(notLoaded) {
+		t.Error("IsNoTPM")
+	}
+}
