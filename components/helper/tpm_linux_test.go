@@ -14,7 +14,10 @@ import (
 	"testing"
 
 	"github.com/better-compute/bcd/components/helper/wire"
+	"github.com/better-compute/bcd/components/helperclient"
+	"github.com/better-compute/bcd/components/pki"
 	"github.com/better-compute/bcd/components/tpm"
+	"github.com/better-compute/bcd/components/tpm/helpertpm"
 	"github.com/better-compute/bcd/components/tpm/swtpmtest"
 )
 
@@ -300,5 +303,54 @@ func TestTPMOverTheSocket(t *testing.T) {
 	}
 	if _, err := h.client.TPMSign(ctx, u, digest[:]); err == nil || !strings.Contains(err.Error(), wire.NotLoaded) {
 		t.Fatalf("TPMSign after TPMRelease: %v", err)
+	}
+}
+
+// TestTPMNodeSideThroughHelper: bcd node's side (helpertpm) against the
+// real helper and a real swtpm: a key, a CSR, a certification that
+// verifies under the AK, and a key the helper unloaded as the least
+// recently used announced again by the node at its next signature.
+func TestTPMNodeSideThroughHelper(t *testing.T) {
+	addr := swtpmtest.Start(t, "").Addr
+	h := startHelper(t, func(_ *Config, s *seams) {
+		s.openTPM = func() (*tpm.TPM, error) { return tpm.OpenTCP(addr) }
+	})
+	node := helpertpm.New(h.client)
+	k, err := node.NewNodeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := pki.CreateCSR(k, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	qd := sha256.Sum256(csr)
+	keyPub, attest, sig, err := node.Certify(k, qd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ak, err := node.AKPublic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tpm.VerifyCertify(ak, attest, sig, keyPub, qd); err != nil {
+		t.Fatal(err)
+	}
+	for i := byte(100); i < 100+maxNodeKeys; i++ {
+		if _, err := h.client.TPMNodeKey(context.Background(), unique(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u := k.(*helpertpm.Key).TPMUnique()
+	if _, err := h.client.TPMSign(context.Background(), u[:], qd[:]); !helperclient.IsNotLoaded(err) {
+		t.Fatalf("the node's key is still held after %d others: %v", maxNodeKeys, err)
+	}
+	msg := []byte("after the helper unloaded the key")
+	s, err := pki.Sign(k, "bcd test", msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pki.Verify(k.Public(), "bcd test", msg, s); err != nil {
+		t.Fatal(err)
 	}
 }
