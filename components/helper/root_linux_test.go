@@ -4,7 +4,9 @@ package helper
 
 import (
 	"bytes"
+	"crypto/ecdsa"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -20,6 +22,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/better-compute/bcd/components/helper/wire"
+	"github.com/better-compute/bcd/components/tpm"
+	"github.com/better-compute/bcd/components/tpm/swtpmtest"
 )
 
 // TestRootEndToEnd runs the real thing as root: a real unprivileged user,
@@ -188,6 +194,47 @@ func TestRootEndToEnd(t *testing.T) {
 			t.Errorf("helper log lacks %s:\n%s", want, text)
 		}
 	}
+
+	// tpm.*: on a host without a TPM, the seeds' refusal; against a swtpm
+	// (a helpere2e build's BCD_HELPER_E2E_SWTPM), a tpm.sign round trip as
+	// the user that verifies against the key tpm.nodekey answered.
+	t.Run("tpm", func(t *testing.T) {
+		if _, err := os.Stat(tpm.DefaultPath); errors.Is(err, fs.ErrNotExist) {
+			out, code := call(t, bin, socket, asUser, `{"v":1,"op":"tpm.ak"}`)
+			if want := `{"v":1,"ok":false,"error":"` + wire.NoTPM + `","retryable":false}`; out != want || code != 1 {
+				t.Errorf("tpm.ak on a host without a TPM: %q exit %d, want %s", out, code, want)
+			}
+		}
+		addr := swtpmtest.Start(t, "").Addr
+		socket4 := filepath.Join(base, "run", "helper4.sock")
+		tpmLogs := startBinary(t, bin, base, "d", socket4, name, "", "BCD_HELPER_E2E_SWTPM="+addr)
+		u := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xe2}, 32))
+		digest := sha256.Sum256([]byte("root end-to-end"))
+		answer := func(req string) *wire.Response {
+			out, code := call(t, bin, socket4, asUser, req)
+			resp, err := wire.DecodeResponse([]byte(out))
+			if err != nil || !resp.OK || code != 0 {
+				t.Fatalf("%s as %s: %q exit %d (%v)\nhelper log:\n%s", req, name, out, code, err, tpmLogs.String())
+			}
+			return resp
+		}
+		pub, err := tpm.CheckNodeKeyPublic(answer(`{"v":1,"op":"tpm.nodekey","unique":"` + u + `"}`).Public)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sig := answer(`{"v":1,"op":"tpm.sign","unique":"` + u + `","digest":"` + base64.StdEncoding.EncodeToString(digest[:]) + `"}`).Signature
+		if !ecdsa.VerifyASN1(pub, digest[:], sig) {
+			t.Error("tpm.sign's signature does not verify against tpm.nodekey's key")
+		}
+		if out, code := call(t, bin, socket4, asUser, `{"v":1,"op":"tpm.sign","unique":"`+u+`","digest":"AAAA"}`, "--raw"); code != 1 ||
+			!strings.Contains(out, "digest is 3 bytes, want 32, 48 or 64") {
+			t.Errorf("tpm.sign of a 3-byte digest: %q exit %d", out, code)
+		}
+		if text := tpmLogs.String(); !strings.Contains(text, `"op":"tpm.nodekey"`) || strings.Contains(text, `"op":"tpm.sign","key":"e2e2e2e2e2e2e2e2","outcome":"ok"`) ||
+			!strings.Contains(text, `"op":"tpm.sign","key":"e2e2e2e2e2e2e2e2","outcome":"refused"`) {
+			t.Errorf("the helper log should have tpm.nodekey and the refused tpm.sign, not the successful one:\n%s", text)
+		}
+	})
 
 	// With the copy as [helper] entrypoint, the copy is allowed.
 	t.Run("entrypoint", func(t *testing.T) {
