@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -352,5 +353,28 @@ func TestTPMNodeSideThroughHelper(t *testing.T) {
 	}
 	if err := pki.Verify(k.Public(), "bcd test", msg, s); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOpenHostTPM: a fakehw build opens the swtpm of BCD_FAKEHW_SWTPM and
+// has no TPM without it; a host build has none without /dev/tpmrm0.
+func TestOpenHostTPM(t *testing.T) {
+	t.Setenv(fakeSWTPMEnv, "")
+	if _, err := openHostTPM(true)(); !errors.Is(err, errNoTPM) {
+		t.Errorf("fakehw without %s: %v, want no TPM", fakeSWTPMEnv, err)
+	}
+	t.Setenv(fakeSWTPMEnv, swtpmtest.Start(t, "").Addr)
+	tp, err := openHostTPM(true)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	if _, err := tp.AK(); err != nil {
+		t.Errorf("the fakehw swtpm: %v", err)
+	}
+	if _, err := os.Stat(tpm.DefaultPath); errors.Is(err, os.ErrNotExist) {
+		if _, err := openHostTPM(false)(); !errors.Is(err, errNoTPM) {
+			t.Errorf("a host without %s: %v, want no TPM", tpm.DefaultPath, err)
+		}
 	}
 }
