@@ -5,44 +5,44 @@ go 1.26.8
 require (
 	connectrpc.com/connect v1.21.1
 	github.com/BurntSushi/toml v1.6.0
+	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/go-jose/go-jose/v4 v4.1.9
+	github.com/google/go-tpm v0.9.8
+	github.com/insomniacslk/dhcp v0.0.0-20260901064844-234b97448fae
+	github.com/klauspost/compress v1.18.0
+	github.com/u-root/gobusybox/src v0.0.0-20250101170133-2e884e4509c7
+	github.com/u-root/mkuimage v0.0.0-20250905073043-9a40452f5d3b
+	github.com/u-root/u-root v0.16.0
+	github.com/u-root/uio v0.0.0-20240224005618-d2acac8f3701
+	github.com/vishvananda/netlink v1.3.0
 	go.etcd.io/bbolt v1.5.0
+	golang.org/x/sys v0.50.0
 	google.golang.org/protobuf v1.36.12
+	pack.ag/tftp v1.0.1-0.20181129014014-07909dfbde3c
 )
 
 require (
 	github.com/dustin/go-humanize v1.0.1 // indirect
-	github.com/elastic/go-seccomp-bpf v1.6.0 // indirect
-	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/hugelgupf/go-shlex v0.0.0-20200702092117-c80c9d0918fa // indirect
-	github.com/hugelgupf/vmtest v0.0.0-20240307030256-5d9f3d34a58d // indirect
-	github.com/insomniacslk/dhcp v0.0.0-20260901064844-234b97448fae // indirect
 	github.com/josharian/native v1.1.0 // indirect
-	github.com/klauspost/compress v1.18.0 // indirect
 	github.com/klauspost/pgzip v1.2.6 // indirect
 	github.com/mdlayher/packet v1.1.2 // indirect
 	github.com/mdlayher/socket v0.5.1 // indirect
 	github.com/pierrec/lz4/v4 v4.1.22 // indirect
-	github.com/u-root/gobusybox/src v0.0.0-20250101170133-2e884e4509c7 // indirect
-	github.com/u-root/mkuimage v0.0.0-20250905073043-9a40452f5d3b // indirect
-	github.com/u-root/u-root v0.16.0 // indirect
-	github.com/u-root/uio v0.0.0-20240224005618-d2acac8f3701 // indirect
 	github.com/ulikunitz/xz v0.5.15 // indirect
-	github.com/vishvananda/netlink v1.3.0 // indirect
 	github.com/vishvananda/netns v0.0.4 // indirect
 	golang.org/x/exp v0.0.0-20250305212735-054e65f0b394 // indirect
 	golang.org/x/mod v0.42.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/tools v0.52.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	mvdan.cc/sh/v3 v3.11.0 // indirect
-	pack.ag/tftp v1.0.1-0.20181129014014-07909dfbde3c // indirect
 )
 
 tool (
 	connectrpc.com/connect/cmd/protoc-gen-connect-go
 	github.com/u-root/mkuimage/cmd/mkuimage
+	github.com/u-root/u-root/cmds/core/init
 	google.golang.org/protobuf/cmd/protoc-gen-go
 )
