@@ -105,7 +105,7 @@ func testSeams(dir string) (seams, uint32, uint32) {
 	return s, uid, gid
 }
 
-func startHelper(t *testing.T, mod func(*Config, *seams)) *testHelper {
+func startHelper(t testing.TB, mod func(*Config, *seams)) *testHelper {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "root"), 0o755); err != nil {

@@ -378,3 +378,42 @@ func TestOpenHostTPM(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkTPMSign measures a node's signature through the helper
+// (helpertpm, the socket, the helper, swtpm) next to one by the TPM
+// directly.
+func BenchmarkTPMSign(b *testing.B) {
+	digest := sha256.Sum256([]byte("bench"))
+	b.Run("through the helper", func(b *testing.B) {
+		addr := swtpmtest.Start(b, "").Addr
+		h := startHelper(b, func(_ *Config, s *seams) {
+			s.openTPM = func() (*tpm.TPM, error) { return tpm.OpenTCP(addr) }
+		})
+		k, err := helpertpm.New(h.client).NewNodeKey()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for b.Loop() {
+			if _, err := k.Sign(nil, digest[:], nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("directly", func(b *testing.B) {
+		tp, err := tpm.OpenTCP(swtpmtest.Start(b, "").Addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer tp.Close()
+		k, err := tp.NodeKey([32]byte{1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, err := k.Sign(nil, digest[:], nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
