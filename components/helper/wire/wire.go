@@ -438,17 +438,22 @@ func (r *Response) CheckAnswer(op string) error {
 	case OpTPMCertify:
 		want = "attest signature ak_public"
 	}
-	has := map[string]bool{
-		"rules": r.Rules != nil, "loaded": r.Loaded != nil, "public": len(r.Public) > 0,
-		"signature": len(r.Signature) > 0, "attest": len(r.Attest) > 0, "ak_public": len(r.AKPublic) > 0,
+	fields := []struct {
+		name string
+		set  bool
+	}{
+		{"rules", r.Rules != nil}, {"loaded", r.Loaded != nil}, {"public", len(r.Public) > 0},
+		{"signature", len(r.Signature) > 0}, {"attest", len(r.Attest) > 0}, {"ak_public", len(r.AKPublic) > 0},
 	}
-	for f, set := range has {
-		in := strings.Contains(" "+want+" ", " "+f+" ")
-		if set && !in {
-			return fmt.Errorf("answer to %s carries %s, which it does not answer", clip(op), f)
+	// Another operation's result first, then a missing one, in a fixed order.
+	for _, f := range fields {
+		if f.set && !strings.Contains(" "+want+" ", " "+f.name+" ") {
+			return fmt.Errorf("answer to %s carries %s, which it does not answer", clip(op), f.name)
 		}
-		if !set && in {
-			return fmt.Errorf("answer to %s carries no %s", clip(op), f)
+	}
+	for _, f := range fields {
+		if !f.set && strings.Contains(" "+want+" ", " "+f.name+" ") {
+			return fmt.Errorf("answer to %s carries no %s", clip(op), f.name)
 		}
 	}
 	return nil
