@@ -34,6 +34,7 @@ import (
 	"github.com/better-compute/bcd/components/identity"
 	"github.com/better-compute/bcd/components/pki"
 	"github.com/better-compute/bcd/components/tpm"
+	"github.com/better-compute/bcd/components/tpm/ekcert"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -201,7 +202,7 @@ func (s *Server) checkEK(ekPub, ekCert []byte) (tpmEnrolment, string, error) {
 		for _, c := range mustParseCerts(ca.CAPEM) {
 			roots.AddCert(c)
 		}
-		err := tpm.VerifyEKCertificate(ekCert, ekPub, roots, nil)
+		err := ekcert.Verify(ekCert, ekPub, roots, nil)
 		if err == nil {
 			return ca, pin, nil
 		}

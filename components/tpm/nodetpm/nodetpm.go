@@ -135,6 +135,13 @@ func (h *TPM) EK() (pub, cert []byte, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if ek.Cert != nil {
+		if c, err := x509.ParseCertificate(ek.Cert); err == nil {
+			if pk, ok := c.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pk.Equal(ek.Key) {
+				return nil, nil, fmt.Errorf("the EK certificate at NV %#x is for another key than the EK the TPM derives", ek.CertIndex)
+			}
+		}
+	}
 	return ek.Public, ek.Cert, nil
 }
 
