@@ -25,6 +25,7 @@ var forbidden = map[string]map[string]string{
 		"go.etcd.io/bbolt":                                 "the helper keeps no journal",
 		"github.com/go-jose/go-jose":                       "the helper handles no join",
 		"github.com/better-compute/bcd/components/gateway": "the gateway is bcgw's",
+		"crypto/x509":                                      "the root half verifies no certificates (EK certificates are bcgw's: components/tpm/ekcert)",
 	},
 	"node": {
 		"github.com/better-compute/bcd/components/bootserver": "the boot server is the site's",
