@@ -59,12 +59,14 @@ sizes: build image
 
 # bench prints each figure next to its reference measured in the same run:
 # journal commands/s with fsync against the raw fsync rate of the same kind
-# of directory, and bcd sim with 1,000 agents (BCD_SIM_NODES) against one
-# agent alone.
+# of directory, bcd sim with 1,000 agents (BCD_SIM_NODES) against one
+# agent alone, deploy.image against zstd -dc | dd, and a node key's
+# signature through bcd helper against one by the TPM (swtpm) directly.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./components/journal/ | grep -E '^(Benchmark|ok)'
 	$(GO) test -run '^$$' -bench BenchmarkSim -benchtime 1x -timeout 30m ./e2e/ | grep -vE '^[[:space:]]*[{]'
 	$(GO) test -run '^$$' -bench BenchmarkDeploy -benchtime 3x ./components/deploy/ | grep -E '^(Benchmark|ok|deploy)'
+	$(GO) test -run '^$$' -bench BenchmarkTPMSign -benchtime 200x ./components/helper/ | grep -E '^(Benchmark|ok)'
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '^proto/gen/')
