@@ -107,6 +107,17 @@ type lab struct {
 	bin  string
 	root string
 	out  *outputs
+	// cred, when set, runs every process of this lab as that user (with
+	// / as its working directory).
+	cred *syscall.Credential
+}
+
+// as sets cmd to run as l.cred, when set.
+func (l *lab) as(cmd *exec.Cmd) {
+	if l.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: l.cred}
+		cmd.Dir = "/"
+	}
 }
 
 func newLab(t testing.TB) *lab {
@@ -122,6 +133,7 @@ func (l *lab) run(stdin string, env []string, name string, args ...string) (int,
 	cmd := exec.CommandContext(ctx, filepath.Join(l.bin, name), args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Env = append(os.Environ(), env...)
+	l.as(cmd)
 	so, se := &syncBuf{name: name + " " + strings.Join(args, " ") + " (stdout)"}, &syncBuf{name: name + " (stderr)"}
 	l.out.add(so)
 	l.out.add(se)
@@ -162,6 +174,7 @@ func (l *lab) startStdin(stdin string, env []string, name string, args ...string
 	cmd := exec.Command(filepath.Join(l.bin, name), args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Env = append(os.Environ(), env...)
+	l.as(cmd)
 	se := &syncBuf{name: name + " " + strings.Join(args, " ") + " (stderr)"}
 	so := &syncBuf{name: name + " (stdout)"}
 	l.out.add(se)

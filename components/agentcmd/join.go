@@ -370,5 +370,15 @@ func handOver(cfg *config.Config) error {
 			return fmt.Errorf("hand %s to %s: %w", p, u.Username, err)
 		}
 	}
+	if buildinfo.FakeHW {
+		// The fake machine's boot id, which the join's claims made (0700
+		// root's): bcd node reads it at start.
+		fake := filepath.Join(cfg.DataDir, "fakehw")
+		for _, p := range []string{fake, filepath.Join(fake, "boot_id")} {
+			if err := os.Lchown(p, uid, gid); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("hand %s to %s: %w", p, u.Username, err)
+			}
+		}
+	}
 	return nil
 }
