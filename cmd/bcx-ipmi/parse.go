@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/better-compute/bcd/components/bcx"
 )
 
 // What ipmitool prints comes from the BMC: every parser here bounds what
@@ -120,18 +122,5 @@ func parseSDR(out string) []Sensor {
 	return ss
 }
 
-// printable replaces control characters and invalid UTF-8 and shortens s
-// to n bytes.
-func printable(s string, n int) string {
-	s = strings.ToValidUTF8(s, "?")
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > n {
-		s = strings.ToValidUTF8(s[:n], "")
-	}
-	return s
-}
+// printable is bcx.Printable.
+func printable(s string, n int) string { return bcx.Printable(s, n) }

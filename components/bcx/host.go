@@ -263,8 +263,11 @@ var (
 	opRe   = regexp.MustCompile(`^[a-z][A-Za-z0-9]{0,31}\.[a-z][A-Za-z0-9]{0,31}$`)
 )
 
-// printable drops control characters and shortens s to n bytes.
-func printable(s string, n int) string {
+// Printable makes text from a plugin or a tool fit for a log line or an
+// error: invalid UTF-8 and control characters replaced, at most n bytes
+// (cut on a character boundary, "..." marking the cut).
+func Printable(s string, n int) string {
+	s = strings.ToValidUTF8(s, "?")
 	s = strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {
 			return ' '
@@ -272,10 +275,12 @@ func printable(s string, n int) string {
 		return r
 	}, s)
 	if len(s) > n {
-		s = s[:n] + "..."
+		s = strings.ToValidUTF8(s[:n], "") + "..."
 	}
 	return s
 }
+
+func printable(s string, n int) string { return Printable(s, n) }
 
 // Delay is the wait before restart n (0-based): base doubling, capped.
 func Delay(n int, base, max time.Duration) time.Duration {
