@@ -40,7 +40,7 @@ func doctorChecks(cfg *config.Config, path string) []doctor.Check {
 	var helper []doctor.Check
 	if cfg != nil {
 		dataDir = cfg.DataDir
-		helper = doctor.Helper(cfg.Helper)
+		helper = append(doctor.Helper(cfg.Helper), doctor.TSS(cfg.Helper)...)
 	}
 	hw, backend := hardware(dataDir)
 	return append(append(doctor.Base(cfg, path), nodekinds.DoctorChecks(hw, backend)...), helper...)
