@@ -89,6 +89,11 @@ func Command(kinds func(Env) []dispatch.Kind) cli.Command {
 				return cli.Fail(env, "bcd ramdisk", err)
 			}
 			claims := hostinfo.Claims(abs)
+			if h := claims.GetHostname(); h == "" || h == "(none)" || h == "localhost" {
+				// A PXE-booted machine has no name of its own yet: name it
+				// by its boot MAC, so bcgw nodes shows which machine it is.
+				claims.Hostname = "pxe-" + strings.ReplaceAll(p.MAC.String(), ":", "")
+			}
 			a, err := join.Join(ctx, join.Options{Client: client, Role: "ramdisk", Attestor: "discovery", Token: p.DiscoveryToken,
 				Assertion: p.Assertion, EncryptionJWK: jwk, SigningPin: cfg.JoinSigningKeyPin, Claims: claims, DataDir: abs,
 				Log: log.With("component", "join")})
