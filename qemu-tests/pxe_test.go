@@ -352,13 +352,16 @@ func TestPXEBoot(t *testing.T) {
 	// The joined ramdisk answers a command, then the VM goes.
 	if tJoined != 0 {
 		var nodes []struct {
-			ID, Role  string
-			Connected bool
+			ID, Role, Hostname string
+			Connected          bool
 		}
 		waitFor(t, "the ramdisk connected", 60*time.Second, func() bool {
 			json.Unmarshal([]byte(bcgw("nodes", "--json")), &nodes)
 			for _, n := range nodes {
 				if n.Role == "ramdisk" && n.Connected {
+					if want := "pxe-" + strings.ReplaceAll(pxeMAC, ":", ""); n.Hostname != want {
+						t.Errorf("the ramdisk's hostname is %q, want %q (named by its boot MAC)", n.Hostname, want)
+					}
 					return true
 				}
 			}
