@@ -426,13 +426,16 @@ func TestPXEBoot(t *testing.T) {
 			end := time.Now().Add(150 * time.Second)
 			for tOSJoined == 0 && time.Now().Before(end) {
 				var nodes []struct {
-					ID, Role  string
-					Connected bool
+					ID, Role, Hostname string
+					Connected          bool
 				}
 				json.Unmarshal([]byte(bcgw("nodes", "--json")), &nodes)
 				for _, x := range nodes {
 					if x.ID == provisionedID && x.Role == "node" && x.Connected {
 						tOSJoined = time.Since(start)
+						if x.Hostname != provisionedID {
+							t.Errorf("the installed OS's hostname is %q, want %q (its init names it after its node id)", x.Hostname, provisionedID)
+						}
 					}
 				}
 				time.Sleep(500 * time.Millisecond)

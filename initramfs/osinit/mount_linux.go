@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -43,5 +44,13 @@ func MountRoot(dev string, printf func(string, ...any)) error {
 		}
 	}
 	printf("root file system %s mounted; /etc/bcd and /var/lib/bcd are its own", dev)
+	// The OS is named after the node it joins as, when the deploy said.
+	if b, err := os.ReadFile("/etc/bcd/node-id"); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" && len(id) <= 63 && !strings.ContainsAny(id, " \t/") {
+			if err := unix.Sethostname([]byte(id)); err != nil {
+				printf("sethostname(%s) = %v", id, err)
+			}
+		}
+	}
 	return nil
 }
