@@ -26,6 +26,7 @@ want ipmi_sim openipmi
 want ipmitool ipmitool
 want mkfs.ext4 e2fsprogs
 [ -e /usr/lib/ipxe/qemu/pxe-e1000.rom ] || need+=(ipxe-qemu)
+[ -e /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -46,6 +46,12 @@ const (
 	InitPackage = "./initramfs/cmd/ramdisk-init"
 )
 
+// DefaultCABundle is Debian's bundle of the public CAs (ca-certificates).
+const DefaultCABundle = "/etc/ssl/certs/ca-certificates.crt"
+
+// caBundlePath is where the image holds it.
+const caBundlePath = "etc/ssl/certs/ca-certificates.crt"
+
 // ErrGoModLacksInit is returned when go.mod and go.sum do not cover the
 // packages u-root's init imports (mkuimage builds it in this module).
 var ErrGoModLacksInit = errors.New("go.mod lacks what u-root's init (" + UrootInit + ") needs")
@@ -82,6 +88,11 @@ type Config struct {
 	// default the ramdisk's. The test installed OS (images/osimage) puts
 	// the node role and initramfs/cmd/os-init there.
 	RolePackage, InitPackage string
+	// CABundle is the PEM file of CA certificates put at
+	// etc/ssl/certs/ca-certificates.crt (where Go looks on Linux), so
+	// deploy.image can fetch an image from its https source URL; default
+	// DefaultCABundle when it exists, "-" for none.
+	CABundle string
 	// CacheDir holds cached base layers; empty disables the cache.
 	CacheDir string
 	Log      io.Writer // progress lines; nil discards
@@ -177,6 +188,30 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	logf("built bin/ramdisk-init and bin/bcd in %.1fs", time.Since(t).Seconds())
+
+	switch bundle := cfg.CABundle; {
+	case bundle == "-":
+	case bundle == "" && !exists(DefaultCABundle):
+		logf("no CA bundle (%s missing: apt-get install ca-certificates): deploy.image cannot fetch from https URLs", DefaultCABundle)
+	default:
+		if bundle == "" {
+			bundle = DefaultCABundle
+		}
+		if err := os.MkdirAll(filepath.Join(stage, filepath.Dir(caBundlePath)), 0o755); err != nil {
+			return nil, err
+		}
+		if err := copyFile(bundle, filepath.Join(stage, caBundlePath), 0o644); err != nil {
+			return nil, fmt.Errorf("initramfs: CA bundle: %w", err)
+		}
+		for _, d := range []string{"etc/ssl/certs", "etc/ssl"} {
+			if err := os.Chmod(filepath.Join(stage, d), 0o755); err != nil {
+				return nil, err
+			}
+		}
+		if st, err := os.Stat(filepath.Join(stage, caBundlePath)); err == nil {
+			res.Sizes[caBundlePath] = st.Size()
+		}
+	}
 
 	plan, modBytes, err := stageModules(cfg, stage)
 	if err != nil {
@@ -556,4 +591,9 @@ func digits(s string) int {
 		i++
 	}
 	return i
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

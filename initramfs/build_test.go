@@ -99,9 +99,11 @@ func TestBuild(t *testing.T) {
 	os.WriteFile(bcd, []byte("#!/bin/sh\n"), 0o755)
 	cache, _ := os.UserCacheDir()
 	out := filepath.Join(t.TempDir(), "initramfs.cpio.zst")
+	bundle := filepath.Join(t.TempDir(), "ca.pem")
+	os.WriteFile(bundle, []byte("a CA bundle\n"), 0o600)
 	res, err := Build(context.Background(), Config{
 		Repo: "..", KernelRelease: rel, ModulesRoot: root, Modules: []string{"drv"},
-		BCD: bcd, Output: out, CacheDir: filepath.Join(cache, "bcd-ramdisk"),
+		BCD: bcd, Output: out, CacheDir: filepath.Join(cache, "bcd-ramdisk"), CABundle: bundle,
 	})
 	if errors.Is(err, ErrGoModLacksInit) && os.Getenv("CI") != "true" {
 		t.Skipf("INITRAMFS BUILD TEST SKIPPED (fails under CI=true): %v", err)
@@ -142,6 +144,10 @@ func TestBuild(t *testing.T) {
 		if _, ok := byName[name]; ok {
 			t.Errorf("the archive has %s", name)
 		}
+	}
+	// The CA bundle, where Go looks for it, readable by all.
+	if r, ok := byName["etc/ssl/certs/ca-certificates.crt"]; !ok || r.Mode&0o777 != 0o644 || r.FileSize != uint64(len("a CA bundle\n")) {
+		t.Errorf("the CA bundle in the archive: %v %v", ok, r.Info)
 	}
 	if r := byName["."]; r.Mode&0o777 != 0o755 {
 		t.Errorf("the root is mode %#o, want 0755", r.Mode&0o777)

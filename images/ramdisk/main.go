@@ -50,6 +50,7 @@ func main() {
 	flag.StringVar(&cfg.ModulesRoot, "modules-root", "/lib/modules", "where the kernels' module trees are")
 	flag.StringVar(&cfg.BCD, "bcd", "", "a built ramdisk role binary (default: build ./roles/ramdisk with -ldflags)")
 	flag.StringVar(&cfg.LDFlags, "ldflags", "-s -w", "linker flags for the role binary (make image passes the Makefile's, with version and commit)")
+	flag.StringVar(&cfg.CABundle, "ca-bundle", "", "CA certificates (PEM) for deploy.image's https sources (default "+initramfs.DefaultCABundle+"; - for none)")
 	flag.StringVar(&cfg.CacheDir, "cache", filepath.Join(cache, "bcd-ramdisk"), "where initramfs base layers are cached")
 	flag.Parse()
 	if flag.NArg() > 0 {
