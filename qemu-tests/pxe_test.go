@@ -4,12 +4,19 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io/fs"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -25,6 +32,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/u-root/mkuimage/cpio"
 	"golang.org/x/sys/unix"
 
 	"github.com/better-compute/bcd/components/bootparams"
@@ -195,9 +203,14 @@ func TestPXEBoot(t *testing.T) {
 		"--dhcp-range=10.77.0.100,10.77.0.150,12h", "--no-ping", "--enable-ra", "--dhcp-range=::,constructor:br0,ra-only",
 		"--dhcp-leasefile="+filepath.Join(root, "leases"), "--pid-file="+filepath.Join(root, "dnsmasq.pid"))
 
-	// The image source, served over https inside the namespace.
+	// The image source, served over https on the bridge with a certificate
+	// of the test's own CA. The site trusts it (BCD_FAKEHW_EXTRA_CA), and
+	// so does the ramdisk: its initrd gets that CA as its CA bundle in an
+	// appended cpio, where the real image has the build host's bundle.
 	kernel, _ := os.ReadFile(filepath.Join(image, "vmlinuz"))
-	initrd, _ := os.ReadFile(filepath.Join(image, "initramfs.cpio.zst"))
+	initrdImage, _ := os.ReadFile(filepath.Join(image, "initramfs.cpio.zst"))
+	srcCert, srcCAPEM := selfSignedTLS(t, pxeBridgeIP)
+	initrd := appendCPIO(t, initrdImage, []cpio.Record{cpio.StaticFile("etc/ssl/certs/ca-certificates.crt", string(srcCAPEM), 0o644)})
 	// The test installed OS (images/osimage): an MBR, an ext4 partition
 	// with the kernel and an initramfs whose init runs bcd join --node-id
 	// and bcd node. A second copy with one byte changed, recompressed,
@@ -229,11 +242,12 @@ func TestPXEBoot(t *testing.T) {
 			http.NotFound(w, r)
 		}
 	}))
-	src.Listener = ns.listen(t, "127.0.0.1:0")
+	src.Listener = ns.listen(t, pxeBridgeIP+":0")
+	src.TLS = &tls.Config{Certificates: []tls.Certificate{srcCert}}
 	src.StartTLS()
 	defer src.Close()
 	ca := filepath.Join(root, "src-ca.pem")
-	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: src.Certificate().Raw}), 0o644)
+	os.WriteFile(ca, srcCAPEM, 0o644)
 
 	gwDir := filepath.Join(root, "gw")
 	gw := ns.start(t, nil, filepath.Join(bin, "bcgw"), "serve", "--data-dir", gwDir, "--listen", pxeBridgeIP+":8443",
@@ -399,6 +413,18 @@ func TestPXEBoot(t *testing.T) {
 			}
 			t.Logf("deploy.image of a corrupted cache copy: FAILED, first MiB zeroed")
 			os.WriteFile(blob, osZst.Bytes(), 0o444)
+			// A digest the cache does not hold: the ramdisk fetches the
+			// source URL over https (its CA bundle), writes the image, finds
+			// another digest, fails and leaves the disk unbootable.
+			wrong := sum([]byte("not the image"))
+			out = bcgwFail("run", n.ID, "deploy.image", "--body", `{"target":"/dev/vda","sha256":"`+wrong+`","url":"`+src.URL+`/os.img.zst"}`, "--wait", "--timeout", "180s")
+			if !strings.Contains(out, `"FAILED"`) || !strings.Contains(out, "sha256 is "+osDigest) || !strings.Contains(out, "unbootable") || !strings.Contains(out, src.URL) {
+				t.Fatalf("deploy.image with a wrong digest from its https source: %s", out)
+			}
+			if vb, _ := os.ReadFile(vda); !allZero(vb[:1<<20]) {
+				t.Fatal("after deploy.image with a wrong digest the disk's first MiB (its partition table) is not zero")
+			}
+			t.Logf("deploy.image with a wrong digest, from its https source URL: FAILED, first MiB zeroed")
 
 			// The real deploy, which configures the installed OS: config.toml,
 			// join-encryption.jwk, a provisioned token for pxe-node-1, and
@@ -530,7 +556,7 @@ func TestPXEBoot(t *testing.T) {
 	if strings.Contains(out3.String(), "Linux version") || strings.Count(site.String(), `"msg":"iPXE script served"`) != 1 {
 		t.Fatalf("a machine booted while the site did not hold the lease:\n%s", out3.String())
 	}
-	t.Logf("PXE: QEMU start -> ramdisk init %v -> bc.* printed %v -> joined bcgw as a ramdisk %v -> installed OS's init (kexec) %v -> joined as node %s %v; initramfs %d bytes", tInit.Round(100*time.Millisecond), tParams.Round(100*time.Millisecond), tJoined.Round(100*time.Millisecond), tKexec.Round(100*time.Millisecond), provisionedID, tOSJoined.Round(100*time.Millisecond), len(initrd))
+	t.Logf("PXE: QEMU start -> ramdisk init %v -> bc.* printed %v -> joined bcgw as a ramdisk %v -> installed OS's init (kexec) %v -> joined as node %s %v; initramfs %d bytes", tInit.Round(100*time.Millisecond), tParams.Round(100*time.Millisecond), tJoined.Round(100*time.Millisecond), tKexec.Round(100*time.Millisecond), provisionedID, tOSJoined.Round(100*time.Millisecond), len(initrdImage))
 }
 
 // findBlob finds the site cache's file of an image.
@@ -594,4 +620,25 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("%s: not within %v", what, d)
+}
+
+// selfSignedTLS makes a CA certificate for ip that serves TLS itself, and
+// its PEM.
+func selfSignedTLS(t *testing.T, ip string) (tls.Certificate, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bcd PXE test image source"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.ParseIP(ip)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

@@ -37,6 +37,19 @@ func overlay(t *testing.T, image string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	img := appendCPIO(t, base, []cpio.Record{cpio.StaticFile("bin/vmwipe", string(exe), 0o755), cpio.Symlink("bin/uinit", "vmwipe")})
+	p := filepath.Join(dir, "initrd")
+	if err := os.WriteFile(p, img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// appendCPIO returns an initramfs with a zstd cpio of recs appended: the
+// kernel unpacks concatenated archives in order, later entries replacing
+// earlier ones.
+func appendCPIO(t *testing.T, base []byte, recs []cpio.Record) []byte {
+	t.Helper()
 	var buf bytes.Buffer
 	buf.Write(base)
 	zw, err := zstd.NewWriter(&buf)
@@ -44,7 +57,6 @@ func overlay(t *testing.T, image string) string {
 		t.Fatal(err)
 	}
 	w := cpio.Newc.Writer(zw)
-	recs := []cpio.Record{cpio.StaticFile("bin/vmwipe", string(exe), 0o755), cpio.Symlink("bin/uinit", "vmwipe")}
 	if err := cpio.WriteRecords(w, recs); err != nil {
 		t.Fatal(err)
 	}
@@ -54,11 +66,7 @@ func overlay(t *testing.T, image string) string {
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(dir, "initrd")
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return buf.Bytes()
 }
 
 type vmRun struct {
