@@ -49,7 +49,20 @@ func TestCommandProgress(t *testing.T) {
 	send(c.ID, `{"written":2}`)
 	send(theirs.ID, `{"written":3}`)
 	send(c.ID, `not json`)
-	waitFor(t, "the progress", func() bool { return string(view(c.ID).Progress) == `{"written":2}` })
+	// A result for an unknown command is acked: once that Ack is back,
+	// the gateway has handled every frame before it (one stream, in order).
+	if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Result{Result: &bcdv1.CommandResult{CommandId: "cmd_sentinel", Status: "SUCCEEDED"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := st.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ids := f.GetAck().GetResultIds(); len(ids) == 1 && ids[0] == "cmd_sentinel" {
+			break
+		}
+	}
 	if v := view(theirs.ID); v.Progress != nil {
 		t.Fatalf("another node's progress was kept: %s", v.Progress)
 	}
@@ -65,5 +78,62 @@ func TestCommandProgress(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if v := view(c.ID); v.Progress != nil {
 		t.Fatalf("a finished command shows progress: %s", v.Progress)
+	}
+}
+
+// What the gateway keeps for a command (its user data) ends with it: on
+// its result, and on a cancel before delivery, which also wakes an admin
+// call waiting for it.
+func TestCommandStateEndsWithTheCommand(t *testing.T) {
+	g := startGateway(t, gateway.Config{})
+	a, idle := g.join(t), g.join(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	secret := func(id string) string {
+		v, _ := g.s.Store().Meta("cmd/" + id + "/secret/" + gateway.SecretUserData)
+		return string(v)
+	}
+	// Ended by its result.
+	st, _, err := openSession(t, ctx, g.client(t, certOf(a)), a.NodeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the session", func() bool { return g.s.Connected(a.NodeID) })
+	c, err := g.s.SendCommandWithSecrets(a.NodeID, "deploy.image", []byte(`{}`), time.Minute, map[string][]byte{gateway.SecretUserData: []byte("#cloud-config")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secret(c.ID) != "#cloud-config" {
+		t.Fatal("the user data was not stored with the command")
+	}
+	if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Result{Result: &bcdv1.CommandResult{CommandId: c.ID, Status: "SUCCEEDED"}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the user data dropped with the result", func() bool { return secret(c.ID) == "" })
+
+	// Cancelled before delivery (its node is not connected).
+	c2, err := g.s.SendCommandWithSecrets(idle.NodeID, "deploy.image", []byte(`{}`), time.Minute, map[string][]byte{gateway.SecretUserData: []byte("#cloud-config")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := gateway.NewAdminClient(g.dir, "", "")
+	woke := make(chan time.Duration, 1)
+	go func() {
+		start := time.Now()
+		ac.Command(ctx, c2.ID, 20*time.Second)
+		woke <- time.Since(start)
+	}()
+	time.Sleep(300 * time.Millisecond) // the call is waiting
+	if _, err := g.s.CancelCommand(c2.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-woke:
+		t.Logf("the waiting admin call returned %v after it started", d)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a cancel before delivery did not wake the admin call waiting for the command")
+	}
+	if secret(c2.ID) != "" {
+		t.Fatal("the user data outlived the cancelled command")
 	}
 }

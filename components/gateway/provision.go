@@ -46,11 +46,8 @@ func ValidNodeID(id string) error {
 // through SecretProvisionedToken, made by hand for an OS installed some
 // other way. An existing node of that id is replaced when it joins.
 func (s *Server) NewProvisionedToken(site, nodeID string, ttl time.Duration) (string, store.Token, error) {
-	if err := ValidNodeID(nodeID); err != nil {
+	if err := s.provisionable(nodeID); err != nil {
 		return "", store.Token{}, err
-	}
-	if n, err := s.store.Node(nodeID); err == nil && n.Role != "node" {
-		return "", store.Token{}, fmt.Errorf("node id %s is a %s's", n.ID, n.Role)
 	}
 	if site == "" {
 		site = "lab"
@@ -58,7 +55,7 @@ func (s *Server) NewProvisionedToken(site, nodeID string, ttl time.Duration) (st
 	if ttl <= 0 {
 		ttl = ProvisionedTokenTTL
 	}
-	tok, t, err := s.mintToken(store.Token{Role: "node", Site: site, Uses: 1, ExpiresAt: s.now().Add(ttl).UTC(), NodeID: nodeID})
+	tok, t, err := s.mintToken(provisionedToken(site, nodeID, ttl, s.now()))
 	if err != nil {
 		return "", t, err
 	}
@@ -66,10 +63,25 @@ func (s *Server) NewProvisionedToken(site, nodeID string, ttl time.Duration) (st
 	return tok, t, nil
 }
 
-func commandSecretKey(cmdID, name string) string { return "cmdsecret/" + cmdID + "/" + name }
+// provisionable checks a node id an installed OS may join as: well formed,
+// and not an agent of another role.
+func (s *Server) provisionable(nodeID string) error {
+	if err := ValidNodeID(nodeID); err != nil {
+		return err
+	}
+	if n, err := s.store.Node(nodeID); err == nil && n.Role != "node" {
+		return fmt.Errorf("node id %s is a %s's", n.ID, n.Role)
+	}
+	return nil
+}
+
+// provisionedToken is a one-use token of role node bound to nodeID.
+func provisionedToken(site, nodeID string, ttl time.Duration, now time.Time) store.Token {
+	return store.Token{Role: "node", Site: site, Uses: 1, ExpiresAt: now.Add(ttl).UTC(), NodeID: nodeID}
+}
 
 func (s *Server) putCommandSecret(cmdID, name string, v []byte) error {
-	return s.store.SetMeta(commandSecretKey(cmdID, name), v)
+	return s.store.SetMeta(commandKey(cmdID, "secret/"+name), v)
 }
 
 // provisionSecret answers a ramdisk's SecretRequest for a running
@@ -83,7 +95,7 @@ func (s *Server) provisionSecret(l *live, req *bcdv1.SecretRequest) ([]byte, err
 		return nil, fmt.Errorf("%s is bound to a running deploy.image command of this ramdisk", req.GetName())
 	}
 	if req.GetName() == SecretUserData {
-		v, _ := s.store.Meta(commandSecretKey(c.ID, SecretUserData))
+		v, _ := s.store.Meta(commandKey(c.ID, "secret/"+SecretUserData))
 		if len(v) == 0 {
 			return nil, errors.New("the command was sent without user data")
 		}
@@ -98,27 +110,17 @@ func (s *Server) provisionSecret(l *live, req *bcdv1.SecretRequest) ([]byte, err
 	if body.OS.NodeID == "" {
 		return nil, errors.New(`the command's "os" section names no node_id`)
 	}
-	if err := ValidNodeID(body.OS.NodeID); err != nil {
+	if err := s.provisionable(body.OS.NodeID); err != nil {
 		return nil, err
-	}
-	if n, err := s.store.Node(body.OS.NodeID); err == nil && n.Role != "node" {
-		return nil, fmt.Errorf("node id %s is a %s's", n.ID, n.Role)
 	}
 	ramdisk, err := s.store.Node(l.nodeID)
 	if err != nil {
 		return nil, err
 	}
-	// One live token per command: a re-request replaces it.
-	key := "provisioned/" + c.ID
-	if old, _ := s.store.Meta(key); len(old) > 0 {
-		_ = s.store.DeleteToken(string(old))
-	}
-	tok, t, err := s.mintToken(store.Token{Role: "node", Site: ramdisk.Site, Uses: 1,
-		ExpiresAt: s.now().Add(ProvisionedTokenTTL).UTC(), NodeID: body.OS.NodeID, Command: c.ID})
+	t := provisionedToken(ramdisk.Site, body.OS.NodeID, ProvisionedTokenTTL, s.now())
+	t.Command = c.ID
+	tok, err := s.commandToken(c.ID, t)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.store.SetMeta(key, []byte(t.ID)); err != nil {
 		return nil, err
 	}
 	return []byte(tok), nil

@@ -64,18 +64,41 @@ func (s *Server) secret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One live discovery token per command: a re-request replaces it.
-	key := "discovery/" + c.ID
-	if old, _ := s.store.Meta(key); len(old) > 0 {
-		_ = s.store.DeleteToken(string(old))
-	}
-	tok, t, err := s.mintToken(store.Token{Role: "ramdisk", Site: n.Site, Uses: 1,
+	tok, err := s.commandToken(c.ID, store.Token{Role: "ramdisk", Site: n.Site, Uses: 1,
 		ExpiresAt: s.now().Add(DiscoveryTokenTTL).UTC(), MAC: mac.String(), Command: c.ID})
 	if err != nil {
 		return nil, err
 	}
-	if err := s.store.SetMeta(key, []byte(t.ID)); err != nil {
-		return nil, err
-	}
 	return []byte(tok), nil
+}
+
+// commandKey names state the gateway keeps for one command in its meta
+// bucket (its secrets, the id of its live token); all of it is dropped
+// when the command's result is stored.
+func commandKey(cmdID, what string) string { return "cmd/" + cmdID + "/" + what }
+
+// commandToken mints t as the one live token of command cmdID: a re-request
+// while the command runs replaces the token minted before. The token
+// outlives the command (the machine it is for boots later).
+func (s *Server) commandToken(cmdID string, t store.Token) (string, error) {
+	key := commandKey(cmdID, "token")
+	if old, _ := s.store.Meta(key); len(old) > 0 {
+		_ = s.store.DeleteToken(string(old))
+	}
+	tok, rec, err := s.mintToken(t)
+	if err != nil {
+		return "", err
+	}
+	if err := s.store.SetMeta(key, []byte(rec.ID)); err != nil {
+		return "", err
+	}
+	return tok, nil
+}
+
+// dropCommandState forgets what the gateway kept for a finished command:
+// its secrets (deploy.image's user data) do not outlive it.
+func (s *Server) dropCommandState(cmdID string) {
+	if err := s.store.DeleteMetaPrefix("cmd/" + cmdID + "/"); err != nil {
+		s.log.Warn("dropping a finished command's secrets failed", "command_id", cmdID, "err", err)
+	}
 }

@@ -527,6 +527,9 @@ func (s *Server) CancelCommand(id, reason string) (store.Command, error) {
 	if err != nil {
 		return c, fmt.Errorf("command %s: %w", id, err)
 	}
+	if done {
+		s.resultStored(id) // it ended here: wake those waiting for it
+	}
 	if !done && c.State == store.StateDelivered {
 		s.hub.send(c.NodeID, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Cancel{Cancel: &bcdv1.Cancel{CommandId: id, Reason: reason}}})
 	}
@@ -566,8 +569,13 @@ func (s *Server) waitResult(id string) (<-chan struct{}, func()) {
 	}
 }
 
-// resultStored wakes the admin calls waiting for id.
+// resultStored is called once when command id ends (its result stored, or
+// cancelled before delivery): it drops the command's progress and the
+// state kept for it (its secrets), and wakes the admin calls waiting for
+// it.
 func (s *Server) resultStored(id string) {
+	s.dropProgress(id)
+	s.dropCommandState(id)
 	s.mu.Lock()
 	w := s.waiters[id]
 	delete(s.waiters, id)

@@ -324,7 +324,6 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 				if c, err := s.store.Command(r.GetCommandId()); err == nil {
 					s.bmcResult(c, r.GetStatus())
 				}
-				s.dropProgress(r.GetCommandId())
 				s.resultStored(r.GetCommandId())
 			}
 			l.push(outFrame{f: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{ResultIds: []string{r.GetCommandId()}}}}})

@@ -4,6 +4,7 @@
 package store
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -393,6 +394,21 @@ func (s *Store) Meta(key string) ([]byte, error) {
 		return nil
 	})
 	return out, err
+}
+
+// DeleteMetaPrefix deletes every value of the gateway's own whose key
+// starts with prefix.
+func (s *Store) DeleteMetaPrefix(prefix string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bMeta).Cursor()
+		p := []byte(prefix)
+		for k, _ := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, _ = c.Seek(p) {
+			if err := c.Delete(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // SetMeta writes a small value of the gateway's own.
