@@ -186,8 +186,8 @@ func (w *Writer) Write(ctx context.Context, src io.Reader, digest string, c Comp
 		return fail(copyErr)
 	}
 	if t.block {
-		if err := unix.IoctlSetInt(int(t.f.Fd()), unix.BLKRRPART, 0); err != nil {
-			res.Notes = append(res.Notes, fmt.Sprintf("ioctl(%s, BLKRRPART) = %v: the kernel sees the new partitions after a reboot or kexec", dst, err))
+		if err := RereadPartitions(t.f); err != nil {
+			res.Notes = append(res.Notes, fmt.Sprintf("%v: the kernel sees the new partitions after a reboot or kexec", err))
 		}
 	}
 	if err := t.f.Close(); err != nil {
@@ -452,3 +452,20 @@ func Digest(r io.Reader) (string, error) {
 // installed OS could not be configured) unbootable, as a digest mismatch
 // does, and says what it did.
 func Unbootable(dst string, written int64) string { return unbootable(dst, written) }
+
+// RereadPartitions asks the kernel to read the partition table of the
+// block device f again (BLKRRPART), retrying for up to 2 s while the
+// device is busy (udev or a mount still holding a partition).
+func RereadPartitions(f *os.File) error {
+	var err error
+	for i := 0; i < 20; i++ {
+		if err = unix.IoctlSetInt(int(f.Fd()), unix.BLKRRPART, 0); !errors.Is(err, unix.EBUSY) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("ioctl(%s, BLKRRPART) = %w", f.Name(), err)
+	}
+	return nil
+}

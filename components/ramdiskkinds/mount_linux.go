@@ -1,13 +1,14 @@
 package ramdiskkinds
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/better-compute/bcd/components/deploy"
 )
 
 // partitionPath names partition n of disk the way the kernel does:
@@ -19,27 +20,6 @@ func partitionPath(disk string, n int) string {
 	return fmt.Sprintf("%s%d", disk, n)
 }
 
-// rereadPartitions asks the kernel to read disk's partition table again
-// (BLKRRPART), retrying while the device is busy.
-func rereadPartitions(disk string) error {
-	f, err := os.Open(disk)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	for i := 0; ; i++ {
-		err = unix.IoctlSetInt(int(f.Fd()), unix.BLKRRPART, 0)
-		if err == nil || !errors.Is(err, unix.EBUSY) || i == 20 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		return fmt.Errorf("ioctl(%s, BLKRRPART) = %w", disk, err)
-	}
-	return nil
-}
-
 // fsTypes are tried in order when mounting an installed OS's partition.
 var fsTypes = []string{"ext4", "xfs", "btrfs", "vfat"}
 
@@ -47,7 +27,15 @@ var fsTypes = []string{"ext4", "xfs", "btrfs", "vfat"}
 // new directory under /run and returns it with the function that
 // unmounts it (which syncs the file system).
 func mountPartition(disk string, n int, readOnly bool) (string, func() error, error) {
-	if err := rereadPartitions(disk); err != nil {
+	// The table may be new (deploy.Write re-read it, but a busy device
+	// can defer that) or written by something else: read it again.
+	f, err := os.Open(disk)
+	if err != nil {
+		return "", nil, err
+	}
+	err = deploy.RereadPartitions(f)
+	f.Close()
+	if err != nil {
 		return "", nil, err
 	}
 	dev := partitionPath(disk, n)
