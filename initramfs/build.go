@@ -184,7 +184,7 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 		if err := goBuild(ctx, cfg.Repo, cfg.LDFlags, cfg.RolePackage, filepath.Join(bin, "bcd")); err != nil {
 			return nil, err
 		}
-	} else if err := copyFile(cfg.BCD, filepath.Join(bin, "bcd"), 0o755); err != nil {
+	} else if err := CopyFile(cfg.BCD, filepath.Join(bin, "bcd"), 0o755); err != nil {
 		return nil, err
 	}
 	logf("built bin/ramdisk-init and bin/bcd in %.1fs", time.Since(t).Seconds())
@@ -200,7 +200,7 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 		if err := os.MkdirAll(filepath.Join(stage, filepath.Dir(caBundlePath)), 0o755); err != nil {
 			return nil, err
 		}
-		if err := copyFile(bundle, filepath.Join(stage, caBundlePath), 0o644); err != nil {
+		if err := CopyFile(bundle, filepath.Join(stage, caBundlePath), 0o644); err != nil {
 			return nil, fmt.Errorf("initramfs: CA bundle: %w", err)
 		}
 		for _, d := range []string{"etc/ssl/certs", "etc/ssl"} {
@@ -377,7 +377,7 @@ func stageModules(cfg Config, stage string) (kmod.Plan, int64, error) {
 		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 			return plan, 0, err
 		}
-		if err := copyFile(filepath.Join(src, m.Path), to, 0o644); err != nil {
+		if err := CopyFile(filepath.Join(src, m.Path), to, 0o644); err != nil {
 			return plan, 0, err
 		}
 		st, _ := os.Stat(to)
@@ -400,7 +400,8 @@ func stageModules(cfg Config, stage string) (kmod.Plan, int64, error) {
 	return plan, total, nil
 }
 
-func copyFile(src, dst string, mode os.FileMode) error {
+// CopyFile copies src to dst (created or truncated, with mode).
+func CopyFile(src, dst string, mode os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("initramfs: %w", err)

@@ -20,6 +20,8 @@ import (
 	"path/filepath"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/better-compute/bcd/initramfs"
 )
 
 // Layout of the image.
@@ -79,7 +81,7 @@ func Build(ctx context.Context, c Config) (*Result, error) {
 		}
 	}
 	for src, dst := range map[string]string{c.Kernel: KernelPath, c.Initramfs: InitrdPath} {
-		if err := copyFile(src, filepath.Join(stage, dst)); err != nil {
+		if err := initramfs.CopyFile(src, filepath.Join(stage, dst), 0o644); err != nil {
 			return nil, err
 		}
 	}
@@ -173,21 +175,4 @@ func (c *counter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return fmt.Errorf("osimage: %w", err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -130,25 +130,12 @@ func digest(p string) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), n, err
 }
 
+// copyFile copies src to dst through a temporary file renamed into place.
 func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
+	if err := initramfs.CopyFile(src, dst+".tmp", 0o644); err != nil {
 		return err
 	}
-	defer in.Close()
-	tmp := dst + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, dst)
+	return os.Rename(dst+".tmp", dst)
 }
 
 func fail(err error) {
