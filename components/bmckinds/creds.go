@@ -7,7 +7,6 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/better-compute/bcd/components/dispatch"
 	"github.com/better-compute/bcd/components/session"
 )
 
@@ -19,12 +18,7 @@ type credentials struct {
 
 // secret asks the gateway for a secret bound to the running command.
 func secret(ctx context.Context, name string) ([]byte, error) {
-	s := session.SecretsFrom(ctx)
-	if s == nil {
-		return nil, errors.New("no session to ask the gateway for " + name)
-	}
-	id := dispatch.CommandID(ctx)
-	return s.Secret(ctx, name, id, id)
+	return session.CommandSecret(ctx, name)
 }
 
 // fetchCredentials fetches and parses the bmc-credentials secret; the raw

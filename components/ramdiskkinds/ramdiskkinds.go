@@ -327,12 +327,7 @@ func (c Config) secretFor(ctx context.Context, name string) ([]byte, error) {
 	if c.secret != nil {
 		return c.secret(ctx, name)
 	}
-	s := session.SecretsFrom(ctx)
-	if s == nil {
-		return nil, errors.New("no session to ask the gateway for " + name)
-	}
-	id := dispatch.CommandID(ctx)
-	return s.Secret(ctx, name, id, id)
+	return session.CommandSecret(ctx, name)
 }
 
 func (c Config) mounter() func(string, int, bool) (string, func() error, error) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/better-compute/bcd/components/backoff"
 	"github.com/better-compute/bcd/components/clock"
+	"github.com/better-compute/bcd/components/dispatch"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
 )
@@ -400,6 +401,17 @@ func WithSecrets(ctx context.Context, s Secrets) context.Context {
 func SecretsFrom(ctx context.Context) Secrets {
 	s, _ := ctx.Value(secretsKey{}).(Secrets)
 	return s
+}
+
+// CommandSecret asks the gateway for the secret name bound to the command
+// the context runs (its id names both the workflow and the step).
+func CommandSecret(ctx context.Context, name string) ([]byte, error) {
+	s := SecretsFrom(ctx)
+	if s == nil {
+		return nil, errors.New("no session to ask the gateway for " + name)
+	}
+	id := dispatch.CommandID(ctx)
+	return s.Secret(ctx, name, id, id)
 }
 
 // Report sends a StatusReport with sections (JSON) now if a session is up,

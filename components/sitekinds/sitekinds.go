@@ -126,12 +126,7 @@ func (c Config) prepare(ctx context.Context, b []byte) (json.RawMessage, error) 
 			return nil, fmt.Errorf("pull %s: %w", im.SHA256, err)
 		}
 	}
-	secrets := session.SecretsFrom(ctx)
-	if secrets == nil {
-		return nil, errors.New("no session to ask for the discovery token")
-	}
-	id := dispatch.CommandID(ctx)
-	tok, err := secrets.Secret(ctx, "discovery-token", id, id)
+	tok, err := session.CommandSecret(ctx, "discovery-token")
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +158,7 @@ func (c Config) prepare(ctx context.Context, b []byte) (json.RawMessage, error) 
 		return nil, errors.New(`body: "console" must be one word such as ttyS0,115200`)
 	}
 	if err := c.Entries.Put(bootserver.Entry{MAC: mac.String(), Kernel: body.Kernel.SHA256, Initrd: body.Initrd.SHA256,
-		Cmdline: "console=" + console + " panic=-1 " + params, Command: id, Created: time.Now().UTC()}); err != nil {
+		Cmdline: "console=" + console + " panic=-1 " + params, Command: dispatch.CommandID(ctx), Created: time.Now().UTC()}); err != nil {
 		return nil, err
 	}
 	// The token stays in the entry (served to that machine only); the
