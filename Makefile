@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO ?= go
 VERSION ?= 0.1.0-dev
 COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-LDFLAGS := -s -w -X github.com/better-compute/bcd/components/buildinfo.Version=$(VERSION) -X github.com/better-compute/bcd/components/buildinfo.Commit=$(COMMIT)
+LDFLAGS := -s -w -X github.com/better-compute/bcd/components/base/buildinfo.Version=$(VERSION) -X github.com/better-compute/bcd/components/base/buildinfo.Commit=$(COMMIT)
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 ROLES := node site ramdisk helper
 
@@ -63,9 +63,9 @@ sizes: build image
 # agent alone, deploy.image against zstd -dc | dd, and a node key's
 # signature through bcd helper against one by the TPM (swtpm) directly.
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./components/journal/ | grep -E '^(Benchmark|ok)'
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./components/agent/journal/ | grep -E '^(Benchmark|ok)'
 	$(GO) test -run '^$$' -bench BenchmarkSim -benchtime 1x -timeout 30m ./e2e/ | grep -vE '^[[:space:]]*[{]'
-	$(GO) test -run '^$$' -bench BenchmarkDeploy -benchtime 3x ./components/deploy/ | grep -E '^(Benchmark|ok|deploy)'
+	$(GO) test -run '^$$' -bench BenchmarkDeploy -benchtime 3x ./components/disk/deploy/ | grep -E '^(Benchmark|ok|deploy)'
 	$(GO) test -run '^$$' -bench BenchmarkTPMSign -benchtime 200x ./components/helper/ | grep -E '^(Benchmark|ok)'
 
 fmt:

@@ -37,7 +37,7 @@ fi
 # Reproducible packages: every file carries the last commit's time.
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 
-ldflags="-s -w -X github.com/better-compute/bcd/components/buildinfo.Version=$version -X github.com/better-compute/bcd/components/buildinfo.Commit=$commit"
+ldflags="-s -w -X github.com/better-compute/bcd/components/base/buildinfo.Version=$version -X github.com/better-compute/bcd/components/base/buildinfo.Commit=$commit"
 for arch in $arches; do
   mkdir -p "$bin_dir/$arch"
   for role in node site helper; do

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/better-compute/bcd/components/redfish/redfishtest"
+	"github.com/better-compute/bcd/components/bmc/redfish/redfishtest"
 )
 
 // TestBMCThroughSite: a site agent power-cycles and rotates the password

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/bcd/components/agent/journal"
 	"github.com/better-compute/bcd/components/gateway"
-	"github.com/better-compute/bcd/components/journal"
 )
 
 // TestExactlyOnceUnderKills kills bcd node with SIGKILL at random points

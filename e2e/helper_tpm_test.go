@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway/store"
-	"github.com/better-compute/bcd/components/identity"
-	"github.com/better-compute/bcd/components/tpm/swtpmtest"
-	"github.com/better-compute/bcd/components/wellknown"
+	"github.com/better-compute/bcd/components/trust/identity"
+	"github.com/better-compute/bcd/components/trust/tpm/swtpmtest"
+	"github.com/better-compute/bcd/components/trust/wellknown"
 )
 
 // TestUnprivilegedNodeRenewsThroughHelperTPM runs the whole unprivileged

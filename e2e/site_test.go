@@ -20,7 +20,7 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 
-	"github.com/better-compute/bcd/components/bootparams"
+	"github.com/better-compute/bcd/components/boot/bootparams"
 )
 
 func freePort(t *testing.T) string {

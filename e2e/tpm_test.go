@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/bcd/components/identity"
-	"github.com/better-compute/bcd/components/join"
-	"github.com/better-compute/bcd/components/tpm/nodetpm"
-	"github.com/better-compute/bcd/components/tpm/swtpmtest"
+	"github.com/better-compute/bcd/components/trust/identity"
+	"github.com/better-compute/bcd/components/trust/join"
+	"github.com/better-compute/bcd/components/trust/tpm/nodetpm"
+	"github.com/better-compute/bcd/components/trust/tpm/swtpmtest"
 )
 
 // ekAndAK reads a swtpm's EK (written to file as a PEM public key) and its

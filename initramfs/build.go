@@ -2,7 +2,7 @@
 // builder (github.com/u-root/mkuimage/uimage): u-root's init as /init, our
 // uinit (initramfs/cmd/ramdisk-init) as /bin/uinit, the ramdisk role binary
 // as /bin/bcd, and the kernel modules the ramdisk needs with their
-// dependencies (components/kmod), compressed with zstd.
+// dependencies (components/disk/kmod), compressed with zstd.
 //
 // The build has two layers. The base holds u-root's init, which mkuimage
 // compiles with `go build -a` (slow, and the same for a given u-root
@@ -28,7 +28,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/better-compute/bcd/components/kmod"
+	"github.com/better-compute/bcd/components/disk/kmod"
 	"github.com/klauspost/compress/zstd"
 	"github.com/u-root/gobusybox/src/pkg/golang"
 	"github.com/u-root/mkuimage/cpio"

@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/bcx"
 	"github.com/better-compute/bcd/components/bcx/ipmisim"
-	"github.com/better-compute/bcd/components/config"
 )
 
 // The BMC's password: it must appear in no process's argv or environment

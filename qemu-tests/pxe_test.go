@@ -35,7 +35,7 @@ import (
 	"github.com/u-root/mkuimage/cpio"
 	"golang.org/x/sys/unix"
 
-	"github.com/better-compute/bcd/components/bootparams"
+	"github.com/better-compute/bcd/components/boot/bootparams"
 	"github.com/better-compute/bcd/images/osimage"
 )
 

@@ -20,12 +20,12 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/better-compute/bcd/components/config"
-	"github.com/better-compute/bcd/components/identity"
-	"github.com/better-compute/bcd/components/join"
-	"github.com/better-compute/bcd/components/tpm/nodetpm"
-	"github.com/better-compute/bcd/components/tpm/swtpmtest"
-	"github.com/better-compute/bcd/components/wellknown"
+	"github.com/better-compute/bcd/components/base/config"
+	"github.com/better-compute/bcd/components/trust/identity"
+	"github.com/better-compute/bcd/components/trust/join"
+	"github.com/better-compute/bcd/components/trust/tpm/nodetpm"
+	"github.com/better-compute/bcd/components/trust/tpm/swtpmtest"
+	"github.com/better-compute/bcd/components/trust/wellknown"
 	"github.com/better-compute/bcd/images/osimage"
 	"github.com/better-compute/bcd/initramfs/osinit"
 )

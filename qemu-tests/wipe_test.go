@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/better-compute/bcd/components/wipe"
+	"github.com/better-compute/bcd/components/disk/wipe"
 	"github.com/klauspost/compress/zstd"
 	"github.com/u-root/mkuimage/cpio"
 )

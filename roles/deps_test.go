@@ -25,14 +25,14 @@ var forbidden = map[string]map[string]string{
 		"go.etcd.io/bbolt":                                 "the helper keeps no journal",
 		"github.com/go-jose/go-jose":                       "the helper handles no join",
 		"github.com/better-compute/bcd/components/gateway": "the gateway is bcgw's",
-		"crypto/x509":                                      "the root half verifies no certificates (EK certificates are bcgw's: components/tpm/ekcert)",
+		"crypto/x509":                                      "the root half verifies no certificates (EK certificates are bcgw's: components/trust/tpm/ekcert)",
 	},
 	"node": {
-		"github.com/better-compute/bcd/components/bootserver": "the boot server is the site's",
-		"github.com/better-compute/bcd/components/redfish":    "BMCs are driven by the site",
-		"github.com/better-compute/bcd/components/ipmi":       "BMCs are driven by the site",
-		"github.com/better-compute/bcd/components/gateway":    "the gateway is bcgw's",
-		"github.com/better-compute/bcd/components/fakekinds":  "test kinds are for fakehw builds only",
+		"github.com/better-compute/bcd/components/boot/bootserver":   "the boot server is the site's",
+		"github.com/better-compute/bcd/components/bmc/redfish":       "BMCs are driven by the site",
+		"github.com/better-compute/bcd/components/ipmi":              "BMCs are driven by the site",
+		"github.com/better-compute/bcd/components/gateway":           "the gateway is bcgw's",
+		"github.com/better-compute/bcd/components/machine/fakekinds": "test kinds are for fakehw builds only",
 	},
 	"site": {
 		"github.com/better-compute/bcd/components/runtime":    "instance runtimes are the node's",
@@ -43,12 +43,12 @@ var forbidden = map[string]map[string]string{
 		"github.com/better-compute/bcd/components/gateway":    "the gateway is bcgw's",
 	},
 	"ramdisk": {
-		"github.com/better-compute/bcd/components/bootserver": "the ramdisk is booted, it does not boot others",
-		"github.com/better-compute/bcd/components/redfish":    "the ramdisk drives no BMC",
-		"github.com/better-compute/bcd/components/runtime":    "the ramdisk runs no instances",
-		"github.com/better-compute/bcd/components/kubernetes": "the ramdisk joins no cluster",
-		"github.com/better-compute/bcd/components/selfupdate": "the ramdisk never updates itself",
-		"github.com/better-compute/bcd/components/gateway":    "the gateway is bcgw's",
+		"github.com/better-compute/bcd/components/boot/bootserver": "the ramdisk is booted, it does not boot others",
+		"github.com/better-compute/bcd/components/bmc/redfish":     "the ramdisk drives no BMC",
+		"github.com/better-compute/bcd/components/runtime":         "the ramdisk runs no instances",
+		"github.com/better-compute/bcd/components/kubernetes":      "the ramdisk joins no cluster",
+		"github.com/better-compute/bcd/components/selfupdate":      "the ramdisk never updates itself",
+		"github.com/better-compute/bcd/components/gateway":         "the gateway is bcgw's",
 	},
 }
 
@@ -56,7 +56,7 @@ var forbidden = map[string]map[string]string{
 var forbiddenEverywhere = map[string]string{
 	"testing":           "test code stays out of role binaries",
 	"net/http/httptest": "test servers stay out of role binaries",
-	"github.com/better-compute/bcd/components/redfish/redfishtest": "the test BMC stays out of role binaries",
+	"github.com/better-compute/bcd/components/bmc/redfish/redfishtest": "the test BMC stays out of role binaries",
 }
 
 func goList(t *testing.T, role string, tags ...string) []string {

@@ -16,11 +16,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/better-compute/bcd/components/buildinfo"
-	"github.com/better-compute/bcd/components/cli"
+	"github.com/better-compute/bcd/components/base/buildinfo"
+	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/base/logging"
 	"github.com/better-compute/bcd/components/gateway"
-	"github.com/better-compute/bcd/components/logging"
-	"github.com/better-compute/bcd/components/wellknown"
+	"github.com/better-compute/bcd/components/trust/wellknown"
 )
 
 func main() {

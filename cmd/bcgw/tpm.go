@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/better-compute/bcd/components/cli"
+	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/gateway"
 )
 

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/better-compute/bcd/components/base/buildinfo"
 	"github.com/better-compute/bcd/components/bcx"
-	"github.com/better-compute/bcd/components/buildinfo"
 )
 
 // Operations the driver implements.

@@ -7,10 +7,10 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/better-compute/bcd/components/dispatch"
-	"github.com/better-compute/bcd/components/hostinfo"
-	"github.com/better-compute/bcd/components/identity"
-	"github.com/better-compute/bcd/components/journal"
+	"github.com/better-compute/bcd/components/agent/dispatch"
+	"github.com/better-compute/bcd/components/agent/hostinfo"
+	"github.com/better-compute/bcd/components/agent/journal"
+	"github.com/better-compute/bcd/components/trust/identity"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway/store"
-	"github.com/better-compute/bcd/components/identity"
+	"github.com/better-compute/bcd/components/trust/identity"
 )
 
 // AdminSocket is the admin API's unix socket under the data directory

@@ -16,7 +16,7 @@ import (
 )
 
 // discoveryAssertion is what a site agent signs about a machine it
-// prepared (components/sitekinds writes it).
+// prepared (components/boot/sitekinds writes it).
 type discoveryAssertion struct {
 	Issuer      string `json:"iss"`
 	Site        string `json:"site"`

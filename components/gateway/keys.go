@@ -15,8 +15,8 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 
-	"github.com/better-compute/bcd/components/identity"
-	"github.com/better-compute/bcd/components/pki"
+	"github.com/better-compute/bcd/components/trust/identity"
+	"github.com/better-compute/bcd/components/trust/pki"
 )
 
 // keys are the gateway's long-lived keys, made on first start and kept in

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/better-compute/bcd/components/bootlease"
+	"github.com/better-compute/bcd/components/boot/bootlease"
 	"github.com/better-compute/bcd/components/gateway/store"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway"
-	"github.com/better-compute/bcd/components/identity"
-	"github.com/better-compute/bcd/components/join"
+	"github.com/better-compute/bcd/components/trust/identity"
+	"github.com/better-compute/bcd/components/trust/join"
 )
 
 // A provisioned token admits one join, with the provisioned attestor only,

@@ -27,8 +27,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/better-compute/bcd/components/gateway/store"
-	"github.com/better-compute/bcd/components/pki"
-	"github.com/better-compute/bcd/components/wellknown"
+	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/wellknown"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
 )

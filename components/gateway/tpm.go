@@ -31,10 +31,10 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/better-compute/bcd/components/gateway/store"
-	"github.com/better-compute/bcd/components/identity"
-	"github.com/better-compute/bcd/components/pki"
-	"github.com/better-compute/bcd/components/tpm"
-	"github.com/better-compute/bcd/components/tpm/ekcert"
+	"github.com/better-compute/bcd/components/trust/identity"
+	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/tpm"
+	"github.com/better-compute/bcd/components/trust/tpm/ekcert"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 

@@ -12,13 +12,13 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/better-compute/bcd/components/agent/renew"
 	"github.com/better-compute/bcd/components/gateway"
-	"github.com/better-compute/bcd/components/identity"
-	"github.com/better-compute/bcd/components/join"
-	"github.com/better-compute/bcd/components/pki"
-	"github.com/better-compute/bcd/components/renew"
-	"github.com/better-compute/bcd/components/tpm/nodetpm"
-	"github.com/better-compute/bcd/components/tpm/swtpmtest"
+	"github.com/better-compute/bcd/components/trust/identity"
+	"github.com/better-compute/bcd/components/trust/join"
+	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/tpm/nodetpm"
+	"github.com/better-compute/bcd/components/trust/tpm/swtpmtest"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
 )

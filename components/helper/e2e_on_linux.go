@@ -6,7 +6,7 @@ import (
 	"context"
 	"os"
 
-	"github.com/better-compute/bcd/components/tpm"
+	"github.com/better-compute/bcd/components/trust/tpm"
 )
 
 // Environment variables a helpere2e build (the root end-to-end test's,

@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/better-compute/bcd/components/fakehw"
 	"github.com/better-compute/bcd/components/helper/wire"
+	"github.com/better-compute/bcd/components/machine/fakehw"
 )
 
 // fakeSeed is the fake machine of BCD_FAKEHW_SEED (default 1), as bcd node

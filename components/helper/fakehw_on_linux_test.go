@@ -5,7 +5,7 @@ package helper
 import (
 	"testing"
 
-	"github.com/better-compute/bcd/components/fakehw"
+	"github.com/better-compute/bcd/components/machine/fakehw"
 )
 
 // TestFakeMachine (go test -tags fakehw): a fakehw helper's GPUs and CPUs

@@ -19,9 +19,9 @@ import (
 	"log/slog"
 	"path/filepath"
 
-	"github.com/better-compute/bcd/components/cli"
-	"github.com/better-compute/bcd/components/config"
-	"github.com/better-compute/bcd/components/logging"
+	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/base/config"
+	"github.com/better-compute/bcd/components/base/logging"
 )
 
 // Config is what Serve needs of config.toml.

@@ -15,8 +15,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/better-compute/bcd/components/helper/helperclient"
 	"github.com/better-compute/bcd/components/helper/wire"
-	"github.com/better-compute/bcd/components/helperclient"
 )
 
 // execLog records the tools an operation ran, through the seams.

@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/helper/wire"
-	"github.com/better-compute/bcd/components/tpm"
-	"github.com/better-compute/bcd/components/tpm/swtpmtest"
+	"github.com/better-compute/bcd/components/trust/tpm"
+	"github.com/better-compute/bcd/components/trust/tpm/swtpmtest"
 )
 
 // TestRootEndToEnd runs the real thing as root: a real unprivileged user,

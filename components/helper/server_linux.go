@@ -17,9 +17,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/better-compute/bcd/components/buildinfo"
+	"github.com/better-compute/bcd/components/base/buildinfo"
 	"github.com/better-compute/bcd/components/helper/wire"
-	"github.com/better-compute/bcd/components/tpm"
+	"github.com/better-compute/bcd/components/trust/tpm"
 )
 
 // Limits of the server.

@@ -22,9 +22,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/bcd/components/helper/helperclient"
 	"github.com/better-compute/bcd/components/helper/wire"
-	"github.com/better-compute/bcd/components/helperclient"
-	"github.com/better-compute/bcd/components/tpm"
+	"github.com/better-compute/bcd/components/trust/tpm"
 )
 
 // syncBuffer is a log sink the server's goroutines share.

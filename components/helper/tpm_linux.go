@@ -11,7 +11,7 @@ import (
 	"sync"
 
 	"github.com/better-compute/bcd/components/helper/wire"
-	"github.com/better-compute/bcd/components/tpm"
+	"github.com/better-compute/bcd/components/trust/tpm"
 )
 
 // maxNodeKeys is how many node keys the helper keeps loaded: loading a

@@ -14,12 +14,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/better-compute/bcd/components/helper/helperclient"
+	"github.com/better-compute/bcd/components/helper/helpertpm"
 	"github.com/better-compute/bcd/components/helper/wire"
-	"github.com/better-compute/bcd/components/helperclient"
-	"github.com/better-compute/bcd/components/pki"
-	"github.com/better-compute/bcd/components/tpm"
-	"github.com/better-compute/bcd/components/tpm/helpertpm"
-	"github.com/better-compute/bcd/components/tpm/swtpmtest"
+	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/tpm"
+	"github.com/better-compute/bcd/components/trust/tpm/swtpmtest"
 )
 
 // newTPMServer is a host helper's operations (no socket) over a real swtpm

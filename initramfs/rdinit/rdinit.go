@@ -1,6 +1,6 @@
 // Package rdinit is the ramdisk's uinit: u-root's init runs it once the
 // root file system is set up. It mounts what u-root's init does not (/run),
-// loads the kernel modules the image lists with components/kmod, reports
+// loads the kernel modules the image lists with components/disk/kmod, reports
 // the disks and network interfaces that appeared and the bc.* boot
 // parameters, then runs `bcd ramdisk` on the console. When the agent exits
 // (its normal end is a kexec, which never returns) it prints the exit
@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/better-compute/bcd/components/kmod"
+	"github.com/better-compute/bcd/components/disk/kmod"
 )
 
 // Prefix starts every line rdinit prints, so a serial console log can be

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/bcd/components/kmod"
+	"github.com/better-compute/bcd/components/disk/kmod"
 )
 
 func TestSplitCmdline(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/better-compute/bcd/components/kmod"
+	"github.com/better-compute/bcd/components/disk/kmod"
 	"golang.org/x/sys/unix"
 )
 

@@ -1,7 +1,7 @@
 // Command vmwipe is the guest half of qemu-tests' TestWipeInVM: the test
 // puts it in the ramdisk image as /bin/uinit. It loads the image's kernel
 // modules like the ramdisk's init, runs every disk.wipe mode against the
-// VM's virtio and NVMe disks with components/wipe, prints each report as
+// VM's virtio and NVMe disks with components/disk/wipe, prints each report as
 // one "WIPE-REPORT {json}" line on the console, and powers off. The host
 // half checks the reports and reads the disk files back.
 package main
@@ -13,7 +13,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/better-compute/bcd/components/wipe"
+	"github.com/better-compute/bcd/components/disk/wipe"
 	"github.com/better-compute/bcd/initramfs/rdinit"
 	"golang.org/x/sys/unix"
 )

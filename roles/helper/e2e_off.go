@@ -2,7 +2,7 @@
 
 package main
 
-import "github.com/better-compute/bcd/components/cli"
+import "github.com/better-compute/bcd/components/base/cli"
 
 // e2eCommands is empty in a release build: helper-call exists only with
 // the helpere2e build tag.

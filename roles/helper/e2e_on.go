@@ -9,10 +9,10 @@ import (
 	"io"
 	"net"
 
-	"github.com/better-compute/bcd/components/cli"
-	"github.com/better-compute/bcd/components/config"
+	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/base/config"
+	"github.com/better-compute/bcd/components/helper/helperclient"
 	"github.com/better-compute/bcd/components/helper/wire"
-	"github.com/better-compute/bcd/components/helperclient"
 )
 
 // e2eCommands adds helper-call, which the root end-to-end test runs as an

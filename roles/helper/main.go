@@ -5,9 +5,9 @@
 package main
 
 import (
-	"github.com/better-compute/bcd/components/cli"
+	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/base/roles"
 	"github.com/better-compute/bcd/components/helper"
-	"github.com/better-compute/bcd/components/roles"
 )
 
 func main() {

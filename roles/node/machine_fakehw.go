@@ -7,13 +7,13 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/better-compute/bcd/components/agentcmd"
-	"github.com/better-compute/bcd/components/cli"
-	"github.com/better-compute/bcd/components/dispatch"
-	"github.com/better-compute/bcd/components/fakehw"
-	"github.com/better-compute/bcd/components/fakehw/fakehttp"
-	"github.com/better-compute/bcd/components/fakekinds"
-	"github.com/better-compute/bcd/components/nodekinds"
+	"github.com/better-compute/bcd/components/agent/agentcmd"
+	"github.com/better-compute/bcd/components/agent/dispatch"
+	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/machine/fakehw"
+	"github.com/better-compute/bcd/components/machine/fakehw/fakehttp"
+	"github.com/better-compute/bcd/components/machine/fakekinds"
+	"github.com/better-compute/bcd/components/machine/nodekinds"
 )
 
 // hardware is the fake machine of BCD_FAKEHW_SEED (default 1).

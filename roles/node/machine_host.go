@@ -5,9 +5,9 @@ package main
 import (
 	"net/http"
 
-	"github.com/better-compute/bcd/components/cli"
-	"github.com/better-compute/bcd/components/dispatch"
-	"github.com/better-compute/bcd/components/nodekinds"
+	"github.com/better-compute/bcd/components/agent/dispatch"
+	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/machine/nodekinds"
 )
 
 // hardware is this machine.

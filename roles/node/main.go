@@ -7,15 +7,15 @@ package main
 import (
 	"log/slog"
 
-	"github.com/better-compute/bcd/components/agentcmd"
-	"github.com/better-compute/bcd/components/cli"
-	"github.com/better-compute/bcd/components/config"
-	"github.com/better-compute/bcd/components/dcgm"
-	"github.com/better-compute/bcd/components/doctor"
-	"github.com/better-compute/bcd/components/helperclient"
-	"github.com/better-compute/bcd/components/nodekinds"
-	"github.com/better-compute/bcd/components/roles"
-	"github.com/better-compute/bcd/components/status"
+	"github.com/better-compute/bcd/components/agent/agentcmd"
+	"github.com/better-compute/bcd/components/agent/status"
+	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/base/config"
+	"github.com/better-compute/bcd/components/base/roles"
+	"github.com/better-compute/bcd/components/helper/helperclient"
+	"github.com/better-compute/bcd/components/machine/dcgm"
+	"github.com/better-compute/bcd/components/machine/doctor"
+	"github.com/better-compute/bcd/components/machine/nodekinds"
 )
 
 // machine wires the node kinds and the status GPU lines for this machine.

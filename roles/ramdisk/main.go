@@ -5,13 +5,13 @@
 package main
 
 import (
-	"github.com/better-compute/bcd/components/cli"
-	"github.com/better-compute/bcd/components/dcgm"
-	"github.com/better-compute/bcd/components/dispatch"
-	"github.com/better-compute/bcd/components/ramdiskcmd"
-	"github.com/better-compute/bcd/components/ramdiskkinds"
-	"github.com/better-compute/bcd/components/roles"
-	"github.com/better-compute/bcd/components/status"
+	"github.com/better-compute/bcd/components/agent/dispatch"
+	"github.com/better-compute/bcd/components/agent/status"
+	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/base/roles"
+	"github.com/better-compute/bcd/components/disk/ramdiskcmd"
+	"github.com/better-compute/bcd/components/disk/ramdiskkinds"
+	"github.com/better-compute/bcd/components/machine/dcgm"
 )
 
 func main() {

@@ -5,7 +5,7 @@ package main
 import (
 	"net/http"
 
-	"github.com/better-compute/bcd/components/fakehw/fakehttp"
+	"github.com/better-compute/bcd/components/machine/fakehw/fakehttp"
 )
 
 // downloadClient also trusts $BCD_FAKEHW_EXTRA_CA (tests' image sources).

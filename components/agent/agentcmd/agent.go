@@ -1,0 +1,126 @@
+package agentcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/better-compute/bcd/components/agent"
+	"github.com/better-compute/bcd/components/agent/dispatch"
+	"github.com/better-compute/bcd/components/agent/session"
+	"github.com/better-compute/bcd/components/agent/status"
+	"github.com/better-compute/bcd/components/base/buildinfo"
+	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/base/config"
+	"github.com/better-compute/bcd/components/base/logging"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
+)
+
+// Machine is what a role's main wires into its agent for this machine.
+type Machine struct {
+	Kinds          []dispatch.Kind
+	StatusGPUs     func(context.Context) []status.GPU
+	OnDesiredState func(ds *bcdv1.DesiredState, serverNow time.Time)
+	BootLease      func() (held bool, left time.Duration)
+	// Reports, when set, is given the function that publishes the agent's
+	// status report sections (JSON) to the gateway.
+	Reports func(publish func(sections []byte))
+	// Beside, when set, runs beside the agent (the site's boot server);
+	// its failure stops the agent with exit 1.
+	Beside func(ctx context.Context) error
+	// Drivers, when set, lists the hosted bcx drivers for Hello.
+	Drivers func() []*bcdv1.Driver
+}
+
+// ExitError is a machine's refusal to start with the exit code to use.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Agent returns an agent mode command (`bcd node`, `bcd site`): it loads
+// config.toml and runs the agent with what the role's main built.
+func Agent(name, role, summary string, machine func(*config.Config, *slog.Logger) (Machine, error)) cli.Command {
+	return cli.Command{Name: name, Summary: summary, Run: func(ctx context.Context, env *cli.Env, args []string) int {
+		fs := cli.NewFlagSet(env, "bcd", name)
+		path := fs.String("config", config.DefaultPath, "the configuration file")
+		if code, ok := cli.Parse(fs, env, args, ""); !ok {
+			return code
+		}
+		prefix := "bcd " + name
+		cfg, err := config.Load(*path)
+		if err != nil {
+			return cli.Fail(env, prefix, err)
+		}
+		log, err := logging.New(env.Stderr, cfg.Log.Level, cfg.Log.Format, "")
+		if err != nil {
+			return cli.Fail(env, prefix, err)
+		}
+		var m Machine
+		if machine != nil {
+			if m, err = machine(cfg, log); err != nil {
+				var ee *ExitError
+				if errors.As(err, &ee) && ee.Code == cli.ExitUsage {
+					return cli.Usagef(env, "%s: %v", prefix, ee.Err)
+				}
+				return cli.Fail(env, prefix, err)
+			}
+		}
+		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, OnDesiredState: m.OnDesiredState,
+			BootLease: m.BootLease, Reports: m.Reports, Drivers: m.Drivers, Version: buildinfo.Version, Log: log,
+			FakeReboot: buildinfo.FakeHW && role == "node"}
+		if v := env.Getenv("BCD_RENEW_AFTER"); v != "" && buildinfo.FakeHW {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return cli.Usagef(env, "%s: BCD_RENEW_AFTER=%q is not a positive Go duration", prefix, v)
+			}
+			ac.RenewAfter = d
+		}
+		if t := agentTPM(env.Getenv, role, cfg, log); t != nil {
+			defer t.Close()
+			ac.TPM = t
+		}
+		actx, stop := context.WithCancel(ctx)
+		defer stop()
+		besideErr := make(chan error, 1)
+		if m.Beside != nil {
+			go func() {
+				err := m.Beside(actx)
+				if err != nil && actx.Err() == nil {
+					stop()
+				}
+				besideErr <- err
+			}()
+		} else {
+			besideErr <- nil
+		}
+		err = agent.Run(actx, ac)
+		stop()
+		if berr := <-besideErr; berr != nil && err == nil && ctx.Err() == nil {
+			err = berr
+		}
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, agent.ErrRebooted):
+			// fakehw: "reboot" by executing this binary again.
+			exe, xerr := os.Executable()
+			if xerr == nil {
+				xerr = syscall.Exec(exe, os.Args, os.Environ())
+			}
+			return cli.Fail(env, prefix, fmt.Errorf("re-exec after a fakehw reboot: %w", xerr))
+		case errors.Is(err, session.ErrRevoked):
+			fmt.Fprintln(env.Stderr, err)
+			return 1
+		default:
+			return cli.Fail(env, prefix, err)
+		}
+	}}
+}

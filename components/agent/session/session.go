@@ -1,0 +1,427 @@
+// Package session runs an agent's one long-lived stream to its gateway:
+// Hello, Welcome (with the time mark check), heartbeats, commands in and
+// results out, Drain and RevocationNotice, and redialing with full-jitter
+// back-off (or the gateway's pushback) whenever the stream ends.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/better-compute/bcd/components/agent/clock"
+	"github.com/better-compute/bcd/components/agent/dispatch"
+	"github.com/better-compute/bcd/components/base/backoff"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
+	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
+)
+
+// ErrRevoked ends Run when the gateway says this node's certificate was
+// revoked.
+var ErrRevoked = errors.New("agent: this node's certificate was revoked")
+
+// Dispatcher takes delivered commands and owns their results: the
+// session hands it commands, reads results from it, and tells it the
+// gateway's acks (components/agent/dispatch implements it over the journal).
+type Dispatcher interface {
+	Kinds() []string
+	Credits() []*bcdv1.LaneCredit
+	InFlight() []string
+	// Deliver returns once the command is durably accepted (or refused);
+	// only then does the session ack it.
+	Deliver(*bcdv1.Command) error
+	Cancel(id, reason string)
+	// Unacked lists stored results the gateway has not acked yet.
+	Unacked() []*bcdv1.CommandResult
+	Acked(ids []string)
+	// Notify is signalled when a new result is stored.
+	Notify() <-chan struct{}
+}
+
+// Config configures a session.
+type Config struct {
+	Client     bcdv1connect.AgentGatewayClient
+	NodeID     string
+	Role       string
+	BootID     string
+	Version    string
+	Dispatcher Dispatcher
+	Clock      *clock.Clock
+	Log        *slog.Logger
+	// Back-off between failed dials: full jitter up to min(Max, Base*2^n).
+	BackoffBase, BackoffMax time.Duration
+	// OnWelcome, when set, is told each accepted session's epoch.
+	OnWelcome func(epoch uint64)
+	// OnDesiredState, when set, gets each DesiredState with the working
+	// clock's time on arrival.
+	OnDesiredState func(ds *bcdv1.DesiredState, serverNow time.Time)
+	// BeforeDial, when set, runs before every dial (the agent closes idle
+	// connections there, so a renewed certificate is used at once).
+	BeforeDial func()
+	// Drivers, when set, lists the hosted drivers for each Hello.
+	Drivers func() []*bcdv1.Driver
+}
+
+// Session is the agent's state across redials.
+type Session struct {
+	cfg    Config
+	log    *slog.Logger
+	kick   chan struct{}
+	outbox chan *bcdv1.AgentFrame // frames other goroutines send (secret requests)
+
+	secMu   sync.Mutex
+	secWait map[string]chan *bcdv1.SecretAnswer
+	secSeq  uint64
+
+	repMu      sync.Mutex
+	lastReport []byte // the latest StatusReport sections, re-sent after each Welcome
+
+	mu        sync.Mutex
+	connected bool
+	epoch     uint64
+	since     time.Time
+}
+
+// State reports whether a session is established, its epoch and since
+// when (for bcd status).
+func (s *Session) State() (connected bool, epoch uint64, since time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.connected, s.epoch, s.since
+}
+
+func (s *Session) setState(connected bool, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.connected = connected
+	if connected {
+		s.epoch, s.since = epoch, time.Now()
+	}
+}
+
+// Reconnect ends the current session and dials again at once (after a
+// certificate renewal).
+func (s *Session) Reconnect() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// New prepares a session; Run starts it.
+func New(cfg Config) *Session {
+	if cfg.BackoffBase == 0 {
+		cfg.BackoffBase = time.Second
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = time.Minute
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock, _ = clock.Open("")
+	}
+	return &Session{cfg: cfg, log: cfg.Log.With("component", "session"), kick: make(chan struct{}, 1),
+		outbox: make(chan *bcdv1.AgentFrame, 16), secWait: map[string]chan *bcdv1.SecretAnswer{}}
+}
+
+// Run dials, serves and redials until ctx ends (nil) or the node is
+// revoked (ErrRevoked).
+func (s *Session) Run(ctx context.Context) error {
+	failures := 0
+	for {
+		if s.cfg.BeforeDial != nil {
+			s.cfg.BeforeDial()
+		}
+		welcomed, wait, err := s.once(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrRevoked) {
+			return err
+		}
+		if welcomed {
+			failures = 0
+		}
+		if wait == 0 {
+			if p, ok := backoff.Pushback(err); ok {
+				wait = p
+			} else {
+				wait = backoff.Full(failures, s.cfg.BackoffBase, s.cfg.BackoffMax)
+				failures++
+			}
+		}
+		if err != nil {
+			s.log.Warn("session ended; redialing", "err", errText(err), "retry_in", wait.Round(time.Millisecond).String())
+		} else {
+			s.log.Info("session ended; redialing", "retry_in", wait.Round(time.Millisecond).String())
+		}
+		if backoff.Sleep(ctx, wait) != nil {
+			return nil
+		}
+	}
+}
+
+func errText(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Code().String() + ": " + ce.Message()
+	}
+	return err.Error()
+}
+
+func (s *Session) hello() *bcdv1.Hello {
+	d := s.cfg.Dispatcher
+	h := &bcdv1.Hello{
+		NodeId: s.cfg.NodeID, BootId: s.cfg.BootID, Role: s.cfg.Role, Version: s.cfg.Version,
+		InFlight: d.InFlight(), Kinds: d.Kinds(), Lanes: d.Credits(),
+	}
+	if s.cfg.Drivers != nil {
+		h.Drivers = s.cfg.Drivers()
+	}
+	return h
+}
+
+// once runs one session. It reports whether a Welcome was accepted, how
+// long to wait before redialing when the gateway said (Drain), and why it
+// ended.
+func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st := s.cfg.Client.Session(sctx)
+	defer func() { _ = st.CloseRequest(); _ = st.CloseResponse() }()
+	if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Hello{Hello: s.hello()}}); err != nil {
+		if _, rerr := st.Receive(); rerr != nil {
+			return false, 0, rerr
+		}
+		return false, 0, err
+	}
+	first, err := st.Receive()
+	if err != nil {
+		return false, 0, err
+	}
+	if first.GetRevocation() != nil {
+		return false, 0, ErrRevoked
+	}
+	w := first.GetWelcome()
+	if w == nil {
+		return false, 0, errors.New("the gateway's first frame was not Welcome")
+	}
+	if err := s.cfg.Clock.Accept(time.UnixMilli(w.GetServerTimeUnixMs())); err != nil {
+		return false, 0, fmt.Errorf("Welcome refused: %w", err)
+	}
+	s.log.Info("session established", "epoch", w.GetEpoch())
+	s.setState(true, w.GetEpoch())
+	defer s.setState(false, 0)
+	if s.cfg.OnWelcome != nil {
+		s.cfg.OnWelcome(w.GetEpoch())
+	}
+	hb := time.Duration(w.GetHeartbeatSeconds()) * time.Second
+	if hb <= 0 {
+		hb = 15 * time.Second
+	}
+	// Every result not acked goes out once per session: those a previous
+	// session did not see acked now, new ones as they are stored; and again
+	// in a later session until the gateway acks them.
+	sent := map[string]bool{}
+	sendResults := func() error {
+		for _, r := range s.cfg.Dispatcher.Unacked() {
+			if sent[r.GetCommandId()] {
+				continue
+			}
+			if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Result{Result: r}}); err != nil {
+				return err
+			}
+			sent[r.GetCommandId()] = true
+		}
+		return nil
+	}
+	if err := sendResults(); err != nil {
+		return true, 0, err
+	}
+	s.repMu.Lock()
+	rep := s.lastReport
+	s.repMu.Unlock()
+	if rep != nil {
+		if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Status{Status: &bcdv1.StatusReport{Sections: rep}}}); err != nil {
+			return true, 0, err
+		}
+	}
+
+	frames := make(chan *bcdv1.GatewayFrame)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			f, err := st.Receive()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case frames <- f:
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(hb)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return true, 0, nil
+		case f := <-s.outbox:
+			if err := st.Send(f); err != nil {
+				return true, 0, err
+			}
+		case <-s.kick:
+			s.log.Info("reconnecting with the renewed certificate")
+			return true, time.Millisecond, nil
+		case err := <-recvErr:
+			return true, 0, err
+		case <-tick.C:
+			if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Heartbeat{Heartbeat: &bcdv1.Heartbeat{
+				SentUnixMs: s.cfg.Clock.Now().UnixMilli(), Lanes: s.cfg.Dispatcher.Credits(),
+			}}}); err != nil {
+				return true, 0, err
+			}
+			// A missed notification costs at most one heartbeat.
+			if err := sendResults(); err != nil {
+				return true, 0, err
+			}
+		case <-s.cfg.Dispatcher.Notify():
+			if err := sendResults(); err != nil {
+				return true, 0, err
+			}
+		case f := <-frames:
+			switch x := f.Frame.(type) {
+			case *bcdv1.GatewayFrame_Command:
+				if err := s.accept(st, x.Command); err != nil {
+					return true, 0, err
+				}
+			case *bcdv1.GatewayFrame_Ack:
+				s.cfg.Dispatcher.Acked(x.Ack.GetResultIds())
+			case *bcdv1.GatewayFrame_Cancel:
+				s.cfg.Dispatcher.Cancel(x.Cancel.GetCommandId(), x.Cancel.GetReason())
+			case *bcdv1.GatewayFrame_SecretAnswer:
+				s.secMu.Lock()
+				ch := s.secWait[x.SecretAnswer.GetRequestId()]
+				delete(s.secWait, x.SecretAnswer.GetRequestId())
+				s.secMu.Unlock()
+				if ch != nil {
+					ch <- x.SecretAnswer
+				}
+			case *bcdv1.GatewayFrame_DesiredState:
+				if s.cfg.OnDesiredState != nil {
+					s.cfg.OnDesiredState(x.DesiredState, s.cfg.Clock.Now())
+				}
+			case *bcdv1.GatewayFrame_Drain:
+				d := time.Duration(x.Drain.GetRedialAfterMs()) * time.Millisecond
+				s.log.Info("gateway asked to drain", "reason", x.Drain.GetReason())
+				return true, d + backoff.Full(0, time.Second, time.Second), nil
+			case *bcdv1.GatewayFrame_Revocation:
+				return true, 0, ErrRevoked
+			default:
+				// Frames of later features (OpenTunnel, SecretAnswer...)
+				// are ignored by this layer.
+			}
+		}
+	}
+}
+
+// accept hands a delivered command to the dispatcher, which journals it
+// (or its refusal) before the session acks it. A command the journal could
+// not take is not acked: the gateway sends it again.
+func (s *Session) accept(st *connect.BidiStreamForClient[bcdv1.AgentFrame, bcdv1.GatewayFrame], c *bcdv1.Command) error {
+	if err := s.cfg.Dispatcher.Deliver(c); err != nil {
+		s.log.Error("command not accepted; the gateway will send it again", "command_id", c.GetId(), "kind", c.GetKind(), "err", err)
+		return nil
+	}
+	return st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Ack{Ack: &bcdv1.Ack{CommandIds: []string{c.GetId()}}}})
+}
+
+// SecretTimeout bounds how long Secret waits for the gateway's answer.
+const SecretTimeout = 30 * time.Second
+
+// Secret asks the gateway for a secret bound to a workflow step (the
+// command that needs it) and waits for the answer. The secret travels only
+// inside the session; it is never logged.
+func (s *Session) Secret(ctx context.Context, name, workflowID, commandID string) ([]byte, error) {
+	s.secMu.Lock()
+	s.secSeq++
+	id := fmt.Sprintf("sec-%d-%d", time.Now().UnixNano(), s.secSeq)
+	ch := make(chan *bcdv1.SecretAnswer, 1)
+	s.secWait[id] = ch
+	s.secMu.Unlock()
+	defer func() {
+		s.secMu.Lock()
+		delete(s.secWait, id)
+		s.secMu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(ctx, SecretTimeout)
+	defer cancel()
+	req := &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_SecretRequest{SecretRequest: &bcdv1.SecretRequest{
+		RequestId: id, Name: name, WorkflowId: workflowID, CommandId: commandID,
+	}}}
+	select {
+	case s.outbox <- req:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("secret %s: %w", name, ctx.Err())
+	}
+	select {
+	case a := <-ch:
+		if a.GetError() != "" {
+			return nil, fmt.Errorf("secret %s: the gateway refused: %s", name, a.GetError())
+		}
+		return a.GetValue(), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("secret %s: no answer: %w", name, ctx.Err())
+	}
+}
+
+type secretsKey struct{}
+
+// Secrets is what a command kind uses to ask for secrets.
+type Secrets interface {
+	Secret(ctx context.Context, name, workflowID, commandID string) ([]byte, error)
+}
+
+// WithSecrets returns ctx carrying s for the kinds run under it.
+func WithSecrets(ctx context.Context, s Secrets) context.Context {
+	return context.WithValue(ctx, secretsKey{}, s)
+}
+
+// SecretsFrom returns the Secrets a kind may use, or nil.
+func SecretsFrom(ctx context.Context) Secrets {
+	s, _ := ctx.Value(secretsKey{}).(Secrets)
+	return s
+}
+
+// CommandSecret asks the gateway for the secret name bound to the command
+// the context runs (its id names both the workflow and the step).
+func CommandSecret(ctx context.Context, name string) ([]byte, error) {
+	s := SecretsFrom(ctx)
+	if s == nil {
+		return nil, errors.New("no session to ask the gateway for " + name)
+	}
+	id := dispatch.CommandID(ctx)
+	return s.Secret(ctx, name, id, id)
+}
+
+// Report sends a StatusReport with sections (JSON) now if a session is up,
+// and again after every later Welcome until a newer report replaces it.
+func (s *Session) Report(sections []byte) {
+	s.repMu.Lock()
+	s.lastReport = append([]byte(nil), sections...)
+	s.repMu.Unlock()
+	select {
+	case s.outbox <- &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Status{Status: &bcdv1.StatusReport{Sections: sections}}}:
+	default: // the next Welcome sends it
+	}
+}

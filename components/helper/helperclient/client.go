@@ -1,0 +1,191 @@
+// Package helperclient is bcd node's side of privilege separation: it
+// sends bcd helper one request per connection on [helper] socket and
+// decodes the answer as strictly as the helper decodes the request. Files
+// are named by path here and mapped to the helper's kind and id with the
+// same table (components/helper/filetable); a path outside the table is
+// refused before anything is sent. The tpm.* calls (tpm.go) answer the
+// helper's bytes after the wire's shape checks; components/helper/helpertpm
+// checks what they say.
+package helperclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/better-compute/bcd/components/helper/filetable"
+	"github.com/better-compute/bcd/components/helper/wire"
+)
+
+// Timeout bounds one request (ctx may end it sooner).
+const Timeout = 2 * time.Minute
+
+// Client talks to bcd helper on Socket.
+type Client struct {
+	// Socket is [helper] socket.
+	Socket string
+}
+
+// Error is a failed answer from the helper.
+type Error struct {
+	Op        string
+	Msg       string
+	Retryable bool // busy, or a failure that may pass when tried again
+}
+
+func (e *Error) Error() string { return "bcd helper: " + e.Op + ": " + e.Msg }
+
+// IsRetryable reports whether err is a helper answer, or a connection
+// failure, worth trying again.
+func IsRetryable(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Retryable
+	}
+	var c *connError
+	return errors.As(err, &c)
+}
+
+// connError is a failure to reach the helper or to read its answer.
+type connError struct{ err error }
+
+func (e *connError) Error() string { return e.err.Error() }
+func (e *connError) Unwrap() error { return e.err }
+
+// WriteFile asks the helper to write data to path, which must be a file of
+// the helper's table (filetable); any other path is refused here.
+func (c *Client) WriteFile(ctx context.Context, path string, data []byte) error {
+	t, err := filetable.Lookup(path)
+	if err != nil {
+		return fmt.Errorf("writing %s through bcd helper: %w", path, err)
+	}
+	_, err = c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpFileWrite, Kind: t.Kind, ID: t.ID, Data: data})
+	return err
+}
+
+// RemoveFile asks the helper to remove path, a file of its table; a file
+// that is not there is not an error.
+func (c *Client) RemoveFile(ctx context.Context, path string) error {
+	t, err := filetable.Lookup(path)
+	if err != nil {
+		return fmt.Errorf("removing %s through bcd helper: %w", path, err)
+	}
+	_, err = c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpFileRemove, Kind: t.Kind, ID: t.ID})
+	return err
+}
+
+// Ping asks the helper for nothing: it answers when it runs and lets this
+// process in (bcd doctor's check).
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpPing})
+	return err
+}
+
+// ResetGPU asks the helper to reset the GPU uuid (GPU-...), which must be
+// one of the host's own; the helper checks that itself.
+func (c *Client) ResetGPU(ctx context.Context, uuid string) error {
+	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpGPUReset, GPU: uuid})
+	return err
+}
+
+// ReloadSSH asks the helper to reload sshd.
+func (c *Client) ReloadSSH(ctx context.Context) error {
+	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpSSHReload})
+	return err
+}
+
+// ApplySlice asks the helper to confine allocation id's slice
+// (bcd-alloc-<id>.slice) to cpus and mems, cpulists in the form
+// wire.FormatCPUList writes; either may be "" (not both).
+func (c *Client) ApplySlice(ctx context.Context, id, cpus, mems string) error {
+	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpSliceApply, Slice: wire.SliceName(id), CPUs: cpus, Mems: mems})
+	return err
+}
+
+// RemoveSlice asks the helper to stop allocation id's slice, once it is
+// empty, and remove its drop-in. A slice that still holds processes is a
+// retryable *Error.
+func (c *Client) RemoveSlice(ctx context.Context, id string) error {
+	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpSliceRemove, Slice: wire.SliceName(id)})
+	return err
+}
+
+// Do sends req and returns the helper's answer. A request that does not
+// pass wire's Check is refused before anything is sent. A failed answer
+// is returned with an *Error.
+func (c *Client) Do(ctx context.Context, req *wire.Request) (*wire.Response, error) {
+	data, err := wire.EncodeRequest(req)
+	if err != nil {
+		return nil, fmt.Errorf("bcd helper: %w", err)
+	}
+	raw, err := c.roundTrip(ctx, data)
+	if err != nil {
+		return nil, &connError{fmt.Errorf("bcd helper at %s: %s: %w", c.Socket, req.Op, err)}
+	}
+	resp, err := wire.DecodeResponse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("bcd helper at %s: %s: %w", c.Socket, req.Op, err)
+	}
+	if !resp.OK {
+		return resp, &Error{Op: req.Op, Msg: resp.Error, Retryable: resp.Retryable}
+	}
+	if err := resp.CheckAnswer(req.Op); err != nil {
+		return nil, fmt.Errorf("bcd helper at %s: %s: %w", c.Socket, req.Op, err)
+	}
+	return resp, nil
+}
+
+// roundTrip sends one request, half-closes the connection and reads the
+// answer until the helper closes it.
+func (c *Client) roundTrip(ctx context.Context, data []byte) ([]byte, error) {
+	if c.Socket == "" {
+		return nil, errors.New("no [helper] socket configured")
+	}
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", c.Socket)
+	if err != nil {
+		return nil, err
+	}
+	conn := nc.(*net.UnixConn)
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	// A busy or refusing helper answers without reading: a failed write
+	// is reported only when no answer follows.
+	_, werr := conn.Write(data)
+	if werr == nil {
+		werr = conn.CloseWrite()
+	}
+	answer, rerr := io.ReadAll(io.LimitReader(conn, wire.MaxResponse+1))
+	if len(answer) > 0 {
+		if rerr == nil {
+			return answer, nil // the whole answer, up to the helper's close
+		}
+		if _, derr := wire.DecodeResponse(answer); derr == nil {
+			return answer, nil // a whole answer, then a reset
+		}
+	}
+	if errors.Is(rerr, os.ErrDeadlineExceeded) || errors.Is(werr, os.ErrDeadlineExceeded) {
+		// The connection's deadline is the context's: report the context's
+		// error, which the timer may set a moment after the read returned.
+		<-ctx.Done()
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if rerr != nil {
+		return nil, fmt.Errorf("reading the answer: %w", rerr)
+	}
+	if werr != nil {
+		return nil, fmt.Errorf("sending the request: %w", werr)
+	}
+	return nil, errors.New("the helper closed the connection without an answer")
+}
