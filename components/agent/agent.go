@@ -1,6 +1,3 @@
-// Package agent is what every agent role runs (node, site, ramdisk): it
-// loads the joined identity, dials the gateway with mTLS and runs the
-// session with the role's table of command kinds.
 package agent
 
 import (

@@ -1,7 +1,3 @@
-// Package gateway is the server side of bcgw, the lab gateway and minimal
-// control plane: the AgentGateway service (Join, Renew, Session), the
-// well-known document and the admin API its CLI and the tests use. All
-// state lives in one data directory.
 package gateway
 
 import (

@@ -1,17 +1,3 @@
-// Package helper is bcd helper, the root half of privilege separation: it
-// serves an unprivileged bcd node a few typed operations on a local unix
-// socket ([helper] socket) and trusts nothing in them. Each connection is
-// checked (SO_PEERCRED: the [helper] user or root; /proc/PID/exe: this
-// helper's own binary or [helper] entrypoint), carries one request of the
-// wire package's protocol, and is logged. Files are written only through
-// the filetable package's kinds and ids, never a path; a firewall ruleset
-// only in the shape of bcd's three nftables tables; a GPU reset only for a
-// GPU nvidia-smi lists on this host; a systemd slice only named
-// bcd-alloc-<id>.slice, with cpulists bounded by the host's CPUs and
-// memory nodes. The operations are one table (ops_linux.go).
-//
-// It links no network, RPC or protobuf code: roles/deps_test.go checks the
-// helper role never links net/http, connect, protobuf or gRPC.
 package helper
 
 import (
@@ -38,6 +24,18 @@ type Config struct {
 	// must be root's and closed to others, or Serve refuses to start. Empty
 	// skips that check (tests).
 	ConfigFile string
+	// Fake is a fakehw build's machine, handed in by the role's main; nil
+	// on a host build, where GPUs come from nvidia-smi and CPUs from sysfs.
+	Fake *FakeMachine
+}
+
+// FakeMachine is what the helper of a fakehw build needs of its fake
+// machine: the GPU UUIDs gpu.reset may name and the CPUs and memory nodes
+// slice.apply checks cpulists against. The machine domain sits above the
+// helper's, so the role's main builds it.
+type FakeMachine struct {
+	GPUs     func() []string
+	Topology func() (cpus, mems string, err error)
 }
 
 // FromConfig takes the helper's settings from a loaded configuration.
@@ -58,12 +56,14 @@ func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return serve(ctx, cfg, log, hostSeams())
 }
 
-// Command is `bcd helper --config PATH`.
-func Command() cli.Command {
-	return cli.Command{Name: "helper", Summary: "serve bcd node's privileged operations (runs as root)", Run: run}
+// Command is `bcd helper --config PATH`; fake is a fakehw build's machine
+// (nil on a host build).
+func Command(fake *FakeMachine) cli.Command {
+	return cli.Command{Name: "helper", Summary: "serve bcd node's privileged operations (runs as root)",
+		Run: func(ctx context.Context, env *cli.Env, args []string) int { return run(ctx, env, args, fake) }}
 }
 
-func run(ctx context.Context, env *cli.Env, args []string) int {
+func run(ctx context.Context, env *cli.Env, args []string, fake *FakeMachine) int {
 	fs := cli.NewFlagSet(env, "bcd", "helper")
 	path := fs.String("config", config.DefaultPath, "the configuration file; it must have a [helper] section")
 	if code, ok := cli.Parse(fs, env, args, ""); !ok {
@@ -78,7 +78,9 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, prefix, err)
 	}
-	if err := Serve(ctx, FromConfig(cfg), log); err != nil {
+	hc := FromConfig(cfg)
+	hc.Fake = fake
+	if err := Serve(ctx, hc, log); err != nil {
 		return cli.Fail(env, prefix, err)
 	}
 	return cli.ExitOK

@@ -84,8 +84,8 @@ func hostSeams() seams {
 		reboot:    systemctlReboot,
 		systemctl: runSystemctl,
 		smi:       runSMI,
-		fakeGPUs:  fakeGPUs,
-		topology:  topology,
+		fakeGPUs:  func() []string { return nil },
+		topology:  func() (string, string, error) { return hostTopology("/sys") },
 		unitRoot:  "/",
 		cgroup:    "/sys/fs/cgroup",
 		openTPM:   openHostTPM(buildinfo.FakeHW),
@@ -122,6 +122,9 @@ type server struct {
 func serve(ctx context.Context, cfg Config, log *slog.Logger, s seams) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Fake != nil {
+		s.fakeGPUs, s.topology = cfg.Fake.GPUs, cfg.Fake.Topology
 	}
 	srv, err := start(cfg, log, s)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/better-compute/bcd/components/agent/dispatch"
-	"github.com/better-compute/bcd/components/boot/imagecache"
+	"github.com/better-compute/bcd/components/disk/deploy"
 )
 
 // kexecBody names the kernel to boot either by digest, from the site's
@@ -115,7 +115,7 @@ const maxKexecImage = 512 << 20
 // fetchVerified reads an image from the site's cache into memory and
 // checks its digest.
 func (c Config) fetchVerified(ctx context.Context, digest string) ([]byte, error) {
-	if !imagecache.ValidDigest(digest) {
+	if !deploy.ValidDigest(digest) {
 		return nil, fmt.Errorf("%q is not a sha256 digest", digest)
 	}
 	if c.CacheURL == "" {

@@ -1,6 +1,6 @@
 //go:build fakehw
 
-package helper
+package main
 
 import (
 	"testing"

@@ -1,15 +1,22 @@
 //go:build fakehw
 
-package helper
+package main
 
 import (
 	"os"
 	"sort"
 	"strconv"
 
+	"github.com/better-compute/bcd/components/helper"
 	"github.com/better-compute/bcd/components/helper/wire"
 	"github.com/better-compute/bcd/components/machine/fakehw"
 )
+
+// fakeMachine is the fake machine of a fakehw build, which the helper
+// checks gpu.reset and slice.apply against.
+func fakeMachine() *helper.FakeMachine {
+	return &helper.FakeMachine{GPUs: fakeGPUs, Topology: topology}
+}
 
 // fakeSeed is the fake machine of BCD_FAKEHW_SEED (default 1), as bcd node
 // in a fakehw build reads it.

@@ -1,0 +1,10 @@
+// Package machine groups what a node knows and does about its own
+// hardware: inventory (procfs and sysfs), nvsmi (GPUs through
+// nvidia-smi), xid (GPU faults in the kernel log), dcgm (diag.dcgm),
+// logbundle (logs.collect), doctor (`bcd doctor`), nodekinds (the node's
+// command kinds over a Hardware seam), and fakehw and fakekinds (the fake
+// machine and test kinds of fakehw builds).
+//
+// It may import base, trust, helper and agent (the kinds it offers are
+// agent dispatch handlers); never boot, disk, bmc or the gateway.
+package machine
