@@ -25,20 +25,19 @@ deps:
 proto:
 	./build/proto.sh
 
-# test runs every tier: unit and process tests, the package builder's
-# tests, then the QEMU tier (TCG; it says loudly when it cannot run).
+# test runs every tier (unit and process tests, packaging, the package
+# builder's tests, the QEMU tier under TCG) through cmd/testreport and ends
+# with every skipped test and why (build/test.sh, docs/testing.md).
 test: deps
-	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /qemu-tests)
-	cd build/pkg && $(GO) vet ./... && $(GO) test -count=1 ./...
-	$(MAKE) qemu-test
+	@GO=$(GO) ./build/test.sh
 
 # image builds the ramdisk: images/out/{vmlinuz,initramfs.cpio.zst,ramdisk.ipxe} and their digests.
 image: deps
 	$(GO) run ./images/ramdisk -out images/out -ldflags '$(LDFLAGS)'
 
 qemu-test: image
-	$(GO) test -count=1 -timeout 15m -v ./qemu-tests/ 2>&1 | grep -vE '^[[:space:]]*[{]'; exit $${PIPESTATUS[0]}
+	@mkdir -p bin && $(GO) build -o bin/testreport ./cmd/testreport
+	set -o pipefail; $(GO) test -json -count=1 -timeout 15m ./qemu-tests/ 2>&1 | bin/testreport -v -tier qemu
 
 # soak runs the exactly-once fault test with 1,000 kill trials.
 soak: deps

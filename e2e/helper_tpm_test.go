@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -35,16 +36,14 @@ import (
 // shows a private key.
 func TestUnprivilegedNodeRenewsThroughHelperTPM(t *testing.T) {
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "SKIP TestUnprivilegedNodeRenewsThroughHelperTPM: needs root (it creates a user, joins as root and runs bcd helper as root)")
-		t.Skip("SKIPPED LOUDLY: needs root: it creates a user with useradd, runs bcd join and bcd helper as root")
+		testenv.NeedRoot(t, "it creates a user with useradd, runs bcd join and bcd helper as root")
 	}
 	if _, err := exec.LookPath("swtpm"); err != nil && os.Getenv("CI") == "" {
-		fmt.Fprintln(os.Stderr, "SKIP TestUnprivilegedNodeRenewsThroughHelperTPM: swtpm is not installed (apt-get install swtpm swtpm-tools)")
 	}
 	swtpmtest.Need(t) // skips without swtpm, fails under CI=true
 	for _, tool := range []string{"useradd", "userdel"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("SKIPPED LOUDLY: needs %s: %v", tool, err)
+			testenv.Skip(t, "needs %s: %v (apt-get install passwd)", tool, err)
 		}
 	}
 	start := time.Now()

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"os"
 	"os/exec"
 	"os/user"
@@ -214,9 +215,7 @@ func TestJoinReset(t *testing.T) {
 // TestJoinHandsIdentityToHelperUser: on a [helper] host bcd join (root)
 // hands the data directory and identity to the unprivileged node account.
 func TestJoinHandsIdentityToHelperUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED LOUDLY: needs root to create a user and chown")
-	}
+	testenv.NeedRoot(t, "to create a user and chown")
 	name := fmt.Sprintf("bcdj%d", os.Getpid()%100000)
 	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
 		t.Fatalf("useradd: %v %s", err, out)

@@ -3,6 +3,7 @@ package initramfs
 import (
 	"context"
 	"errors"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,7 +93,7 @@ func TestStageModules(t *testing.T) {
 // u-root's init (about 15 s); later runs take it from the cache.
 func TestBuild(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds u-root's init")
+		testenv.NotApplicable(t, "-short: it builds u-root's init")
 	}
 	root, rel := fakeModules(t)
 	bcd := filepath.Join(t.TempDir(), "bcd")
@@ -105,8 +106,8 @@ func TestBuild(t *testing.T) {
 		Repo: "..", KernelRelease: rel, ModulesRoot: root, Modules: []string{"drv"},
 		BCD: bcd, Output: out, CacheDir: filepath.Join(cache, "bcd-ramdisk"), CABundle: bundle,
 	})
-	if errors.Is(err, ErrGoModLacksInit) && os.Getenv("CI") != "true" {
-		t.Skipf("INITRAMFS BUILD TEST SKIPPED (fails under CI=true): %v", err)
+	if errors.Is(err, ErrGoModLacksInit) {
+		testenv.Skip(t, "%v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

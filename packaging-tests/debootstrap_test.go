@@ -3,6 +3,7 @@ package packagingtests
 import (
 	"bufio"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"net/http"
 	"os"
 	"os/exec"
@@ -38,9 +39,7 @@ func cacheDir() string {
 // mirror to reach and no cached root from an earlier day.
 func debianRoot(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPING the install test: debootstrap and chroot need root (CI runs as root)")
-	}
+	testenv.NeedRoot(t, "debootstrap and chroot")
 	need(t, "debootstrap", "debootstrap")
 	need(t, "chroot", "coreutils")
 	start := time.Now()
@@ -83,7 +82,7 @@ func cachedRoot(t *testing.T) (string, error) {
 			t.Logf("NOTE: %s is not reachable (%v): using the cached root of an earlier day, %s", mirror, err, older)
 			return older, nil
 		}
-		t.Skipf("SKIPPING the install test: debootstrap cannot run here: the Debian mirror %s is not reachable (%v) and %s holds no cached root", mirror, err, base)
+		testenv.Skip(t, "debootstrap cannot run here: the Debian mirror %s is not reachable (%v) and %s holds no cached root", mirror, err, base)
 	}
 
 	tmp := filepath.Join(base, today+".tmp")

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,7 +65,7 @@ func need(t testing.TB, tool, debianPackage string) {
 		return
 	}
 	if os.Geteuid() != 0 {
-		t.Skipf("SKIPPING: %s is missing and this is not root to install it (apt-get install %s)", tool, debianPackage)
+		testenv.Skip(t, "%s is missing and this is not root to install it (apt-get install %s)", tool, debianPackage)
 	}
 	t.Fatalf("%s is missing: apt-get install %s (build/deps.sh should)", tool, debianPackage)
 }

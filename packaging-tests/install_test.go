@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -489,9 +490,7 @@ func startGateway(t *testing.T) *gateway {
 // the next version keeping a config.toml written beside it.
 func TestRPMInstall(t *testing.T) {
 	need(t, "rpm", "rpm")
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPING: rpm --root installs files owned by root: needs root (CI runs as root)")
-	}
+	testenv.NeedRoot(t, "rpm --root installs files owned by root")
 	built(t)
 	root := t.TempDir()
 	rpm := func(args ...string) {

@@ -2,6 +2,7 @@ package proto_test
 
 import (
 	"bytes"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -10,12 +11,7 @@ import (
 )
 
 func TestGeneratedIsCurrent(t *testing.T) {
-	if _, err := exec.LookPath("protoc"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("protoc is not installed, so the generated code cannot be checked (apt-get install protobuf-compiler; make deps does)")
-		}
-		t.Skip("SKIPPED LOUDLY: protoc not installed; run make deps (apt-get install protobuf-compiler)")
-	}
+	testenv.NeedTool(t, "protoc", "protobuf-compiler")
 	out := t.TempDir()
 	cmd := exec.Command("../build/proto.sh", out)
 	if b, err := cmd.CombinedOutput(); err != nil {

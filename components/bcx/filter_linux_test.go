@@ -2,6 +2,7 @@ package bcx
 
 import (
 	"fmt"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"os"
 	"os/exec"
 	"runtime"
@@ -33,9 +34,7 @@ func filterChild() int {
 // TestFilterBindsRoot: with the filter loaded even root cannot make
 // namespaces, mount or unload modules (the plugins normally also lose root).
 func TestFilterBindsRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED LOUDLY: needs root to show the filter, not missing privileges, refuses")
-	}
+	testenv.NeedRoot(t, "to show the filter, not missing privileges, refuses")
 	out, err := exec.Command("/proc/self/exe", "__bcx-filtertest").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)

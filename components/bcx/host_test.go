@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -45,7 +46,7 @@ var (
 func testPlugins(t *testing.T) (a, b string) {
 	t.Helper()
 	if !sandboxSupported {
-		t.Skip("SKIPPED LOUDLY: bcx plugins run only on Linux")
+		testenv.NotApplicable(t, "bcx plugins run only on Linux")
 	}
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "bcx-testplugin-")

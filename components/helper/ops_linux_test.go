@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -495,9 +496,7 @@ func TestSliceCgroup(t *testing.T) {
 // TestSliceThroughTheSocket: the client's slice calls reach the helper and
 // its refusals come back as errors.
 func TestSliceThroughTheSocket(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED: a host (not fakehw) helper on the socket needs root; TestSliceApplyAndRemove covers the operations")
-	}
+	testenv.NeedRoot(t, "a host (not fakehw) helper on the socket; TestSliceApplyAndRemove covers the operations")
 	var mu sync.Mutex
 	var calls []string
 	h := startHelper(t, func(_ *Config, s *seams) {

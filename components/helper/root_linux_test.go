@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"io"
 	"io/fs"
 	"os"
@@ -37,12 +38,11 @@ import (
 // [helper] entrypoint it is allowed.
 func TestRootEndToEnd(t *testing.T) {
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "SKIP TestRootEndToEnd: needs root (it creates a user and runs bcd helper as root)")
-		t.Skip("SKIPPED LOUDLY: TestRootEndToEnd needs root: it creates a user with useradd and runs bcd helper as root")
+		testenv.NeedRoot(t, "TestRootEndToEnd creates a user with useradd and runs bcd helper as root")
 	}
 	for _, tool := range []string{"useradd", "userdel"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("SKIPPED LOUDLY: TestRootEndToEnd needs %s: %v", tool, err)
+			testenv.Skip(t, "TestRootEndToEnd needs %s: %v (apt-get install passwd)", tool, err)
 		}
 	}
 	rnd := randomHex(t, 4)

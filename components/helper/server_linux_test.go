@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -614,7 +615,7 @@ func TestStartRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.rootOnly && !root {
-				t.Skip("needs root to give a file to another user")
+				testenv.NeedRoot(t, "to give a file to another user")
 			}
 			dir := t.TempDir()
 			s, _, _ := testSeams(dir)
@@ -760,9 +761,7 @@ func TestReboot(t *testing.T) {
 		t.Errorf("logged reason %v", r)
 	}
 
-	if os.Geteuid() != 0 {
-		t.Skip("a host (not fakehw) helper needs root")
-	}
+	testenv.NeedRoot(t, "a host (not fakehw) helper")
 	h = startHelper(t, func(_ *Config, s *seams) {
 		s.reboot = func(_ context.Context, reason string) error { rebooted.Store(reason); return nil }
 	})

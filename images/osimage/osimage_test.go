@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,9 +17,7 @@ import (
 )
 
 func TestBuild(t *testing.T) {
-	if _, err := exec.LookPath("debugfs"); err != nil {
-		t.Skip("SKIPPED: debugfs (e2fsprogs) is not installed; CI installs it")
-	}
+	testenv.NeedTool(t, "debugfs", "e2fsprogs")
 	dir := t.TempDir()
 	kernel, initrd := filepath.Join(dir, "k"), filepath.Join(dir, "i")
 	os.WriteFile(kernel, []byte("a kernel image"), 0o644)

@@ -1,6 +1,7 @@
 package agentcmd
 
 import (
+	"github.com/better-compute/bcd/components/base/testenv"
 	"log/slog"
 	"testing"
 
@@ -29,7 +30,7 @@ func TestAgentTPM(t *testing.T) {
 	}
 	if !buildinfo.FakeHW {
 		if HasTPM(env("")) {
-			t.Skip("SKIPPED: this host has a TPM; the fakehw build of this test covers the choice")
+			testenv.NotApplicable(t, "this host has a TPM; the fakehw build of this test covers the choice")
 		}
 		for _, role := range []string{"node", "site", "ramdisk"} {
 			if got := agentTPM(env(""), role, helper, log); got != nil {

@@ -1,6 +1,7 @@
 package hostinfo
 
 import (
+	"github.com/better-compute/bcd/components/base/testenv"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -97,7 +98,7 @@ func TestBootID(t *testing.T) {
 		if err == nil {
 			t.Fatalf("BootID = %q without /proc", id)
 		}
-		t.Skip("no /proc/sys/kernel/random/boot_id here")
+		testenv.Skip(t, "no /proc/sys/kernel/random/boot_id here (a Linux /proc)")
 	}
 	if err != nil || !bootIDRE.MatchString(id) {
 		t.Fatalf("BootID = %q %v", id, err)

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"net"
 	"os"
 	"os/exec"
@@ -76,14 +77,8 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // ipmitool.
 func Need(t testing.TB) {
 	t.Helper()
-	for _, b := range []string{"ipmi_sim", "ipmitool"} {
-		if _, err := exec.LookPath(b); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("IPMI TEST CANNOT RUN: %s is not installed (CI=true; build/deps.sh installs openipmi and ipmitool)", b)
-			}
-			t.Skipf("SKIPPED LOUDLY: %s is not installed (apt-get install openipmi ipmitool; build/deps.sh does)", b)
-		}
-	}
+	testenv.NeedTool(t, "ipmi_sim", "openipmi")
+	testenv.NeedTool(t, "ipmitool", "ipmitool")
 }
 
 func freeUDP(t testing.TB) string {

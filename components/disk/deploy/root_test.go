@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"context"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,14 +14,9 @@ import (
 
 func needRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("ROOT TEST SKIPPED: loop devices need root (CI runs these as root)")
-	}
+	testenv.NeedRoot(t, "loop devices")
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("ROOT TEST CANNOT RUN: %v (CI=true)", err)
-		}
-		t.Skipf("ROOT TEST SKIPPED: %v", err)
+		testenv.Skip(t, "no loop devices: %v", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package kmod
 
 import (
 	"bytes"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -315,7 +316,7 @@ func fakeLoader(t *testing.T, dir string, fail map[string]error) (*Loader, *[]ca
 
 func TestLoaderOrderAndFailures(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc/self/fd")
+		testenv.NotApplicable(t, "reads /proc/self/fd, which only Linux has")
 	}
 	files := map[string]string{"modules.dep": debianDep, "modules.softdep": debianSoftdep, "modules.alias": debianAlias}
 	for _, line := range strings.Split(strings.TrimSpace(debianDep), "\n") {
@@ -372,7 +373,7 @@ func TestLoaderOrderAndFailures(t *testing.T) {
 
 func TestLoaderCompressed(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc/self/fd")
+		testenv.NotApplicable(t, "reads /proc/self/fd, which only Linux has")
 	}
 	var zb, gb bytes.Buffer
 	zw, _ := zstd.NewWriter(&zb)
@@ -416,7 +417,7 @@ func TestLoaderCompressed(t *testing.T) {
 func TestRealTree(t *testing.T) {
 	matches, _ := filepath.Glob("/lib/modules/*/modules.dep")
 	if len(matches) == 0 {
-		t.Skip("no /lib/modules/*/modules.dep on this machine")
+		testenv.Skip(t, "no /lib/modules/*/modules.dep on this machine (apt-get install linux-image-amd64; build/deps.sh does)")
 	}
 	for _, m := range matches {
 		ix, err := ReadIndex(filepath.Dir(m))

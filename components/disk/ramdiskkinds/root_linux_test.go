@@ -3,6 +3,7 @@ package ramdiskkinds
 import (
 	"bytes"
 	"context"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,9 +21,7 @@ import (
 // from the same partition mounted read-only. debugfs reads the files back
 // from the disk file itself.
 func TestRootDeployConfiguresAndKexecReadsAPartition(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("ROOT TEST SKIPPED: loop devices and mounts need root (CI runs these as root)")
-	}
+	testenv.NeedRoot(t, "loop devices and mounts")
 	for _, tool := range []string{"mkfs.ext4", "debugfs"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("ROOT TEST CANNOT RUN: %s is not installed (apt-get install e2fsprogs)", tool)

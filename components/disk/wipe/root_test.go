@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,14 +21,9 @@ import (
 // CI=true when loop devices are missing.
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("ROOT TEST SKIPPED: loop devices need root (CI runs these as root)")
-	}
+	testenv.NeedRoot(t, "loop devices")
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("ROOT TEST CANNOT RUN: %v (CI=true)", err)
-		}
-		t.Skipf("ROOT TEST SKIPPED: %v", err)
+		testenv.Skip(t, "no loop devices: %v", err)
 	}
 }
 

@@ -3,9 +3,9 @@ package logbundle
 import (
 	"context"
 	"errors"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -35,10 +35,7 @@ func TestFileSource(t *testing.T) {
 }
 
 func TestCommandSource(t *testing.T) {
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Skip("no sh")
-	}
+	sh := testenv.NeedTool(t, "sh", "dash")
 	tests := []struct {
 		name    string
 		argv    []string

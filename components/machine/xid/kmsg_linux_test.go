@@ -5,6 +5,7 @@ package xid
 import (
 	"context"
 	"errors"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"io/fs"
 	"strings"
 	"testing"
@@ -22,9 +23,9 @@ func TestReadKmsgDevice(t *testing.T) {
 		if !strings.Contains(err.Error(), "CAP_SYSLOG") {
 			t.Errorf("permission error does not say what is needed: %v", err)
 		}
-		t.Skipf("no access to the kernel log: %v", err)
+		testenv.Skip(t, "no access to the kernel log: %v", err)
 	case errors.Is(err, fs.ErrNotExist):
-		t.Skipf("no kernel log device: %v", err)
+		testenv.Skip(t, "no kernel log device: %v", err)
 	case err != nil:
 		t.Fatal(err)
 	}

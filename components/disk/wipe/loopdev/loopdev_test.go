@@ -1,6 +1,7 @@
 package loopdev
 
 import (
+	"github.com/better-compute/bcd/components/base/testenv"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,9 +10,7 @@ import (
 )
 
 func TestAttach(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("ROOT TEST SKIPPED: loop devices need root (CI runs these as root)")
-	}
+	testenv.NeedRoot(t, "loop devices")
 	p := filepath.Join(t.TempDir(), "disk.img")
 	if err := os.WriteFile(p, nil, 0o600); err != nil {
 		t.Fatal(err)

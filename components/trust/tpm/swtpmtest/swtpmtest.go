@@ -8,6 +8,7 @@ package swtpmtest
 import (
 	"bytes"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/testenv"
 	"net"
 	"os"
 	"os/exec"
@@ -32,15 +33,7 @@ type SWTPM struct {
 // which installs it.
 func Need(t testing.TB) string {
 	t.Helper()
-	path, err := exec.LookPath("swtpm")
-	if err == nil {
-		return path
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("swtpm not installed but CI is set (apt-get install swtpm swtpm-tools): %v", err)
-	}
-	t.Skip("SKIPPED: swtpm not installed (apt-get install swtpm swtpm-tools)")
-	return ""
+	return testenv.NeedTool(t, "swtpm", "swtpm swtpm-tools")
 }
 
 // Start starts swtpm on the state in dir (a fresh one when dir is empty)
@@ -151,17 +144,8 @@ func freePorts(n int) ([]int, error) {
 func SetupEKCerts(t testing.TB) (state, caCert string) {
 	t.Helper()
 	Need(t)
-	setup, err := exec.LookPath("swtpm_setup")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("swtpm_setup not installed but CI is set (apt-get install swtpm-tools): %v", err)
-		}
-		t.Skip("SKIPPED: swtpm_setup not installed (apt-get install swtpm swtpm-tools)")
-	}
-	localca, err := exec.LookPath("swtpm_localca")
-	if err != nil {
-		t.Skip("SKIPPED: swtpm_localca not installed (apt-get install swtpm-tools)")
-	}
+	setup := testenv.NeedTool(t, "swtpm_setup", "swtpm-tools")
+	localca := testenv.NeedTool(t, "swtpm_localca", "swtpm-tools")
 	root := t.TempDir()
 	state = filepath.Join(root, "state")
 	ca := filepath.Join(root, "ca")
