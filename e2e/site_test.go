@@ -196,7 +196,7 @@ func TestSiteBootServer(t *testing.T) {
 	l.out.assertAbsent(t, "the site's join token", tok)
 }
 
-// TestSiteBootRefusals: the seeds' exit codes for a [boot] section that
+// TestSiteBootRefusals: the exit codes (docs/configuration.md) for a [boot] section that
 // cannot work.
 func TestSiteBootRefusals(t *testing.T) {
 	l := newLab(t)

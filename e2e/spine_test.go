@@ -90,7 +90,7 @@ func TestSpine(t *testing.T) {
 		t.Fatalf("agent.ping after restart: exit %d: %s", code, out)
 	}
 
-	// Revocation ends the agent with exit 1 and the seeds' message.
+	// Revocation ends the agent with exit 1 and the message docs/protocol.md gives.
 	l.bcgw(g, "revoke", id)
 	if code := node.wait(t, 30*time.Second); code != 1 {
 		t.Fatalf("revoked node exited %d, want 1", code)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway/store"
@@ -141,15 +142,9 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 		writeJSON(w, d)
 	})
 	var lns []net.Listener
-	sock := filepath.Join(s.cfg.DataDir, AdminSocket)
-	_ = os.Remove(sock)
-	ul, err := net.Listen("unix", sock)
+	ul, err := listenPrivate(filepath.Join(s.cfg.DataDir, AdminSocket), s.cfg.boundAside)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listen %s: %w", sock, err)
-	}
-	if err := os.Chmod(sock, 0o600); err != nil {
-		ul.Close()
-		return nil, nil, fmt.Errorf("chmod %s: %w", sock, err)
+		return nil, nil, err
 	}
 	lns = append(lns, ul)
 	var bearer string
@@ -176,9 +171,9 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, tcp := r.Context().Value(tcpConnKey{}).(bool); tcp {
-			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if subtle.ConstantTimeCompare([]byte(got), []byte(bearer)) != 1 {
-				adminErr(w, http.StatusUnauthorized, errors.New("bearer token required"))
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(bearer)) != 1 {
+				adminErr(w, http.StatusUnauthorized, errors.New("Authorization: Bearer <the token of DATA/admin.token> required"))
 				return
 			}
 		}
@@ -191,6 +186,54 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 		return ctx
 	}}
 	return srv, lns, nil
+}
+
+// listenPrivate listens on the unix socket sock with mode 0600 from the
+// moment it exists at that path, whatever the process umask: it binds in
+// a fresh 0700 directory beside sock, sets the mode there and renames the
+// socket into place (the listener keeps the same inode). aside, when set,
+// is called with the socket's first path once it is bound (tests).
+func listenPrivate(sock string, aside func(path string)) (net.Listener, error) {
+	tmp, err := os.MkdirTemp(filepath.Dir(sock), ".bind-")
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", sock, err)
+	}
+	defer os.RemoveAll(tmp)
+	first := filepath.Join(tmp, filepath.Base(sock))
+	l, err := net.Listen("unix", first)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", sock, err)
+	}
+	ul := l.(*net.UnixListener)
+	// The socket file is renamed away from where it was bound: closing
+	// the listener must not remove whatever is at the first path then.
+	ul.SetUnlinkOnClose(false)
+	if aside != nil {
+		aside(first)
+	}
+	if err := os.Chmod(first, 0o600); err != nil {
+		ul.Close()
+		return nil, fmt.Errorf("chmod %s: %w", first, err)
+	}
+	if err := os.Rename(first, sock); err != nil {
+		ul.Close()
+		return nil, fmt.Errorf("rename %s to %s: %w", first, sock, err)
+	}
+	return &unlinkListener{UnixListener: ul, path: sock}, nil
+}
+
+// unlinkListener removes its socket file when closed, as a listener that
+// bound at that path would.
+type unlinkListener struct {
+	*net.UnixListener
+	path string
+	once sync.Once
+}
+
+func (l *unlinkListener) Close() error {
+	err := l.UnixListener.Close()
+	l.once.Do(func() { _ = os.Remove(l.path) })
+	return err
 }
 
 // AdminURL is the loopback admin address when --admin-listen is set.

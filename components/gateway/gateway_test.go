@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -74,7 +75,9 @@ type gw struct {
 // cfg.Listen are filled in.
 func startGateway(t *testing.T, cfg gateway.Config) *gw {
 	t.Helper()
-	cfg.DataDir = t.TempDir()
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
 	cfg.Listen = "127.0.0.1:0"
 	logs := &lockedBuf{}
 	cfg.Log = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -945,6 +948,127 @@ func TestAdminLoopbackNeedsBearer(t *testing.T) {
 		if (err == nil) != tt.ok {
 			t.Errorf("%s: err = %v, want ok=%v", tt.name, err, tt.ok)
 		}
+	}
+	// The token alone, or under another scheme, is not a bearer token.
+	for _, header := range []string{bearer, "bearer " + bearer, "Basic " + bearer, "Bearer  " + bearer, "Bearer " + bearer} {
+		req, _ := http.NewRequest(http.MethodGet, url+"/v1/nodes", nil)
+		req.Header.Set("Authorization", header)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := http.StatusUnauthorized
+		if header == "Bearer "+bearer {
+			want = http.StatusOK
+		}
+		if resp.StatusCode != want {
+			t.Errorf("Authorization %q: %d, want %d", strings.Replace(header, bearer, "TOKEN", 1), resp.StatusCode, want)
+		}
+	}
+}
+
+// TestAdminSocketPrivateUnderAnyUmask: under umask 000, with a data
+// directory that exists open to all, bcgw tightens the directory to 0700
+// and its admin socket is never seen with a mode wider than 0600: not at
+// its path (watched from before bcgw starts), and not where it is bound.
+func TestAdminSocketPrivateUnderAnyUmask(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, gateway.AdminSocket)
+	var mu sync.Mutex
+	var seen []string
+	note := func(where string, mode os.FileMode) {
+		if mode.Perm()&^0o600 != 0 {
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s: %v", where, mode))
+			mu.Unlock()
+		}
+	}
+	// Watch the socket's path as fast as the machine lets us until bcgw
+	// serves; every mode seen must be 0600 or narrower.
+	stop := make(chan struct{})
+	watched := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				watched <- n
+				return
+			default:
+			}
+			if st, err := os.Lstat(sock); err == nil {
+				note("at its path", st.Mode())
+				n++
+			}
+		}
+	}()
+	cfg := gateway.WithBoundAside(gateway.Config{DataDir: dir}, func(first string) {
+		st, err := os.Lstat(first)
+		if err != nil {
+			t.Errorf("bound socket: %v", err)
+			return
+		}
+		if pst, err := os.Stat(filepath.Dir(first)); err != nil || pst.Mode().Perm() != 0o700 {
+			t.Errorf("the socket is bound in %s, not a 0700 directory (%v)", filepath.Dir(first), err)
+		}
+		if _, err := os.Lstat(sock); err == nil {
+			t.Errorf("%s exists before its socket has its mode", sock)
+		}
+		_ = st // bound under umask 000: wide, but in a 0700 directory no one else can enter
+	})
+	g := startGateway(t, cfg)
+	close(stop)
+	if n := <-watched; n == 0 {
+		t.Log("the watcher never saw the socket before bcgw served (it checks again below)")
+	}
+	st, err := os.Lstat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	note("once serving", st.Mode())
+	if st.Mode()&os.ModeSocket == 0 {
+		t.Errorf("%s is %v, not a socket", sock, st.Mode())
+	}
+	if dst, _ := os.Stat(dir); dst.Mode().Perm() != 0o700 {
+		t.Errorf("data directory mode %v, want 0700", dst.Mode().Perm())
+	}
+	if _, err := gateway.NewAdminClient(g.dir, "", "").Nodes(context.Background()); err != nil {
+		t.Errorf("the renamed socket does not serve: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range seen {
+		t.Errorf("admin socket wider than 0600 %s", s)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".bind-") {
+				t.Errorf("the bind directory %s is left behind", e.Name())
+			}
+		}
+	}
+}
+
+// TestAdminSocketRemovedOnClose: the socket file goes with its listener.
+func TestAdminSocketRemovedOnClose(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "admin.sock")
+	l, err := gateway.ListenPrivate(sock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(sock); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("socket %v %v", st, err)
+	}
+	l.Close()
+	if _, err := os.Lstat(sock); err == nil {
+		t.Error("the socket file outlives its listener")
 	}
 }
 

@@ -45,6 +45,9 @@ type Config struct {
 	CertValidity time.Duration // node certificates; default 24h
 	Heartbeat    time.Duration // heartbeat interval asked of agents; default 15s
 	Log          *slog.Logger
+	// boundAside, when set, sees the admin socket where it is bound,
+	// before it gets its mode and its place (tests).
+	boundAside func(path string)
 }
 
 // Server is a running bcgw.
@@ -89,8 +92,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("mkdir %s: %w", cfg.DataDir, err)
+	if err := privateDir(cfg.DataDir, cfg.Log); err != nil {
+		return nil, err
 	}
 	st, err := store.Open(filepath.Join(cfg.DataDir, "bcgw.db"))
 	if err != nil {
@@ -583,3 +586,25 @@ func (s *Server) resultStored(id string) {
 
 // Connected reports whether a node has a live session.
 func (s *Server) Connected(nodeID string) bool { return s.hub.connected(nodeID) }
+
+// privateDir makes dir, or tightens an existing one, to mode 0700: it
+// holds the CA key, the store and the admin socket.
+func privateDir(dir string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("mkdir %s: %w", dir, err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", dir, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("data directory %s is not a directory", dir)
+	}
+	if st.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("data directory %s has mode %v and cannot be made 0700 (chmod 700 it, as its owner): %w", dir, st.Mode().Perm(), err)
+		}
+		log.Warn("bcgw: data directory tightened to 0700", "dir", dir, "was", st.Mode().Perm().String())
+	}
+	return nil
+}

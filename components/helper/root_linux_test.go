@@ -195,7 +195,7 @@ func TestRootEndToEnd(t *testing.T) {
 		}
 	}
 
-	// tpm.*: on a host without a TPM, the seeds' refusal; against a swtpm
+	// tpm.*: on a host without a TPM, wire.NoTPM; against a swtpm
 	// (a helpere2e build's BCD_HELPER_E2E_SWTPM), a tpm.sign round trip as
 	// the user that verifies against the key tpm.nodekey answered.
 	t.Run("tpm", func(t *testing.T) {

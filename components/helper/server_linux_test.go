@@ -543,7 +543,7 @@ func TestSocket(t *testing.T) {
 }
 
 // TestStartRefusals: the helper refuses to start, before it listens,
-// with the seeds' messages.
+// with the messages docs/helper.md gives.
 func TestStartRefusals(t *testing.T) {
 	root := os.Geteuid() == 0
 	owner := "root"

@@ -251,7 +251,7 @@ func TestTPMNoTPM(t *testing.T) {
 	} {
 		resp := o.call(t, req)
 		if resp.OK || resp.Retryable || resp.Error != "node keys in the TPM are not served by this helper (the host has no TPM)" {
-			t.Errorf("%s: %+v, want the seeds' refusal", req, resp)
+			t.Errorf("%s: %+v, want wire.NoTPM", req, resp)
 		}
 	}
 	if opened != 5 {

@@ -1,8 +1,8 @@
 // Package dispatch accepts delivered commands and runs them exactly once:
 // each is recorded in the journal before any check or side effect, checked
-// in the seeds' order (role allowlist, body size, deadline, node id), and
-// run by a fixed pool of workers in its lane (control 4, provision 2,
-// bulk 1), under per-resource locks. Results are stored in the journal and
+// in the order docs/delivery.md gives (role allowlist, body size, deadline,
+// node id), and run by a fixed pool of workers in its lane (control 4,
+// provision 2, bulk 1), under per-resource locks. Results are stored in the journal and
 // handed to the session until the gateway acks them.
 package dispatch
 

@@ -58,7 +58,7 @@ const (
 )
 
 // NoTPM is how a helper on a host without a TPM refuses every tpm.*
-// operation (the seeds' words).
+// operation (docs/helper.md, "Operations").
 const NoTPM = "node keys in the TPM are not served by this helper (the host has no TPM)"
 
 // NotLoaded is in the refusal of tpm.sign, tpm.certify and tpm.release for

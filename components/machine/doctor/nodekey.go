@@ -26,7 +26,7 @@ func HostHasTPM() bool {
 	return err == nil
 }
 
-// Warning for a file key on a host with a TPM (the seeds' words).
+// Warning for a file key on a host with a TPM (docs/tpm.md).
 const fileKeyWithTPM = "a file key although this host has a TPM: the next renewal moves it into the TPM (through bcd helper when bcd node runs unprivileged)"
 
 // NodeKey says what holds the node key once the node has joined: ok in the

@@ -1,0 +1,11 @@
+package gateway
+
+// WithBoundAside sets cfg's hook that sees the admin socket where it is
+// first bound (the external tests cannot reach the field).
+func WithBoundAside(cfg Config, f func(path string)) Config {
+	cfg.boundAside = f
+	return cfg
+}
+
+// ListenPrivate is listenPrivate for the tests.
+var ListenPrivate = listenPrivate
