@@ -32,7 +32,7 @@ tier "unit, e2e, packaging" $GO test -json -count=1 -timeout 20m $($GO list ./..
 
 echo "== go vet build/pkg"
 (cd build/pkg && $GO vet ./...) || failed+=(vet-pkg)
-tier "package builder" bash -c "cd build/pkg && $GO test -json -count=1 ./..."
+REPORT_FLAGS="-tier pkg" tier "package builder" bash -c "cd build/pkg && $GO test -json -count=1 ./..."
 
 # The QEMU tier prints its VMs' progress as it goes (-v).
 if make --no-print-directory image; then

@@ -1128,10 +1128,15 @@ type Hello struct {
 	Drivers            []*Driver `protobuf:"bytes,8,rep,name=drivers,proto3" json:"drivers,omitempty"`
 	Capabilities       []string  `protobuf:"bytes,9,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// Command kinds this agent accepts.
-	Kinds         []string      `protobuf:"bytes,10,rep,name=kinds,proto3" json:"kinds,omitempty"`
-	Lanes         []*LaneCredit `protobuf:"bytes,11,rep,name=lanes,proto3" json:"lanes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Kinds []string      `protobuf:"bytes,10,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	Lanes []*LaneCredit `protobuf:"bytes,11,rep,name=lanes,proto3" json:"lanes,omitempty"`
+	// The generation of the NodeSpec the agent holds (0: none). The gateway
+	// sends its desired spec in full after Welcome when it differs.
+	AppliedGeneration uint64 `protobuf:"varint,12,opt,name=applied_generation,json=appliedGeneration,proto3" json:"applied_generation,omitempty"`
+	// The generation every section last converged or failed terminally at.
+	ObservedGeneration uint64 `protobuf:"varint,13,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -1239,6 +1244,20 @@ func (x *Hello) GetLanes() []*LaneCredit {
 		return x.Lanes
 	}
 	return nil
+}
+
+func (x *Hello) GetAppliedGeneration() uint64 {
+	if x != nil {
+		return x.AppliedGeneration
+	}
+	return 0
+}
+
+func (x *Hello) GetObservedGeneration() uint64 {
+	if x != nil {
+		return x.ObservedGeneration
+	}
+	return 0
 }
 
 type Driver struct {
@@ -1507,8 +1526,13 @@ type Heartbeat struct {
 	SentUnixMs         int64                  `protobuf:"varint,1,opt,name=sent_unix_ms,json=sentUnixMs,proto3" json:"sent_unix_ms,omitempty"`
 	Lanes              []*LaneCredit          `protobuf:"bytes,2,rep,name=lanes,proto3" json:"lanes,omitempty"`
 	ObservedGeneration uint64                 `protobuf:"varint,3,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Inventory section name -> "sha256:<hex>" of its canonical JSON: on
+	// every 10th heartbeat and on the first one after a section changed;
+	// empty otherwise.
+	InventoryHashes   map[string]string `protobuf:"bytes,4,rep,name=inventory_hashes,json=inventoryHashes,proto3" json:"inventory_hashes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	AppliedGeneration uint64            `protobuf:"varint,5,opt,name=applied_generation,json=appliedGeneration,proto3" json:"applied_generation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
@@ -1558,6 +1582,20 @@ func (x *Heartbeat) GetLanes() []*LaneCredit {
 func (x *Heartbeat) GetObservedGeneration() uint64 {
 	if x != nil {
 		return x.ObservedGeneration
+	}
+	return 0
+}
+
+func (x *Heartbeat) GetInventoryHashes() map[string]string {
+	if x != nil {
+		return x.InventoryHashes
+	}
+	return nil
+}
+
+func (x *Heartbeat) GetAppliedGeneration() uint64 {
+	if x != nil {
+		return x.AppliedGeneration
 	}
 	return 0
 }
@@ -2049,12 +2087,38 @@ func (x *CommandProgress) GetAtUnixMs() int64 {
 	return 0
 }
 
+// StatusReport is what the agent says the machine is and how far it
+// converged: sent after each Welcome, on change and at most every few
+// seconds (coalesced). Each report is complete; the latest replaces the
+// one before it.
 type StatusReport struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	ObservedGeneration uint64                 `protobuf:"varint,1,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`
-	Sections           []byte                 `protobuf:"bytes,2,opt,name=sections,proto3" json:"sections,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Role-specific report sections, a JSON object (a site agent's
+	// "images": its image cache).
+	Sections []byte `protobuf:"bytes,2,opt,name=sections,proto3" json:"sections,omitempty"`
+	// The generation of the NodeSpec the agent holds and enforces.
+	AppliedGeneration uint64 `protobuf:"varint,3,opt,name=applied_generation,json=appliedGeneration,proto3" json:"applied_generation,omitempty"`
+	// One per section the spec names or the role converges, in the fixed
+	// order.
+	SectionStates []*SectionStatus `protobuf:"bytes,4,rep,name=section_states,json=sectionStates,proto3" json:"section_states,omitempty"`
+	// Conditions of the machine (an Xid on a GPU), for as long as they hold.
+	Conditions []*Condition `protobuf:"bytes,5,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	Pressure   *Pressure    `protobuf:"bytes,6,opt,name=pressure,proto3" json:"pressure,omitempty"`
+	// Set when the agent refused the last DesiredState (spec_error says
+	// why; the held spec is unchanged) or cannot apply a patch to the
+	// generation it holds: the gateway then sends the full spec.
+	WantFullSpec      bool   `protobuf:"varint,7,opt,name=want_full_spec,json=wantFullSpec,proto3" json:"want_full_spec,omitempty"`
+	SpecError         string `protobuf:"bytes,8,opt,name=spec_error,json=specError,proto3" json:"spec_error,omitempty"`
+	RefusedGeneration uint64 `protobuf:"varint,9,opt,name=refused_generation,json=refusedGeneration,proto3" json:"refused_generation,omitempty"`
+	// Inventory sections in full, a JSON object of section name -> section:
+	// those Welcome.requested_sections named (all of them for "*"), and any
+	// that changed since the last report of this session.
+	Inventory       []byte            `protobuf:"bytes,10,opt,name=inventory,proto3" json:"inventory,omitempty"`
+	InventoryHashes map[string]string `protobuf:"bytes,11,rep,name=inventory_hashes,json=inventoryHashes,proto3" json:"inventory_hashes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	AtUnixMs        int64             `protobuf:"varint,12,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StatusReport) Reset() {
@@ -2101,20 +2165,393 @@ func (x *StatusReport) GetSections() []byte {
 	return nil
 }
 
-type DesiredState struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Generation uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
-	Patch      bool                   `protobuf:"varint,2,opt,name=patch,proto3" json:"patch,omitempty"`
-	// JSON NodeSpec (full) or patch, at most 4 MiB.
-	Spec          []byte `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
-	Signature     []byte `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"`
+func (x *StatusReport) GetAppliedGeneration() uint64 {
+	if x != nil {
+		return x.AppliedGeneration
+	}
+	return 0
+}
+
+func (x *StatusReport) GetSectionStates() []*SectionStatus {
+	if x != nil {
+		return x.SectionStates
+	}
+	return nil
+}
+
+func (x *StatusReport) GetConditions() []*Condition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+func (x *StatusReport) GetPressure() *Pressure {
+	if x != nil {
+		return x.Pressure
+	}
+	return nil
+}
+
+func (x *StatusReport) GetWantFullSpec() bool {
+	if x != nil {
+		return x.WantFullSpec
+	}
+	return false
+}
+
+func (x *StatusReport) GetSpecError() string {
+	if x != nil {
+		return x.SpecError
+	}
+	return ""
+}
+
+func (x *StatusReport) GetRefusedGeneration() uint64 {
+	if x != nil {
+		return x.RefusedGeneration
+	}
+	return 0
+}
+
+func (x *StatusReport) GetInventory() []byte {
+	if x != nil {
+		return x.Inventory
+	}
+	return nil
+}
+
+func (x *StatusReport) GetInventoryHashes() map[string]string {
+	if x != nil {
+		return x.InventoryHashes
+	}
+	return nil
+}
+
+func (x *StatusReport) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
+// SectionStatus is one NodeSpec section's state on the agent.
+type SectionStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// CONVERGED, PROGRESSING (applying, or waiting on work it started),
+	// RETRYING (a retryable failure, tried again with back-off), FAILED
+	// (terminal for this generation), UNSUPPORTED (SectionUnsupported: this
+	// role has no such section).
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// The generation this state is for.
+	Generation uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Message    string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// What the last plan found to change, one line each (at most 20).
+	Changes       []string `protobuf:"bytes,5,rep,name=changes,proto3" json:"changes,omitempty"`
+	SinceUnixMs   int64    `protobuf:"varint,6,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	Attempts      uint32   `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *SectionStatus) Reset() {
+	*x = SectionStatus{}
+	mi := &file_bcd_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SectionStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SectionStatus) ProtoMessage() {}
+
+func (x *SectionStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SectionStatus.ProtoReflect.Descriptor instead.
+func (*SectionStatus) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SectionStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SectionStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SectionStatus) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *SectionStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *SectionStatus) GetChanges() []string {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *SectionStatus) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *SectionStatus) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+// Condition is a fact about the machine the gateway should see, e.g.
+// type "Xid" on subject "GPU-<uuid>" (or a PCI bus id when the UUID is not
+// known).
+type Condition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Subject       string                 `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	SinceUnixMs   int64                  `protobuf:"varint,5,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	Count         uint32                 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Condition) Reset() {
+	*x = Condition{}
+	mi := &file_bcd_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Condition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Condition) ProtoMessage() {}
+
+func (x *Condition) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Condition.ProtoReflect.Descriptor instead.
+func (*Condition) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Condition) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Condition) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *Condition) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Condition) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Condition) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *Condition) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// Pressure is the host's PSI averages (percent of time some or all tasks
+// stalled, over 10 and 60 s) and CPU steal (percent of CPU time over the
+// last sample), read every 30 s. available is false where the kernel
+// offers no PSI (/proc/pressure missing).
+type Pressure struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Available       bool                   `protobuf:"varint,1,opt,name=available,proto3" json:"available,omitempty"`
+	CpuSomeAvg10    float64                `protobuf:"fixed64,2,opt,name=cpu_some_avg10,json=cpuSomeAvg10,proto3" json:"cpu_some_avg10,omitempty"`
+	CpuSomeAvg60    float64                `protobuf:"fixed64,3,opt,name=cpu_some_avg60,json=cpuSomeAvg60,proto3" json:"cpu_some_avg60,omitempty"`
+	MemorySomeAvg10 float64                `protobuf:"fixed64,4,opt,name=memory_some_avg10,json=memorySomeAvg10,proto3" json:"memory_some_avg10,omitempty"`
+	MemoryFullAvg10 float64                `protobuf:"fixed64,5,opt,name=memory_full_avg10,json=memoryFullAvg10,proto3" json:"memory_full_avg10,omitempty"`
+	IoSomeAvg10     float64                `protobuf:"fixed64,6,opt,name=io_some_avg10,json=ioSomeAvg10,proto3" json:"io_some_avg10,omitempty"`
+	IoFullAvg10     float64                `protobuf:"fixed64,7,opt,name=io_full_avg10,json=ioFullAvg10,proto3" json:"io_full_avg10,omitempty"`
+	CpuStealPercent float64                `protobuf:"fixed64,8,opt,name=cpu_steal_percent,json=cpuStealPercent,proto3" json:"cpu_steal_percent,omitempty"`
+	AtUnixMs        int64                  `protobuf:"varint,9,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Pressure) Reset() {
+	*x = Pressure{}
+	mi := &file_bcd_v1_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pressure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pressure) ProtoMessage() {}
+
+func (x *Pressure) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pressure.ProtoReflect.Descriptor instead.
+func (*Pressure) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Pressure) GetAvailable() bool {
+	if x != nil {
+		return x.Available
+	}
+	return false
+}
+
+func (x *Pressure) GetCpuSomeAvg10() float64 {
+	if x != nil {
+		return x.CpuSomeAvg10
+	}
+	return 0
+}
+
+func (x *Pressure) GetCpuSomeAvg60() float64 {
+	if x != nil {
+		return x.CpuSomeAvg60
+	}
+	return 0
+}
+
+func (x *Pressure) GetMemorySomeAvg10() float64 {
+	if x != nil {
+		return x.MemorySomeAvg10
+	}
+	return 0
+}
+
+func (x *Pressure) GetMemoryFullAvg10() float64 {
+	if x != nil {
+		return x.MemoryFullAvg10
+	}
+	return 0
+}
+
+func (x *Pressure) GetIoSomeAvg10() float64 {
+	if x != nil {
+		return x.IoSomeAvg10
+	}
+	return 0
+}
+
+func (x *Pressure) GetIoFullAvg10() float64 {
+	if x != nil {
+		return x.IoFullAvg10
+	}
+	return 0
+}
+
+func (x *Pressure) GetCpuStealPercent() float64 {
+	if x != nil {
+		return x.CpuStealPercent
+	}
+	return 0
+}
+
+func (x *Pressure) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
+type DesiredState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation of the spec this frame makes (a full spec) or leads
+	// to (a patch).
+	Generation uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Patch      bool   `protobuf:"varint,2,opt,name=patch,proto3" json:"patch,omitempty"`
+	// JSON NodeSpec (full) or RFC 7396 merge patch, at most 4 MiB.
+	Spec      []byte `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	Signature []byte `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"`
+	// For a patch: the generation it applies on. An agent holding another
+	// generation refuses it and asks for the full spec.
+	BaseGeneration uint64 `protobuf:"varint,5,opt,name=base_generation,json=baseGeneration,proto3" json:"base_generation,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
 func (x *DesiredState) Reset() {
 	*x = DesiredState{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2563,7 @@ func (x *DesiredState) String() string {
 func (*DesiredState) ProtoMessage() {}
 
 func (x *DesiredState) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2576,7 @@ func (x *DesiredState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredState.ProtoReflect.Descriptor instead.
 func (*DesiredState) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DesiredState) GetGeneration() uint64 {
@@ -2170,6 +2607,13 @@ func (x *DesiredState) GetSignature() []byte {
 	return nil
 }
 
+func (x *DesiredState) GetBaseGeneration() uint64 {
+	if x != nil {
+		return x.BaseGeneration
+	}
+	return 0
+}
+
 type RevocationNotice struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -2179,7 +2623,7 @@ type RevocationNotice struct {
 
 func (x *RevocationNotice) Reset() {
 	*x = RevocationNotice{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2635,7 @@ func (x *RevocationNotice) String() string {
 func (*RevocationNotice) ProtoMessage() {}
 
 func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2648,7 @@ func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationNotice.ProtoReflect.Descriptor instead.
 func (*RevocationNotice) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RevocationNotice) GetReason() string {
@@ -2224,7 +2668,7 @@ type OpenTunnel struct {
 
 func (x *OpenTunnel) Reset() {
 	*x = OpenTunnel{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2680,7 @@ func (x *OpenTunnel) String() string {
 func (*OpenTunnel) ProtoMessage() {}
 
 func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2693,7 @@ func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenTunnel.ProtoReflect.Descriptor instead.
 func (*OpenTunnel) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *OpenTunnel) GetTunnelId() string {
@@ -2278,7 +2722,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2734,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2747,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SecretRequest) GetRequestId() string {
@@ -2345,7 +2789,7 @@ type SecretAnswer struct {
 
 func (x *SecretAnswer) Reset() {
 	*x = SecretAnswer{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2801,7 @@ func (x *SecretAnswer) String() string {
 func (*SecretAnswer) ProtoMessage() {}
 
 func (x *SecretAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2814,7 @@ func (x *SecretAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretAnswer.ProtoReflect.Descriptor instead.
 func (*SecretAnswer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SecretAnswer) GetRequestId() string {
@@ -2404,7 +2848,7 @@ type WorkloadTokenRequest struct {
 
 func (x *WorkloadTokenRequest) Reset() {
 	*x = WorkloadTokenRequest{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2860,7 @@ func (x *WorkloadTokenRequest) String() string {
 func (*WorkloadTokenRequest) ProtoMessage() {}
 
 func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2873,7 @@ func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenRequest.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WorkloadTokenRequest) GetRequestId() string {
@@ -2457,7 +2901,7 @@ type WorkloadTokenAnswer struct {
 
 func (x *WorkloadTokenAnswer) Reset() {
 	*x = WorkloadTokenAnswer{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[30]
+	mi := &file_bcd_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2469,7 +2913,7 @@ func (x *WorkloadTokenAnswer) String() string {
 func (*WorkloadTokenAnswer) ProtoMessage() {}
 
 func (x *WorkloadTokenAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[30]
+	mi := &file_bcd_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2482,7 +2926,7 @@ func (x *WorkloadTokenAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenAnswer.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenAnswer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WorkloadTokenAnswer) GetRequestId() string {
@@ -2517,7 +2961,7 @@ type TunnelData struct {
 
 func (x *TunnelData) Reset() {
 	*x = TunnelData{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[31]
+	mi := &file_bcd_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2529,7 +2973,7 @@ func (x *TunnelData) String() string {
 func (*TunnelData) ProtoMessage() {}
 
 func (x *TunnelData) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[31]
+	mi := &file_bcd_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2542,7 +2986,7 @@ func (x *TunnelData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelData.ProtoReflect.Descriptor instead.
 func (*TunnelData) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TunnelData) GetTunnelId() string {
@@ -2656,7 +3100,7 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\rsecret_answer\x18\t \x01(\v2\x14.bcd.v1.SecretAnswerH\x00R\fsecretAnswer\x12Q\n" +
 	"\x15workload_token_answer\x18\n" +
 	" \x01(\v2\x1b.bcd.v1.WorkloadTokenAnswerH\x00R\x13workloadTokenAnswerB\a\n" +
-	"\x05frame\"\xee\x02\n" +
+	"\x05frame\"\xce\x03\n" +
 	"\x05Hello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
 	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12\x12\n" +
@@ -2669,7 +3113,9 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\fcapabilities\x18\t \x03(\tR\fcapabilities\x12\x14\n" +
 	"\x05kinds\x18\n" +
 	" \x03(\tR\x05kinds\x12(\n" +
-	"\x05lanes\x18\v \x03(\v2\x12.bcd.v1.LaneCreditR\x05lanes\"F\n" +
+	"\x05lanes\x18\v \x03(\v2\x12.bcd.v1.LaneCreditR\x05lanes\x12-\n" +
+	"\x12applied_generation\x18\f \x01(\x04R\x11appliedGeneration\x12/\n" +
+	"\x13observed_generation\x18\r \x01(\x04R\x12observedGeneration\"F\n" +
 	"\x06Driver\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
@@ -2688,12 +3134,17 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"LaneCredit\x12\x12\n" +
 	"\x04lane\x18\x01 \x01(\tR\x04lane\x12\x12\n" +
 	"\x04free\x18\x02 \x01(\rR\x04free\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\rR\x04size\"\x88\x01\n" +
+	"\x04size\x18\x03 \x01(\rR\x04size\"\xce\x02\n" +
 	"\tHeartbeat\x12 \n" +
 	"\fsent_unix_ms\x18\x01 \x01(\x03R\n" +
 	"sentUnixMs\x12(\n" +
 	"\x05lanes\x18\x02 \x03(\v2\x12.bcd.v1.LaneCreditR\x05lanes\x12/\n" +
-	"\x13observed_generation\x18\x03 \x01(\x04R\x12observedGeneration\"\xd7\x01\n" +
+	"\x13observed_generation\x18\x03 \x01(\x04R\x12observedGeneration\x12Q\n" +
+	"\x10inventory_hashes\x18\x04 \x03(\v2&.bcd.v1.Heartbeat.InventoryHashesEntryR\x0finventoryHashes\x12-\n" +
+	"\x12applied_generation\x18\x05 \x01(\x04R\x11appliedGeneration\x1aB\n" +
+	"\x14InventoryHashesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd7\x01\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
@@ -2736,17 +3187,64 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\fR\x06detail\x12\x1c\n" +
 	"\n" +
-	"at_unix_ms\x18\x03 \x01(\x03R\batUnixMs\"[\n" +
+	"at_unix_ms\x18\x03 \x01(\x03R\batUnixMs\"\xf3\x04\n" +
 	"\fStatusReport\x12/\n" +
 	"\x13observed_generation\x18\x01 \x01(\x04R\x12observedGeneration\x12\x1a\n" +
-	"\bsections\x18\x02 \x01(\fR\bsections\"v\n" +
+	"\bsections\x18\x02 \x01(\fR\bsections\x12-\n" +
+	"\x12applied_generation\x18\x03 \x01(\x04R\x11appliedGeneration\x12<\n" +
+	"\x0esection_states\x18\x04 \x03(\v2\x15.bcd.v1.SectionStatusR\rsectionStates\x121\n" +
+	"\n" +
+	"conditions\x18\x05 \x03(\v2\x11.bcd.v1.ConditionR\n" +
+	"conditions\x12,\n" +
+	"\bpressure\x18\x06 \x01(\v2\x10.bcd.v1.PressureR\bpressure\x12$\n" +
+	"\x0ewant_full_spec\x18\a \x01(\bR\fwantFullSpec\x12\x1d\n" +
+	"\n" +
+	"spec_error\x18\b \x01(\tR\tspecError\x12-\n" +
+	"\x12refused_generation\x18\t \x01(\x04R\x11refusedGeneration\x12\x1c\n" +
+	"\tinventory\x18\n" +
+	" \x01(\fR\tinventory\x12T\n" +
+	"\x10inventory_hashes\x18\v \x03(\v2).bcd.v1.StatusReport.InventoryHashesEntryR\x0finventoryHashes\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\f \x01(\x03R\batUnixMs\x1aB\n" +
+	"\x14InventoryHashesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcd\x01\n" +
+	"\rSectionStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x18\n" +
+	"\achanges\x18\x05 \x03(\tR\achanges\x12\"\n" +
+	"\rsince_unix_ms\x18\x06 \x01(\x03R\vsinceUnixMs\x12\x1a\n" +
+	"\battempts\x18\a \x01(\rR\battempts\"\xa5\x01\n" +
+	"\tCondition\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\"\n" +
+	"\rsince_unix_ms\x18\x05 \x01(\x03R\vsinceUnixMs\x12\x14\n" +
+	"\x05count\x18\x06 \x01(\rR\x05count\"\xde\x02\n" +
+	"\bPressure\x12\x1c\n" +
+	"\tavailable\x18\x01 \x01(\bR\tavailable\x12$\n" +
+	"\x0ecpu_some_avg10\x18\x02 \x01(\x01R\fcpuSomeAvg10\x12$\n" +
+	"\x0ecpu_some_avg60\x18\x03 \x01(\x01R\fcpuSomeAvg60\x12*\n" +
+	"\x11memory_some_avg10\x18\x04 \x01(\x01R\x0fmemorySomeAvg10\x12*\n" +
+	"\x11memory_full_avg10\x18\x05 \x01(\x01R\x0fmemoryFullAvg10\x12\"\n" +
+	"\rio_some_avg10\x18\x06 \x01(\x01R\vioSomeAvg10\x12\"\n" +
+	"\rio_full_avg10\x18\a \x01(\x01R\vioFullAvg10\x12*\n" +
+	"\x11cpu_steal_percent\x18\b \x01(\x01R\x0fcpuStealPercent\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\t \x01(\x03R\batUnixMs\"\x9f\x01\n" +
 	"\fDesiredState\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12\x14\n" +
 	"\x05patch\x18\x02 \x01(\bR\x05patch\x12\x12\n" +
 	"\x04spec\x18\x03 \x01(\fR\x04spec\x12\x1c\n" +
-	"\tsignature\x18\x04 \x01(\fR\tsignature\"*\n" +
+	"\tsignature\x18\x04 \x01(\fR\tsignature\x12'\n" +
+	"\x0fbase_generation\x18\x05 \x01(\x04R\x0ebaseGeneration\"*\n" +
 	"\x10RevocationNotice\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"A\n" +
 	"\n" +
@@ -2798,7 +3296,7 @@ func file_bcd_v1_agent_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_agent_proto_rawDescData
 }
 
-var file_bcd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_bcd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_bcd_v1_agent_proto_goTypes = []any{
 	(*JoinRequest)(nil),          // 0: bcd.v1.JoinRequest
 	(*TPMAttestation)(nil),       // 1: bcd.v1.TPMAttestation
@@ -2824,14 +3322,19 @@ var file_bcd_v1_agent_proto_goTypes = []any{
 	(*Event)(nil),                // 21: bcd.v1.Event
 	(*CommandProgress)(nil),      // 22: bcd.v1.CommandProgress
 	(*StatusReport)(nil),         // 23: bcd.v1.StatusReport
-	(*DesiredState)(nil),         // 24: bcd.v1.DesiredState
-	(*RevocationNotice)(nil),     // 25: bcd.v1.RevocationNotice
-	(*OpenTunnel)(nil),           // 26: bcd.v1.OpenTunnel
-	(*SecretRequest)(nil),        // 27: bcd.v1.SecretRequest
-	(*SecretAnswer)(nil),         // 28: bcd.v1.SecretAnswer
-	(*WorkloadTokenRequest)(nil), // 29: bcd.v1.WorkloadTokenRequest
-	(*WorkloadTokenAnswer)(nil),  // 30: bcd.v1.WorkloadTokenAnswer
-	(*TunnelData)(nil),           // 31: bcd.v1.TunnelData
+	(*SectionStatus)(nil),        // 24: bcd.v1.SectionStatus
+	(*Condition)(nil),            // 25: bcd.v1.Condition
+	(*Pressure)(nil),             // 26: bcd.v1.Pressure
+	(*DesiredState)(nil),         // 27: bcd.v1.DesiredState
+	(*RevocationNotice)(nil),     // 28: bcd.v1.RevocationNotice
+	(*OpenTunnel)(nil),           // 29: bcd.v1.OpenTunnel
+	(*SecretRequest)(nil),        // 30: bcd.v1.SecretRequest
+	(*SecretAnswer)(nil),         // 31: bcd.v1.SecretAnswer
+	(*WorkloadTokenRequest)(nil), // 32: bcd.v1.WorkloadTokenRequest
+	(*WorkloadTokenAnswer)(nil),  // 33: bcd.v1.WorkloadTokenAnswer
+	(*TunnelData)(nil),           // 34: bcd.v1.TunnelData
+	nil,                          // 35: bcd.v1.Heartbeat.InventoryHashesEntry
+	nil,                          // 36: bcd.v1.StatusReport.InventoryHashesEntry
 }
 var file_bcd_v1_agent_proto_depIdxs = []int32{
 	4,  // 0: bcd.v1.JoinRequest.claims:type_name -> bcd.v1.HardwareClaims
@@ -2844,36 +3347,41 @@ var file_bcd_v1_agent_proto_depIdxs = []int32{
 	20, // 7: bcd.v1.AgentFrame.result:type_name -> bcd.v1.CommandResult
 	21, // 8: bcd.v1.AgentFrame.event:type_name -> bcd.v1.Event
 	23, // 9: bcd.v1.AgentFrame.status:type_name -> bcd.v1.StatusReport
-	27, // 10: bcd.v1.AgentFrame.secret_request:type_name -> bcd.v1.SecretRequest
-	29, // 11: bcd.v1.AgentFrame.workload_token_request:type_name -> bcd.v1.WorkloadTokenRequest
+	30, // 10: bcd.v1.AgentFrame.secret_request:type_name -> bcd.v1.SecretRequest
+	32, // 11: bcd.v1.AgentFrame.workload_token_request:type_name -> bcd.v1.WorkloadTokenRequest
 	22, // 12: bcd.v1.AgentFrame.progress:type_name -> bcd.v1.CommandProgress
 	12, // 13: bcd.v1.GatewayFrame.welcome:type_name -> bcd.v1.Welcome
 	16, // 14: bcd.v1.GatewayFrame.command:type_name -> bcd.v1.Command
 	17, // 15: bcd.v1.GatewayFrame.cancel:type_name -> bcd.v1.Cancel
 	18, // 16: bcd.v1.GatewayFrame.drain:type_name -> bcd.v1.Drain
 	19, // 17: bcd.v1.GatewayFrame.ack:type_name -> bcd.v1.Ack
-	24, // 18: bcd.v1.GatewayFrame.desired_state:type_name -> bcd.v1.DesiredState
-	25, // 19: bcd.v1.GatewayFrame.revocation:type_name -> bcd.v1.RevocationNotice
-	26, // 20: bcd.v1.GatewayFrame.open_tunnel:type_name -> bcd.v1.OpenTunnel
-	28, // 21: bcd.v1.GatewayFrame.secret_answer:type_name -> bcd.v1.SecretAnswer
-	30, // 22: bcd.v1.GatewayFrame.workload_token_answer:type_name -> bcd.v1.WorkloadTokenAnswer
+	27, // 18: bcd.v1.GatewayFrame.desired_state:type_name -> bcd.v1.DesiredState
+	28, // 19: bcd.v1.GatewayFrame.revocation:type_name -> bcd.v1.RevocationNotice
+	29, // 20: bcd.v1.GatewayFrame.open_tunnel:type_name -> bcd.v1.OpenTunnel
+	31, // 21: bcd.v1.GatewayFrame.secret_answer:type_name -> bcd.v1.SecretAnswer
+	33, // 22: bcd.v1.GatewayFrame.workload_token_answer:type_name -> bcd.v1.WorkloadTokenAnswer
 	11, // 23: bcd.v1.Hello.drivers:type_name -> bcd.v1.Driver
 	14, // 24: bcd.v1.Hello.lanes:type_name -> bcd.v1.LaneCredit
 	13, // 25: bcd.v1.Welcome.trust_bundle:type_name -> bcd.v1.TrustBundle
 	14, // 26: bcd.v1.Heartbeat.lanes:type_name -> bcd.v1.LaneCredit
-	0,  // 27: bcd.v1.AgentGateway.Join:input_type -> bcd.v1.JoinRequest
-	7,  // 28: bcd.v1.AgentGateway.Renew:input_type -> bcd.v1.RenewRequest
-	8,  // 29: bcd.v1.AgentGateway.Session:input_type -> bcd.v1.AgentFrame
-	31, // 30: bcd.v1.AgentGateway.Tunnel:input_type -> bcd.v1.TunnelData
-	5,  // 31: bcd.v1.AgentGateway.Join:output_type -> bcd.v1.JoinResponse
-	5,  // 32: bcd.v1.AgentGateway.Renew:output_type -> bcd.v1.JoinResponse
-	9,  // 33: bcd.v1.AgentGateway.Session:output_type -> bcd.v1.GatewayFrame
-	31, // 34: bcd.v1.AgentGateway.Tunnel:output_type -> bcd.v1.TunnelData
-	31, // [31:35] is the sub-list for method output_type
-	27, // [27:31] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	35, // 27: bcd.v1.Heartbeat.inventory_hashes:type_name -> bcd.v1.Heartbeat.InventoryHashesEntry
+	24, // 28: bcd.v1.StatusReport.section_states:type_name -> bcd.v1.SectionStatus
+	25, // 29: bcd.v1.StatusReport.conditions:type_name -> bcd.v1.Condition
+	26, // 30: bcd.v1.StatusReport.pressure:type_name -> bcd.v1.Pressure
+	36, // 31: bcd.v1.StatusReport.inventory_hashes:type_name -> bcd.v1.StatusReport.InventoryHashesEntry
+	0,  // 32: bcd.v1.AgentGateway.Join:input_type -> bcd.v1.JoinRequest
+	7,  // 33: bcd.v1.AgentGateway.Renew:input_type -> bcd.v1.RenewRequest
+	8,  // 34: bcd.v1.AgentGateway.Session:input_type -> bcd.v1.AgentFrame
+	34, // 35: bcd.v1.AgentGateway.Tunnel:input_type -> bcd.v1.TunnelData
+	5,  // 36: bcd.v1.AgentGateway.Join:output_type -> bcd.v1.JoinResponse
+	5,  // 37: bcd.v1.AgentGateway.Renew:output_type -> bcd.v1.JoinResponse
+	9,  // 38: bcd.v1.AgentGateway.Session:output_type -> bcd.v1.GatewayFrame
+	34, // 39: bcd.v1.AgentGateway.Tunnel:output_type -> bcd.v1.TunnelData
+	36, // [36:40] is the sub-list for method output_type
+	32, // [32:36] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_agent_proto_init() }
@@ -2910,7 +3418,7 @@ func file_bcd_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_agent_proto_rawDesc), len(file_bcd_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
