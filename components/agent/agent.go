@@ -8,14 +8,17 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/better-compute/bcd/components/agent/clock"
+	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/dispatch"
 	"github.com/better-compute/bcd/components/agent/hostinfo"
 	"github.com/better-compute/bcd/components/agent/journal"
 	"github.com/better-compute/bcd/components/agent/renew"
+	"github.com/better-compute/bcd/components/agent/report"
 	"github.com/better-compute/bcd/components/agent/session"
 	"github.com/better-compute/bcd/components/agent/status"
 	"github.com/better-compute/bcd/components/agent/transport"
@@ -33,11 +36,21 @@ type Config struct {
 	Log     *slog.Logger
 	// BackoffBase and BackoffMax shape redials (defaults 1 s and 1 min).
 	BackoffBase, BackoffMax time.Duration
-	// OnDesiredState, when set, gets each DesiredState (the site's boot
-	// lease today) with the working clock's time on arrival.
-	OnDesiredState func(ds *bcdv1.DesiredState, serverNow time.Time)
-	// Reports, when set, is given the session's Report once it exists.
-	Reports func(publish func(sections []byte))
+	// Sections are the NodeSpec sections this role converges
+	// (components/agent/converge); a section the spec names and the role
+	// lacks is reported SectionUnsupported.
+	Sections []converge.Section
+	// Machine is what the role reports about its machine.
+	Machine report.Machine
+	// ReportSections, when set, is given the function that sets the
+	// role's own report sections (a JSON object: a site's image cache).
+	ReportSections func(set func([]byte))
+	// Kicker, when set, is given the converge engine's Kick: sections
+	// whose background work ended call it.
+	Kicker func(kick func())
+	// Watch, when set, runs beside the session until ctx ends (the node's
+	// health monitor) and calls changed when what Machine reports changed.
+	Watch func(ctx context.Context, changed func()) error
 	// BootLease, when set, reports the site's boot lease for bcd status.
 	BootLease func() (held bool, left time.Duration)
 	// StatusGPUs, when set, gives bcd status one line per GPU.
@@ -113,7 +126,25 @@ func Run(ctx context.Context, c Config) error {
 	sctx, stopS := context.WithCancel(ctx)
 	defer stopS()
 	var rebooting atomic.Bool
-	kinds := append([]dispatch.Kind{{Name: "agent.ping", Idempotent: true, Run: ping(a, bootID, c.Version, clk)}}, c.Kinds...)
+	events := newEventLog(j)
+	var rep *report.Reporter
+	engine, err := converge.Open(converge.Config{DataDir: cfg.DataDir, Sections: c.Sections, Log: nodeLog, Now: clk.Now,
+		Changed: func() { rep.Changed() },
+		Event: func(typ string, body any) {
+			if err := events.Append(typ, body); err != nil {
+				log.Error("recording an event", "type", typ, "err", err)
+			}
+		}})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	if c.Kicker != nil {
+		c.Kicker(engine.Kick)
+	}
+	kinds := append([]dispatch.Kind{
+		{Name: "agent.ping", Idempotent: true, Run: ping(a, bootID, c.Version, clk)},
+		{Name: "agent.converge", Idempotent: true, Run: convergeNow(engine)},
+	}, c.Kinds...)
 	if c.FakeReboot {
 		kinds = append(kinds, fakeReboot(cfg.DataDir, bootID, func() { rebooting.Store(true); stopS() }))
 	}
@@ -126,13 +157,35 @@ func Run(ctx context.Context, c Config) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	log.Info("agent starting", "role", c.Role, "site", a.Site, "gateway", cfg.Gateway, "boot_id", bootID)
-	s := session.New(session.Config{
+	var s *session.Session
+	rep = report.New(report.Config{Status: engine.Status, Machine: c.Machine, Now: clk.Now, Log: nodeLog,
+		Publish: func(r *bcdv1.StatusReport) { s.Report(r) }})
+	s = session.New(session.Config{
 		Client: client, NodeID: a.NodeID, Role: c.Role, BootID: bootID, Version: c.Version,
 		Dispatcher: d, Clock: clk, Log: nodeLog, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
-		BeforeDial: hc.CloseIdleConnections, OnDesiredState: c.OnDesiredState, Drivers: c.Drivers,
+		BeforeDial: hc.CloseIdleConnections, Drivers: c.Drivers,
+		OnDesiredState: func(ds *bcdv1.DesiredState, serverNow time.Time) { _ = engine.Offer(ds, serverNow) },
+		OnWelcome:      rep.Welcome, Hello: rep.Hello, Heartbeat: rep.Heartbeat, Events: events,
 	})
-	if c.Reports != nil {
-		c.Reports(s.Report)
+	if c.ReportSections != nil {
+		c.ReportSections(rep.SetSections)
+	}
+	// The engine, the reporter and the machine's watchers run as long as
+	// the agent: the stored spec is enforced with no gateway reachable.
+	bctx, stopB := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	defer func() { stopB(); bg.Wait() }()
+	bg.Add(2)
+	go func() { defer bg.Done(); _ = engine.Run(bctx) }()
+	go func() { defer bg.Done(); _ = rep.Run(bctx) }()
+	if c.Watch != nil {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			if err := c.Watch(bctx, rep.Changed); err != nil && bctx.Err() == nil {
+				log.Error("machine watcher stopped", "err", err)
+			}
+		}()
 	}
 	rctx, stopR := context.WithCancel(ctx)
 	rDone := make(chan struct{})
@@ -165,6 +218,7 @@ func Run(ctx context.Context, c Config) error {
 				Gateway: cfg.Gateway, Connected: connected, Epoch: epoch, SessionSince: since,
 				ClockOffsetMS: now.Sub(time.Now()).Milliseconds(), TimeMark: clk.Mark(),
 				EventBacklog: len(evs), EventsDropped: j.Dropped(), ResultsUnacked: len(d.Unacked()),
+				Converge: statusConverge(engine.Status()),
 				CertificateNotAfter: leaf.NotAfter, CertificateValidFor: status.ValidFor(leaf.NotAfter, now), KeyHolder: keyHolder.Load().(string),
 				Running: []status.Job{}, Deferred: []status.Job{}, Lanes: []status.Lane{},
 			}
@@ -216,6 +270,26 @@ func Run(ctx context.Context, c Config) error {
 		log.Error("this node's certificate was revoked")
 	}
 	return err
+}
+
+// convergeNow is the shared kind agent.converge: a pass now (the
+// periodic one runs every 10 minutes), answered with the status after it.
+func convergeNow(e *converge.Engine) func(context.Context, []byte) (json.RawMessage, error) {
+	return func(ctx context.Context, _ []byte) (json.RawMessage, error) {
+		e.Pass(ctx)
+		return json.Marshal(e.Status())
+	}
+}
+
+// statusConverge is the engine's status as bcd status shows it.
+func statusConverge(st converge.Status) status.Converge {
+	out := status.Converge{Applied: st.Applied, Observed: st.Observed, SpecError: st.SpecError,
+		RefusedGeneration: st.RefusedGeneration, Sections: []status.Section{}}
+	for _, x := range st.Sections {
+		out.Sections = append(out.Sections, status.Section{Name: x.Name, State: x.State, Generation: x.Generation,
+			Message: x.Message, Changes: x.Changes, Since: x.Since, Attempts: x.Attempts})
+	}
+	return out
 }
 
 // ping is the shared kind agent.ping: who answered, from which boot.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/better-compute/bcd/components/agent/agentcmd"
+	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/dispatch"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/machine/fakehw"
@@ -33,10 +34,16 @@ func uploadClient() *http.Client { return fakehttp.Client() }
 // extraKinds are the test kinds of a fakehw build.
 func extraKinds(dataDir string) []dispatch.Kind { return fakekinds.Kinds(dataDir) }
 
+// extraSections is the fakehw test section.
+func extraSections(dataDir string) []converge.Section {
+	return []converge.Section{fakekinds.Section(dataDir)}
+}
+
 // fakeCommands are the commands only a fakehw build has.
 func fakeCommands() []cli.Command {
 	return []cli.Command{agentcmd.Sim(func(dataDir string, seed int64) agentcmd.Machine {
 		hw := fakehw.Hardware{Seed: seed, DataDir: dataDir}
-		return agentcmd.Machine{Kinds: append(nodekinds.Kinds(hw, nil), fakekinds.Kinds(dataDir)...), StatusGPUs: nodekinds.StatusGPUs(hw)}
+		return agentcmd.Machine{Kinds: append(nodekinds.Kinds(hw, nil), fakekinds.Kinds(dataDir)...), StatusGPUs: nodekinds.StatusGPUs(hw),
+			Sections: extraSections(dataDir)}
 	})}
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"net/http"
 
+	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/dispatch"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/machine/nodekinds"
@@ -19,5 +20,8 @@ func hardware(dataDir string) (nodekinds.Hardware, string) {
 func uploadClient() *http.Client { return nil }
 
 func extraKinds(string) []dispatch.Kind { return nil }
+
+// extraSections: a host build converges no test section.
+func extraSections(string) []converge.Section { return nil }
 
 func fakeCommands() []cli.Command { return nil }

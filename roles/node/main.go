@@ -32,6 +32,7 @@ func machine(cfg *config.Config, _ *slog.Logger) (agentcmd.Machine, error) {
 		Kinds: append(append(nodekinds.Kinds(hw, nil), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
 		StatusGPUs: nodekinds.StatusGPUs(hw),
+		Sections:   extraSections(cfg.DataDir),
 	}, nil
 }
 

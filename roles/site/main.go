@@ -11,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/better-compute/bcd/components/agent/agentcmd"
+	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/status"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
@@ -24,6 +26,7 @@ import (
 	"github.com/better-compute/bcd/components/boot/bootserver"
 	"github.com/better-compute/bcd/components/boot/imagecache"
 	"github.com/better-compute/bcd/components/boot/sitekinds"
+	"github.com/better-compute/bcd/components/boot/sitespec"
 	"github.com/better-compute/bcd/components/machine/doctor"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
@@ -32,9 +35,10 @@ import (
 // server and the boot kinds.
 func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	lease := &bootlease.Lease{}
+	site := &sitespec.Section{Lease: lease}
 	m := agentcmd.Machine{
-		OnDesiredState: func(ds *bcdv1.DesiredState, serverNow time.Time) { _ = lease.Apply(ds.GetSpec(), serverNow) },
-		BootLease:      func() (bool, time.Duration) { return lease.Active(), lease.Left() },
+		Sections:  []converge.Section{site},
+		BootLease: func() (bool, time.Duration) { return lease.Active(), lease.Left() },
 	}
 	networks, err := bmckinds.ParseNetworks(cfg.Site.BMCNetworks)
 	if err != nil {
@@ -92,18 +96,21 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	}
 	warmer = bootserver.NewWarmer(cache, entries, log.With("component", "cachewarmer"))
 	warmer.Keep()
+	site.Warmer = warmer
+	// The warmer runs beside the agent from before the engine exists.
+	var kick atomic.Pointer[func()]
+	m.Kicker = func(k func()) { kick.Store(&k) }
+	warmer.Changed = func() {
+		if k := kick.Load(); k != nil {
+			(*k)()
+		}
+	}
 	srv := &bootserver.Server{Boot: b, Entries: entries, Cache: cache, Lease: lease, Log: log.With("component", "bootserver"),
 		Discovered: func(mac net.HardwareAddr) {
 			log.Info("an unprepared machine asked to boot", "component", "bootserver", "mac", mac.String())
 		}}
 	m.Kinds = append(bmc, sitekinds.Kinds(sitekinds.Config{Config: cfg, Entries: entries, Cache: cache, Keep: warmer.Keep})...)
-	m.OnDesiredState = func(ds *bcdv1.DesiredState, serverNow time.Time) {
-		_ = lease.Apply(ds.GetSpec(), serverNow)
-		if err := warmer.Apply(ds.GetSpec()); err != nil {
-			log.Warn("desired state", "err", err)
-		}
-	}
-	m.Reports = warmer.SetPublish
+	m.ReportSections = warmer.SetPublish
 	beside = append(beside, func(ctx context.Context) error {
 		go func() { _ = warmer.Run(ctx) }()
 		return srv.Run(ctx)

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/agent"
+	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/dispatch"
+	"github.com/better-compute/bcd/components/agent/report"
 	"github.com/better-compute/bcd/components/agent/session"
 	"github.com/better-compute/bcd/components/agent/status"
 	"github.com/better-compute/bcd/components/base/buildinfo"
@@ -22,13 +24,20 @@ import (
 
 // Machine is what a role's main wires into its agent for this machine.
 type Machine struct {
-	Kinds          []dispatch.Kind
-	StatusGPUs     func(context.Context) []status.GPU
-	OnDesiredState func(ds *bcdv1.DesiredState, serverNow time.Time)
-	BootLease      func() (held bool, left time.Duration)
-	// Reports, when set, is given the function that publishes the agent's
-	// status report sections (JSON) to the gateway.
-	Reports func(publish func(sections []byte))
+	Kinds      []dispatch.Kind
+	StatusGPUs func(context.Context) []status.GPU
+	BootLease  func() (held bool, left time.Duration)
+	// Sections are the NodeSpec sections the role converges.
+	Sections []converge.Section
+	// Report is what the role reports about its machine (conditions,
+	// pressure, inventory); Watch keeps it current beside the agent.
+	Report report.Machine
+	Watch  func(ctx context.Context, changed func()) error
+	// ReportSections, when set, is given the function that sets the
+	// role's own report sections (a JSON object).
+	ReportSections func(set func([]byte))
+	// Kicker, when set, is given the converge engine's Kick.
+	Kicker func(kick func())
 	// Beside, when set, runs beside the agent (the site's boot server);
 	// its failure stops the agent with exit 1.
 	Beside func(ctx context.Context) error
@@ -73,8 +82,9 @@ func Agent(name, role, summary string, machine func(*config.Config, *slog.Logger
 				return cli.Fail(env, prefix, err)
 			}
 		}
-		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, OnDesiredState: m.OnDesiredState,
-			BootLease: m.BootLease, Reports: m.Reports, Drivers: m.Drivers, Version: buildinfo.Version, Log: log,
+		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, Sections: m.Sections,
+			Machine: m.Report, Watch: m.Watch, ReportSections: m.ReportSections, Kicker: m.Kicker,
+			BootLease: m.BootLease, Drivers: m.Drivers, Version: buildinfo.Version, Log: log,
 			FakeReboot: buildinfo.FakeHW && role == "node"}
 		if v := env.Getenv("BCD_RENEW_AFTER"); v != "" && buildinfo.FakeHW {
 			d, err := time.ParseDuration(v)

@@ -129,6 +129,7 @@ func Sim(machine func(dataDir string, seed int64) Machine) cli.Command {
 				}
 				for {
 					err := agent.Run(ctx, agent.Config{Config: &mc, Role: "node", Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, Version: buildinfo.Version,
+						Sections: m.Sections, Machine: m.Report, Watch: m.Watch,
 						Log: log.With("machine", i), FakeReboot: true})
 					if errors.Is(err, agent.ErrRebooted) {
 						reboots.Add(1)

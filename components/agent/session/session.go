@@ -55,16 +55,38 @@ type Config struct {
 	Log        *slog.Logger
 	// Back-off between failed dials: full jitter up to min(Max, Base*2^n).
 	BackoffBase, BackoffMax time.Duration
-	// OnWelcome, when set, is told each accepted session's epoch.
-	OnWelcome func(epoch uint64)
+	// OnWelcome, when set, is told each accepted Welcome before anything
+	// is sent in that session (the reporter makes its report for it then).
+	OnWelcome func(w *bcdv1.Welcome)
 	// OnDesiredState, when set, gets each DesiredState with the working
 	// clock's time on arrival.
 	OnDesiredState func(ds *bcdv1.DesiredState, serverNow time.Time)
+	// Hello and Heartbeat, when set, add what other components know to
+	// each Hello (generations) and heartbeat (generations, inventory
+	// hashes); beat counts the heartbeats of this session from 0.
+	Hello     func(h *bcdv1.Hello)
+	Heartbeat func(hb *bcdv1.Heartbeat, beat int)
+	// Events, when set, is the agent's event log: its unacked events go
+	// out after each Welcome and as they are appended, until acked.
+	Events EventLog
 	// BeforeDial, when set, runs before every dial (the agent closes idle
 	// connections there, so a renewed certificate is used at once).
 	BeforeDial func()
 	// Drivers, when set, lists the hosted drivers for each Hello.
 	Drivers func() []*bcdv1.Driver
+}
+
+// EventLog is the agent's durable log of events for the gateway
+// (components/agent/journal holds it).
+type EventLog interface {
+	// Unacked returns the events not acked yet, oldest first.
+	Unacked() ([]*bcdv1.Event, error)
+	// LastAcked is the highest sequence the gateway acked.
+	LastAcked() uint64
+	// Ack drops every event up to and including seq.
+	Ack(seq uint64) error
+	// Notify is signalled when an event is appended.
+	Notify() <-chan struct{}
 }
 
 // Session is the agent's state across redials.
@@ -79,7 +101,8 @@ type Session struct {
 	secSeq  uint64
 
 	repMu      sync.Mutex
-	lastReport []byte // the latest StatusReport sections, re-sent after each Welcome
+	lastReport *bcdv1.StatusReport // the latest StatusReport, re-sent after each Welcome
+	repKick    chan struct{}
 
 	mu        sync.Mutex
 	connected bool
@@ -128,7 +151,8 @@ func New(cfg Config) *Session {
 		cfg.Clock, _ = clock.Open("")
 	}
 	return &Session{cfg: cfg, log: cfg.Log.With("component", "session"), kick: make(chan struct{}, 1),
-		outbox: make(chan *bcdv1.AgentFrame, 16), secWait: map[string]chan *bcdv1.SecretAnswer{}}
+		outbox: make(chan *bcdv1.AgentFrame, 16), secWait: map[string]chan *bcdv1.SecretAnswer{},
+		repKick: make(chan struct{}, 1)}
 }
 
 // Run dials, serves and redials until ctx ends (nil) or the node is
@@ -185,6 +209,12 @@ func (s *Session) hello() *bcdv1.Hello {
 	if s.cfg.Drivers != nil {
 		h.Drivers = s.cfg.Drivers()
 	}
+	if s.cfg.Events != nil {
+		h.LastAckedEvent = s.cfg.Events.LastAcked()
+	}
+	if s.cfg.Hello != nil {
+		s.cfg.Hello(h)
+	}
 	return h
 }
 
@@ -220,7 +250,7 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 	s.setState(true, w.GetEpoch())
 	defer s.setState(false, 0)
 	if s.cfg.OnWelcome != nil {
-		s.cfg.OnWelcome(w.GetEpoch())
+		s.cfg.OnWelcome(w)
 	}
 	hb := time.Duration(w.GetHeartbeatSeconds()) * time.Second
 	if hb <= 0 {
@@ -245,14 +275,61 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 	if err := sendResults(); err != nil {
 		return true, 0, err
 	}
-	s.repMu.Lock()
-	rep := s.lastReport
-	s.repMu.Unlock()
-	if rep != nil {
-		if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Status{Status: &bcdv1.StatusReport{Sections: rep}}}); err != nil {
+	// The latest report goes out once per session, then again whenever a
+	// newer one replaces it.
+	sendReport := func() error {
+		s.repMu.Lock()
+		rep := s.lastReport
+		s.repMu.Unlock()
+		if rep == nil {
+			return nil
+		}
+		return st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Status{Status: rep}})
+	}
+	select {
+	case <-s.repKick:
+	default:
+	}
+	if err := sendReport(); err != nil {
+		return true, 0, err
+	}
+	// Events the gateway holds (up to Welcome.event_ack) are done; the
+	// rest go out in order, each once per session, until acked.
+	var sentEvent uint64
+	sendEvents := func() error {
+		if s.cfg.Events == nil {
+			return nil
+		}
+		evs, err := s.cfg.Events.Unacked()
+		if err != nil {
+			s.log.Error("reading the event log", "err", err)
+			return nil
+		}
+		for _, ev := range evs {
+			if ev.GetSeq() <= sentEvent {
+				continue
+			}
+			if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Event{Event: ev}}); err != nil {
+				return err
+			}
+			sentEvent = ev.GetSeq()
+		}
+		return nil
+	}
+	var events <-chan struct{}
+	if s.cfg.Events != nil {
+		events = s.cfg.Events.Notify()
+		if a := w.GetEventAck(); a > 0 {
+			if err := s.cfg.Events.Ack(a); err != nil {
+				s.log.Error("acking events the gateway holds", "err", err)
+			}
+			sentEvent = a
+		}
+		if err := sendEvents(); err != nil {
 			return true, 0, err
 		}
 	}
+	beat := 0
 
 	frames := make(chan *bcdv1.GatewayFrame)
 	recvErr := make(chan error, 1)
@@ -285,10 +362,21 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 			return true, time.Millisecond, nil
 		case err := <-recvErr:
 			return true, 0, err
+		case <-s.repKick:
+			if err := sendReport(); err != nil {
+				return true, 0, err
+			}
+		case <-events:
+			if err := sendEvents(); err != nil {
+				return true, 0, err
+			}
 		case <-tick.C:
-			if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Heartbeat{Heartbeat: &bcdv1.Heartbeat{
-				SentUnixMs: s.cfg.Clock.Now().UnixMilli(), Lanes: s.cfg.Dispatcher.Credits(),
-			}}}); err != nil {
+			hb := &bcdv1.Heartbeat{SentUnixMs: s.cfg.Clock.Now().UnixMilli(), Lanes: s.cfg.Dispatcher.Credits()}
+			if s.cfg.Heartbeat != nil {
+				s.cfg.Heartbeat(hb, beat)
+			}
+			beat++
+			if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Heartbeat{Heartbeat: hb}}); err != nil {
 				return true, 0, err
 			}
 			// A missed notification costs at most one heartbeat.
@@ -307,6 +395,11 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 				}
 			case *bcdv1.GatewayFrame_Ack:
 				s.cfg.Dispatcher.Acked(x.Ack.GetResultIds())
+				if seq := x.Ack.GetEventSeq(); seq > 0 && s.cfg.Events != nil {
+					if err := s.cfg.Events.Ack(seq); err != nil {
+						s.log.Error("acking an event", "seq", seq, "err", err)
+					}
+				}
 			case *bcdv1.GatewayFrame_Cancel:
 				s.cfg.Dispatcher.Cancel(x.Cancel.GetCommandId(), x.Cancel.GetReason())
 			case *bcdv1.GatewayFrame_SecretAnswer:
@@ -414,14 +507,15 @@ func CommandSecret(ctx context.Context, name string) ([]byte, error) {
 	return s.Secret(ctx, name, id, id)
 }
 
-// Report sends a StatusReport with sections (JSON) now if a session is up,
-// and again after every later Welcome until a newer report replaces it.
-func (s *Session) Report(sections []byte) {
+// Report sends r now if a session is up, and again after every later
+// Welcome until a newer report replaces it. Reports are complete, so a
+// newer one replaces an older one not sent yet.
+func (s *Session) Report(r *bcdv1.StatusReport) {
 	s.repMu.Lock()
-	s.lastReport = append([]byte(nil), sections...)
+	s.lastReport = r
 	s.repMu.Unlock()
 	select {
-	case s.outbox <- &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Status{Status: &bcdv1.StatusReport{Sections: sections}}}:
-	default: // the next Welcome sends it
+	case s.repKick <- struct{}{}:
+	default: // already due
 	}
 }

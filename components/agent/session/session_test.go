@@ -300,7 +300,7 @@ func startAgent(t *testing.T, cfg session.Config) *agent {
 		cfg.BackoffBase, cfg.BackoffMax = time.Millisecond, 5*time.Millisecond
 	}
 	a := &agent{epochs: make(chan uint64, 16), done: make(chan error, 1)}
-	cfg.OnWelcome = func(e uint64) { a.epochs <- e }
+	cfg.OnWelcome = func(w *bcdv1.Welcome) { a.epochs <- w.GetEpoch() }
 	s := session.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { a.done <- s.Run(ctx) }()

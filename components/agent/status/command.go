@@ -100,7 +100,23 @@ func Render(w io.Writer, s Snapshot) {
 		line("gateway", "%s, not connected", or(s.Gateway))
 	}
 	line("clock", "offset %+dms, time mark %s", s.ClockOffsetMS, stamp(s.TimeMark))
-	line("generation", "observed %d, desired %d", s.ObservedGeneration, s.DesiredGeneration)
+	line("generation", "applied %d, observed %d", s.Converge.Applied, s.Converge.Observed)
+	if s.Converge.SpecError != "" {
+		line("spec refused", "generation %d: %s", s.Converge.RefusedGeneration, s.Converge.SpecError)
+	}
+	for _, x := range s.Converge.Sections {
+		text := fmt.Sprintf("%s at generation %d since %s", x.State, x.Generation, stamp(x.Since))
+		if x.Attempts > 0 {
+			text += fmt.Sprintf(", %d attempts", x.Attempts)
+		}
+		if x.Message != "" {
+			text += ": " + x.Message
+		}
+		line("  "+x.Name, "%s", text)
+		for _, c := range x.Changes {
+			fmt.Fprintf(w, "    %s\n", clean(c))
+		}
+	}
 	lanes := make([]string, len(s.Lanes))
 	for i, l := range s.Lanes {
 		lanes[i] = fmt.Sprintf("%s %d/%d free", l.Lane, l.Free, l.Size)

@@ -37,8 +37,9 @@ type Snapshot struct {
 	ClockOffsetMS int64     `json:"clock_offset_ms"`
 	TimeMark      time.Time `json:"time_mark,omitzero"`
 
-	ObservedGeneration uint64 `json:"observed_generation"`
-	DesiredGeneration  uint64 `json:"desired_generation"`
+	// Converge is the desired state: the generation held (applied), the
+	// one every section last settled at (observed), each section's state.
+	Converge Converge `json:"converge"`
 
 	Running  []Job  `json:"running"`
 	Deferred []Job  `json:"deferred"`
@@ -59,6 +60,26 @@ type Snapshot struct {
 
 	// BootLease is a site agent's boot lease (nil on other roles).
 	BootLease *BootLease `json:"boot_lease,omitempty"`
+}
+
+// Converge is the desired state as bcd status shows it.
+type Converge struct {
+	Applied           uint64    `json:"applied_generation"`
+	Observed          uint64    `json:"observed_generation"`
+	SpecError         string    `json:"spec_error,omitempty"`
+	RefusedGeneration uint64    `json:"refused_generation,omitempty"`
+	Sections          []Section `json:"sections"`
+}
+
+// Section is one NodeSpec section's state.
+type Section struct {
+	Name       string    `json:"name"`
+	State      string    `json:"state"`
+	Generation uint64    `json:"generation"`
+	Message    string    `json:"message,omitempty"`
+	Changes    []string  `json:"changes,omitempty"`
+	Since      time.Time `json:"since,omitzero"`
+	Attempts   int       `json:"attempts,omitempty"`
 }
 
 // BootLease is whether this site agent holds its site's boot lease.

@@ -43,6 +43,11 @@ func sample() Snapshot {
 		EventBacklog: 3, EventsDropped: 1, ResultsUnacked: 2,
 		CertificateNotAfter: at.Add(14*time.Hour + 12*time.Minute), CertificateValidFor: "14h12m0s",
 		KeyHolder: KeyInFile,
+		Converge: Converge{Applied: 4, Observed: 3, Sections: []Section{
+			{Name: "fakehw", State: "CONVERGED", Generation: 4, Since: at.Add(10 * time.Minute)},
+			{Name: "site", State: "RETRYING", Generation: 4, Since: at.Add(11 * time.Minute), Attempts: 2,
+				Message: "apply: pull failed", Changes: []string{"keep 1 cache images"}},
+		}},
 		GPUs: []GPU{{Index: 0, UUID: "GPU-5f1c", Name: "NVIDIA H100 80GB HBM3", UtilizationPct: 87, TemperatureC: 61,
 			PowerW: 540, PowerLimitW: 700, MemoryUsedMiB: 72909, MemoryTotalMiB: 81559}},
 	}
@@ -463,7 +468,10 @@ func TestRender(t *testing.T) {
 boot        3f1c2d4e, version 0.1.0
 gateway     https://gw.eu-1.example.com, connected since 2026-09-26T08:00:00Z (epoch 7)
 clock       offset -12ms, time mark 2026-09-26T08:12:00Z
-generation  observed 0, desired 0
+generation  applied 4, observed 3
+  fakehw    CONVERGED at generation 4 since 2026-09-26T08:10:00Z
+  site      RETRYING at generation 4 since 2026-09-26T08:11:00Z, 2 attempts: apply: pull failed
+    keep 1 cache images
 lanes       control 3/4 free, provision 2/2 free
 events      backlog 3, dropped 1; results unacked 2
 certificate valid for 14h12m0s (until 2026-09-26T22:12:00Z)
@@ -483,7 +491,7 @@ gpus        1
 boot        -, version -
 gateway     -, not connected
 clock       offset +0ms, time mark -
-generation  observed 0, desired 0
+generation  applied 0, observed 0
 lanes       -
 events      backlog 0, dropped 0; results unacked 0
 certificate -
@@ -524,7 +532,7 @@ func TestRenderLines(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Count(out, "\n") != 15 {
+	if strings.Count(out, "\n") != 18 { // 15 lines and the three of the sections
 		t.Errorf("a value broke a line:\n%s", out)
 	}
 }

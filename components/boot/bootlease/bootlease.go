@@ -6,14 +6,12 @@
 package bootlease
 
 import (
-	"encoding/json"
-	"fmt"
 	"sync"
 	"time"
 )
 
-// SiteSpec is the site section of the desired state (a patch carrying only
-// this section).
+// SiteSpec is a NodeSpec carrying only the site section's boot lease (the
+// gateway's patch).
 type SiteSpec struct {
 	Site struct {
 		BootLease BootLease `json:"boot_lease"`
@@ -36,33 +34,31 @@ type Lease struct {
 	now   func() time.Time
 }
 
-// Apply takes a desired-state patch; serverNow is the agent's working
-// clock (gateway time) when it arrived. A spec without a site section
-// changes nothing.
-func (l *Lease) Apply(spec []byte, serverNow time.Time) error {
-	var probe struct {
-		Site *struct {
-			BootLease *BootLease `json:"boot_lease"`
-		} `json:"site"`
+// Deadline is the local time a lease granted at arrival (local, with its
+// monotonic reading) ends, when the gateway's clock read serverNow then:
+// only the interval the gateway gave counts, never the two clocks' offset.
+func (b BootLease) Deadline(serverNow, local time.Time) time.Time {
+	if !b.Held {
+		return time.Time{}
 	}
-	if err := json.Unmarshal(spec, &probe); err != nil {
-		return fmt.Errorf("desired state site section: %w", err)
-	}
-	if probe.Site == nil || probe.Site.BootLease == nil {
-		return nil
-	}
-	var s SiteSpec
-	s.Site.BootLease = *probe.Site.BootLease
+	return local.Add(time.UnixMilli(b.ExpiresUnixMS).Sub(serverNow))
+}
+
+// Set holds the lease until the local deadline until, or releases it.
+func (l *Lease) Set(held bool, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.clock()
-	l.held = s.Site.BootLease.Held
-	l.until = time.Time{}
-	if l.held {
-		left := time.UnixMilli(s.Site.BootLease.ExpiresUnixMS).Sub(serverNow)
-		l.until = now.Add(left)
+	l.held, l.until = held, until
+	if !held {
+		l.until = time.Time{}
 	}
-	return nil
+}
+
+// State returns what was Set last.
+func (l *Lease) State() (held bool, until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held, l.until
 }
 
 func (l *Lease) clock() time.Time {

@@ -1,17 +1,9 @@
 package bootlease
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 )
-
-func spec(held bool, expires time.Time) []byte {
-	var s SiteSpec
-	s.Site.BootLease = BootLease{Held: held, ExpiresUnixMS: expires.UnixMilli()}
-	b, _ := json.Marshal(s)
-	return b
-}
 
 func TestLease(t *testing.T) {
 	local := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -21,9 +13,8 @@ func TestLease(t *testing.T) {
 	}
 	// Gateway clock an hour ahead of the local one: only the interval counts.
 	server := local.Add(time.Hour)
-	if err := l.Apply(spec(true, server.Add(30*time.Second)), server); err != nil {
-		t.Fatal(err)
-	}
+	b := BootLease{Held: true, ExpiresUnixMS: server.Add(30 * time.Second).UnixMilli()}
+	l.Set(true, b.Deadline(server, local))
 	if !l.Active() || l.Left() != 30*time.Second {
 		t.Fatalf("active %v left %v", l.Active(), l.Left())
 	}
@@ -31,16 +22,11 @@ func TestLease(t *testing.T) {
 	if l.Active() {
 		t.Fatal("an expired lease is active")
 	}
-	if err := l.Apply(spec(false, time.Time{}), server); err != nil || l.Active() {
-		t.Fatalf("released lease: %v %v", err, l.Active())
+	l.Set(false, time.Time{})
+	if held, _ := l.State(); held || l.Active() || l.Left() != 0 {
+		t.Fatal("a released lease is held")
 	}
-	if err := l.Apply(spec(true, server.Add(time.Minute)), server); err != nil || !l.Active() {
-		t.Fatal("lease not held again")
-	}
-	if err := l.Apply([]byte(`{"instances":{}}`), server); err != nil || !l.Active() {
-		t.Fatalf("a spec without a site section changed the lease: %v", err)
-	}
-	if err := l.Apply([]byte("{"), server); err == nil {
-		t.Fatal("bad JSON accepted")
+	if !(BootLease{}).Deadline(server, local).IsZero() {
+		t.Error("a lease not held has a deadline")
 	}
 }

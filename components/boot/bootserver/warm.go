@@ -3,7 +3,6 @@ package bootserver
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"sync"
 
@@ -31,11 +30,19 @@ type Warmer struct {
 	Entries *Entries
 	Log     *slog.Logger
 
+	// Changed, when set, is called after each pull round ends (the site
+	// section's engine checks again then).
+	Changed func()
+
 	mu      sync.Mutex
 	want    []CacheImage
 	state   string
 	publish func([]byte)
 	kick    chan struct{}
+	// asked counts SetWant calls; done is the count the last finished
+	// round started from, and failed what it could not pull.
+	asked, done uint64
+	failed      string
 }
 
 // NewWarmer makes a warmer; Run starts it.
@@ -51,29 +58,33 @@ func (w *Warmer) SetPublish(f func([]byte)) {
 	w.Report()
 }
 
-// Apply takes a desired-state patch; one without site.cache_images changes
-// nothing.
-func (w *Warmer) Apply(spec []byte) error {
-	var s struct {
-		Site *struct {
-			CacheImages *[]CacheImage `json:"cache_images"`
-		} `json:"site"`
-	}
-	if err := json.Unmarshal(spec, &s); err != nil {
-		return fmt.Errorf("desired state site section: %w", err)
-	}
-	if s.Site == nil || s.Site.CacheImages == nil {
-		return nil
-	}
+// SetWant sets the images to keep cached and starts a pull round (also
+// when they are the same: a retry after a failure).
+func (w *Warmer) SetWant(images []CacheImage) {
 	w.mu.Lock()
-	w.want = *s.Site.CacheImages
+	w.want = append([]CacheImage(nil), images...)
+	w.asked++
 	w.mu.Unlock()
 	w.Keep()
 	select {
 	case w.kick <- struct{}{}:
 	default:
 	}
-	return nil
+}
+
+// Want returns the images last set.
+func (w *Warmer) Want() []CacheImage {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]CacheImage(nil), w.want...)
+}
+
+// Settled reports whether a pull round started after the last SetWant
+// has finished, and what it failed to pull ("" when all are cached).
+func (w *Warmer) Settled() (bool, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done == w.asked, w.failed
 }
 
 // Keep spares what entries, cache_images and extra name from eviction.
@@ -131,18 +142,26 @@ func (w *Warmer) Run(ctx context.Context) error {
 		}
 		w.mu.Lock()
 		want := append([]CacheImage(nil), w.want...)
+		asked := w.asked
 		w.mu.Unlock()
 		w.setState(CacheProgressing)
-		state := CacheReady
+		state, failed := CacheReady, ""
 		for _, im := range want {
 			if err := w.Cache.Pull(ctx, im.SHA256, im.URL); err != nil {
 				w.Log.Warn("cache image pull failed", "sha256", im.SHA256, "err", err)
 				state = "FAILED: " + err.Error()
+				failed = err.Error()
 			}
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
+		w.mu.Lock()
+		w.done, w.failed = asked, failed
+		w.mu.Unlock()
 		w.setState(state)
+		if w.Changed != nil {
+			w.Changed()
+		}
 	}
 }
