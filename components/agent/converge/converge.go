@@ -63,10 +63,10 @@ type Section interface {
 	// Plan compares the machine with body; no changes means converged.
 	Plan(ctx context.Context, body json.RawMessage) (Plan, error)
 	// Apply makes the changes Plan found. An error is retried with
-	// back-off unless it is Terminal. When Apply starts work that finishes
-	// in the background, the section stays PROGRESSING and later passes
-	// only Plan it until it converges; its Plan returns an error if that
-	// work failed, and the retry applies again.
+	// back-off unless it is Terminal. Apply is idempotent: when it starts
+	// work that finishes in the background, the section stays PROGRESSING
+	// and later passes plan and apply it again (finding the work under
+	// way) until Plan finds nothing left to change.
 	Apply(ctx context.Context, body json.RawMessage, p Plan) error
 }
 
@@ -481,8 +481,6 @@ func (e *Engine) Pass(ctx context.Context) time.Time {
 				// Terminal for this generation: only a new spec or the
 				// repair pass tries it again.
 				continue
-			case sameGen && prev.State == Progressing:
-				st = e.recheck(ctx, s, gen, body, prev)
 			default:
 				st = e.run(ctx, s, gen, body, prev)
 			}
@@ -571,31 +569,6 @@ func (e *Engine) run(ctx context.Context, s Section, gen uint64, body json.RawMe
 	st.State = Progressing
 	st.Changes = clip(again.Changes)
 	st.next = time.Now().Add(e.cfg.Recheck)
-	return st
-}
-
-// recheck plans a PROGRESSING section again without applying.
-func (e *Engine) recheck(ctx context.Context, s Section, gen uint64, body json.RawMessage, prev *SectionState) SectionState {
-	st := SectionState{Name: s.Name(), Generation: gen, Attempts: prev.Attempts}
-	p, err := s.Plan(ctx, body)
-	switch {
-	case err != nil:
-		st.Attempts++
-		st.Message = "plan: " + err.Error()
-		if IsTerminal(err) {
-			st.State = Failed
-			return st
-		}
-		st.State = Retrying
-		st.next = time.Now().Add(max(backoff.Full(st.Attempts-1, e.cfg.RetryBase, e.cfg.RetryMax), 100*time.Millisecond))
-	case len(p.Changes) == 0:
-		st.State = Converged
-		st.Attempts = 0
-	default:
-		st.State = Progressing
-		st.Changes = clip(p.Changes)
-		st.next = time.Now().Add(e.cfg.Recheck)
-	}
 	return st
 }
 

@@ -119,9 +119,11 @@ func (s *Section) Plan(_ context.Context, body json.RawMessage) (converge.Plan, 
 	case !held && curHeld:
 		p.Changes = append(p.Changes, "release the boot lease")
 	}
+	// Cache trouble is a change for Apply to report, never a Plan error:
+	// Apply must run to keep the lease current.
 	if s.Warmer == nil {
 		if len(b.CacheImages) > 0 {
-			return p, converge.Terminal(errors.New("cache_images need [boot] listen: this site agent keeps no image cache"))
+			p.Changes = append(p.Changes, fmt.Sprintf("keep %d cache images (this agent has no cache)", len(b.CacheImages)))
 		}
 		return p, nil
 	}
@@ -135,7 +137,7 @@ func (s *Section) Plan(_ context.Context, body json.RawMessage) (converge.Plan, 
 	case !done:
 		p.Changes = append(p.Changes, fmt.Sprintf("pulling %d cache images", len(b.CacheImages)))
 	case failed != "":
-		return p, fmt.Errorf("cache_images: %s", failed)
+		p.Changes = append(p.Changes, fmt.Sprintf("pull %d cache images again (%s)", len(b.CacheImages), failed))
 	}
 	return p, nil
 }
@@ -153,8 +155,13 @@ func (s *Section) Apply(_ context.Context, body json.RawMessage, _ converge.Plan
 		}
 		return nil
 	}
-	if done, failed := s.Warmer.Settled(); !slices.Equal(s.Warmer.Want(), b.CacheImages) || (done && failed != "") {
+	done, failed := s.Warmer.Settled()
+	if !slices.Equal(s.Warmer.Want(), b.CacheImages) || (done && failed != "") {
 		s.Warmer.SetWant(b.CacheImages)
+	}
+	if done && failed != "" && slices.Equal(s.Warmer.Want(), b.CacheImages) {
+		// Pulling again now; the back-off spaces the next try.
+		return fmt.Errorf("cache_images: %s", failed)
 	}
 	return nil
 }

@@ -1,0 +1,163 @@
+package session_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/agent/session"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
+)
+
+// memLog is an in-memory EventLog.
+type memLog struct {
+	mu     sync.Mutex
+	evs    []*bcdv1.Event
+	acked  uint64
+	notify chan struct{}
+}
+
+func (l *memLog) append(seq uint64) {
+	l.mu.Lock()
+	l.evs = append(l.evs, &bcdv1.Event{Seq: seq, Type: "t"})
+	l.mu.Unlock()
+	select {
+	case l.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (l *memLog) Unacked() ([]*bcdv1.Event, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*bcdv1.Event
+	for _, e := range l.evs {
+		if e.GetSeq() > l.acked {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func (l *memLog) LastAcked() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.acked
+}
+
+func (l *memLog) Ack(seq uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.acked = max(l.acked, seq)
+	return nil
+}
+
+func (l *memLog) Notify() <-chan struct{} { return l.notify }
+
+// nextEvent returns the seq of the agent's next Event frame, skipping
+// the others.
+func nextEvent(t *testing.T, p *peer) uint64 {
+	t.Helper()
+	for {
+		f := p.recv(t)
+		if e := f.GetEvent(); e != nil {
+			return e.GetSeq()
+		}
+	}
+}
+
+// TestEventsSentUntilAcked: after Welcome the events past its event_ack
+// go out in order, new ones as they are appended, and those not acked go
+// out again in the next session; Hello names the last acked.
+func TestEventsSentUntilAcked(t *testing.T) {
+	g, client := startFake(t)
+	log := &memLog{notify: make(chan struct{}, 1)}
+	for seq := uint64(1); seq <= 3; seq++ {
+		log.append(seq)
+	}
+	startAgent(t, session.Config{Client: client, NodeID: "n1", Dispatcher: dispatcherFor(t, "n1", newRunner(), 1, nil), Events: log})
+	p := g.next(t)
+	w := welcome(1, time.Now())
+	w.GetWelcome().EventAck = 1
+	p.send(t, w)
+	if a, b := nextEvent(t, p), nextEvent(t, p); a != 2 || b != 3 {
+		t.Fatalf("events %d %d, want 2 3 (1 is held by the gateway)", a, b)
+	}
+	if log.LastAcked() != 1 {
+		t.Errorf("Welcome's event_ack was not taken: acked %d", log.LastAcked())
+	}
+	p.send(t, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{EventSeq: 2}}})
+	log.append(4)
+	if s := nextEvent(t, p); s != 4 {
+		t.Fatalf("appended event %d, want 4", s)
+	}
+	deadline := time.Now().Add(wait)
+	for log.LastAcked() != 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if log.LastAcked() != 2 {
+		t.Fatalf("the gateway's ack was not taken: %d", log.LastAcked())
+	}
+	p.end <- nil
+	p2 := g.next(t)
+	if p2.hello.GetLastAckedEvent() != 2 {
+		t.Errorf("Hello.last_acked_event %d, want 2", p2.hello.GetLastAckedEvent())
+	}
+	p2.send(t, welcome(2, time.Now()))
+	if a, b := nextEvent(t, p2), nextEvent(t, p2); a != 3 || b != 4 {
+		t.Errorf("second session sent %d %d, want the unacked 3 4", a, b)
+	}
+}
+
+// TestReportAndHeartbeatHooks: the latest report goes out after each
+// Welcome and whenever a newer one is given; Hello and heartbeats carry
+// what the hooks add.
+func TestReportAndHeartbeatHooks(t *testing.T) {
+	g, client := startFake(t)
+	var beats sync.Map
+	s := session.New(session.Config{Client: client, NodeID: "n1", Role: "node", BootID: "b", Version: "t",
+		Dispatcher: dispatcherFor(t, "n1", newRunner(), 1, nil), BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Hello: func(h *bcdv1.Hello) { h.AppliedGeneration, h.ObservedGeneration = 7, 6 },
+		Heartbeat: func(hb *bcdv1.Heartbeat, beat int) {
+			hb.AppliedGeneration = 7
+			beats.Store(beat, true)
+		},
+	})
+	s.Report(&bcdv1.StatusReport{ObservedGeneration: 6})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	p := g.next(t)
+	if p.hello.GetAppliedGeneration() != 7 || p.hello.GetObservedGeneration() != 6 {
+		t.Errorf("Hello %v", p.hello)
+	}
+	w := welcome(1, time.Now())
+	w.GetWelcome().HeartbeatSeconds = 1
+	p.send(t, w)
+	if r := p.recv(t).GetStatus(); r.GetObservedGeneration() != 6 {
+		t.Fatalf("first frame after Welcome: %v, want the held report", r)
+	}
+	s.Report(&bcdv1.StatusReport{ObservedGeneration: 7})
+	if r := p.recv(t).GetStatus(); r.GetObservedGeneration() != 7 {
+		t.Fatalf("newer report: %v", r)
+	}
+	deadline := time.After(wait)
+	for {
+		select {
+		case f := <-p.frames:
+			if hb := f.GetHeartbeat(); hb != nil {
+				if hb.GetAppliedGeneration() != 7 {
+					t.Errorf("heartbeat %v", hb)
+				}
+				if _, ok := beats.Load(0); !ok {
+					t.Error("the first heartbeat is not beat 0")
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatal("no heartbeat")
+		}
+	}
+}
