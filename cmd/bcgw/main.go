@@ -25,7 +25,14 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	p := &cli.Program{
+	code := program().Main(ctx, cli.StdEnv(), os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// program is bcgw's command table.
+func program() *cli.Program {
+	return &cli.Program{
 		Name: "bcgw",
 		Commands: []cli.Command{
 			{Name: "serve", Summary: "run the gateway and control plane", Run: serve},
@@ -35,16 +42,15 @@ func main() {
 			{Name: "run", Summary: "run NODE KIND: send a command and print its result", Run: run},
 			{Name: "revoke", Summary: "revoke NODE: revoke a node's certificate", Run: revoke},
 			{Name: "cancel", Summary: "cancel COMMAND: cancel a command", Run: cancel},
-			{Name: "status", Summary: "status NODE: the node's latest status report", Run: nodeStatus},
+			{Name: "status", Summary: "status NODE [--json]: the node's connection, spec generations, sections and latest status report", Run: nodeStatus},
+			{Name: "spec", Summary: "spec set|patch|get NODE: a node's desired spec", Run: specCmd},
+			{Name: "events", Summary: "events NODE [--follow] [--json]: the node's stored events", Run: events},
 			{Name: "cache-images", Summary: "cache-images SITE --image SHA256=URL ...: what a site keeps in its image cache", Run: cacheImages},
 			{Name: "bmc-credentials", Summary: "store a BMC's login (the password from stdin)", Run: bmcCredentials},
 			{Name: "well-known", Summary: "print the well-known document (--pins: the bcd join flags)", Run: wellKnown},
 		},
 		Version: cli.VersionInfo{Version: buildinfo.Version, Commit: buildinfo.Commit, Tags: buildinfo.Tags()},
 	}
-	code := p.Main(ctx, cli.StdEnv(), os.Args[1:])
-	stop()
-	os.Exit(code)
 }
 
 func defaultDataDir() string {
@@ -166,6 +172,7 @@ func token(ctx context.Context, env *cli.Env, args []string) int {
 func printJSON(env *cli.Env, v any) int {
 	enc := json.NewEncoder(env.Stdout)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
 		return cli.Fail(env, "bcgw", err)
 	}
@@ -299,25 +306,6 @@ func cancel(ctx context.Context, env *cli.Env, args []string) int {
 		return cli.Fail(env, "bcgw cancel", err)
 	}
 	return printJSON(env, v)
-}
-
-func nodeStatus(ctx context.Context, env *cli.Env, args []string) int {
-	fs := cli.NewFlagSet(env, "bcgw", "status")
-	var a adminFlags
-	a.register(fs)
-	pos, code, ok := parseInterleaved(fs, env, args, 1, "bcgw status NODE")
-	if !ok {
-		return code
-	}
-	c, err := a.client()
-	if err != nil {
-		return cli.Fail(env, "bcgw status", err)
-	}
-	st, err := c.Status(ctx, pos[0])
-	if err != nil {
-		return cli.Fail(env, "bcgw status", err)
-	}
-	return printJSON(env, st)
 }
 
 // imageFlags collects repeated --image SHA256=URL.

@@ -114,6 +114,10 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 	mux.HandleFunc("POST /v1/commands", s.adminSend)
 	mux.HandleFunc("POST /v1/bmc", s.adminBMC)
 	mux.HandleFunc("GET /v1/nodes/{id}/status", s.adminStatus)
+	mux.HandleFunc("GET /v1/nodes/{id}/events", s.adminEvents)
+	mux.HandleFunc("GET /v1/nodes/{id}/spec", s.adminSpec)
+	mux.HandleFunc("PUT /v1/nodes/{id}/spec", s.adminSetSpec)
+	mux.HandleFunc("PATCH /v1/nodes/{id}/spec", s.adminSetSpec)
 	mux.HandleFunc("POST /v1/nodes/{id}/cache-images", s.adminCacheImages)
 	mux.HandleFunc("GET /v1/commands/{id}", s.adminCommand)
 	mux.HandleFunc("POST /v1/commands/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
@@ -268,7 +272,9 @@ func errCode(err error, def int) int {
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }
 
 func adminErr(w http.ResponseWriter, code int, err error) {

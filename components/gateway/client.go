@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -37,17 +38,29 @@ func NewAdminClient(dataDir, url, bearer string) *AdminClient {
 }
 
 func (c *AdminClient) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
+		body = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	return c.doRaw(ctx, method, path, body, out)
+}
+
+// doRaw sends body as it is (nil: no body) and decodes the answer into out.
+func (c *AdminClient) doRaw(ctx context.Context, method, path string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+c.bearer)
@@ -114,10 +127,47 @@ func (c *AdminClient) SetBMCCredentials(ctx context.Context, address, username, 
 	return c.do(ctx, http.MethodPost, "/v1/bmc", map[string]string{"address": address, "username": username, "password": password}, nil)
 }
 
-// Status reads a node's latest StatusReport sections.
-func (c *AdminClient) Status(ctx context.Context, node string) (json.RawMessage, error) {
-	var out json.RawMessage
-	return out, c.do(ctx, http.MethodGet, "/v1/nodes/"+node+"/status", nil, &out)
+// Status reads a node's status: the gateway's view of it and its latest
+// StatusReport.
+func (c *AdminClient) Status(ctx context.Context, node string) (StatusView, error) {
+	var out StatusView
+	return out, c.do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(node)+"/status", nil, &out)
+}
+
+// Events reads a node's stored events with a seq above after, oldest
+// first.
+func (c *AdminClient) Events(ctx context.Context, node string, after uint64) ([]EventView, error) {
+	var out []EventView
+	return out, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/nodes/%s/events?after=%d", url.PathEscape(node), after), nil, &out)
+}
+
+// Spec reads a node's desired spec.
+func (c *AdminClient) Spec(ctx context.Context, node string) (SpecView, error) {
+	var out SpecView
+	return out, c.do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(node)+"/spec", nil, &out)
+}
+
+// SetSpec replaces a node's desired spec with spec (JSON, sent as it is)
+// and returns its generation.
+func (c *AdminClient) SetSpec(ctx context.Context, node string, spec []byte) (uint64, error) {
+	var out GenerationView
+	err := c.doRaw(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(node)+"/spec", nonNil(spec), &out)
+	return out.Generation, err
+}
+
+// PatchSpec applies an RFC 7396 merge patch to a node's desired spec and
+// returns its generation.
+func (c *AdminClient) PatchSpec(ctx context.Context, node string, patch []byte) (uint64, error) {
+	var out GenerationView
+	err := c.doRaw(ctx, http.MethodPatch, "/v1/nodes/"+url.PathEscape(node)+"/spec", nonNil(patch), &out)
+	return out.Generation, err
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }
 
 // SetCacheImages tells a site agent what to keep in its image cache.

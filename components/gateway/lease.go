@@ -6,9 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/better-compute/bcd/components/base/nodespec"
 	"github.com/better-compute/bcd/components/boot/bootlease"
-	"github.com/better-compute/bcd/components/gateway/store"
-	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
 // DefaultLeaseTTL is how long a boot lease lasts without a renewal: a site
@@ -22,7 +21,6 @@ type leases struct {
 	mu  sync.Mutex
 	ttl time.Duration
 	by  map[string]*lease // site -> lease
-	gen uint64
 }
 
 type lease struct {
@@ -56,6 +54,16 @@ func (ls *leases) touch(site, node string, now time.Time) (held bool, until time
 	return true, l.expires, changed
 }
 
+// restore records a lease granted before a restart (from the desired
+// spec): the later expiry wins when a site has two.
+func (ls *leases) restore(site, node string, until time.Time) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l := ls.by[site]; l == nil || until.After(l.expires) {
+		ls.by[site] = &lease{holder: node, expires: until}
+	}
+}
+
 // holder returns a site's current holder.
 func (ls *leases) holder(site string, now time.Time) string {
 	ls.mu.Lock()
@@ -66,34 +74,36 @@ func (ls *leases) holder(site string, now time.Time) string {
 	return ""
 }
 
-func (ls *leases) next() uint64 {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	ls.gen++
-	return ls.gen
-}
-
-// leaseFrame is the DesiredState patch telling a site agent its lease.
-func (s *Server) leaseFrame(held bool, until time.Time) *bcdv1.GatewayFrame {
-	var spec bootlease.SiteSpec
-	spec.Site.BootLease = bootlease.BootLease{Held: held}
-	if held {
-		spec.Site.BootLease.ExpiresUnixMS = until.UnixMilli()
-	}
-	b, _ := json.Marshal(spec)
-	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_DesiredState{DesiredState: &bcdv1.DesiredState{
-		Generation: s.leases.next(), Patch: true, Spec: b,
-	}}}
-}
-
-// siteTouch renews or grants a site agent's lease and tells it.
-func (s *Server) siteTouch(n store.Node, l *live, force bool) {
-	held, until, changed := s.leases.touch(n.Site, n.ID, s.now())
+// siteTouch renews or grants a site agent's boot lease, or records that
+// it does not hold it, as the site.boot_lease of the node's desired spec:
+// a change is a new generation, sent to the agent as a patch. The lease is
+// decided under the node's spec lock, so renewals are stored in order.
+func (s *Server) siteTouch(node, site string) {
+	unlock := s.specLocks.lock(node)
+	defer unlock()
+	held, until, changed := s.leases.touch(site, node, s.now())
 	if changed {
-		s.log.Info("boot lease granted", "site", n.Site, "node", n.ID, "until", until.UTC())
+		s.log.Info("boot lease granted", "site", site, "node", node, "until", until.UTC())
 	}
-	if held || force {
-		l.push(outFrame{f: s.leaseFrame(held, until)})
+	want := bootlease.BootLease{Held: held}
+	if held {
+		want.ExpiresUnixMS = until.UnixMilli()
+	}
+	_, err := s.changeSpecLocked(node, func(cur nodespec.Spec) (nodespec.Spec, []byte, error) {
+		if !held {
+			// Not held: say so once (a lease the spec still shows as held
+			// has expired by now; the agent is told plainly).
+			if m, err := sectionObject(cur, "site"); err == nil {
+				var had bootlease.BootLease
+				if b, ok := m["boot_lease"]; ok && json.Unmarshal(b, &had) == nil && had == want {
+					return nil, nil, errNoChange
+				}
+			}
+		}
+		return setSectionKey(cur, "site", "boot_lease", want)
+	})
+	if err != nil {
+		s.log.Warn("boot lease not stored in the desired spec", "site", site, "node", node, "err", err)
 	}
 }
 
@@ -113,10 +123,7 @@ func (s *Server) leaseLoop(ctx context.Context) {
 				continue
 			}
 			if s.leases.holder(l.site, s.now()) == "" {
-				n, err := s.store.Node(l.nodeID)
-				if err == nil {
-					s.siteTouch(n, l, false)
-				}
+				s.siteTouch(l.nodeID, l.site)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/join"
 )
@@ -62,8 +63,18 @@ func TestProvisionedJoin(t *testing.T) {
 	}
 
 	// The real thing, twice: the second join replaces the first record.
+	// The node keeps its desired spec; the events of the OS it replaced
+	// go (the new agent counts from 1 again).
 	var serials []string
-	for range 2 {
+	for i := range 2 {
+		if i == 1 {
+			if _, err := g.s.SetSpec("web-04", []byte(`{"host":{}}`)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.s.Store().AddEvent("web-04", store.Event{Seq: 1, Type: "old"}, gateway.MaxEvents); err != nil {
+				t.Fatal(err)
+			}
+		}
 		o = joinOpts(g, g.client(t, nil), mint("web-04"), t.TempDir())
 		o.Attestor, o.NodeID = "provisioned", "web-04"
 		a, err := join.Join(ctx, o)
@@ -81,6 +92,12 @@ func TestProvisionedJoin(t *testing.T) {
 	}
 	if serials[0] == serials[1] {
 		t.Error("the second provisioned join did not replace the node's certificate")
+	}
+	if evs, err := g.s.Events("web-04", 0); err != nil || len(evs) != 0 {
+		t.Errorf("events of the replaced OS: %+v %v", evs, err)
+	}
+	if gen, _, err := g.s.Spec("web-04"); err != nil || gen != 1 {
+		t.Errorf("spec after the replacing join: %d %v, want generation 1 kept", gen, err)
 	}
 	// The token was spent.
 	tok := mint("web-05")

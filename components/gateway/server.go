@@ -61,6 +61,8 @@ type Server struct {
 	now      func() time.Time
 	tpm      tpmChallenges // the tpm attestor's open challenges (tpm.go)
 	progress progressBook  // running commands' latest progress (progress.go)
+	// specLocks serializes each node's desired spec changes (spec.go).
+	specLocks keyedMutex
 
 	mu       sync.Mutex
 	waiters  map[string][]chan struct{} // command id -> admin calls waiting for its result
@@ -110,7 +112,12 @@ func New(cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, hub: newHub(), leases: newLeases(cfg.LeaseTTL), now: time.Now}, nil
+	s := &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, hub: newHub(), leases: newLeases(cfg.LeaseTTL), now: time.Now}
+	if err := s.upgradeStore(); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("gateway: store: %w", err)
+	}
+	return s, nil
 }
 
 // Store gives tests and the admin API the embedded store.
@@ -370,6 +377,12 @@ func (s *Server) Join(ctx context.Context, req *connect.Request[bcdv1.JoinReques
 	resp, err := s.admit(n, csr, sum)
 	if err != nil {
 		return nil, err
+	}
+	if tok.NodeID != "" {
+		// A new OS took the node's id: its agent counts events from 1.
+		if err := s.store.DeleteEvents(n.ID); err != nil {
+			log.Warn("events of the replaced node not deleted", "node", n.ID, "err", err)
+		}
 	}
 	log.Info("node joined", "node", n.ID, "site", n.Site, "token_id", tok.ID, "hostname", n.Hostname)
 	return resp, nil

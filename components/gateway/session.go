@@ -3,8 +3,10 @@ package gateway
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -28,6 +30,12 @@ type live struct {
 	out    chan outFrame
 	done   chan struct{}
 	once   sync.Once
+	// specReady is set once the session sent what its Hello asked of the
+	// desired spec; spec changes are pushed to it only from then on (before,
+	// the full spec it gets covers them).
+	specReady atomic.Bool
+	// fullGen is the generation of the last full spec sent on this session.
+	fullGen atomic.Uint64
 }
 
 func (l *live) close() { l.once.Do(func() { close(l.done) }) }
@@ -232,7 +240,14 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	defer s.hub.unregister(l)
 	defer l.close()
 	log = log.With("epoch", epoch)
-	log.Info("session accepted", "boot_id", hello.GetBootId(), "role", hello.GetRole(), "version", hello.GetVersion())
+	log.Info("session accepted", "boot_id", hello.GetBootId(), "role", hello.GetRole(), "version", hello.GetVersion(),
+		"applied_generation", hello.GetAppliedGeneration(), "observed_generation", hello.GetObservedGeneration())
+	if _, err := s.store.UpdateNode(n.ID, func(x *store.Node) error {
+		x.AppliedGeneration, x.ObservedGeneration = hello.GetAppliedGeneration(), hello.GetObservedGeneration()
+		return nil
+	}); err != nil {
+		return connectErr(connect.CodeUnavailable, "store: %v", err)
+	}
 
 	if err := st.Send(&bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Welcome{Welcome: &bcdv1.Welcome{
 		Epoch: epoch, ServerTimeUnixMs: s.now().UnixMilli(), HeartbeatSeconds: uint32(s.cfg.Heartbeat / time.Second),
@@ -249,11 +264,14 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 			return err
 		}
 	}
+	if err := s.welcomeSpec(st, l, hello.GetAppliedGeneration(), log); err != nil {
+		return err
+	}
 	if n.Role == "site" {
-		// Every site agent learns at once whether it holds the boot lease,
-		// and what it should cache.
-		s.siteTouch(n, l, true)
-		s.siteWelcome(n, l)
+		// Every site agent learns at once whether it holds the boot lease
+		// (a spec change, queued behind the full spec; not from this
+		// goroutine, which drains the queue from the loop below).
+		go s.siteTouch(n.ID, n.Site)
 	}
 
 	recvErr := make(chan error, 1)
@@ -296,9 +314,25 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 		}
 		switch x := f.Frame.(type) {
 		case *bcdv1.AgentFrame_Heartbeat:
-			n, _ := s.store.UpdateNode(l.nodeID, func(n *store.Node) error { n.LastSeen = s.now().UTC(); return nil })
+			hb := x.Heartbeat
+			hashes := hb.GetInventoryHashes()
+			if len(hashes) > 0 && !inventoryHashesOK(hashes) {
+				log.Warn("heartbeat inventory hashes refused", "sections", len(hashes))
+				hashes = nil
+			}
+			if _, err := s.store.UpdateNode(l.nodeID, func(n *store.Node) error {
+				now := s.now().UTC()
+				n.LastSeen = now
+				n.AppliedGeneration, n.ObservedGeneration = hb.GetAppliedGeneration(), hb.GetObservedGeneration()
+				if len(hashes) > 0 {
+					n.InventoryHashes, n.InventoryHashesAt = maps.Clone(hashes), now
+				}
+				return nil
+			}); err != nil {
+				log.Warn("heartbeat not stored", "err", err)
+			}
 			if l.role == "site" {
-				s.siteTouch(n, l, false)
+				s.siteTouch(l.nodeID, l.site)
 			}
 		case *bcdv1.AgentFrame_Ack:
 			for _, id := range x.Ack.GetCommandIds() {
@@ -328,10 +362,19 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 			}
 			l.push(outFrame{f: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{ResultIds: []string{r.GetCommandId()}}}}})
 		case *bcdv1.AgentFrame_Event:
+			if err := s.storeEvent(l.nodeID, x.Event, log); err != nil {
+				// Not acked: the agent sends it again.
+				log.Warn("event not stored", "seq", x.Event.GetSeq(), "err", err)
+				continue
+			}
 			l.push(outFrame{f: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{EventSeq: x.Event.GetSeq()}}}})
 		case *bcdv1.AgentFrame_Status:
-			if err := s.storeStatus(l.nodeID, x.Status.GetSections()); err != nil {
+			rep := x.Status
+			if err := s.storeStatus(l.nodeID, rep); err != nil {
 				log.Warn("status report refused", "err", err)
+			}
+			if rep.GetWantFullSpec() {
+				s.resendFullSpec(l, rep, log)
 			}
 		case *bcdv1.AgentFrame_Progress:
 			if err := s.storeProgress(l.nodeID, x.Progress); err != nil {
@@ -343,8 +386,62 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 		case *bcdv1.AgentFrame_Hello:
 			return connectErr(connect.CodeInvalidArgument, "Hello sent twice")
 		default:
-			// Frames later features handle (StatusReport, SecretRequest...)
-			// are accepted and ignored by the lab gateway for now.
+			// Frames later features handle (WorkloadTokenRequest...) are
+			// accepted and ignored by the lab gateway for now.
 		}
 	}
+}
+
+// welcomeSpec sends a new session the node's desired spec in full when the
+// agent holds another generation than the stored one (applied, from its
+// Hello), then lets spec changes reach the session. It runs before the
+// session's send loop, under the node's spec lock, so no change is lost or
+// sent ahead of it.
+func (s *Server) welcomeSpec(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame], l *live, applied uint64, log interface {
+	Info(string, ...any)
+}) error {
+	unlock := s.specLocks.lock(l.nodeID)
+	defer unlock()
+	f, gen, err := s.fullSpecFrame(l.nodeID)
+	if err != nil {
+		return connectErr(connect.CodeUnavailable, "store: %v", err)
+	}
+	if f != nil && gen != applied {
+		if err := st.Send(f); err != nil {
+			return err
+		}
+		l.fullGen.Store(gen)
+		log.Info("desired spec sent in full", "generation", gen, "applied_generation", applied)
+	}
+	l.specReady.Store(true)
+	return nil
+}
+
+// resendFullSpec answers a StatusReport asking for the full spec (the agent
+// refused a DesiredState, or cannot apply a patch to what it holds) with
+// the stored spec in full, unless the agent refused that very generation
+// after this session sent it in full: sending it again would not help, and
+// the next change (or session) sends it again.
+func (s *Server) resendFullSpec(l *live, rep *bcdv1.StatusReport, log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+}) {
+	unlock := s.specLocks.lock(l.nodeID)
+	defer unlock()
+	f, gen, err := s.fullSpecFrame(l.nodeID)
+	switch {
+	case err != nil:
+		log.Warn("full spec asked for, not sent", "err", err)
+		return
+	case f == nil:
+		log.Info("full spec asked for; this node has no desired spec")
+		return
+	case rep.GetRefusedGeneration() == gen && l.fullGen.Load() == gen:
+		log.Warn("the agent refused the full spec of this generation; not sent again until the spec changes",
+			"generation", gen, "spec_error", rep.GetSpecError())
+		return
+	}
+	l.fullGen.Store(gen)
+	l.push(outFrame{f: f})
+	log.Info("desired spec sent in full on request", "generation", gen, "refused_generation", rep.GetRefusedGeneration(), "spec_error", rep.GetSpecError())
 }

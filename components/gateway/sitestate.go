@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"time"
 
+	"github.com/better-compute/bcd/components/base/nodespec"
+	"github.com/better-compute/bcd/components/boot/bootlease"
 	"github.com/better-compute/bcd/components/gateway/store"
-	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
-
-// MaxStatusReport bounds a stored StatusReport.
-const MaxStatusReport = 1 << 20
 
 // CacheImage is one image a site should keep in its cache.
 type CacheImage struct {
@@ -19,46 +19,20 @@ type CacheImage struct {
 	URL    string `json:"url"`
 }
 
-func statusKey(node string) string      { return "status/" + node }
-func cacheImagesKey(node string) string { return "cacheimages/" + node }
+// Meta keys of gateways before the desired spec: a site's cache_images
+// and its latest StatusReport sections. upgradeStore moves the first into
+// the spec and drops the second.
+const (
+	oldCacheImagesPrefix = "cacheimages/"
+	oldStatusPrefix      = "status/"
+)
 
-// storeStatus keeps a node's latest StatusReport sections.
-func (s *Server) storeStatus(node string, sections []byte) error {
-	if len(sections) > MaxStatusReport || !json.Valid(sections) {
-		return errors.New("status report is not JSON of at most 1 MiB")
-	}
-	return s.store.SetMeta(statusKey(node), sections)
-}
-
-// cacheImagesFrame is the DesiredState patch naming a site's cache_images.
-func (s *Server) cacheImagesFrame(images []CacheImage) *bcdv1.GatewayFrame {
-	var spec struct {
-		Site struct {
-			CacheImages []CacheImage `json:"cache_images"`
-		} `json:"site"`
-	}
-	spec.Site.CacheImages = images
-	b, _ := json.Marshal(spec)
-	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_DesiredState{DesiredState: &bcdv1.DesiredState{
-		Generation: s.leases.next(), Patch: true, Spec: b,
-	}}}
-}
-
-// siteWelcome sends a site agent the desired state it keeps across
-// sessions (cache_images).
-func (s *Server) siteWelcome(n store.Node, l *live) {
-	b, _ := s.store.Meta(cacheImagesKey(n.ID))
-	var images []CacheImage
-	if json.Unmarshal(b, &images) == nil && images != nil {
-		l.push(outFrame{f: s.cacheImagesFrame(images)})
-	}
-}
-
-// SetCacheImages records what a site should cache and tells it.
+// SetCacheImages records what a site should cache, as site.cache_images of
+// its desired spec (a new generation, sent as a patch).
 func (s *Server) SetCacheImages(node string, images []CacheImage) error {
-	n, err := s.store.Node(node)
+	n, err := s.nodeForSpec(node)
 	if err != nil {
-		return fmt.Errorf("node %s: %w", node, err)
+		return err
 	}
 	if n.Role != "site" {
 		return fmt.Errorf("node %s is a %s, not a site agent", node, n.Role)
@@ -66,22 +40,79 @@ func (s *Server) SetCacheImages(node string, images []CacheImage) error {
 	if images == nil {
 		images = []CacheImage{}
 	}
-	b, _ := json.Marshal(images)
-	if err := s.store.SetMeta(cacheImagesKey(node), b); err != nil {
-		return err
+	gen, err := s.changeSpec(node, func(cur nodespec.Spec) (nodespec.Spec, []byte, error) {
+		return setSectionKey(cur, "site", "cache_images", images)
+	})
+	if err == nil {
+		s.log.Info("cache images set", "node", node, "images", len(images), "generation", gen)
 	}
-	s.hub.send(node, s.cacheImagesFrame(images))
-	return nil
+	return err
 }
 
-func (s *Server) adminStatus(w http.ResponseWriter, r *http.Request) {
-	b, err := s.store.Meta(statusKey(r.PathValue("id")))
-	if err != nil || len(b) == 0 {
-		adminErr(w, http.StatusNotFound, errors.New("no status report from this node"))
-		return
+// upgradeStore moves what older gateways kept beside the desired spec into
+// it (a site's cache_images), drops their status meta (agents report
+// again after every Welcome), and restores each site's boot lease from the
+// specs, so a restart does not hand a lease that is still running to a
+// second agent.
+func (s *Server) upgradeStore() error {
+	old, err := s.store.MetaPrefix(oldCacheImagesPrefix)
+	if err != nil {
+		return err
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Write(b)
+	for key, b := range old {
+		node := strings.TrimPrefix(key, oldCacheImagesPrefix)
+		var images []CacheImage
+		if json.Unmarshal(b, &images) == nil && images != nil {
+			_, err := s.changeSpec(node, func(cur nodespec.Spec) (nodespec.Spec, []byte, error) {
+				if m, err := sectionObject(cur, "site"); err == nil && m["cache_images"] != nil {
+					return nil, nil, errNoChange
+				}
+				return setSectionKey(cur, "site", "cache_images", images)
+			})
+			if err != nil {
+				s.log.Warn("cache_images of an older gateway not moved into the spec", "node", node, "err", err)
+				if !errors.Is(err, store.ErrNotFound) {
+					continue // kept for the next start
+				}
+			}
+		}
+		if err := s.store.DeleteMeta(key); err != nil {
+			return err
+		}
+	}
+	if err := s.store.DeleteMetaPrefix(oldStatusPrefix); err != nil {
+		return err
+	}
+	nodes, err := s.store.Nodes()
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	for _, n := range nodes {
+		if n.Role != "site" || n.Revoked {
+			continue
+		}
+		rec, err := s.store.Spec(n.ID)
+		if err != nil || rec.Generation == 0 {
+			continue
+		}
+		spec, err := nodespec.Decode(rec.Spec)
+		if err != nil {
+			continue
+		}
+		m, err := sectionObject(spec, "site")
+		if err != nil {
+			continue
+		}
+		var bl bootlease.BootLease
+		if json.Unmarshal(m["boot_lease"], &bl) != nil || !bl.Held {
+			continue
+		}
+		if until := time.UnixMilli(bl.ExpiresUnixMS); until.After(now) {
+			s.leases.restore(n.Site, n.ID, until)
+		}
+	}
+	return nil
 }
 
 func (s *Server) adminCacheImages(w http.ResponseWriter, r *http.Request) {

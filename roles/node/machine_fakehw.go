@@ -3,6 +3,7 @@
 package main
 
 import (
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
@@ -43,7 +44,13 @@ func extraSections(dataDir string) []converge.Section {
 func fakeCommands() []cli.Command {
 	return []cli.Command{agentcmd.Sim(func(dataDir string, seed int64) agentcmd.Machine {
 		hw := fakehw.Hardware{Seed: seed, DataDir: dataDir}
-		return agentcmd.Machine{Kinds: append(nodekinds.Kinds(hw, nil), fakekinds.Kinds(dataDir)...), StatusGPUs: nodekinds.StatusGPUs(hw),
+		m := agentcmd.Machine{Kinds: append(nodekinds.Kinds(hw, nil), fakekinds.Kinds(dataDir)...), StatusGPUs: nodekinds.StatusGPUs(hw),
 			Sections: extraSections(dataDir)}
+		// BCD_SIM_NO_REPORT=1: no health monitor (conditions, pressure,
+		// inventory), for make bench's reference run.
+		if os.Getenv("BCD_SIM_NO_REPORT") == "" {
+			withHealth(&m, hw, nil, slog.New(slog.DiscardHandler))
+		}
+		return m
 	})}
 }

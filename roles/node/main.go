@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/better-compute/bcd/components/agent/agentcmd"
+	"github.com/better-compute/bcd/components/agent/report"
 	"github.com/better-compute/bcd/components/agent/status"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
@@ -15,11 +16,15 @@ import (
 	"github.com/better-compute/bcd/components/helper/helperclient"
 	"github.com/better-compute/bcd/components/machine/dcgm"
 	"github.com/better-compute/bcd/components/machine/doctor"
+	"github.com/better-compute/bcd/components/machine/health"
 	"github.com/better-compute/bcd/components/machine/nodekinds"
+	"github.com/better-compute/bcd/components/machine/pressure"
 )
 
-// machine wires the node kinds and the status GPU lines for this machine.
-func machine(cfg *config.Config, _ *slog.Logger) (agentcmd.Machine, error) {
+// machine wires the node kinds, the status GPU lines, the desired-state
+// sections and the health monitor (Xid conditions, pressure, inventory)
+// for this machine.
+func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	hw, _ := hardware(cfg.DataDir)
 	if cfg.Helper.Socket != "" {
 		// Unprivileged: run as [helper] user, privileged work through bcd helper.
@@ -28,12 +33,22 @@ func machine(cfg *config.Config, _ *slog.Logger) (agentcmd.Machine, error) {
 		}
 		hw = nodekinds.WithHelper(hw, &helperclient.Client{Socket: cfg.Helper.Socket})
 	}
-	return agentcmd.Machine{
+	m := agentcmd.Machine{
 		Kinds: append(append(nodekinds.Kinds(hw, nil), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
 		StatusGPUs: nodekinds.StatusGPUs(hw),
 		Sections:   extraSections(cfg.DataDir),
-	}, nil
+	}
+	withHealth(&m, hw, pressure.New("/proc"), log)
+	return m, nil
+}
+
+// withHealth adds the health monitor to m: its conditions, pressure and
+// inventory in the reports, and its watcher beside the agent.
+func withHealth(m *agentcmd.Machine, hw nodekinds.Hardware, p *pressure.Sampler, log *slog.Logger) {
+	mon := health.New(health.Config{HW: hw, Pressure: p, Log: log})
+	m.Report = report.Machine{Conditions: mon.Conditions, Pressure: mon.Pressure, Inventory: mon.Inventory}
+	m.Watch = mon.Run
 }
 
 func doctorChecks(cfg *config.Config, path string) []doctor.Check {

@@ -1,5 +1,6 @@
-// Package store is bcgw's embedded state: join tokens, node records and
-// commands with their results, in one bbolt file under the data directory.
+// Package store is bcgw's embedded state: join tokens, node records,
+// commands with their results, each node's desired spec, latest status
+// report and recent events, in one bbolt file under the data directory.
 // Every write is a bbolt transaction, fsynced before it returns.
 package store
 
@@ -23,6 +24,9 @@ var (
 	bCommands = []byte("commands")
 	bPending  = []byte("pending") // node id + "/" + command id -> nil, until a result
 	bMeta     = []byte("meta")
+	bSpecs    = []byte("specs")   // node id -> Spec
+	bReports  = []byte("reports") // node id -> the gateway's record of its latest StatusReport
+	bEvents   = []byte("events")  // node id + "/" + %020d seq -> Event
 )
 
 // Errors callers distinguish.
@@ -32,6 +36,9 @@ var (
 	ErrTokenSpent   = errors.New("join token has no uses left")
 	ErrTokenExpired = errors.New("join token has expired")
 	ErrTokenRole    = errors.New("join token does not allow this role")
+	// ErrGenerationMoved: a spec was written against a generation that is
+	// no longer the stored one.
+	ErrGenerationMoved = errors.New("the stored spec generation moved")
 )
 
 // Token is a join token's record. The secret is kept only as its SHA-256.
@@ -84,6 +91,15 @@ type Node struct {
 	AK       string `json:"ak,omitempty"`
 	AKPublic []byte `json:"ak_public,omitempty"`
 	EK       string `json:"ek,omitempty"`
+	// AppliedGeneration and ObservedGeneration are what the agent said in
+	// its last Hello or Heartbeat (as of LastSeen): the spec generation it
+	// holds, and the one every section last converged or failed at.
+	AppliedGeneration  uint64 `json:"applied_generation,omitempty"`
+	ObservedGeneration uint64 `json:"observed_generation,omitempty"`
+	// InventoryHashes are the inventory section hashes of the last
+	// heartbeat that carried any, received at InventoryHashesAt.
+	InventoryHashes   map[string]string `json:"inventory_hashes,omitempty"`
+	InventoryHashesAt time.Time         `json:"inventory_hashes_at,omitzero"`
 }
 
 // Current reports whether a certificate serial may be used by this node:
@@ -134,7 +150,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bTokens, bNodes, bCommands, bPending, bMeta} {
+		for _, b := range [][]byte{bTokens, bNodes, bCommands, bPending, bMeta, bSpecs, bReports, bEvents} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -411,7 +427,195 @@ func (s *Store) DeleteMetaPrefix(prefix string) error {
 	})
 }
 
+// DeleteMeta deletes one value of the gateway's own.
+func (s *Store) DeleteMeta(key string) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Delete([]byte(key)) })
+}
+
 // SetMeta writes a small value of the gateway's own.
 func (s *Store) SetMeta(key string, v []byte) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Put([]byte(key), v) })
+}
+
+// MetaPrefix returns every value of the gateway's own whose key starts
+// with prefix, by key.
+func (s *Store) MetaPrefix(prefix string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bMeta).Cursor()
+		p := []byte(prefix)
+		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+			out[string(k)] = append([]byte(nil), v...)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ---- desired spec ----
+
+// Spec is a node's desired spec: the full NodeSpec (canonical JSON) at
+// its generation. Generation 0 means the node has none yet; every change
+// is the next generation.
+type Spec struct {
+	Generation uint64    `json:"generation"`
+	Spec       []byte    `json:"spec,omitempty"` // exact bytes (raw JSON would be re-escaped)
+	UpdatedAt  time.Time `json:"updated_at,omitzero"`
+}
+
+// Spec returns a node's desired spec (generation 0 and no spec when it has
+// none); ErrNotFound for a node the store does not know.
+func (s *Store) Spec(nodeID string) (Spec, error) {
+	var sp Spec
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(bNodes).Get([]byte(nodeID)) == nil {
+			return fmt.Errorf("node %s: %w", nodeID, ErrNotFound)
+		}
+		if err := get(tx, bSpecs, nodeID, &sp); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		return nil
+	})
+	return sp, err
+}
+
+// PutSpec stores spec (valid JSON) as the node's next generation, provided
+// the stored generation is still base (ErrGenerationMoved otherwise), and
+// returns the new record.
+func (s *Store) PutSpec(nodeID string, base uint64, spec []byte, at time.Time) (Spec, error) {
+	var sp Spec
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bNodes).Get([]byte(nodeID)) == nil {
+			return fmt.Errorf("node %s: %w", nodeID, ErrNotFound)
+		}
+		if err := get(tx, bSpecs, nodeID, &sp); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if sp.Generation != base {
+			return fmt.Errorf("%w: %d, not %d", ErrGenerationMoved, sp.Generation, base)
+		}
+		sp = Spec{Generation: base + 1, Spec: append([]byte(nil), spec...), UpdatedAt: at}
+		return put(tx, bSpecs, nodeID, sp)
+	})
+	return sp, err
+}
+
+// ---- status reports ----
+
+// PutReport replaces a node's latest status report record (the gateway's
+// own JSON).
+func (s *Store) PutReport(nodeID string, rec []byte) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bNodes).Get([]byte(nodeID)) == nil {
+			return fmt.Errorf("node %s: %w", nodeID, ErrNotFound)
+		}
+		return tx.Bucket(bReports).Put([]byte(nodeID), rec)
+	})
+}
+
+// Report returns a node's latest status report record, nil when there is
+// none.
+func (s *Store) Report(nodeID string) ([]byte, error) {
+	var out []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bReports).Get([]byte(nodeID)); v != nil {
+			out = append([]byte(nil), v...)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ---- events ----
+
+// Event is an event an agent reported, as stored.
+type Event struct {
+	Seq        uint64    `json:"seq"`
+	Type       string    `json:"type"`
+	Body       []byte    `json:"body,omitempty"`
+	AtUnixMS   int64     `json:"at_unix_ms"`
+	ReceivedAt time.Time `json:"received_at"`
+	// BodyDropped is the size of a body too large to keep (Body is then
+	// empty).
+	BodyDropped int `json:"body_dropped,omitempty"`
+}
+
+func eventKey(nodeID string, seq uint64) []byte {
+	return fmt.Appendf(nil, "%s/%020d", nodeID, seq)
+}
+
+// AddEvent stores a node's event once per seq and keeps only the keep
+// events of highest seq. It reports whether e is stored now: false for a
+// seq already stored (the agent re-sent it), or one older than every
+// event kept.
+func (s *Store) AddEvent(nodeID string, e Event, keep int) (bool, error) {
+	stored := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bNodes).Get([]byte(nodeID)) == nil {
+			return fmt.Errorf("node %s: %w", nodeID, ErrNotFound)
+		}
+		b := tx.Bucket(bEvents)
+		k := eventKey(nodeID, e.Seq)
+		if b.Get(k) != nil {
+			return nil
+		}
+		if err := put(tx, bEvents, string(k), e); err != nil {
+			return err
+		}
+		// Prune the oldest beyond keep.
+		prefix := []byte(nodeID + "/")
+		n := 0
+		c := b.Cursor()
+		for ck, _ := c.Seek(prefix); ck != nil && bytes.HasPrefix(ck, prefix); ck, _ = c.Next() {
+			n++
+		}
+		for ck, _ := c.Seek(prefix); n > keep && ck != nil && bytes.HasPrefix(ck, prefix); ck, _ = c.Seek(prefix) {
+			if err := c.Delete(); err != nil {
+				return err
+			}
+			n--
+		}
+		stored = b.Get(k) != nil
+		return nil
+	})
+	return stored, err
+}
+
+// Events lists a node's stored events with a seq above after, oldest
+// first; ErrNotFound for a node the store does not know.
+func (s *Store) Events(nodeID string, after uint64) ([]Event, error) {
+	out := []Event{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(bNodes).Get([]byte(nodeID)) == nil {
+			return fmt.Errorf("node %s: %w", nodeID, ErrNotFound)
+		}
+		prefix := []byte(nodeID + "/")
+		c := tx.Bucket(bEvents).Cursor()
+		for k, v := c.Seek(eventKey(nodeID, after)); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			var e Event
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("event %s: %w", k, err)
+			}
+			if e.Seq > after {
+				out = append(out, e)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DeleteEvents forgets a node's events (a provisioned join replaced the
+// node: its new agent counts from 1 again).
+func (s *Store) DeleteEvents(nodeID string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bEvents).Cursor()
+		p := []byte(nodeID + "/")
+		for k, _ := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, _ = c.Seek(p) {
+			if err := c.Delete(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

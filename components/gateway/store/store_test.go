@@ -370,3 +370,149 @@ func TestReopenKeepsData(t *testing.T) {
 		t.Errorf("absent meta: %q %v", v, err)
 	}
 }
+
+func TestSpecGenerations(t *testing.T) {
+	s, _ := open(t)
+	addNode(t, s, "n1")
+	addNode(t, s, "n10")
+	if sp, err := s.Spec("n1"); err != nil || sp.Generation != 0 || sp.Spec != nil {
+		t.Fatalf("spec of a node without one: %+v %v", sp, err)
+	}
+	if _, err := s.Spec("nobody"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("spec of an unknown node: %v", err)
+	}
+	tests := []struct {
+		name    string
+		node    string
+		base    uint64
+		spec    string
+		wantGen uint64
+		wantErr error
+	}{
+		{"first", "n1", 0, `{"host":{}}`, 1, nil},
+		{"next", "n1", 1, `{"host":{"a":"<&>"}}`, 2, nil},
+		{"stale base", "n1", 1, `{}`, 0, store.ErrGenerationMoved},
+		{"base ahead", "n1", 5, `{}`, 0, store.ErrGenerationMoved},
+		{"unknown node", "nobody", 0, `{}`, 0, store.ErrNotFound},
+		{"another node counts alone", "n10", 0, `{}`, 1, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before, _ := s.Spec(tt.node)
+			got, err := s.PutSpec(tt.node, tt.base, []byte(tt.spec), t0)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("PutSpec err %v, want %v", err, tt.wantErr)
+			}
+			after, _ := s.Spec(tt.node)
+			if tt.wantErr != nil {
+				if after.Generation != before.Generation || string(after.Spec) != string(before.Spec) {
+					t.Errorf("a refused put changed the spec: %+v", after)
+				}
+				return
+			}
+			// The bytes come back exactly (no re-escaping of <, &, >).
+			if got.Generation != tt.wantGen || after.Generation != tt.wantGen || string(after.Spec) != tt.spec || !after.UpdatedAt.Equal(t0) {
+				t.Errorf("stored %+v (returned %+v), want %s at %d", after, got, tt.spec, tt.wantGen)
+			}
+		})
+	}
+}
+
+func TestEventsOncePerSeqAndKept(t *testing.T) {
+	s, _ := open(t)
+	addNode(t, s, "n1")
+	addNode(t, s, "n10")
+	add := func(node string, seq uint64, typ string) bool {
+		t.Helper()
+		ok, err := s.AddEvent(node, store.Event{Seq: seq, Type: typ, ReceivedAt: t0}, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	steps := []struct {
+		node       string
+		seq        uint64
+		typ        string
+		wantStored bool
+	}{
+		{"n1", 2, "b", true},
+		{"n1", 1, "a", true},
+		{"n1", 2, "copy", false},
+		{"n10", 1, "other node", true},
+		{"n1", 10, "c", true},
+		{"n1", 11, "d", true}, // the 4th: seq 1 goes
+		{"n1", 1, "a again", false},
+	}
+	for _, st := range steps {
+		if got := add(st.node, st.seq, st.typ); got != st.wantStored {
+			t.Errorf("add %s seq %d: stored %v, want %v", st.node, st.seq, got, st.wantStored)
+		}
+	}
+	evs, err := s.Events("n1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.Type)
+	}
+	if !equal(got, []string{"b", "c", "d"}) {
+		t.Errorf("n1's events %v, want the last 3 by seq, the first copy of each", got)
+	}
+	if evs, _ := s.Events("n1", 2); len(evs) != 2 || evs[0].Seq != 10 {
+		t.Errorf("events after 2: %+v", evs)
+	}
+	if evs, _ := s.Events("n10", 0); len(evs) != 1 || evs[0].Type != "other node" {
+		t.Errorf("n10's events: %+v", evs)
+	}
+	if _, err := s.Events("nobody", 0); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("events of an unknown node: %v", err)
+	}
+	if _, err := s.AddEvent("nobody", store.Event{Seq: 1}, 3); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("event of an unknown node: %v", err)
+	}
+	if err := s.DeleteEvents("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if evs, _ := s.Events("n1", 0); len(evs) != 0 {
+		t.Errorf("events after DeleteEvents: %+v", evs)
+	}
+	if evs, _ := s.Events("n10", 0); len(evs) != 1 {
+		t.Errorf("DeleteEvents of n1 took n10's: %+v", evs)
+	}
+}
+
+func TestReportAndMetaPrefix(t *testing.T) {
+	s, _ := open(t)
+	addNode(t, s, "n1")
+	if b, err := s.Report("n1"); err != nil || b != nil {
+		t.Fatalf("report before any: %q %v", b, err)
+	}
+	for _, r := range []string{`{"a":1}`, `{"a":2}`} {
+		if err := s.PutReport("n1", []byte(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, _ := s.Report("n1"); string(b) != `{"a":2}` {
+		t.Errorf("report %s, want the latest", b)
+	}
+	if err := s.PutReport("nobody", []byte(`{}`)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("report of an unknown node: %v", err)
+	}
+	for k, v := range map[string]string{"p/a": "1", "p/b": "2", "q/a": "3"} {
+		if err := s.SetMeta(k, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := s.MetaPrefix("p/")
+	if err != nil || len(m) != 2 || string(m["p/b"]) != "2" {
+		t.Errorf("MetaPrefix %v %v", m, err)
+	}
+	if err := s.DeleteMeta("p/a"); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := s.MetaPrefix("p/"); len(m) != 1 {
+		t.Errorf("after DeleteMeta: %v", m)
+	}
+}

@@ -1,0 +1,337 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/better-compute/bcd/components/base/nodespec"
+	"github.com/better-compute/bcd/components/gateway/store"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
+)
+
+// keyedMutex is one mutex per key (a node id): updates of one node's spec
+// are serialized, and so are the DesiredState frames they queue.
+type keyedMutex struct {
+	mu sync.Mutex
+	m  map[string]*sync.Mutex
+}
+
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*sync.Mutex{}
+	}
+	l := k.m[key]
+	if l == nil {
+		l = &sync.Mutex{}
+		k.m[key] = l
+	}
+	k.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// errNoChange from a specChange means the stored spec stays as it is.
+var errNoChange = errors.New("no change")
+
+// specChange computes a node's next spec from the stored one. It returns
+// the next full spec and, when the change goes to the agent as a merge
+// patch, that patch (nil: the full spec is sent).
+type specChange func(cur nodespec.Spec) (next nodespec.Spec, patch []byte, err error)
+
+// changeSpec applies f to the node's stored spec under the node's lock:
+// the next generation is stored first, then sent to the node's live
+// session (a patch with base_generation, or the full spec). A result equal
+// to the stored spec changes nothing and returns the current generation.
+func (s *Server) changeSpec(node string, f specChange) (uint64, error) {
+	unlock := s.specLocks.lock(node)
+	defer unlock()
+	return s.changeSpecLocked(node, f)
+}
+
+func (s *Server) changeSpecLocked(node string, f specChange) (uint64, error) {
+	cur, err := s.store.Spec(node)
+	if err != nil {
+		return 0, err
+	}
+	held, err := nodespec.Decode(cur.Spec)
+	if len(cur.Spec) == 0 {
+		held, err = nodespec.Spec{}, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("the stored spec of %s does not decode: %w", node, err)
+	}
+	next, patch, err := f(held)
+	if errors.Is(err, errNoChange) {
+		return cur.Generation, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	b := next.Encode()
+	if len(b) > nodespec.MaxBytes {
+		return 0, fmt.Errorf("the spec would be %d bytes; at most %d (4 MiB)", len(b), nodespec.MaxBytes)
+	}
+	if cur.Generation > 0 && bytes.Equal(b, cur.Spec) {
+		return cur.Generation, nil
+	}
+	rec, err := s.store.PutSpec(node, cur.Generation, b, s.now().UTC())
+	if err != nil {
+		return 0, err
+	}
+	ds := &bcdv1.DesiredState{Generation: rec.Generation, Spec: rec.Spec}
+	if patch != nil {
+		ds = &bcdv1.DesiredState{Generation: rec.Generation, Patch: true, Spec: patch, BaseGeneration: cur.Generation}
+	}
+	sent := false
+	if l := s.hub.get(node); l != nil && l.specReady.Load() {
+		if !ds.GetPatch() {
+			l.fullGen.Store(rec.Generation)
+		}
+		// In order, under the node's lock: the agent sees the generations
+		// one after another.
+		l.push(outFrame{f: desiredFrame(ds)})
+		sent = true
+	}
+	s.log.Debug("desired spec changed", "node", node, "generation", rec.Generation, "patch", ds.GetPatch(), "sent", sent)
+	return rec.Generation, nil
+}
+
+func desiredFrame(ds *bcdv1.DesiredState) *bcdv1.GatewayFrame {
+	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_DesiredState{DesiredState: ds}}
+}
+
+// fullSpecFrame is the node's stored spec in full, nil when it has none.
+func (s *Server) fullSpecFrame(node string) (*bcdv1.GatewayFrame, uint64, error) {
+	rec, err := s.store.Spec(node)
+	if err != nil || rec.Generation == 0 {
+		return nil, 0, err
+	}
+	return desiredFrame(&bcdv1.DesiredState{Generation: rec.Generation, Spec: rec.Spec}), rec.Generation, nil
+}
+
+// nodeForSpec is the node a spec change names, with an error naming the
+// fix when there is no such node.
+func (s *Server) nodeForSpec(node string) (store.Node, error) {
+	n, err := s.store.Node(node)
+	if err != nil {
+		return n, fmt.Errorf("node %s: %w (bcgw nodes lists the nodes this gateway knows)", node, err)
+	}
+	return n, nil
+}
+
+// specRefused wraps what is wrong with an operator's spec or patch.
+func specRefused(what, node string, err error) error {
+	return fmt.Errorf("%s for %s refused, nothing stored: %w (a NodeSpec is a JSON object of sections %v, at most 4 MiB)",
+		what, node, err, nodespec.Order)
+}
+
+// SetSpec replaces a node's desired spec with spec (a full NodeSpec) and
+// returns its generation. On a site agent the gateway's site.boot_lease is
+// kept as it is, whatever spec says of it.
+func (s *Server) SetSpec(node string, spec []byte) (uint64, error) {
+	n, err := s.nodeForSpec(node)
+	if err != nil {
+		return 0, err
+	}
+	next, err := nodespec.Decode(spec)
+	if err != nil {
+		return 0, specRefused("spec", node, err)
+	}
+	gen, err := s.changeSpec(node, func(cur nodespec.Spec) (nodespec.Spec, []byte, error) {
+		if n.Role == "site" {
+			if err := keepBootLease(cur, next); err != nil {
+				return nil, nil, specRefused("spec", node, err)
+			}
+		}
+		return next, nil, nil
+	})
+	if err == nil {
+		s.log.Info("desired spec set", "node", node, "generation", gen)
+	}
+	return gen, err
+}
+
+// PatchSpec applies patch (an RFC 7396 merge patch, a JSON object) to a
+// node's desired spec and returns its generation; the agent gets the patch
+// with the generation it applies on. A patch may not name a site agent's
+// site.boot_lease, which is the gateway's.
+func (s *Server) PatchSpec(node string, patch []byte) (uint64, error) {
+	n, err := s.nodeForSpec(node)
+	if err != nil {
+		return 0, err
+	}
+	if len(patch) > nodespec.MaxBytes {
+		return 0, specRefused("patch", node, fmt.Errorf("patch is %d bytes; at most %d", len(patch), nodespec.MaxBytes))
+	}
+	var c bytes.Buffer
+	if err := json.Compact(&c, patch); err != nil || c.Len() == 0 || c.Bytes()[0] != '{' {
+		return 0, specRefused("patch", node, errors.New("patch is not a JSON object"))
+	}
+	p := c.Bytes()
+	if n.Role == "site" {
+		if err := patchSparesBootLease(p); err != nil {
+			return 0, specRefused("patch", node, err)
+		}
+	}
+	gen, err := s.changeSpec(node, func(cur nodespec.Spec) (nodespec.Spec, []byte, error) {
+		next, err := nodespec.Merge(cur.Encode(), p)
+		if err != nil {
+			return nil, nil, specRefused("patch", node, err)
+		}
+		return next, p, nil
+	})
+	if err == nil {
+		s.log.Info("desired spec patched", "node", node, "generation", gen)
+	}
+	return gen, err
+}
+
+// Spec returns a node's desired spec and its generation (0 and an empty
+// object when it has none).
+func (s *Server) Spec(node string) (uint64, []byte, error) {
+	rec, err := s.store.Spec(node)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil, fmt.Errorf("node %s: %w (bcgw nodes lists the nodes this gateway knows)", node, store.ErrNotFound)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	if rec.Generation == 0 {
+		return 0, []byte("{}"), nil
+	}
+	return rec.Generation, rec.Spec, nil
+}
+
+// patchSection is a merge patch that sets one key of one section.
+func patchSection(section, key string, v any) ([]byte, error) {
+	return json.Marshal(map[string]map[string]any{section: {key: v}})
+}
+
+// setSectionKey merges {section: {key: v}} into spec.
+func setSectionKey(cur nodespec.Spec, section, key string, v any) (nodespec.Spec, []byte, error) {
+	p, err := patchSection(section, key, v)
+	if err != nil {
+		return nil, nil, err
+	}
+	next, err := nodespec.Merge(cur.Encode(), p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return next, p, nil
+}
+
+// sectionObject decodes a section that must be a JSON object (absent: an
+// empty one).
+func sectionObject(spec nodespec.Spec, name string) (map[string]json.RawMessage, error) {
+	m := map[string]json.RawMessage{}
+	body, ok := spec[name]
+	if !ok {
+		return m, nil
+	}
+	if b := bytes.TrimSpace(body); len(b) == 0 || b[0] != '{' || json.Unmarshal(b, &m) != nil {
+		return nil, fmt.Errorf("the %s section is not a JSON object", name)
+	}
+	return m, nil
+}
+
+// keepBootLease makes next's site.boot_lease what cur holds (none when cur
+// has none): the boot lease is granted by the gateway alone.
+func keepBootLease(cur, next nodespec.Spec) error {
+	held, err := sectionObject(cur, "site")
+	if err != nil {
+		held = map[string]json.RawMessage{}
+	}
+	site, err := sectionObject(next, "site")
+	if err != nil {
+		return err
+	}
+	lease, ok := held["boot_lease"]
+	_, asked := site["boot_lease"]
+	switch {
+	case ok:
+		site["boot_lease"] = lease
+	case asked:
+		delete(site, "boot_lease")
+	default:
+		return nil
+	}
+	b, err := json.Marshal(site)
+	if err != nil {
+		return err
+	}
+	next["site"] = b
+	return nil
+}
+
+// patchSparesBootLease refuses a merge patch that would change a site
+// agent's site.boot_lease: naming it, or replacing the site section.
+func patchSparesBootLease(patch []byte) error {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(patch, &top); err != nil {
+		return errors.New("patch is not a JSON object")
+	}
+	site, ok := top["site"]
+	if !ok {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if b := bytes.TrimSpace(site); len(b) == 0 || b[0] != '{' || json.Unmarshal(b, &m) != nil {
+		return errors.New("the patch replaces or removes the site section, whose boot_lease is the gateway's; patch the site section's own keys instead")
+	}
+	if _, ok := m["boot_lease"]; ok {
+		return errors.New("site.boot_lease is granted by the gateway alone; leave it out of the patch")
+	}
+	return nil
+}
+
+// SpecView is a node's desired spec as the admin API shows it.
+type SpecView struct {
+	Generation uint64          `json:"generation"`
+	Spec       json.RawMessage `json:"spec"`
+}
+
+// GenerationView answers a spec change.
+type GenerationView struct {
+	Generation uint64 `json:"generation"`
+}
+
+func (s *Server) adminSpec(w http.ResponseWriter, r *http.Request) {
+	gen, spec, err := s.Spec(r.PathValue("id"))
+	if err != nil {
+		adminErr(w, errCode(err, http.StatusInternalServerError), err)
+		return
+	}
+	writeJSON(w, SpecView{Generation: gen, Spec: spec})
+}
+
+// adminSetSpec serves PUT (the body is the full spec) and PATCH (the body
+// is an RFC 7396 merge patch). The body is the JSON itself, up to the
+// spec's own bound (4 MiB), not the admin API's 2 MiB.
+func (s *Server) adminSetSpec(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, nodespec.MaxBytes+1))
+	if err != nil {
+		adminErr(w, http.StatusBadRequest, fmt.Errorf("request body: %w", err))
+		return
+	}
+	if len(b) > nodespec.MaxBytes {
+		adminErr(w, http.StatusBadRequest, fmt.Errorf("request body is over 4 MiB: a spec or a patch is at most %d bytes; nothing stored", nodespec.MaxBytes))
+		return
+	}
+	var gen uint64
+	if r.Method == http.MethodPatch {
+		gen, err = s.PatchSpec(r.PathValue("id"), b)
+	} else {
+		gen, err = s.SetSpec(r.PathValue("id"), b)
+	}
+	if err != nil {
+		adminErr(w, errCode(err, http.StatusBadRequest), err)
+		return
+	}
+	writeJSON(w, GenerationView{Generation: gen})
+}

@@ -1,0 +1,344 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/better-compute/bcd/components/gateway/store"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
+)
+
+// Bounds of what the gateway keeps of its agents' reports.
+const (
+	// MaxStatusReport bounds a stored StatusReport (its protobuf size).
+	MaxStatusReport = 1 << 20
+	// MaxEvents is how many events are kept per node (the highest seqs).
+	MaxEvents = 1000
+	// MaxEventBody bounds an event body kept; a larger one is stored
+	// without its body (its size noted).
+	MaxEventBody = 64 << 10
+)
+
+// SectionView is one section's state in a node's status.
+type SectionView struct {
+	Name       string     `json:"name"`
+	State      string     `json:"state"`
+	Generation uint64     `json:"generation"`
+	Message    string     `json:"message,omitempty"`
+	Changes    []string   `json:"changes,omitempty"`
+	Since      *time.Time `json:"since,omitempty"`
+	Attempts   uint32     `json:"attempts,omitempty"`
+}
+
+// ConditionView is a condition of the machine, as the agent reported it.
+type ConditionView struct {
+	Type    string     `json:"type"`
+	Subject string     `json:"subject,omitempty"`
+	Reason  string     `json:"reason,omitempty"`
+	Message string     `json:"message,omitempty"`
+	Since   *time.Time `json:"since,omitempty"`
+	Count   uint32     `json:"count,omitempty"`
+}
+
+// PressureView is the machine's pressure (PSI averages, CPU steal).
+type PressureView struct {
+	Available       bool       `json:"available"`
+	CPUSomeAvg10    float64    `json:"cpu_some_avg10"`
+	CPUSomeAvg60    float64    `json:"cpu_some_avg60"`
+	MemorySomeAvg10 float64    `json:"memory_some_avg10"`
+	MemoryFullAvg10 float64    `json:"memory_full_avg10"`
+	IOSomeAvg10     float64    `json:"io_some_avg10"`
+	IOFullAvg10     float64    `json:"io_full_avg10"`
+	CPUStealPercent float64    `json:"cpu_steal_percent"`
+	At              *time.Time `json:"at,omitempty"`
+}
+
+// statusRecord is what the gateway stores of a node's latest StatusReport.
+type statusRecord struct {
+	ReceivedAt         time.Time       `json:"received_at"`
+	AgentAt            int64           `json:"at_unix_ms,omitempty"`
+	ObservedGeneration uint64          `json:"observed_generation"`
+	AppliedGeneration  uint64          `json:"applied_generation"`
+	Sections           []SectionView   `json:"section_states,omitempty"`
+	Conditions         []ConditionView `json:"conditions,omitempty"`
+	Pressure           *PressureView   `json:"pressure,omitempty"`
+	WantFullSpec       bool            `json:"want_full_spec,omitempty"`
+	SpecError          string          `json:"spec_error,omitempty"`
+	RefusedGeneration  uint64          `json:"refused_generation,omitempty"`
+	// InventoryHashes are those of the latest report that carried any,
+	// received at InventoryHashesAt.
+	InventoryHashes   map[string]string `json:"inventory_hashes,omitempty"`
+	InventoryHashesAt time.Time         `json:"inventory_hashes_at,omitzero"`
+	// Inventory holds every inventory section reported so far (a report
+	// carries the sections that changed); Report the role's report
+	// sections (a site's images).
+	Inventory json.RawMessage `json:"inventory,omitempty"`
+	Report    json.RawMessage `json:"report,omitempty"`
+}
+
+// StatusView is a node's status as the admin API and `bcgw status` show
+// it: the gateway's view of the node, then its latest StatusReport.
+type StatusView struct {
+	Node      string    `json:"node"`
+	Role      string    `json:"role"`
+	Site      string    `json:"site"`
+	Connected bool      `json:"connected"`
+	LastSeen  time.Time `json:"last_seen,omitzero"`
+	// SpecGeneration is the gateway's desired spec generation (0: none);
+	// AppliedGeneration the one the agent holds, ObservedGeneration the
+	// one its sections last converged or failed at (from its latest
+	// Hello, Heartbeat or StatusReport).
+	SpecGeneration     uint64 `json:"spec_generation"`
+	AppliedGeneration  uint64 `json:"applied_generation"`
+	ObservedGeneration uint64 `json:"observed_generation"`
+	// RefusedGeneration and SpecError: the agent refused that generation
+	// (its held spec is unchanged) and why.
+	RefusedGeneration uint64            `json:"refused_generation,omitempty"`
+	SpecError         string            `json:"spec_error,omitempty"`
+	Sections          []SectionView     `json:"sections"`
+	Conditions        []ConditionView   `json:"conditions"`
+	Pressure          *PressureView     `json:"pressure,omitempty"`
+	InventoryHashes   map[string]string `json:"inventory_hashes,omitempty"`
+	InventoryHashesAt *time.Time        `json:"inventory_hashes_at,omitempty"`
+	Inventory         json.RawMessage   `json:"inventory,omitempty"`
+	// Report is the role's report sections (a site's "images" and
+	// "site"); ReportAt when the latest StatusReport arrived.
+	Report   json.RawMessage `json:"report,omitempty"`
+	ReportAt *time.Time      `json:"report_at,omitempty"`
+}
+
+// EventView is a stored event as the admin API shows it.
+type EventView struct {
+	Seq        uint64    `json:"seq"`
+	Type       string    `json:"type"`
+	At         time.Time `json:"at"`
+	ReceivedAt time.Time `json:"received_at"`
+	// Body is the event's JSON (a body that is not JSON is shown as a
+	// JSON string); BodyDropped the size of a body too large to keep.
+	Body        json.RawMessage `json:"body,omitempty"`
+	BodyDropped int             `json:"body_dropped,omitempty"`
+}
+
+func msTime(ms int64) *time.Time {
+	if ms == 0 {
+		return nil
+	}
+	t := time.UnixMilli(ms).UTC()
+	return &t
+}
+
+// jsonObject reports whether b is empty or a JSON object.
+func jsonObject(b []byte) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) == 0 || (b[0] == '{' && json.Valid(b))
+}
+
+// inventoryHashesOK bounds a map of inventory section hashes.
+func inventoryHashesOK(h map[string]string) bool {
+	if len(h) > 64 {
+		return false
+	}
+	for k, v := range h {
+		if len(k) > 128 || len(v) > 160 {
+			return false
+		}
+	}
+	return true
+}
+
+// storeStatus keeps a node's latest StatusReport, with the time it came.
+// Inventory sections of earlier reports stay until a report replaces them.
+func (s *Server) storeStatus(node string, r *bcdv1.StatusReport) error {
+	if n := proto.Size(r); n > MaxStatusReport {
+		return fmt.Errorf("status report is %d bytes; at most %d (1 MiB)", n, MaxStatusReport)
+	}
+	if !jsonObject(r.GetSections()) {
+		return errors.New("status report sections are not a JSON object")
+	}
+	if !jsonObject(r.GetInventory()) {
+		return errors.New("status report inventory is not a JSON object")
+	}
+	if len(r.GetInventoryHashes()) > 0 && !inventoryHashesOK(r.GetInventoryHashes()) {
+		return errors.New("status report inventory hashes are too many or too long")
+	}
+	rec := statusRecord{
+		ReceivedAt: s.now().UTC(), AgentAt: r.GetAtUnixMs(),
+		ObservedGeneration: r.GetObservedGeneration(), AppliedGeneration: r.GetAppliedGeneration(),
+		WantFullSpec: r.GetWantFullSpec(), SpecError: r.GetSpecError(), RefusedGeneration: r.GetRefusedGeneration(),
+		Report: bytes.TrimSpace(r.GetSections()),
+	}
+	if len(r.GetInventoryHashes()) > 0 {
+		rec.InventoryHashes, rec.InventoryHashesAt = maps.Clone(r.GetInventoryHashes()), rec.ReceivedAt
+	}
+	for _, x := range r.GetSectionStates() {
+		rec.Sections = append(rec.Sections, SectionView{Name: x.GetName(), State: x.GetState(), Generation: x.GetGeneration(),
+			Message: x.GetMessage(), Changes: x.GetChanges(), Since: msTime(x.GetSinceUnixMs()), Attempts: x.GetAttempts()})
+	}
+	for _, c := range r.GetConditions() {
+		rec.Conditions = append(rec.Conditions, ConditionView{Type: c.GetType(), Subject: c.GetSubject(), Reason: c.GetReason(),
+			Message: c.GetMessage(), Since: msTime(c.GetSinceUnixMs()), Count: c.GetCount()})
+	}
+	if p := r.GetPressure(); p != nil {
+		rec.Pressure = &PressureView{Available: p.GetAvailable(), CPUSomeAvg10: p.GetCpuSomeAvg10(), CPUSomeAvg60: p.GetCpuSomeAvg60(),
+			MemorySomeAvg10: p.GetMemorySomeAvg10(), MemoryFullAvg10: p.GetMemoryFullAvg10(), IOSomeAvg10: p.GetIoSomeAvg10(),
+			IOFullAvg10: p.GetIoFullAvg10(), CPUStealPercent: p.GetCpuStealPercent(), At: msTime(p.GetAtUnixMs())}
+	}
+	// Merge the inventory sections onto those kept from earlier reports,
+	// and keep their hashes until a report carries new ones.
+	inv := map[string]json.RawMessage{}
+	if old, _ := s.store.Report(node); len(old) > 0 {
+		var prev statusRecord
+		if json.Unmarshal(old, &prev) == nil {
+			if len(prev.Inventory) > 0 {
+				_ = json.Unmarshal(prev.Inventory, &inv)
+			}
+			if rec.InventoryHashes == nil {
+				rec.InventoryHashes, rec.InventoryHashesAt = prev.InventoryHashes, prev.InventoryHashesAt
+			}
+		}
+	}
+	if len(bytes.TrimSpace(r.GetInventory())) > 0 {
+		var now map[string]json.RawMessage
+		_ = json.Unmarshal(r.GetInventory(), &now)
+		maps.Copy(inv, now)
+	}
+	if len(inv) > 0 {
+		b, _ := json.Marshal(inv)
+		if len(b) > MaxStatusReport {
+			// Kept sections and new ones together are too large: keep only
+			// this report's.
+			b = bytes.TrimSpace(r.GetInventory())
+		}
+		rec.Inventory = b
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return s.store.PutReport(node, b)
+}
+
+// storeEvent stores an agent's event once per seq (a copy is acked and
+// not stored again), keeping the last MaxEvents of the node.
+func (s *Server) storeEvent(node string, e *bcdv1.Event, log interface{ Warn(string, ...any) }) error {
+	rec := store.Event{Seq: e.GetSeq(), Type: e.GetType(), Body: e.GetBody(), AtUnixMS: e.GetAtUnixMs(), ReceivedAt: s.now().UTC()}
+	if len(rec.Body) > MaxEventBody {
+		log.Warn("event body too large; stored without it", "seq", rec.Seq, "type", rec.Type, "bytes", len(rec.Body))
+		rec.Body, rec.BodyDropped = nil, len(e.GetBody())
+	}
+	_, err := s.store.AddEvent(node, rec, MaxEvents)
+	return err
+}
+
+func viewEvent(e store.Event) EventView {
+	v := EventView{Seq: e.Seq, Type: e.Type, ReceivedAt: e.ReceivedAt, BodyDropped: e.BodyDropped}
+	if e.AtUnixMS != 0 {
+		v.At = time.UnixMilli(e.AtUnixMS).UTC()
+	}
+	if json.Valid(e.Body) {
+		v.Body = e.Body
+	} else if len(e.Body) > 0 {
+		v.Body, _ = json.Marshal(string(e.Body))
+	}
+	return v
+}
+
+// Events returns a node's stored events with a seq above after, oldest
+// first.
+func (s *Server) Events(node string, after uint64) ([]EventView, error) {
+	evs, err := s.store.Events(node, after)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]EventView, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, viewEvent(e))
+	}
+	return out, nil
+}
+
+// Status returns a node's status view.
+func (s *Server) Status(node string) (StatusView, error) {
+	n, err := s.store.Node(node)
+	if err != nil {
+		return StatusView{}, fmt.Errorf("node %s: %w (bcgw nodes lists the nodes this gateway knows)", node, err)
+	}
+	sp, err := s.store.Spec(node)
+	if err != nil {
+		return StatusView{}, err
+	}
+	v := StatusView{
+		Node: n.ID, Role: n.Role, Site: n.Site, Connected: s.Connected(n.ID), LastSeen: n.LastSeen,
+		SpecGeneration: sp.Generation, AppliedGeneration: n.AppliedGeneration, ObservedGeneration: n.ObservedGeneration,
+		Sections: []SectionView{}, Conditions: []ConditionView{},
+	}
+	if len(n.InventoryHashes) > 0 {
+		v.InventoryHashes = n.InventoryHashes
+		at := n.InventoryHashesAt
+		v.InventoryHashesAt = &at
+	}
+	b, err := s.store.Report(node)
+	if err != nil {
+		return v, err
+	}
+	if len(b) == 0 {
+		return v, nil
+	}
+	var rec statusRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return v, fmt.Errorf("stored status report of %s: %w", node, err)
+	}
+	at := rec.ReceivedAt
+	v.ReportAt = &at
+	if !rec.ReceivedAt.Before(n.LastSeen) {
+		// The report is newer than the last Hello or Heartbeat.
+		v.AppliedGeneration, v.ObservedGeneration = rec.AppliedGeneration, rec.ObservedGeneration
+	}
+	v.RefusedGeneration, v.SpecError = rec.RefusedGeneration, rec.SpecError
+	if rec.Sections != nil {
+		v.Sections = rec.Sections
+	}
+	if rec.Conditions != nil {
+		v.Conditions = rec.Conditions
+	}
+	v.Pressure, v.Inventory, v.Report = rec.Pressure, rec.Inventory, rec.Report
+	if len(rec.InventoryHashes) > 0 && (v.InventoryHashesAt == nil || rec.InventoryHashesAt.After(*v.InventoryHashesAt)) {
+		hat := rec.InventoryHashesAt
+		v.InventoryHashes, v.InventoryHashesAt = rec.InventoryHashes, &hat
+	}
+	return v, nil
+}
+
+func (s *Server) adminStatus(w http.ResponseWriter, r *http.Request) {
+	v, err := s.Status(r.PathValue("id"))
+	if err != nil {
+		adminErr(w, errCode(err, http.StatusInternalServerError), err)
+		return
+	}
+	writeJSON(w, v)
+}
+
+func (s *Server) adminEvents(w http.ResponseWriter, r *http.Request) {
+	var after uint64
+	if a := r.URL.Query().Get("after"); a != "" {
+		var err error
+		if after, err = strconv.ParseUint(a, 10, 64); err != nil {
+			adminErr(w, http.StatusBadRequest, errors.New("after must be an event seq (a whole number)"))
+			return
+		}
+	}
+	evs, err := s.Events(r.PathValue("id"), after)
+	if err != nil {
+		adminErr(w, errCode(err, http.StatusInternalServerError), fmt.Errorf("%w (bcgw nodes lists the nodes this gateway knows)", err))
+		return
+	}
+	writeJSON(w, evs)
+}
