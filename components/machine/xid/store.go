@@ -27,12 +27,18 @@ type Store struct {
 	path   string
 	bootID string
 	events []Event
+	// cleared is, per GPU (normalized bus id), the kernel timestamp of the
+	// newest event a reset cleared: /dev/kmsg holds those records for the
+	// rest of the boot, and reading them again must not bring them back.
+	cleared map[string]time.Duration
 }
 
 // faults is the JSON form of faults.json.
 type faults struct {
 	BootID string  `json:"boot_id"`
 	XIDs   []fault `json:"xids"`
+	// Cleared is the per-GPU mark of Store.cleared, in microseconds.
+	Cleared map[string]int64 `json:"cleared_through_us,omitempty"`
 }
 
 type fault struct {
@@ -49,7 +55,7 @@ func Load(dataDir, bootID string) (*Store, error) {
 	if bootID == "" {
 		return nil, errors.New("loading Xid faults: no boot id")
 	}
-	s := &Store{path: filepath.Join(dataDir, FaultsFile), bootID: bootID}
+	s := &Store{path: filepath.Join(dataDir, FaultsFile), bootID: bootID, cleared: map[string]time.Duration{}}
 	raw, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return s, nil
@@ -63,6 +69,9 @@ func Load(dataDir, bootID string) (*Store, error) {
 	}
 	if f.BootID != bootID {
 		return s, nil
+	}
+	for bus, us := range f.Cleared {
+		s.cleared[bus] = time.Duration(us) * time.Microsecond
 	}
 	for _, x := range f.XIDs {
 		s.add(Event{Code: x.Code, PCIBusID: x.PCIBusID, Message: x.Message, At: time.Duration(x.AtUsec) * time.Microsecond})
@@ -89,6 +98,9 @@ func (s *Store) Add(events ...Event) int {
 }
 
 func (s *Store) add(ev Event) bool {
+	if mark, ok := s.cleared[normalize(ev.PCIBusID)]; ok && ev.At > 0 && ev.At <= mark {
+		return false // a record a reset already cleared, read again
+	}
 	for _, have := range s.events {
 		if have == ev {
 			return false
@@ -134,6 +146,11 @@ func (s *Store) Clear(pciBusID string) int {
 	for _, ev := range s.events {
 		if normalize(ev.PCIBusID) != key {
 			kept = append(kept, ev)
+		} else if ev.At > s.cleared[key] {
+			if s.cleared == nil {
+				s.cleared = map[string]time.Duration{}
+			}
+			s.cleared[key] = ev.At
 		}
 	}
 	n := len(s.events) - len(kept)
@@ -147,6 +164,12 @@ func (s *Store) Clear(pciBusID string) int {
 func (s *Store) Save() error {
 	s.mu.Lock()
 	f := faults{BootID: s.bootID, XIDs: make([]fault, 0, len(s.events))}
+	for bus, at := range s.cleared {
+		if f.Cleared == nil {
+			f.Cleared = map[string]int64{}
+		}
+		f.Cleared[bus] = int64(at / time.Microsecond)
+	}
 	for _, ev := range s.events {
 		f.XIDs = append(f.XIDs, fault{Code: ev.Code, PCIBusID: ev.PCIBusID, Message: ev.Message, AtUsec: int64(ev.At / time.Microsecond)})
 	}

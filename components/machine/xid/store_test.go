@@ -186,3 +186,45 @@ func mustSave(t *testing.T, s *Store) {
 		t.Fatal(err)
 	}
 }
+
+// TestClearedStaysCleared: /dev/kmsg keeps a boot's records, so after a
+// reset cleared a GPU the same records read again do not bring its Xids
+// back, across a Save and Load too; a newer Xid does.
+func TestClearedStaysCleared(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Load(dir, "boot-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := Event{Code: 79, PCIBusID: "0000:17:00", Message: "fallen off", At: 5 * time.Second}
+	other := Event{Code: 48, PCIBusID: "0000:18:00", Message: "dbe", At: 4 * time.Second}
+	s.Add(old, other)
+	if n := s.Clear("00000000:17:00.0"); n != 1 {
+		t.Fatalf("Clear = %d", n)
+	}
+	if n := s.Add(old, other); n != 0 || len(s.ForGPU("0000:17:00")) != 0 {
+		t.Fatalf("the cleared record came back: Add = %d", n)
+	}
+	if err := s.Save(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Load(dir, "boot-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s2.Add(old); n != 0 {
+		t.Error("after Load the cleared record came back")
+	}
+	newer := Event{Code: 79, PCIBusID: "0000:17:00", Message: "fallen off", At: 9 * time.Second}
+	if n := s2.Add(newer); n != 1 || len(s2.ForGPU("0000:17:00")) != 1 {
+		t.Error("a newer Xid after the reset was not taken")
+	}
+	if len(s2.ForGPU("0000:18:00")) != 1 {
+		t.Error("another GPU's Xid was cleared")
+	}
+	// A new boot starts clean, marks included.
+	s3, _ := Load(dir, "boot-2")
+	if n := s3.Add(old); n != 1 {
+		t.Error("a new boot kept the old boot's mark")
+	}
+}
