@@ -39,9 +39,11 @@ qemu-test: image
 	@mkdir -p bin && $(GO) build -o bin/testreport ./cmd/testreport
 	set -o pipefail; $(GO) test -json -count=1 -timeout 15m ./qemu-tests/ 2>&1 | bin/testreport -v -tier qemu
 
-# soak runs the exactly-once fault test with 1,000 kill trials.
+# soak runs the fault tests with many kill trials: exactly-once commands
+# (1,000 trials) and desired state converging under kills (200).
 soak: deps
 	BCD_FAULT_TRIALS=$${BCD_FAULT_TRIALS:-1000} $(GO) test -count=1 -timeout 90m -run TestExactlyOnceUnderKills -v ./e2e/ | grep -E '^(fault test|---|ok|FAIL|PASS)'
+	BCD_FAULT_TRIALS=$${BCD_CONVERGE_TRIALS:-200} $(GO) test -count=1 -timeout 60m -run TestConvergeUnderKills -v ./e2e/ | grep -E '^(converge fault test|---|ok|FAIL|PASS)'
 
 demo: build
 	@./build/demo.sh

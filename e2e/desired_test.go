@@ -93,7 +93,8 @@ func (l *lab) bcdStatus(cfg string) bcdStatus {
 	return st
 }
 
-// sectionLog counts the fakehw section's writes and removals by line.
+// sectionLog counts the fakehw section's writes and removals by line and
+// by "write NAME" (any content).
 func sectionLog(t *testing.T, dataDir string) map[string]int {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dataDir, fakekinds.SectionLog))
@@ -102,8 +103,12 @@ func sectionLog(t *testing.T, dataDir string) map[string]int {
 	}
 	m := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if line != "" {
-			m[line]++
+		if line == "" {
+			continue
+		}
+		m[line]++
+		if f := strings.Fields(line); len(f) == 3 {
+			m[f[0]+" "+f[1]]++
 		}
 	}
 	return m

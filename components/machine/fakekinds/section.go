@@ -3,6 +3,8 @@ package fakekinds
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +21,8 @@ import (
 )
 
 // Under the data directory: the files the fakehw section converges, and
-// one line per file it wrote or removed, so a test can count side effects.
+// one line per file it wrote ("write NAME <first 8 hex of the content's
+// SHA-256>") or removed ("remove NAME"), so a test can count side effects.
 const (
 	SectionDir = "fakehw/section"
 	SectionLog = "fakehw/section.log"
@@ -165,7 +168,12 @@ func (s *section) Apply(ctx context.Context, body json.RawMessage, p converge.Pl
 		if err != nil {
 			return err
 		}
-		if err := s.logLine(op + " " + name); err != nil {
+		line := op + " " + name
+		if op == "write" {
+			sum := sha256.Sum256([]byte(b.Files[name]))
+			line += " " + hex.EncodeToString(sum[:4])
+		}
+		if err := s.logLine(line); err != nil {
 			return err
 		}
 	}
