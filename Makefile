@@ -61,11 +61,12 @@ sizes: build image
 # bench prints each figure next to its reference measured in the same run:
 # journal commands/s with fsync against the raw fsync rate of the same kind
 # of directory, bcd sim with 1,000 agents (BCD_SIM_NODES) against one
-# agent alone, deploy.image against zstd -dc | dd, and a node key's
+# agent alone, desired-state reporting's bytes and bcgw CPU with 1,000 sim
+# agents against the same run without reporting, deploy.image against zstd -dc | dd, and a node key's
 # signature through bcd helper against one by the TPM (swtpm) directly.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./components/agent/journal/ | grep -E '^(Benchmark|ok)'
-	$(GO) test -run '^$$' -bench BenchmarkSim -benchtime 1x -timeout 30m ./e2e/ | grep -vE '^[[:space:]]*[{]'
+	$(GO) test -run '^$$' -bench 'BenchmarkSim|BenchmarkReporting' -benchtime 1x -timeout 40m ./e2e/ | grep -vE '^[[:space:]]*[{]'
 	$(GO) test -run '^$$' -bench BenchmarkDeploy -benchtime 3x ./components/disk/deploy/ | grep -E '^(Benchmark|ok|deploy)'
 	$(GO) test -run '^$$' -bench BenchmarkTPMSign -benchtime 200x ./components/helper/ | grep -E '^(Benchmark|ok)'
 

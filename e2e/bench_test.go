@@ -133,3 +133,103 @@ func BenchmarkSim(b *testing.B) {
 }
 
 func numCPU() int { return runtime.NumCPU() }
+
+// procCPU is a process's user+system CPU time so far.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name in parentheses: utime is the 14th and
+	// stime the 15th field of the line, in clock ticks (100 a second).
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * 10 * time.Millisecond
+}
+
+// procReadBytes is what a process read so far (/proc/PID/io rchar: every
+// read syscall, the agents' TLS streams included).
+func procReadBytes(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// BenchmarkReporting prints what desired-state reporting costs with 1,000
+// bcd sim agents against one bcgw (BCD_SIM_NODES overrides): the bytes
+// bcgw reads per agent per minute and bcgw's CPU, once the agents are
+// connected (a steady minute, scaled from a 30 s window) and from the
+// first join until every agent is connected and has reported (the
+// inventory goes out in full once), next to the same run without
+// reporting (BCD_SIM_NO_REPORT: no health monitor, no inventory,
+// conditions or pressure; heartbeats and generations still go out).
+// Heartbeats are every 3 s here, so the 30 s window holds one whole
+// cycle of 10 beats, one of which carries the inventory hashes.
+func BenchmarkReporting(b *testing.B) {
+	n := 1000
+	if v := os.Getenv("BCD_SIM_NODES"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	const window = 30 * time.Second
+	type figures struct {
+		startBytes, steadyBytes float64 // per agent (start) and per agent per minute (steady)
+		startCPU, steadyCPU     time.Duration
+		startTook               time.Duration
+	}
+	run := func(name string, env []string) figures {
+		l := newLab(b)
+		g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0", "--heartbeat", "3s")
+		pid := g.cmd.Process.Pid
+		bytes0, cpu0, t0 := procReadBytes(pid), procCPU(pid), time.Now()
+		tok := l.token(g, "--uses", fmt.Sprint(n))
+		cfg := l.simConfig(g, name)
+		p := l.startStdin(tok+"\n", env, "bcd-node", "sim", "--config", cfg, "--nodes", fmt.Sprint(n), "--seed", "1")
+		end := time.Now().Add(10 * time.Minute)
+		for time.Now().Before(end) {
+			c := 0
+			for _, x := range l.nodes(g) {
+				if x.Connected {
+					c++
+				}
+			}
+			if c >= n {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		time.Sleep(5 * time.Second) // first reports and the inventory
+		bytes1, cpu1, t1 := procReadBytes(pid), procCPU(pid), time.Now()
+		time.Sleep(window)
+		bytes2, cpu2 := procReadBytes(pid), procCPU(pid)
+		p.signal(syscall.SIGTERM)
+		p.wait(b, 2*time.Minute)
+		scale := float64(time.Minute) / float64(window)
+		return figures{
+			startBytes: float64(bytes1-bytes0) / float64(n), steadyBytes: float64(bytes2-bytes1) / float64(n) * scale,
+			startCPU: cpu1 - cpu0, steadyCPU: time.Duration(float64(cpu2-cpu1) * scale), startTook: t1.Sub(t0),
+		}
+	}
+	ref := run("plain", []string{"BCD_SIM_NO_REPORT=1"})
+	rep := run("reporting", nil)
+	fmt.Printf("desired-state reporting with %d bcd sim agents against one bcgw on %d cores (heartbeat 3 s):\n", n, numCPU())
+	fmt.Printf("  steady: bytes read by bcgw per agent per minute %8.0f   (without reporting: %.0f)\n", rep.steadyBytes, ref.steadyBytes)
+	fmt.Printf("  steady: bcgw CPU per minute                     %8s   (without reporting: %s)\n", rep.steadyCPU.Round(time.Millisecond), ref.steadyCPU.Round(time.Millisecond))
+	fmt.Printf("  start:  bytes read by bcgw per agent            %8.0f   (without reporting: %.0f)\n", rep.startBytes, ref.startBytes)
+	fmt.Printf("  start:  bcgw CPU until all reported             %8s   (without reporting: %s; took %s and %s)\n",
+		rep.startCPU.Round(time.Millisecond), ref.startCPU.Round(time.Millisecond), rep.startTook.Round(time.Second), ref.startTook.Round(time.Second))
+	b.ReportMetric(rep.steadyBytes, "B/agent/min")
+	b.ReportMetric(ref.steadyBytes, "ref-B/agent/min")
+}
