@@ -8,8 +8,9 @@
 // exactly once), journal (the fsynced record behind it), clock (the
 // working clock), renew (certificates at 60% of their life), status (the
 // local status socket and `bcd status`), hostinfo (boot id, hostname and
-// machine ids) and agentcmd (`bcd join` and the agent modes a role's main
-// picks). Desired state's engine belongs here too.
+// machine ids), converge (desired state: the held NodeSpec and its
+// sections), report (StatusReports, heartbeat fields) and agentcmd (`bcd
+// join` and the agent modes a role's main picks).
 //
 // It may import base, trust and helper; what a role knows about its
 // machine reaches it from above, through agentcmd.Machine.

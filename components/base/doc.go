@@ -1,6 +1,7 @@
 // Package base groups the small packages every other domain may use and
 // that import nothing of bcd's own: config (config.toml), cli (the
 // command frame and exit codes), logging (slog), buildinfo, atomicfile,
-// backoff and roles (a role binary's main). Nothing here knows what an
+// backoff, roles (a role binary's main), nodespec (the NodeSpec envelope
+// gateway and agents share) and testenv (how a test says it cannot run). Nothing here knows what an
 // agent, a gateway or a machine is.
 package base

@@ -2,8 +2,11 @@
 // hardware: inventory (procfs and sysfs), nvsmi (GPUs through
 // nvidia-smi), xid (GPU faults in the kernel log), dcgm (diag.dcgm),
 // logbundle (logs.collect), doctor (`bcd doctor`), nodekinds (the node's
-// command kinds over a Hardware seam), and fakehw and fakekinds (the fake
-// machine and test kinds of fakehw builds).
+// command kinds over a Hardware seam), pressure (PSI and CPU steal),
+// health (the monitor that turns Xids into conditions and keeps the
+// inventory and pressure current for the agent's reports), and fakehw and
+// fakekinds (the fake machine, test kinds and the fakehw NodeSpec section
+// of fakehw builds).
 //
 // It may import base, trust, helper and agent (the kinds it offers are
 // agent dispatch handlers); never boot, disk, bmc or the gateway.
