@@ -197,6 +197,11 @@ func TestDesiredState(t *testing.T) {
 		t.Fatalf("terminal: %+v", s)
 	}
 
+	// A pass on demand answers the engine's status.
+	if code, c := l.runKind(g, id, "agent.converge", ""); code != 0 || !strings.Contains(string(c.Output), `"observed_generation":`+strconv.FormatUint(term, 10)) {
+		t.Errorf("agent.converge: exit %d %s", code, c.Output)
+	}
+
 	// The events reached bcgw, each once.
 	var evs []gateway.EventView
 	end := time.Now().Add(10 * time.Second)

@@ -251,7 +251,7 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 
 	if err := st.Send(&bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Welcome{Welcome: &bcdv1.Welcome{
 		Epoch: epoch, ServerTimeUnixMs: s.now().UnixMilli(), HeartbeatSeconds: uint32(s.cfg.Heartbeat / time.Second),
-		EventAck: hello.GetLastAckedEvent(),
+		EventAck: hello.GetLastAckedEvent(), RequestedSections: s.missingInventory(n.ID),
 	}}}); err != nil {
 		return err
 	}

@@ -676,3 +676,44 @@ func TestUpgradeMovesCacheImagesIntoSpec(t *testing.T) {
 		t.Error("no log line for the cache_images of an unknown node")
 	}
 }
+
+// welcomeOf opens a session as a and returns its Welcome.
+func (g *gw) welcomeOf(t *testing.T, ctx context.Context, a *identity.Agent) (*bcdv1.Welcome, agentStream) {
+	t.Helper()
+	st := g.client(t, certOf(a)).Session(ctx)
+	t.Cleanup(func() { _ = st.CloseRequest(); _ = st.CloseResponse() })
+	if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Hello{Hello: &bcdv1.Hello{NodeId: a.NodeID, Role: a.Role, BootId: "boot"}}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := st.Receive()
+	if err != nil || f.GetWelcome() == nil {
+		t.Fatalf("first frame %v %v, want Welcome", f, err)
+	}
+	waitFor(t, "the session to register", func() bool { return g.s.Connected(a.NodeID) })
+	return f.GetWelcome(), st
+}
+
+// TestWelcomeRequestsMissingInventory: a gateway that holds none of a
+// node's inventory asks for all of it; once a report carried the
+// sections, it asks only for those whose hash it knows without content.
+func TestWelcomeRequestsMissingInventory(t *testing.T) {
+	g := startGateway(t, gateway.Config{})
+	a := g.join(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	w, st := g.welcomeOf(t, ctx, a)
+	if got := w.GetRequestedSections(); len(got) != 1 || got[0] != "*" {
+		t.Fatalf("first Welcome requests %v, want [*]", got)
+	}
+	sendFrame(t, st, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Status{Status: &bcdv1.StatusReport{
+		Inventory:       []byte(`{"cpu":{"cores":8}}`),
+		InventoryHashes: map[string]string{"cpu": "sha256:aa", "gpus": "sha256:bb"},
+	}}})
+	ac := gateway.NewAdminClient(g.dir, "", "")
+	waitFor(t, "the report", func() bool { v, _ := ac.Status(ctx, a.NodeID); return v.ReportAt != nil })
+	defer cancel()
+	// A new session replaces the first.
+	w, _ = g.welcomeOf(t, context.Background(), a)
+	if got := w.GetRequestedSections(); len(got) != 1 || got[0] != "gpus" {
+		t.Errorf("second Welcome requests %v, want [gpus]", got)
+	}
+}

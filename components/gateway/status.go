@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"sort"
 	"strconv"
 	"time"
 
@@ -152,6 +153,27 @@ func inventoryHashesOK(h map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// missingInventory names the inventory sections Welcome asks a node for:
+// "*" when the gateway holds none of its inventory, else those whose hash
+// it knows but whose content it lacks.
+func (s *Server) missingInventory(node string) []string {
+	old, _ := s.store.Report(node)
+	var prev statusRecord
+	if len(old) == 0 || json.Unmarshal(old, &prev) != nil || len(prev.Inventory) == 0 {
+		return []string{"*"}
+	}
+	inv := map[string]json.RawMessage{}
+	_ = json.Unmarshal(prev.Inventory, &inv)
+	var out []string
+	for name := range prev.InventoryHashes {
+		if _, ok := inv[name]; !ok {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // storeStatus keeps a node's latest StatusReport, with the time it came.
