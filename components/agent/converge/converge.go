@@ -18,10 +18,12 @@
 package converge
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -73,6 +75,24 @@ type Section interface {
 // Plan is what a section would change, one line per change.
 type Plan struct {
 	Changes []string
+}
+
+// DecodeSection decodes a section body strictly into v: one JSON value,
+// no unknown fields, nothing after it. A nil body (no such section in the
+// spec) leaves v as it is. Sections decode their Check with it.
+func DecodeSection(body json.RawMessage, v any) error {
+	if body == nil {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the section's JSON value")
+	}
+	return nil
 }
 
 // Fresh is a Section that must know when its body arrived from the

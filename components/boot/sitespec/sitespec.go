@@ -16,7 +16,6 @@
 package sitespec
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,16 +61,8 @@ func (s *Section) Arrived(_ uint64, a converge.Arrival) {
 // Decode reads the section strictly.
 func Decode(body json.RawMessage) (Body, error) {
 	var b Body
-	if body == nil {
-		return b, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
+	if err := converge.DecodeSection(body, &b); err != nil {
 		return b, err
-	}
-	if dec.More() {
-		return b, errors.New("data after the section")
 	}
 	for i, im := range b.CacheImages {
 		if !imagecache.ValidDigest(im.SHA256) {

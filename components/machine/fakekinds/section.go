@@ -1,7 +1,6 @@
 package fakekinds
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -72,12 +71,7 @@ func (s *section) Arrived(gen uint64, _ converge.Arrival) {
 
 func decodeSection(body json.RawMessage) (SectionBody, error) {
 	var b SectionBody
-	if body == nil {
-		return b, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
+	if err := converge.DecodeSection(body, &b); err != nil {
 		return b, err
 	}
 	if len(b.Files) > 64 {
