@@ -198,8 +198,12 @@ func TestDesiredState(t *testing.T) {
 	}
 
 	// A pass on demand answers the engine's status.
-	if code, c := l.runKind(g, id, "agent.converge", ""); code != 0 || !strings.Contains(string(c.Output), `"observed_generation":`+strconv.FormatUint(term, 10)) {
-		t.Errorf("agent.converge: exit %d %s", code, c.Output)
+	code, c := l.runKind(g, id, "agent.converge", "")
+	var conv struct {
+		Observed uint64 `json:"observed_generation"`
+	}
+	if err := json.Unmarshal(c.Output, &conv); code != 0 || err != nil || conv.Observed != term {
+		t.Errorf("agent.converge: exit %d %v %s", code, err, c.Output)
 	}
 
 	// The events reached bcgw, each once.

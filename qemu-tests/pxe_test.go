@@ -397,7 +397,18 @@ func TestPXEBoot(t *testing.T) {
 			osDigest := hex.EncodeToString(osSum[:])
 			bcgw("cache-images", siteID, "--image", osDigest+"="+src.URL+"/os.img.zst")
 			waitFor(t, "the OS image in the site's cache", 60*time.Second, func() bool {
-				return strings.Contains(bcgw("status", siteID), `"cache_images": "READY"`)
+				var st struct {
+					Report struct {
+						Images []struct{ Digest, State string }
+					}
+				}
+				json.Unmarshal([]byte(bcgw("status", siteID, "--json")), &st)
+				for _, im := range st.Report.Images {
+					if im.Digest == osDigest && im.State == "READY" {
+						return true
+					}
+				}
+				return false
 			})
 			// The cache's copy goes bad (one byte of the image changed): the
 			// deploy writes it all, finds the digest wrong, fails, and

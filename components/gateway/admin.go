@@ -177,7 +177,7 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 		if _, tcp := r.Context().Value(tcpConnKey{}).(bool); tcp {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(bearer)) != 1 {
-				adminErr(w, http.StatusUnauthorized, errors.New("Authorization: Bearer <the token of DATA/admin.token> required"))
+				adminErr(w, http.StatusUnauthorized, errors.New("bearer token required: send Authorization: Bearer <the token in DATA/admin.token>"))
 				return
 			}
 		}
