@@ -54,6 +54,18 @@ for id in $("$bin/bcgw" nodes --json | sed -n 's/.*"id": "\(node_[a-z0-9]*\)".*/
   echo "demo: bcgw run $id agent.ping --wait"
   "$bin/bcgw" run "$id" agent.ping --wait
 done
+# Desired state: a fakehw test section on the first node, converged and
+# reported back.
+first=$("$bin/bcgw" nodes --json | sed -n 's/.*"id": "\(node_[a-z0-9]*\)".*/\1/p' | head -1)
+echo '{"fakehw":{"files":{"motd":"hello from the desired state"}}}' > "$demo/spec.json"
+echo "demo: bcgw spec set $first --file $demo/spec.json"
+gen=$("$bin/bcgw" spec set "$first" --file "$demo/spec.json")
+for _ in $(seq 100); do
+  "$bin/bcgw" status "$first" --json | grep -q "\"observed_generation\": $gen" && break
+  sleep 0.1
+done
+echo "demo: bcgw status $first"
+"$bin/bcgw" status "$first"
 echo
 echo "demo: bcd status --config $demo/node1/config.toml"
 "$bin/bcd-node-fakehw" status --config "$demo/node1/config.toml"

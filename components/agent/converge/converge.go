@@ -582,6 +582,7 @@ func (e *Engine) run(ctx context.Context, s Section, gen uint64, body json.RawMe
 	if len(again.Changes) == 0 {
 		st.State = Converged
 		st.Attempts = 0
+		st.Changes = nil // what is left to change: nothing
 		return st
 	}
 	// Applied, but the machine is not there yet (work that finishes in
