@@ -1409,10 +1409,20 @@ func (x *Welcome) GetHeartbeatSeconds() uint32 {
 	return 0
 }
 
+// TrustBundle is what the agent trusts for signed intent: document is the
+// canonical JSON of components/trust/bundle's Document (version, the
+// command-signing roots, the approver set), signed for the purpose
+// "bcd/trust-bundle/v1" by signing_key (SPKI DER), which must match the
+// agent's join_signing_key_pin. version and command_signing_roots repeat
+// the document's for a reader that does not verify; the agent trusts only
+// the document.
 type TrustBundle struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Version             uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	CommandSigningRoots [][]byte               `protobuf:"bytes,2,rep,name=command_signing_roots,json=commandSigningRoots,proto3" json:"command_signing_roots,omitempty"`
+	Document            []byte                 `protobuf:"bytes,3,opt,name=document,proto3" json:"document,omitempty"`
+	SigningKey          []byte                 `protobuf:"bytes,4,opt,name=signing_key,json=signingKey,proto3" json:"signing_key,omitempty"`
+	Signature           []byte                 `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -1457,6 +1467,27 @@ func (x *TrustBundle) GetVersion() uint64 {
 func (x *TrustBundle) GetCommandSigningRoots() [][]byte {
 	if x != nil {
 		return x.CommandSigningRoots
+	}
+	return nil
+}
+
+func (x *TrustBundle) GetDocument() []byte {
+	if x != nil {
+		return x.Document
+	}
+	return nil
+}
+
+func (x *TrustBundle) GetSigningKey() []byte {
+	if x != nil {
+		return x.SigningKey
+	}
+	return nil
+}
+
+func (x *TrustBundle) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
 	}
 	return nil
 }
@@ -2117,8 +2148,11 @@ type StatusReport struct {
 	Inventory       []byte            `protobuf:"bytes,10,opt,name=inventory,proto3" json:"inventory,omitempty"`
 	InventoryHashes map[string]string `protobuf:"bytes,11,rep,name=inventory_hashes,json=inventoryHashes,proto3" json:"inventory_hashes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	AtUnixMs        int64             `protobuf:"varint,12,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The trust bundle version the agent took since its last report: set
+	// once, in the first report after it took a newer bundle; 0 otherwise.
+	TrustVersion  uint64 `protobuf:"varint,13,opt,name=trust_version,json=trustVersion,proto3" json:"trust_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusReport) Reset() {
@@ -2231,6 +2265,13 @@ func (x *StatusReport) GetInventoryHashes() map[string]string {
 func (x *StatusReport) GetAtUnixMs() int64 {
 	if x != nil {
 		return x.AtUnixMs
+	}
+	return 0
+}
+
+func (x *StatusReport) GetTrustVersion() uint64 {
+	if x != nil {
+		return x.TrustVersion
 	}
 	return 0
 }
@@ -3126,10 +3167,14 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\x13server_time_unix_ms\x18\x03 \x01(\x03R\x10serverTimeUnixMs\x12-\n" +
 	"\x12requested_sections\x18\x04 \x03(\tR\x11requestedSections\x126\n" +
 	"\ftrust_bundle\x18\x05 \x01(\v2\x13.bcd.v1.TrustBundleR\vtrustBundle\x12+\n" +
-	"\x11heartbeat_seconds\x18\x06 \x01(\rR\x10heartbeatSeconds\"[\n" +
+	"\x11heartbeat_seconds\x18\x06 \x01(\rR\x10heartbeatSeconds\"\xb6\x01\n" +
 	"\vTrustBundle\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x122\n" +
-	"\x15command_signing_roots\x18\x02 \x03(\fR\x13commandSigningRoots\"H\n" +
+	"\x15command_signing_roots\x18\x02 \x03(\fR\x13commandSigningRoots\x12\x1a\n" +
+	"\bdocument\x18\x03 \x01(\fR\bdocument\x12\x1f\n" +
+	"\vsigning_key\x18\x04 \x01(\fR\n" +
+	"signingKey\x12\x1c\n" +
+	"\tsignature\x18\x05 \x01(\fR\tsignature\"H\n" +
 	"\n" +
 	"LaneCredit\x12\x12\n" +
 	"\x04lane\x18\x01 \x01(\tR\x04lane\x12\x12\n" +
@@ -3187,7 +3232,7 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\fR\x06detail\x12\x1c\n" +
 	"\n" +
-	"at_unix_ms\x18\x03 \x01(\x03R\batUnixMs\"\xf3\x04\n" +
+	"at_unix_ms\x18\x03 \x01(\x03R\batUnixMs\"\x98\x05\n" +
 	"\fStatusReport\x12/\n" +
 	"\x13observed_generation\x18\x01 \x01(\x04R\x12observedGeneration\x12\x1a\n" +
 	"\bsections\x18\x02 \x01(\fR\bsections\x12-\n" +
@@ -3205,7 +3250,8 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	" \x01(\fR\tinventory\x12T\n" +
 	"\x10inventory_hashes\x18\v \x03(\v2).bcd.v1.StatusReport.InventoryHashesEntryR\x0finventoryHashes\x12\x1c\n" +
 	"\n" +
-	"at_unix_ms\x18\f \x01(\x03R\batUnixMs\x1aB\n" +
+	"at_unix_ms\x18\f \x01(\x03R\batUnixMs\x12#\n" +
+	"\rtrust_version\x18\r \x01(\x04R\ftrustVersion\x1aB\n" +
 	"\x14InventoryHashesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcd\x01\n" +

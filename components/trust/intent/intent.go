@@ -1,0 +1,198 @@
+// Package intent signs and verifies what a gateway asks of an agent: each
+// Command and each DesiredState carries a signature by a command-signing
+// key, and once the agent's trust bundle names command-signing roots it
+// refuses intent that is unsigned (ErrUnsigned) or whose signature does
+// not verify under one of them (ErrBadSignature). docs/signed-intent.md
+// describes the rules.
+//
+// A signature covers a fixed message built from the frame's fields, never
+// a re-encoding of the frame: for a command its id, node id, kind, lane,
+// workflow id, deadline and the SHA-256 of its body; for a desired state
+// the node it is for (the agent's own id), its generation, whether it is a
+// patch, the generation a patch applies on and the SHA-256 of the spec
+// bytes. A signature for one node, or one command, never verifies for
+// another, and a signed command cannot be given a later deadline.
+//
+// The signature field holds the SHA-256 of the signer's SPKI (which root
+// signed) followed by the 64-byte ES256 signature of pki.Sign.
+package intent
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/better-compute/bcd/components/trust/pki"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
+)
+
+// Signature purposes.
+const (
+	PurposeCommand      = "bcd/command/v1"
+	PurposeDesiredState = "bcd/desired-state/v1"
+)
+
+// SignatureSize is the length of a signature field: key id and signature.
+const SignatureSize = sha256.Size + pki.SignatureSize
+
+// MaxRoots bounds the command-signing roots a bundle may name.
+const MaxRoots = 16
+
+// Refusals, as the dispatcher reports them (Status) and the engine shows
+// them.
+var (
+	ErrUnsigned     = errors.New("UNSIGNED")
+	ErrBadSignature = errors.New("BAD_SIGNATURE")
+)
+
+// commandMessage is what a command signature covers; JSON of a struct is
+// deterministic (fields in declaration order).
+type commandMessage struct {
+	V          int    `json:"v"`
+	ID         string `json:"id"`
+	NodeID     string `json:"node_id"`
+	Kind       string `json:"kind"`
+	Lane       string `json:"lane"`
+	WorkflowID string `json:"workflow_id"`
+	DeadlineMS int64  `json:"deadline_unix_ms"`
+	BodySHA256 []byte `json:"body_sha256"`
+}
+
+// CommandMessage returns the bytes a command's signature covers.
+func CommandMessage(c *bcdv1.Command) []byte {
+	sum := sha256.Sum256(c.GetBody())
+	b, _ := json.Marshal(commandMessage{V: 1, ID: c.GetId(), NodeID: c.GetNodeId(), Kind: c.GetKind(), Lane: c.GetLane(),
+		WorkflowID: c.GetWorkflowId(), DeadlineMS: c.GetDeadlineUnixMs(), BodySHA256: sum[:]})
+	return b
+}
+
+type desiredMessage struct {
+	V              int    `json:"v"`
+	NodeID         string `json:"node_id"`
+	Generation     uint64 `json:"generation"`
+	Patch          bool   `json:"patch"`
+	BaseGeneration uint64 `json:"base_generation"`
+	SpecSHA256     []byte `json:"spec_sha256"`
+}
+
+// DesiredStateMessage returns the bytes a DesiredState's signature
+// covers when it is for nodeID.
+func DesiredStateMessage(nodeID string, ds *bcdv1.DesiredState) []byte {
+	sum := sha256.Sum256(ds.GetSpec())
+	b, _ := json.Marshal(desiredMessage{V: 1, NodeID: nodeID, Generation: ds.GetGeneration(), Patch: ds.GetPatch(),
+		BaseGeneration: ds.GetBaseGeneration(), SpecSHA256: sum[:]})
+	return b
+}
+
+// KeyID is the SHA-256 of a public key's SPKI DER.
+func KeyID(pub crypto.PublicKey) ([32]byte, error) {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("key id: %w", err)
+	}
+	return sha256.Sum256(der), nil
+}
+
+func sign(k crypto.Signer, purpose string, msg []byte) ([]byte, error) {
+	id, err := KeyID(k.Public())
+	if err != nil {
+		return nil, err
+	}
+	sig, err := pki.Sign(k, purpose, msg)
+	if err != nil {
+		return nil, err
+	}
+	return append(id[:], sig...), nil
+}
+
+// SignCommand returns the signature field for c by k.
+func SignCommand(k crypto.Signer, c *bcdv1.Command) ([]byte, error) {
+	return sign(k, PurposeCommand, CommandMessage(c))
+}
+
+// SignDesiredState returns the signature field for ds, for nodeID, by k.
+func SignDesiredState(k crypto.Signer, nodeID string, ds *bcdv1.DesiredState) ([]byte, error) {
+	return sign(k, PurposeDesiredState, DesiredStateMessage(nodeID, ds))
+}
+
+// ParseSignature splits a signature field into the signer's key id and
+// its signature.
+func ParseSignature(b []byte) (keyID [32]byte, sig []byte, err error) {
+	if len(b) != SignatureSize {
+		return keyID, nil, fmt.Errorf("signature field is %d bytes, want %d (key id and ES256 signature)", len(b), SignatureSize)
+	}
+	copy(keyID[:], b[:sha256.Size])
+	return keyID, b[sha256.Size:], nil
+}
+
+// Roots are the command-signing roots of a trust bundle.
+type Roots struct {
+	keys map[[32]byte]*ecdsa.PublicKey
+}
+
+// ParseRoots reads roots from SPKI DER; each must be an ECDSA P-256 key.
+func ParseRoots(spkis [][]byte) (*Roots, error) {
+	if len(spkis) > MaxRoots {
+		return nil, fmt.Errorf("%d command-signing roots; at most %d", len(spkis), MaxRoots)
+	}
+	r := &Roots{keys: map[[32]byte]*ecdsa.PublicKey{}}
+	for i, der := range spkis {
+		pub, err := x509.ParsePKIXPublicKey(der)
+		if err != nil {
+			return nil, fmt.Errorf("command-signing root %d: %w", i, err)
+		}
+		ep, ok := pub.(*ecdsa.PublicKey)
+		if !ok || ep.Curve.Params().Name != "P-256" {
+			return nil, fmt.Errorf("command-signing root %d is not an ECDSA P-256 key", i)
+		}
+		r.keys[sha256.Sum256(der)] = ep
+	}
+	return r, nil
+}
+
+// Len is how many roots there are; with none, intent is not enforced.
+func (r *Roots) Len() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.keys)
+}
+
+func (r *Roots) verify(purpose string, msg, field []byte) error {
+	if len(field) == 0 {
+		return fmt.Errorf("%w: no signature, and this agent's trust bundle names command-signing roots", ErrUnsigned)
+	}
+	id, sig, err := ParseSignature(field)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadSignature, err)
+	}
+	pub := r.keys[id]
+	if pub == nil {
+		return fmt.Errorf("%w: signed by a key that is not a command-signing root of the trust bundle", ErrBadSignature)
+	}
+	if err := pki.Verify(pub, purpose, msg, sig); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadSignature, err)
+	}
+	return nil
+}
+
+// VerifyCommand checks c's signature; with no roots every command passes.
+func (r *Roots) VerifyCommand(c *bcdv1.Command) error {
+	if r.Len() == 0 {
+		return nil
+	}
+	return r.verify(PurposeCommand, CommandMessage(c), c.GetSignature())
+}
+
+// VerifyDesiredState checks ds's signature for nodeID; with no roots
+// every DesiredState passes.
+func (r *Roots) VerifyDesiredState(nodeID string, ds *bcdv1.DesiredState) error {
+	if r.Len() == 0 {
+		return nil
+	}
+	return r.verify(PurposeDesiredState, DesiredStateMessage(nodeID, ds), ds.GetSignature())
+}
