@@ -23,6 +23,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/status"
 	"github.com/better-compute/bcd/components/agent/transport"
 	"github.com/better-compute/bcd/components/base/config"
+	"github.com/better-compute/bcd/components/trust/bundle"
 	"github.com/better-compute/bcd/components/trust/identity"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
@@ -126,9 +127,17 @@ func Run(ctx context.Context, c Config) error {
 	sctx, stopS := context.WithCancel(ctx)
 	defer stopS()
 	var rebooting atomic.Bool
+	trust, err := bundle.Load(cfg.DataDir, cfg.JoinSigningKeyPin)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	if v := trust.Version(); v > 0 {
+		log.Info("trust bundle held", "version", v, "signed_intent", trust.Enforced())
+	}
 	events := newEventLog(j)
 	var rep *report.Reporter
 	engine, err := converge.Open(converge.Config{DataDir: cfg.DataDir, Sections: c.Sections, Log: nodeLog, Now: clk.Now,
+		Verify:  func(ds *bcdv1.DesiredState) error { return trust.Roots().VerifyDesiredState(a.NodeID, ds) },
 		Changed: func() { rep.Changed() },
 		Event: func(typ string, body any) {
 			if err := events.Append(typ, body); err != nil {
@@ -148,7 +157,8 @@ func Run(ctx context.Context, c Config) error {
 	if c.FakeReboot {
 		kinds = append(kinds, fakeReboot(cfg.DataDir, bootID, func() { rebooting.Store(true); stopS() }))
 	}
-	d, err := dispatch.New(dispatch.Config{NodeID: a.NodeID, Journal: j, Kinds: kinds, Clock: clk, Log: nodeLog})
+	d, err := dispatch.New(dispatch.Config{NodeID: a.NodeID, Journal: j, Kinds: kinds, Clock: clk, Log: nodeLog,
+		Verify: func(cmd *bcdv1.Command) error { return trust.Roots().VerifyCommand(cmd) }})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -158,14 +168,31 @@ func Run(ctx context.Context, c Config) error {
 	}
 	log.Info("agent starting", "role", c.Role, "site", a.Site, "gateway", cfg.Gateway, "boot_id", bootID)
 	var s *session.Session
-	rep = report.New(report.Config{Status: engine.Status, Machine: c.Machine, Now: clk.Now, Log: nodeLog,
+	rep = report.New(report.Config{Status: engine.Status, Machine: c.Machine, Now: clk.Now, Log: nodeLog, TrustTaken: trust.Taken,
 		Publish: func(r *bcdv1.StatusReport) { s.Report(r) }})
+	// welcome takes a newer trust bundle before anything of the session
+	// is checked, then reports (acknowledging the bundle once).
+	welcome := func(w *bcdv1.Welcome) {
+		took, err := trust.Offer(w.GetTrustBundle())
+		switch {
+		case err != nil:
+			log.Error("trust bundle refused; holding the one before", "held_version", trust.Version(), "err", err)
+			_ = events.Append("trust_bundle.refused", map[string]any{"version": w.GetTrustBundle().GetVersion(), "held": trust.Version(), "error": err.Error()})
+		case took:
+			log.Info("trust bundle taken", "version", trust.Version(), "signed_intent", trust.Enforced())
+		}
+		rep.Welcome(w)
+	}
+	hello := func(h *bcdv1.Hello) {
+		rep.Hello(h)
+		h.TrustBundleVersion = trust.Version()
+	}
 	s = session.New(session.Config{
 		Client: client, NodeID: a.NodeID, Role: c.Role, BootID: bootID, Version: c.Version,
 		Dispatcher: d, Clock: clk, Log: nodeLog, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
 		BeforeDial: hc.CloseIdleConnections, Drivers: c.Drivers,
 		OnDesiredState: func(ds *bcdv1.DesiredState, serverNow time.Time) { _ = engine.Offer(ds, serverNow) },
-		OnWelcome:      rep.Welcome, Hello: rep.Hello, Heartbeat: rep.Heartbeat, Events: events,
+		OnWelcome:      welcome, Hello: hello, Heartbeat: rep.Heartbeat, Events: events,
 	})
 	if c.ReportSections != nil {
 		c.ReportSections(rep.SetSections)

@@ -151,6 +151,9 @@ type Config struct {
 	Event func(typ string, body any)
 	// Now is the working clock (gateway time); default time.Now.
 	Now func() time.Time
+	// Verify, when set, checks a DesiredState's signature (signed intent);
+	// its error refuses it, the held spec unchanged.
+	Verify func(*bcdv1.DesiredState) error
 }
 
 // SectionState is one section's state.
@@ -346,6 +349,11 @@ func (e *Engine) offer(ds *bcdv1.DesiredState, serverNow time.Time) error {
 		// A resend after a redial, or a gateway behind this agent.
 		e.log.Info("desired state for a generation already held; ignored", "generation", g, "held", gen)
 		return nil
+	}
+	if e.cfg.Verify != nil {
+		if err := e.cfg.Verify(ds); err != nil {
+			return e.refuse(g, err.Error(), false)
+		}
 	}
 	var spec nodespec.Spec
 	var err error

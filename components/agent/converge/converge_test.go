@@ -454,3 +454,32 @@ func FuzzOffer(f *testing.F) {
 		}
 	})
 }
+
+// TestVerifyRefuses: a DesiredState that fails the signature check is
+// refused with the held spec unchanged.
+func TestVerifyRefuses(t *testing.T) {
+	var log []string
+	var mu sync.Mutex
+	dir := t.TempDir()
+	e, err := Open(Config{DataDir: dir, Sections: []Section{newFiles(t, "fakehw", &log, &mu)},
+		Verify: func(ds *bcdv1.DesiredState) error {
+			if len(ds.GetSignature()) == 0 {
+				return errors.New("UNSIGNED: no signature")
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := full(1, `{"fakehw":{"a":"1"}}`)
+	ok.Signature = []byte("s")
+	if err := e.Offer(ok, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Offer(full(2, `{"fakehw":{"a":"2"}}`), time.Now()); err == nil || !strings.Contains(err.Error(), "UNSIGNED") {
+		t.Fatalf("unsigned: %v", err)
+	}
+	if st := e.Status(); st.Applied != 1 || !strings.Contains(st.SpecError, "UNSIGNED") || st.RefusedGeneration != 2 {
+		t.Errorf("status %+v", st)
+	}
+}

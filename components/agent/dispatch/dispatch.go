@@ -1,9 +1,10 @@
 // Package dispatch accepts delivered commands and runs them exactly once:
 // each is recorded in the journal before any check or side effect, checked
-// in the order docs/delivery.md gives (role allowlist, body size, deadline,
-// node id), and run by a fixed pool of workers in its lane (control 4,
-// provision 2, bulk 1), under per-resource locks. Results are stored in the journal and
-// handed to the session until the gateway acks them.
+// in the order docs/delivery.md gives (role allowlist, body size,
+// signature, deadline, node id), and run by a fixed pool of workers in its
+// lane (control 4, provision 2, bulk 1), under per-resource locks. Results
+// are stored in the journal and handed to the session until the gateway
+// acks them.
 package dispatch
 
 import (
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/better-compute/bcd/components/agent/journal"
+	"github.com/better-compute/bcd/components/trust/intent"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -30,6 +32,10 @@ const (
 	Refused     = "REFUSED"
 	Interrupted = "INTERRUPTED"
 	Cancelled   = "CANCELLED"
+	// Signed intent: no signature, or one that does not verify under the
+	// trust bundle's command-signing roots (components/trust/intent).
+	Unsigned     = "UNSIGNED"
+	BadSignature = "BAD_SIGNATURE"
 )
 
 // Lanes and their default pool sizes.
@@ -99,6 +105,9 @@ type Config struct {
 	Log     *slog.Logger
 	// AckedTTL is how long acked entries stay in the journal (default 24h).
 	AckedTTL time.Duration
+	// Verify, when set, checks a command's signature (signed intent); its
+	// error refuses the command as UNSIGNED or BAD_SIGNATURE.
+	Verify func(*bcdv1.Command) error
 }
 
 type job struct {
@@ -387,6 +396,17 @@ func (d *Dispatcher) Deliver(c *bcdv1.Command) error {
 		return refuse(Unsupported, fmt.Sprintf("kind %q is not supported by this agent", c.GetKind()))
 	case len(c.GetBody()) > MaxBody:
 		return refuse(Refused, fmt.Sprintf("command body is %d bytes, more than 1 MiB", len(c.GetBody())))
+	}
+	if d.cfg.Verify != nil {
+		if err := d.cfg.Verify(c); err != nil {
+			status := BadSignature
+			if errors.Is(err, intent.ErrUnsigned) {
+				status = Unsigned
+			}
+			return refuse(status, err.Error())
+		}
+	}
+	switch {
 	case c.GetDeadlineUnixMs() != 0 && now.UnixMilli() > c.GetDeadlineUnixMs():
 		return refuse(Refused, "command is past its deadline")
 	case c.GetNodeId() != d.cfg.NodeID:

@@ -45,6 +45,9 @@ type Config struct {
 	// MinInterval between two reports (default 2 s).
 	MinInterval time.Duration
 	Log         *slog.Logger
+	// TrustTaken, when set, returns a trust bundle version taken since it
+	// was last called, acknowledged once in the next report.
+	TrustTaken func() uint64
 }
 
 // Reporter builds and publishes reports.
@@ -164,6 +167,9 @@ func (r *Reporter) Build() *bcdv1.StatusReport {
 		rep.Pressure = m.Pressure()
 	}
 	rep.AtUnixMs = r.cfg.Now().UnixMilli()
+	if r.cfg.TrustTaken != nil {
+		rep.TrustVersion = r.cfg.TrustTaken()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rep.Sections = r.sections

@@ -100,6 +100,11 @@ func Render(w io.Writer, s Snapshot) {
 		line("gateway", "%s, not connected", or(s.Gateway))
 	}
 	line("clock", "offset %+dms, time mark %s", s.ClockOffsetMS, stamp(s.TimeMark))
+	if s.SignedIntent.Enforced {
+		line("trust", "bundle version %d; signed intent enforced (%d command-signing roots)", s.SignedIntent.TrustBundleVersion, s.SignedIntent.Roots)
+	} else {
+		line("trust", "bundle version %d; signed intent NOT enforced (no command-signing roots)", s.SignedIntent.TrustBundleVersion)
+	}
 	line("generation", "applied %d, observed %d", s.Converge.Applied, s.Converge.Observed)
 	if s.Converge.SpecError != "" {
 		line("spec refused", "generation %d: %s", s.Converge.RefusedGeneration, s.Converge.SpecError)

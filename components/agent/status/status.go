@@ -40,6 +40,9 @@ type Snapshot struct {
 	// Converge is the desired state: the generation held (applied), the
 	// one every section last settled at (observed), each section's state.
 	Converge Converge `json:"converge"`
+	// SignedIntent is the held trust bundle and whether it makes signed
+	// intent enforced.
+	SignedIntent SignedIntent `json:"signed_intent"`
 
 	Running  []Job  `json:"running"`
 	Deferred []Job  `json:"deferred"`
@@ -60,6 +63,13 @@ type Snapshot struct {
 
 	// BootLease is a site agent's boot lease (nil on other roles).
 	BootLease *BootLease `json:"boot_lease,omitempty"`
+}
+
+// SignedIntent is the held trust bundle as bcd status shows it.
+type SignedIntent struct {
+	TrustBundleVersion uint64 `json:"trust_bundle_version"`
+	Enforced           bool   `json:"enforced"`
+	Roots              int    `json:"command_signing_roots"`
 }
 
 // Converge is the desired state as bcd status shows it.

@@ -42,7 +42,8 @@ func sample() Snapshot {
 		Lanes:        []Lane{{Lane: "control", Size: 4, Free: 3}, {Lane: "provision", Size: 2, Free: 2}},
 		EventBacklog: 3, EventsDropped: 1, ResultsUnacked: 2,
 		CertificateNotAfter: at.Add(14*time.Hour + 12*time.Minute), CertificateValidFor: "14h12m0s",
-		KeyHolder: KeyInFile,
+		KeyHolder:    KeyInFile,
+		SignedIntent: SignedIntent{TrustBundleVersion: 2, Enforced: true, Roots: 1},
 		Converge: Converge{Applied: 4, Observed: 3, Sections: []Section{
 			{Name: "fakehw", State: "CONVERGED", Generation: 4, Since: at.Add(10 * time.Minute)},
 			{Name: "site", State: "RETRYING", Generation: 4, Since: at.Add(11 * time.Minute), Attempts: 2,
@@ -468,6 +469,7 @@ func TestRender(t *testing.T) {
 boot        3f1c2d4e, version 0.1.0
 gateway     https://gw.eu-1.example.com, connected since 2026-09-26T08:00:00Z (epoch 7)
 clock       offset -12ms, time mark 2026-09-26T08:12:00Z
+trust       bundle version 2; signed intent enforced (1 command-signing roots)
 generation  applied 4, observed 3
   fakehw    CONVERGED at generation 4 since 2026-09-26T08:10:00Z
   site      RETRYING at generation 4 since 2026-09-26T08:11:00Z, 2 attempts: apply: pull failed
@@ -491,6 +493,7 @@ gpus        1
 boot        -, version -
 gateway     -, not connected
 clock       offset +0ms, time mark -
+trust       bundle version 0; signed intent NOT enforced (no command-signing roots)
 generation  applied 0, observed 0
 lanes       -
 events      backlog 0, dropped 0; results unacked 0
@@ -532,7 +535,7 @@ func TestRenderLines(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Count(out, "\n") != 18 { // 15 lines and the three of the sections
+	if strings.Count(out, "\n") != 19 { // 16 lines and the three of the sections
 		t.Errorf("a value broke a line:\n%s", out)
 	}
 }

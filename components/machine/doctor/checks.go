@@ -23,7 +23,8 @@ import (
 func Base(cfg *config.Config, path string) []Check {
 	checks := []Check{Config(path), KVM(), IOMMU()}
 	if cfg != nil {
-		checks = append(checks, Gateway(cfg.Gateway), Identity(cfg.DataDir, time.Now), NodeKey(cfg.DataDir, HostHasTPM()))
+		checks = append(checks, Gateway(cfg.Gateway), Identity(cfg.DataDir, time.Now), NodeKey(cfg.DataDir, HostHasTPM()),
+			SignedIntent(cfg.DataDir, cfg.JoinSigningKeyPin))
 	}
 	return append(checks, Clock(), Cgroups(), HugePages(), VFIO())
 }

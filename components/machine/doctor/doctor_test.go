@@ -3,6 +3,7 @@ package doctor
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
+	"github.com/better-compute/bcd/components/trust/bundle"
+	"github.com/better-compute/bcd/components/trust/pki"
 )
 
 func fixed(name string, st Status, detail string) Check {
@@ -219,7 +222,7 @@ func TestBase(t *testing.T) {
 		t.Errorf("without a config: %s, want %s", got, want)
 	}
 	cfg := &config.Config{Gateway: "https://gw.example.com", DataDir: t.TempDir()}
-	if got, want := names(Base(cfg, "/x")), "config kvm iommu gateway identity node key clock cgroups hugepages vfio"; got != want {
+	if got, want := names(Base(cfg, "/x")), "config kvm iommu gateway identity node key intent clock cgroups hugepages vfio"; got != want {
 		t.Errorf("with a config: %s, want %s", got, want)
 	}
 }
@@ -233,5 +236,29 @@ func TestRealHost(t *testing.T) {
 			t.Errorf("%s: %+v", c.Name, r)
 		}
 		t.Logf("%s", strings.TrimSpace(Format(r)))
+	}
+}
+
+func TestSignedIntentCheck(t *testing.T) {
+	join, _ := pki.GenerateKey()
+	root, _ := pki.GenerateKey()
+	pin, _ := pki.Pin(join.Public())
+	dir := t.TempDir()
+	if r := SignedIntent(dir, pin).Run(context.Background()); r.Status != Warn || !strings.Contains(r.Detail, "signed intent is off") {
+		t.Errorf("no bundle: %+v", r)
+	}
+	h, _ := bundle.Load(dir, pin)
+	der, _ := x509.MarshalPKIXPublicKey(root.Public())
+	tb, _ := bundle.Sign(join, bundle.Document{Version: 1, CommandSigningRoots: [][]byte{der}})
+	if _, err := h.Offer(tb); err != nil {
+		t.Fatal(err)
+	}
+	if r := SignedIntent(dir, pin).Run(context.Background()); r.Status != OK {
+		t.Errorf("enforced: %+v", r)
+	}
+	other, _ := pki.GenerateKey()
+	otherPin, _ := pki.Pin(other.Public())
+	if r := SignedIntent(dir, otherPin).Run(context.Background()); r.Status != Fail {
+		t.Errorf("a bundle that does not verify: %+v", r)
 	}
 }
