@@ -61,11 +61,13 @@ sizes: build image
 # bench prints each figure next to its reference measured in the same run:
 # journal commands/s with fsync against the raw fsync rate of the same kind
 # of directory, bcd sim with 1,000 agents (BCD_SIM_NODES) against one
-# agent alone, desired-state reporting's bytes and bcgw CPU with 1,000 sim
+# agent alone, a signed command through the dispatcher against an unsigned
+# one (and the ES256 verification alone), desired-state reporting's bytes and bcgw CPU with 1,000 sim
 # agents against the same run without reporting, deploy.image against zstd -dc | dd, and a node key's
 # signature through bcd helper against one by the TPM (swtpm) directly.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./components/agent/journal/ | grep -E '^(Benchmark|ok)'
+	$(GO) test -run '^$$' -bench BenchmarkSignedIntent -benchtime 500x ./components/agent/dispatch/ | grep -E '^(Benchmark|ok)'
 	$(GO) test -run '^$$' -bench 'BenchmarkSim|BenchmarkReporting' -benchtime 1x -timeout 40m ./e2e/ | grep -vE '^[[:space:]]*[{]'
 	$(GO) test -run '^$$' -bench BenchmarkDeploy -benchtime 3x ./components/disk/deploy/ | grep -E '^(Benchmark|ok|deploy)'
 	$(GO) test -run '^$$' -bench BenchmarkTPMSign -benchtime 200x ./components/helper/ | grep -E '^(Benchmark|ok)'
