@@ -39,11 +39,13 @@ func program() *cli.Program {
 			{Name: "token", Summary: "token create: make a join token", Run: token},
 			{Name: "nodes", Summary: "list nodes", Run: nodes},
 			{Name: "tpm", Summary: "tpm enroll: let a TPM join (bcd join --attestor tpm) by its EK or EK CA", Run: tpmCmd},
-			{Name: "run", Summary: "run NODE KIND: send a command and print its result", Run: run},
+			{Name: "run", Summary: "run NODE KIND: send a command and print its result (--prepare: print it to sign; --submit FILE: send a prepared one)", Run: run},
+			{Name: "sign", Summary: "sign --key KEY.pem [--in FILE]: sign a prepared command or spec (no gateway needed)", Run: signCmd},
+			{Name: "trust", Summary: "trust show|add-root|remove-root: the trust bundle's command-signing roots", Run: trustCmd},
 			{Name: "revoke", Summary: "revoke NODE: revoke a node's certificate", Run: revoke},
 			{Name: "cancel", Summary: "cancel COMMAND: cancel a command", Run: cancel},
 			{Name: "status", Summary: "status NODE [--json]: the node's connection, spec generations, sections and latest status report", Run: nodeStatus},
-			{Name: "spec", Summary: "spec set|patch|get NODE: a node's desired spec", Run: specCmd},
+			{Name: "spec", Summary: "spec set|patch|get|prepare|submit: a node's desired spec", Run: specCmd},
 			{Name: "events", Summary: "events NODE [--follow] [--json]: the node's stored events", Run: events},
 			{Name: "cache-images", Summary: "cache-images SITE --image SHA256=URL ...: what a site keeps in its image cache", Run: cacheImages},
 			{Name: "bmc-credentials", Summary: "store a BMC's login (the password from stdin)", Run: bmcCredentials},
@@ -83,7 +85,8 @@ func (a *adminFlags) client() (*gateway.AdminClient, error) {
 	return gateway.NewAdminClient(a.dataDir, a.url, bearer), nil
 }
 
-// parseInterleaved parses flags that may follow positional arguments.
+// parseInterleaved parses flags that may follow positional arguments;
+// there must be npos of them (any number when npos is negative).
 func parseInterleaved(fs *flag.FlagSet, env *cli.Env, args []string, npos int, usage string) ([]string, int, bool) {
 	var pos []string
 	for {
@@ -100,7 +103,7 @@ func parseInterleaved(fs *flag.FlagSet, env *cli.Env, args []string, npos int, u
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
-	if len(pos) != npos {
+	if npos >= 0 && len(pos) != npos {
 		return nil, cli.Usagef(env, "usage: %s", usage), false
 	}
 	return pos, 0, true
@@ -119,6 +122,7 @@ func serve(ctx context.Context, env *cli.Env, args []string) int {
 	fs.DurationVar(&cfg.CertValidity, "cert-validity", 24*time.Hour, "lifetime of node certificates")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 15*time.Second, "heartbeat interval asked of agents")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 45*time.Second, "a site's boot lease lapses this long after its holder's last heartbeat")
+	fs.StringVar(&cfg.CommandKey, "command-key", "", "bcgw's own command-signing key: a PEM file, or none (sign nothing); default DATA/command-signing.key, made at first start")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if code, ok := cli.Parse(fs, env, args, ""); !ok {
 		return code
@@ -211,6 +215,8 @@ func nodes(ctx context.Context, env *cli.Env, args []string) int {
 	return 0
 }
 
+const runUsage = "bcgw run NODE KIND [--body JSON] [--deadline D] [--wait] [--prepare] | bcgw run --submit FILE [--wait]"
+
 func run(ctx context.Context, env *cli.Env, args []string) int {
 	fs := cli.NewFlagSet(env, "bcgw", "run")
 	var a adminFlags
@@ -220,26 +226,69 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 	timeout := fs.Duration("timeout", 5*time.Minute, "with --wait, how long to wait")
 	deadline := fs.Duration("deadline", 10*time.Minute, "the command's deadline")
 	userData := fs.String("user-data", "", "deploy.image: a file of user data (cloud-init NoCloud or Ignition), sent as a secret bound to the command, never in its body")
-	pos, code, ok := parseInterleaved(fs, env, args, 2, "bcgw run NODE KIND [--body JSON] [--wait]")
+	prepare := fs.Bool("prepare", false, "print the command as JSON, to sign with bcgw sign; nothing is stored or sent")
+	submit := fs.String("submit", "", "send this prepared command (bcgw run --prepare, signed or not) as it is")
+	pos, code, ok := parseInterleaved(fs, env, args, -1, runUsage)
 	if !ok {
 		return code
 	}
+	switch {
+	case *submit != "" && (len(pos) != 0 || *prepare || *body != ""):
+		return cli.Usagef(env, "bcgw run: --submit takes no NODE, KIND, --body or --prepare: the file holds the command\nusage: %s", runUsage)
+	case *submit == "" && len(pos) != 2:
+		return cli.Usagef(env, "usage: %s", runUsage)
+	case *prepare && (*wait || *userData != ""):
+		return cli.Usagef(env, "bcgw run: --prepare sends nothing, so no --wait; give --user-data to bcgw run --submit\nusage: %s", runUsage)
+	}
 	if *body != "" && !json.Valid([]byte(*body)) {
 		return cli.Usagef(env, "bcgw run: --body is not JSON")
+	}
+	var ud []byte
+	if *userData != "" {
+		var err error
+		if ud, err = readSmallFile(*userData, gateway.MaxUserData); err != nil {
+			return cli.Usagef(env, "bcgw run: --user-data: %v", err)
+		}
+	}
+	var prepared *gateway.PreparedCommand
+	if *submit != "" {
+		b, err := readSmallFile(*submit, 16<<20)
+		if err != nil {
+			return cli.Fail(env, "bcgw run --submit", err)
+		}
+		c, _, err := gateway.DecodePrepared(b)
+		if err == nil && c == nil {
+			err = fmt.Errorf("%s is a prepared spec; send it with bcgw spec submit", *submit)
+		}
+		if err != nil {
+			return cli.Fail(env, "bcgw run --submit", fmt.Errorf("%s: %w", *submit, err))
+		}
+		prepared = c
 	}
 	c, err := a.client()
 	if err != nil {
 		return cli.Fail(env, "bcgw run", err)
 	}
-	req := gateway.CommandRequest{Node: pos[0], Kind: pos[1], Body: json.RawMessage(*body), DeadlineSeconds: int(deadline.Seconds())}
-	if *userData != "" {
-		if req.UserData, err = readSmallFile(*userData, gateway.MaxUserData); err != nil {
-			return cli.Usagef(env, "bcgw run: --user-data: %v", err)
+	var cmd gateway.CommandView
+	switch {
+	case *prepare:
+		p, err := c.PrepareCommand(ctx, gateway.CommandRequest{Node: pos[0], Kind: pos[1], Body: json.RawMessage(*body), DeadlineSeconds: int(deadline.Seconds())})
+		if err != nil {
+			return cli.Fail(env, "bcgw run --prepare", err)
 		}
-	}
-	cmd, err := c.Send(ctx, req)
-	if err != nil {
-		return cli.Fail(env, "bcgw run", err)
+		return printJSON(env, p)
+	case prepared != nil:
+		if cmd, err = c.SubmitCommand(ctx, gateway.SubmitCommandRequest{Command: *prepared, UserData: ud}); err != nil {
+			return cli.Fail(env, "bcgw run --submit", err)
+		}
+		if cmd.Warning != "" {
+			fmt.Fprintf(env.Stderr, "bcgw run: warning: %s\n", cmd.Warning)
+		}
+	default:
+		req := gateway.CommandRequest{Node: pos[0], Kind: pos[1], Body: json.RawMessage(*body), DeadlineSeconds: int(deadline.Seconds()), UserData: ud}
+		if cmd, err = c.Send(ctx, req); err != nil {
+			return cli.Fail(env, "bcgw run", err)
+		}
 	}
 	if !*wait {
 		return printJSON(env, cmd)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,14 +18,19 @@ import (
 	"github.com/better-compute/bcd/components/gateway"
 )
 
-const specUsage = "usage: bcgw spec set NODE --file F | bcgw spec patch NODE --file F | bcgw spec get NODE  (F may be - for stdin)"
+const specUsage = "usage: bcgw spec set NODE --file F | bcgw spec patch NODE --file F | bcgw spec get NODE | " +
+	"bcgw spec prepare NODE --file F [--patch] | bcgw spec submit FILE  (F may be - for stdin)"
 
-// specCmd is `bcgw spec set|patch|get NODE`.
+// specCmd is `bcgw spec set|patch|get|prepare NODE` and `bcgw spec submit
+// FILE`.
 func specCmd(ctx context.Context, env *cli.Env, args []string) int {
-	if len(args) == 0 || !slices.Contains([]string{"set", "patch", "get"}, args[0]) {
+	if len(args) == 0 || !slices.Contains([]string{"set", "patch", "get", "prepare", "submit"}, args[0]) {
 		return cli.Usagef(env, "%s", specUsage)
 	}
 	verb := args[0]
+	if verb == "submit" {
+		return specSubmit(ctx, env, args[1:])
+	}
 	fs := cli.NewFlagSet(env, "bcgw", "spec "+verb)
 	var a adminFlags
 	a.register(fs)
@@ -32,10 +38,17 @@ func specCmd(ctx context.Context, env *cli.Env, args []string) int {
 	if verb != "get" {
 		file = fs.String("file", "", "the spec (set) or RFC 7396 merge patch (patch), a JSON object; - reads stdin")
 	}
+	var patch *bool
+	if verb == "prepare" {
+		patch = fs.Bool("patch", false, "F is an RFC 7396 merge patch, sent as one (default: a full spec)")
+	}
 	asJSON := fs.Bool("json", false, "set, patch: print {\"generation\": N} instead of N")
 	usage := "bcgw spec " + verb + " NODE"
 	if file != nil {
 		usage += " --file F"
+	}
+	if patch != nil {
+		usage += " [--patch]"
 	}
 	pos, code, ok := parseInterleaved(fs, env, args[1:], 1, usage)
 	if !ok {
@@ -65,6 +78,13 @@ func specCmd(ctx context.Context, env *cli.Env, args []string) int {
 		return cli.Fail(env, prefix, err)
 	}
 	var gen uint64
+	if verb == "prepare" {
+		p, err := c.PrepareSpec(ctx, pos[0], body, *patch)
+		if err != nil {
+			return cli.Fail(env, prefix, err)
+		}
+		return printJSON(env, p)
+	}
 	if verb == "set" {
 		gen, err = c.SetSpec(ctx, pos[0], body)
 	} else {
@@ -77,6 +97,53 @@ func specCmd(ctx context.Context, env *cli.Env, args []string) int {
 		return printJSON(env, gateway.GenerationView{Generation: gen})
 	}
 	fmt.Fprintln(env.Stdout, gen)
+	return 0
+}
+
+// specSubmit is `bcgw spec submit FILE`: it stores and sends a prepared
+// spec (bcgw spec prepare, signed with bcgw sign or not) as it is.
+func specSubmit(ctx context.Context, env *cli.Env, args []string) int {
+	const prefix = "bcgw spec submit"
+	fs := cli.NewFlagSet(env, "bcgw", "spec submit")
+	var a adminFlags
+	a.register(fs)
+	asJSON := fs.Bool("json", false, "print {\"generation\": N} instead of N")
+	pos, code, ok := parseInterleaved(fs, env, args, 1, "bcgw spec submit FILE  (FILE may be - for stdin)")
+	if !ok {
+		return code
+	}
+	var b []byte
+	var err error
+	if pos[0] == "-" {
+		b, err = io.ReadAll(io.LimitReader(env.Stdin, 16<<20))
+	} else {
+		b, err = readSmallFile(pos[0], 16<<20)
+	}
+	if err != nil {
+		return cli.Fail(env, prefix, err)
+	}
+	_, sp, err := gateway.DecodePrepared(b)
+	if err == nil && sp == nil {
+		err = errors.New("this is a prepared command; send it with bcgw run --submit")
+	}
+	if err != nil {
+		return cli.Fail(env, prefix, fmt.Errorf("%s: %w", pos[0], err))
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, prefix, err)
+	}
+	v, err := c.SubmitSpec(ctx, *sp)
+	if err != nil {
+		return cli.Fail(env, prefix, err)
+	}
+	if v.Warning != "" {
+		fmt.Fprintf(env.Stderr, "%s: warning: %s\n", prefix, v.Warning)
+	}
+	if *asJSON {
+		return printJSON(env, gateway.GenerationView{Generation: v.Generation})
+	}
+	fmt.Fprintln(env.Stdout, v.Generation)
 	return 0
 }
 

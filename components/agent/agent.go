@@ -25,6 +25,7 @@ import (
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/trust/bundle"
 	"github.com/better-compute/bcd/components/trust/identity"
+	"github.com/better-compute/bcd/components/trust/quorum"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -157,8 +158,14 @@ func Run(ctx context.Context, c Config) error {
 	if c.FakeReboot {
 		kinds = append(kinds, fakeReboot(cfg.DataDir, bootID, func() { rebooting.Store(true); stopS() }))
 	}
+	ledger, err := quorum.OpenLedger(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	d, err := dispatch.New(dispatch.Config{NodeID: a.NodeID, Journal: j, Kinds: kinds, Clock: clk, Log: nodeLog,
-		Verify: func(cmd *bcdv1.Command) error { return trust.Roots().VerifyCommand(cmd) }})
+		Verify: func(cmd *bcdv1.Command) error {
+			return verifyIntent(trust, ledger, cfg.Intent.UnbatchedDestructivePerHour, clk, cmd)
+		}})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -180,6 +187,10 @@ func Run(ctx context.Context, c Config) error {
 			_ = events.Append("trust_bundle.refused", map[string]any{"version": w.GetTrustBundle().GetVersion(), "held": trust.Version(), "error": err.Error()})
 		case took:
 			log.Info("trust bundle taken", "version", trust.Version(), "signed_intent", trust.Enforced())
+			if why := trust.ApproversRefused(); why != "" {
+				log.Error("the bundle's approver set was refused", "err", why)
+				_ = events.Append("approvers.refused", map[string]any{"version": trust.Version(), "error": why})
+			}
 		}
 		rep.Welcome(w)
 	}
@@ -299,6 +310,34 @@ func Run(ctx context.Context, c Config) error {
 	return err
 }
 
+// verifyIntent is the dispatcher's signed-intent check of a new command:
+// its signature under the bundle's roots, then, for a destructive kind
+// while the bundle names approvers, an approved batch leaf not run before
+// (spent in the ledger before the command can run) or a place within the
+// unbatched limit per hour.
+func verifyIntent(trust *bundle.Held, ledger *quorum.Ledger, unbatched int, clk *clock.Clock, cmd *bcdv1.Command) error {
+	if err := trust.Roots().VerifyCommand(cmd); err != nil {
+		return err
+	}
+	a := trust.Approvers()
+	if a == nil || !quorum.IsDestructive(cmd.GetKind()) {
+		return nil
+	}
+	if cmd.GetBatch() == nil && unbatched > 0 {
+		// The host clock: a gateway cannot move it to free places.
+		return ledger.Unbatched(unbatched, time.Now())
+	}
+	set, err := a.Set()
+	if err != nil {
+		return fmt.Errorf("%w: the held approver set: %v", quorum.ErrUnapproved, err)
+	}
+	v, err := quorum.Verify(cmd, set, clk.Now())
+	if err != nil {
+		return err
+	}
+	return ledger.Spend(v, cmd.GetId(), time.Now())
+}
+
 // convergeNow is the shared kind agent.converge: a pass now (the
 // periodic one runs every 10 minutes), answered with the status after it.
 func convergeNow(e *converge.Engine) func(context.Context, []byte) (json.RawMessage, error) {
@@ -306,6 +345,16 @@ func convergeNow(e *converge.Engine) func(context.Context, []byte) (json.RawMess
 		e.Pass(ctx)
 		return json.Marshal(e.Status())
 	}
+}
+
+// signedIntent is the held trust bundle as bcd status shows it.
+func signedIntent(trust *bundle.Held) status.SignedIntent {
+	si := status.SignedIntent{TrustBundleVersion: trust.Version(), Enforced: trust.Enforced(), Roots: trust.Roots().Len(),
+		ApproversRefused: trust.ApproversRefused()}
+	if a := trust.Approvers(); a != nil {
+		si.Approvers = &status.Approvers{Epoch: a.Epoch, Threshold: a.Threshold, Keys: len(a.Keys)}
+	}
+	return si
 }
 
 // statusConverge is the engine's status as bcd status shows it.

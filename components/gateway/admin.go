@@ -89,10 +89,17 @@ type CommandView struct {
 	// command (JSON of the kind's own shape), and when it came.
 	Progress   json.RawMessage `json:"progress,omitempty"`
 	ProgressAt *time.Time      `json:"progress_at,omitempty"`
+	// Signed: the command carries a signature (bcgw's own, or the one it
+	// was submitted with).
+	Signed bool `json:"signed,omitempty"`
+	// Warning, in the answer to a submitted command, says why agents that
+	// hold the current trust bundle will refuse it.
+	Warning string `json:"warning,omitempty"`
 }
 
 func viewCommand(c store.Command) CommandView {
-	v := CommandView{ID: c.ID, Node: c.NodeID, Kind: c.Kind, State: c.State, Deadline: time.UnixMilli(c.DeadlineMS).UTC(), ResultCopies: c.ResultCopies}
+	v := CommandView{ID: c.ID, Node: c.NodeID, Kind: c.Kind, State: c.State, Deadline: time.UnixMilli(c.DeadlineMS).UTC(), ResultCopies: c.ResultCopies,
+		Signed: len(c.Signature) > 0}
 	if r := c.Result; r != nil {
 		v.Status, v.Error = r.Status, r.Error
 		if json.Valid(r.Output) {
@@ -112,6 +119,13 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 	mux.HandleFunc("POST /v1/tpm/enroll", s.adminTPMEnroll)
 	mux.HandleFunc("POST /v1/nodes/{id}/revoke", s.adminRevoke)
 	mux.HandleFunc("POST /v1/commands", s.adminSend)
+	mux.HandleFunc("POST /v1/commands/prepare", s.adminPrepareCommand)
+	mux.HandleFunc("POST /v1/commands/submit", s.adminSubmitCommand)
+	mux.HandleFunc("POST /v1/nodes/{id}/spec/prepare", s.adminPrepareSpec)
+	mux.HandleFunc("POST /v1/nodes/{id}/spec/submit", s.adminSubmitSpec)
+	mux.HandleFunc("GET /v1/trust", s.adminTrust)
+	mux.HandleFunc("POST /v1/trust/roots", s.adminTrustRoot(false))
+	mux.HandleFunc("POST /v1/trust/roots/remove", s.adminTrustRoot(true))
 	mux.HandleFunc("POST /v1/bmc", s.adminBMC)
 	mux.HandleFunc("GET /v1/nodes/{id}/status", s.adminStatus)
 	mux.HandleFunc("GET /v1/nodes/{id}/events", s.adminEvents)
@@ -350,17 +364,10 @@ func (s *Server) adminSend(w http.ResponseWriter, r *http.Request) {
 		adminErr(w, http.StatusBadRequest, errors.New("body is not JSON"))
 		return
 	}
-	var secrets map[string][]byte
-	if len(req.UserData) > 0 {
-		if req.Kind != "deploy.image" {
-			adminErr(w, http.StatusBadRequest, errors.New("user data goes with deploy.image only"))
-			return
-		}
-		if len(req.UserData) > MaxUserData {
-			adminErr(w, http.StatusBadRequest, fmt.Errorf("user data is larger than %d bytes", MaxUserData))
-			return
-		}
-		secrets = map[string][]byte{SecretUserData: req.UserData}
+	secrets, err := userDataSecrets(req.Kind, req.UserData)
+	if err != nil {
+		adminErr(w, http.StatusBadRequest, err)
+		return
 	}
 	c, err := s.SendCommandWithSecrets(req.Node, req.Kind, req.Body, time.Duration(req.DeadlineSeconds)*time.Second, secrets)
 	if err != nil {
@@ -368,6 +375,21 @@ func (s *Server) adminSend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, viewCommand(c))
+}
+
+// userDataSecrets checks deploy.image's user data and makes it the
+// command's secrets (nil without user data).
+func userDataSecrets(kind string, userData []byte) (map[string][]byte, error) {
+	if len(userData) == 0 {
+		return nil, nil
+	}
+	if kind != "deploy.image" {
+		return nil, errors.New("user data goes with deploy.image only")
+	}
+	if len(userData) > MaxUserData {
+		return nil, fmt.Errorf("user data is larger than %d bytes", MaxUserData)
+	}
+	return map[string][]byte{SecretUserData: userData}, nil
 }
 
 func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {

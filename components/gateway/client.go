@@ -40,11 +40,15 @@ func NewAdminClient(dataDir, url, bearer string) *AdminClient {
 func (c *AdminClient) do(ctx context.Context, method, path string, in, out any) error {
 	var body []byte
 	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
+		// Not json.Marshal: it would rewrite <, > and & inside a raw JSON
+		// body or spec, whose exact bytes a signature may cover.
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(in); err != nil {
 			return err
 		}
-		body = b
+		body = buf.Bytes()
 	}
 	return c.doRaw(ctx, method, path, body, out)
 }
@@ -178,4 +182,48 @@ func (c *AdminClient) SetCacheImages(ctx context.Context, node string, images []
 // WellKnown reads the well-known document.
 func (c *AdminClient) WellKnown(ctx context.Context, out any) error {
 	return c.do(ctx, http.MethodGet, "/v1/well-known", nil, out)
+}
+
+// PrepareCommand asks for a command to sign elsewhere: nothing is stored
+// or sent.
+func (c *AdminClient) PrepareCommand(ctx context.Context, r CommandRequest) (PreparedCommand, error) {
+	var out PreparedCommand
+	return out, c.do(ctx, http.MethodPost, "/v1/commands/prepare", r, &out)
+}
+
+// SubmitCommand sends a prepared command as it is (signed or not).
+func (c *AdminClient) SubmitCommand(ctx context.Context, r SubmitCommandRequest) (CommandView, error) {
+	var out CommandView
+	return out, c.do(ctx, http.MethodPost, "/v1/commands/submit", r, &out)
+}
+
+// PrepareSpec works out a node's next spec generation from spec (a full
+// spec, or with patch a merge patch) without storing it.
+func (c *AdminClient) PrepareSpec(ctx context.Context, node string, spec []byte, patch bool) (PreparedSpec, error) {
+	var out PreparedSpec
+	return out, c.doRaw(ctx, http.MethodPost, fmt.Sprintf("/v1/nodes/%s/spec/prepare?patch=%t", url.PathEscape(node), patch), nonNil(spec), &out)
+}
+
+// SubmitSpec stores and sends a prepared spec as it is (signed or not).
+func (c *AdminClient) SubmitSpec(ctx context.Context, p PreparedSpec) (SubmitView, error) {
+	var out SubmitView
+	return out, c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(p.Node)+"/spec/submit", p, &out)
+}
+
+// Trust reads the trust bundle.
+func (c *AdminClient) Trust(ctx context.Context) (TrustView, error) {
+	var out TrustView
+	return out, c.do(ctx, http.MethodGet, "/v1/trust", nil, &out)
+}
+
+// AddTrustRoot adds a command-signing root (SPKI DER).
+func (c *AdminClient) AddTrustRoot(ctx context.Context, spki []byte) (TrustChange, error) {
+	var out TrustChange
+	return out, c.do(ctx, http.MethodPost, "/v1/trust/roots", TrustRootRequest{SPKI: spki}, &out)
+}
+
+// RemoveTrustRoot removes a command-signing root (SPKI DER).
+func (c *AdminClient) RemoveTrustRoot(ctx context.Context, spki []byte) (TrustChange, error) {
+	var out TrustChange
+	return out, c.do(ctx, http.MethodPost, "/v1/trust/roots/remove", TrustRootRequest{SPKI: spki}, &out)
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/better-compute/bcd/components/gateway/store"
+	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/wellknown"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -44,7 +46,11 @@ type Config struct {
 	Pushback     time.Duration // the retry pushback a busy refusal carries
 	CertValidity time.Duration // node certificates; default 24h
 	Heartbeat    time.Duration // heartbeat interval asked of agents; default 15s
-	Log          *slog.Logger
+	// CommandKey is bcgw's own command-signing key: "" for
+	// DataDir/command-signing.key (made at first start), CommandKeyNone
+	// for none (bcgw then signs nothing), or the path of a PEM key file.
+	CommandKey string
+	Log        *slog.Logger
 	// boundAside, when set, sees the admin socket where it is bound,
 	// before it gets its mode and its place (tests).
 	boundAside func(path string)
@@ -52,10 +58,14 @@ type Config struct {
 
 // Server is a running bcgw.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	store    *store.Store
-	keys     *keys
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+	keys  *keys
+	// cmdKey is bcgw's own command-signing key (nil without one); trust
+	// is the trust bundle Welcome carries (trust.go).
+	cmdKey   crypto.Signer
+	trust    trustState
 	hub      *hub
 	leases   *leases
 	now      func() time.Time
@@ -112,7 +122,16 @@ func New(cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, hub: newHub(), leases: newLeases(cfg.LeaseTTL), now: time.Now}
+	ck, err := loadCommandKey(cfg.DataDir, cfg.CommandKey)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, cmdKey: ck, hub: newHub(), leases: newLeases(cfg.LeaseTTL), now: time.Now}
+	if err := s.loadTrust(); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	if err := s.upgradeStore(); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("gateway: store: %w", err)
@@ -513,7 +532,15 @@ func (s *Server) SendCommandWithSecrets(nodeID, kind string, body []byte, deadli
 		return store.Command{}, fmt.Errorf("node %s is revoked", nodeID)
 	}
 	now := s.now()
-	c := store.Command{ID: "cmd_" + randomID(13), NodeID: nodeID, Kind: kind, Body: body, DeadlineMS: now.Add(deadline).UnixMilli(), CreatedAt: now.UTC()}
+	c := store.Command{ID: newCommandID(), NodeID: nodeID, Kind: kind, Body: body, DeadlineMS: now.Add(deadline).UnixMilli(), CreatedAt: now.UTC()}
+	if s.cmdKey != nil {
+		// Signed once, here: every copy the agent gets carries these bytes.
+		sig, err := intent.SignCommand(s.cmdKey, commandProto(c))
+		if err != nil {
+			return c, fmt.Errorf("sign the command: %w", err)
+		}
+		c.Signature = sig
+	}
 	for name, v := range secrets {
 		if err := s.putCommandSecret(c.ID, name, v); err != nil {
 			return c, err
@@ -549,10 +576,20 @@ func (s *Server) CancelCommand(id, reason string) (store.Command, error) {
 	return c, nil
 }
 
-func commandFrame(c store.Command) *bcdv1.GatewayFrame {
-	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Command{Command: &bcdv1.Command{
+// newCommandID makes a command id: cmd_ and 21 base32 characters.
+func newCommandID() string { return "cmd_" + randomID(13) }
+
+// commandProto is the Command frame of a stored command, its signature
+// included.
+func commandProto(c store.Command) *bcdv1.Command {
+	return &bcdv1.Command{
 		Id: c.ID, NodeId: c.NodeID, Kind: c.Kind, Body: c.Body, DeadlineUnixMs: c.DeadlineMS,
-	}}}
+		Lane: c.Lane, WorkflowId: c.WorkflowID, Signature: c.Signature,
+	}
+}
+
+func commandFrame(c store.Command) *bcdv1.GatewayFrame {
+	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Command{Command: commandProto(c)}}
 }
 
 // waitResult returns a channel closed when a result for id is stored

@@ -149,12 +149,24 @@ func (h *hub) drainAll(reason string) int {
 		all = append(all, l)
 	}
 	h.mu.Unlock()
+	return drain(all, reason, 500*time.Millisecond)
+}
+
+// drainLive sends Drain to every live session (each agent redials after
+// redial plus its jitter) and goes on accepting new ones.
+func (h *hub) drainLive(reason string, redial time.Duration) int {
+	return drain(h.all(), reason, redial)
+}
+
+// drain queues a final Drain on each session and waits (up to 2 s) until
+// each is sent or the session ended.
+func drain(all []*live, reason string, redial time.Duration) int {
 	var wg sync.WaitGroup
 	for _, l := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f := &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Drain{Drain: &bcdv1.Drain{Reason: reason, RedialAfterMs: 500}}}
+			f := &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Drain{Drain: &bcdv1.Drain{Reason: reason, RedialAfterMs: uint32(redial.Milliseconds())}}}
 			select {
 			case l.out <- outFrame{f: f, final: true}:
 				// Wait until the sender wrote it, or give up.
@@ -241,9 +253,11 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	defer l.close()
 	log = log.With("epoch", epoch)
 	log.Info("session accepted", "boot_id", hello.GetBootId(), "role", hello.GetRole(), "version", hello.GetVersion(),
-		"applied_generation", hello.GetAppliedGeneration(), "observed_generation", hello.GetObservedGeneration())
+		"applied_generation", hello.GetAppliedGeneration(), "observed_generation", hello.GetObservedGeneration(),
+		"trust_bundle_version", hello.GetTrustBundleVersion())
 	if _, err := s.store.UpdateNode(n.ID, func(x *store.Node) error {
 		x.AppliedGeneration, x.ObservedGeneration = hello.GetAppliedGeneration(), hello.GetObservedGeneration()
+		x.TrustVersion, x.TrustVersionAt = hello.GetTrustBundleVersion(), s.now().UTC()
 		return nil
 	}); err != nil {
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
@@ -252,6 +266,9 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	if err := st.Send(&bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Welcome{Welcome: &bcdv1.Welcome{
 		Epoch: epoch, ServerTimeUnixMs: s.now().UnixMilli(), HeartbeatSeconds: uint32(s.cfg.Heartbeat / time.Second),
 		EventAck: hello.GetLastAckedEvent(), RequestedSections: s.missingInventory(n.ID),
+		// Read after the session registered: a bundle changed since is
+		// either in this Welcome or followed by a Drain (changeTrust).
+		TrustBundle: s.TrustBundle(),
 	}}}); err != nil {
 		return err
 	}
@@ -372,6 +389,13 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 			rep := x.Status
 			if err := s.storeStatus(l.nodeID, rep); err != nil {
 				log.Warn("status report refused", "err", err)
+			}
+			if v := rep.GetTrustVersion(); v > 0 {
+				if err := s.noteTrustVersion(l.nodeID, v); err != nil {
+					log.Warn("trust bundle acknowledgement not stored", "version", v, "err", err)
+				} else {
+					log.Info("trust bundle taken", "version", v)
+				}
 			}
 			if rep.GetWantFullSpec() {
 				s.resendFullSpec(l, rep, log)

@@ -6,11 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"sync"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/better-compute/bcd/components/base/nodespec"
 	"github.com/better-compute/bcd/components/gateway/store"
+	"github.com/better-compute/bcd/components/trust/intent"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -55,38 +59,79 @@ func (s *Server) changeSpec(node string, f specChange) (uint64, error) {
 }
 
 func (s *Server) changeSpecLocked(node string, f specChange) (uint64, error) {
-	cur, err := s.store.Spec(node)
+	p, err := s.planSpec(node, f)
+	if errors.Is(err, errNoChange) {
+		return p.base, nil
+	}
 	if err != nil {
 		return 0, err
 	}
+	return s.commitSpecLocked(node, p, false, nil)
+}
+
+// specPlan is a spec change worked out against the stored spec: the next
+// full spec and the DesiredState (not signed yet) that carries it.
+type specPlan struct {
+	base uint64              // the stored generation it applies on
+	next []byte              // the next full spec, canonical
+	ds   *bcdv1.DesiredState // generation base+1: the full spec, or the patch with base_generation
+}
+
+// planSpec applies f to the node's stored spec. errNoChange (with base
+// set) when the spec would stay as it is. The caller holds the node's
+// spec lock.
+func (s *Server) planSpec(node string, f specChange) (specPlan, error) {
+	cur, err := s.store.Spec(node)
+	if err != nil {
+		return specPlan{}, err
+	}
+	p := specPlan{base: cur.Generation}
 	held, err := nodespec.Decode(cur.Spec)
 	if len(cur.Spec) == 0 {
 		held, err = nodespec.Spec{}, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("the stored spec of %s does not decode: %w", node, err)
+		return p, fmt.Errorf("the stored spec of %s does not decode: %w", node, err)
 	}
 	next, patch, err := f(held)
-	if errors.Is(err, errNoChange) {
-		return cur.Generation, nil
-	}
 	if err != nil {
-		return 0, err
+		return p, err
 	}
 	b := next.Encode()
 	if len(b) > nodespec.MaxBytes {
-		return 0, fmt.Errorf("the spec would be %d bytes; at most %d (4 MiB)", len(b), nodespec.MaxBytes)
+		return p, fmt.Errorf("the spec would be %d bytes; at most %d (4 MiB)", len(b), nodespec.MaxBytes)
 	}
 	if cur.Generation > 0 && bytes.Equal(b, cur.Spec) {
-		return cur.Generation, nil
+		return p, errNoChange
 	}
-	rec, err := s.store.PutSpec(node, cur.Generation, b, s.now().UTC())
-	if err != nil {
+	p.next = b
+	p.ds = &bcdv1.DesiredState{Generation: cur.Generation + 1, Spec: b}
+	if patch != nil {
+		p.ds = &bcdv1.DesiredState{Generation: cur.Generation + 1, Patch: true, Spec: patch, BaseGeneration: cur.Generation}
+	}
+	return p, nil
+}
+
+// commitSpecLocked stores a planned change as the next generation, then
+// sends it to the node's live session. The frame is signed by bcgw's own
+// key, unless it was submitted: then it goes as it came, with sig (none
+// for one submitted unsigned). The caller holds the node's spec lock.
+func (s *Server) commitSpecLocked(node string, p specPlan, submitted bool, sig []byte) (uint64, error) {
+	ds := proto.Clone(p.ds).(*bcdv1.DesiredState)
+	if submitted {
+		ds.Signature = sig
+	} else if err := s.signDesired(node, ds); err != nil {
 		return 0, err
 	}
-	ds := &bcdv1.DesiredState{Generation: rec.Generation, Spec: rec.Spec}
-	if patch != nil {
-		ds = &bcdv1.DesiredState{Generation: rec.Generation, Patch: true, Spec: patch, BaseGeneration: cur.Generation}
+	var rec store.Spec
+	var err error
+	if submitted && !ds.GetPatch() {
+		rec, err = s.store.PutSubmittedSpec(node, p.base, p.next, sig, s.now().UTC())
+	} else {
+		rec, err = s.store.PutSpec(node, p.base, p.next, s.now().UTC())
+	}
+	if err != nil {
+		return 0, err
 	}
 	sent := false
 	if l := s.hub.get(node); l != nil && l.specReady.Load() {
@@ -98,21 +143,44 @@ func (s *Server) changeSpecLocked(node string, f specChange) (uint64, error) {
 		l.push(outFrame{f: desiredFrame(ds)})
 		sent = true
 	}
-	s.log.Debug("desired spec changed", "node", node, "generation", rec.Generation, "patch", ds.GetPatch(), "sent", sent)
+	s.log.Debug("desired spec changed", "node", node, "generation", rec.Generation, "patch", ds.GetPatch(), "sent", sent,
+		"signed", len(ds.GetSignature()) > 0, "submitted", submitted)
 	return rec.Generation, nil
+}
+
+// signDesired signs ds for node with bcgw's own command-signing key; with
+// none it stays unsigned.
+func (s *Server) signDesired(node string, ds *bcdv1.DesiredState) error {
+	if s.cmdKey == nil {
+		return nil
+	}
+	sig, err := intent.SignDesiredState(s.cmdKey, node, ds)
+	if err != nil {
+		return fmt.Errorf("sign the desired state of %s: %w", node, err)
+	}
+	ds.Signature = sig
+	return nil
 }
 
 func desiredFrame(ds *bcdv1.DesiredState) *bcdv1.GatewayFrame {
 	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_DesiredState{DesiredState: ds}}
 }
 
-// fullSpecFrame is the node's stored spec in full, nil when it has none.
+// fullSpecFrame is the node's stored spec in full, nil when it has none:
+// with the signature it was submitted with, else signed by bcgw's own key
+// (when it has one).
 func (s *Server) fullSpecFrame(node string) (*bcdv1.GatewayFrame, uint64, error) {
 	rec, err := s.store.Spec(node)
 	if err != nil || rec.Generation == 0 {
 		return nil, 0, err
 	}
-	return desiredFrame(&bcdv1.DesiredState{Generation: rec.Generation, Spec: rec.Spec}), rec.Generation, nil
+	ds := &bcdv1.DesiredState{Generation: rec.Generation, Spec: rec.Spec}
+	if rec.Submitted {
+		ds.Signature = rec.Signature
+	} else if err := s.signDesired(node, ds); err != nil {
+		return nil, 0, err
+	}
+	return desiredFrame(ds), rec.Generation, nil
 }
 
 // nodeForSpec is the node a spec change names, with an error naming the
@@ -131,6 +199,60 @@ func specRefused(what, node string, err error) error {
 		what, node, err, nodespec.Order)
 }
 
+// fullChange is the change that replaces a node's spec with spec (a full
+// NodeSpec). On a site agent the gateway's site.boot_lease is kept as it
+// is, whatever spec says of it.
+func fullChange(n store.Node, spec []byte) (specChange, error) {
+	next, err := nodespec.Decode(spec)
+	if err != nil {
+		return nil, specRefused("spec", n.ID, err)
+	}
+	return func(cur nodespec.Spec) (nodespec.Spec, []byte, error) {
+		next := maps.Clone(next)
+		if n.Role == "site" {
+			if err := keepBootLease(cur, next); err != nil {
+				return nil, nil, specRefused("spec", n.ID, err)
+			}
+		}
+		return next, nil, nil
+	}, nil
+}
+
+// patchChange is the change that applies patch (an RFC 7396 merge patch,
+// a JSON object) to a node's spec; the agent gets the patch (compacted)
+// with the generation it applies on. A patch may not name a site agent's
+// site.boot_lease, which is the gateway's.
+func patchChange(n store.Node, patch []byte) (specChange, error) {
+	if len(patch) > nodespec.MaxBytes {
+		return nil, specRefused("patch", n.ID, fmt.Errorf("patch is %d bytes; at most %d", len(patch), nodespec.MaxBytes))
+	}
+	var c bytes.Buffer
+	if err := json.Compact(&c, patch); err != nil || c.Len() == 0 || c.Bytes()[0] != '{' {
+		return nil, specRefused("patch", n.ID, errors.New("patch is not a JSON object"))
+	}
+	p := c.Bytes()
+	if n.Role == "site" {
+		if err := patchSparesBootLease(p); err != nil {
+			return nil, specRefused("patch", n.ID, err)
+		}
+	}
+	return func(cur nodespec.Spec) (nodespec.Spec, []byte, error) {
+		next, err := nodespec.Merge(cur.Encode(), p)
+		if err != nil {
+			return nil, nil, specRefused("patch", n.ID, err)
+		}
+		return next, p, nil
+	}, nil
+}
+
+// specChangeFor is fullChange or patchChange.
+func specChangeFor(n store.Node, spec []byte, patch bool) (specChange, error) {
+	if patch {
+		return patchChange(n, spec)
+	}
+	return fullChange(n, spec)
+}
+
 // SetSpec replaces a node's desired spec with spec (a full NodeSpec) and
 // returns its generation. On a site agent the gateway's site.boot_lease is
 // kept as it is, whatever spec says of it.
@@ -139,18 +261,11 @@ func (s *Server) SetSpec(node string, spec []byte) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	next, err := nodespec.Decode(spec)
+	f, err := fullChange(n, spec)
 	if err != nil {
-		return 0, specRefused("spec", node, err)
+		return 0, err
 	}
-	gen, err := s.changeSpec(node, func(cur nodespec.Spec) (nodespec.Spec, []byte, error) {
-		if n.Role == "site" {
-			if err := keepBootLease(cur, next); err != nil {
-				return nil, nil, specRefused("spec", node, err)
-			}
-		}
-		return next, nil, nil
-	})
+	gen, err := s.changeSpec(node, f)
 	if err == nil {
 		s.log.Info("desired spec set", "node", node, "generation", gen)
 	}
@@ -166,26 +281,11 @@ func (s *Server) PatchSpec(node string, patch []byte) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if len(patch) > nodespec.MaxBytes {
-		return 0, specRefused("patch", node, fmt.Errorf("patch is %d bytes; at most %d", len(patch), nodespec.MaxBytes))
+	f, err := patchChange(n, patch)
+	if err != nil {
+		return 0, err
 	}
-	var c bytes.Buffer
-	if err := json.Compact(&c, patch); err != nil || c.Len() == 0 || c.Bytes()[0] != '{' {
-		return 0, specRefused("patch", node, errors.New("patch is not a JSON object"))
-	}
-	p := c.Bytes()
-	if n.Role == "site" {
-		if err := patchSparesBootLease(p); err != nil {
-			return 0, specRefused("patch", node, err)
-		}
-	}
-	gen, err := s.changeSpec(node, func(cur nodespec.Spec) (nodespec.Spec, []byte, error) {
-		next, err := nodespec.Merge(cur.Encode(), p)
-		if err != nil {
-			return nil, nil, specRefused("patch", node, err)
-		}
-		return next, p, nil
-	})
+	gen, err := s.changeSpec(node, f)
 	if err == nil {
 		s.log.Info("desired spec patched", "node", node, "generation", gen)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/better-compute/bcd/components/agent/journal"
 	"github.com/better-compute/bcd/components/trust/intent"
+	"github.com/better-compute/bcd/components/trust/quorum"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -36,6 +37,9 @@ const (
 	// trust bundle's command-signing roots (components/trust/intent).
 	Unsigned     = "UNSIGNED"
 	BadSignature = "BAD_SIGNATURE"
+	// A destructive command without an approved, unspent batch leaf
+	// (components/trust/quorum).
+	BatchUnapproved = "BATCH_UNAPPROVED"
 )
 
 // Lanes and their default pool sizes.
@@ -400,8 +404,11 @@ func (d *Dispatcher) Deliver(c *bcdv1.Command) error {
 	if d.cfg.Verify != nil {
 		if err := d.cfg.Verify(c); err != nil {
 			status := BadSignature
-			if errors.Is(err, intent.ErrUnsigned) {
+			switch {
+			case errors.Is(err, intent.ErrUnsigned):
 				status = Unsigned
+			case errors.Is(err, quorum.ErrUnapproved):
+				status = BatchUnapproved
 			}
 			return refuse(status, err.Error())
 		}

@@ -105,6 +105,12 @@ func Render(w io.Writer, s Snapshot) {
 	} else {
 		line("trust", "bundle version %d; signed intent NOT enforced (no command-signing roots)", s.SignedIntent.TrustBundleVersion)
 	}
+	if a := s.SignedIntent.Approvers; a != nil {
+		line("approvers", "epoch %d, %d of %d keys approve destructive batches", a.Epoch, a.Threshold, a.Keys)
+	}
+	if s.SignedIntent.ApproversRefused != "" {
+		line("approvers", "the last bundle's set was refused: %s", s.SignedIntent.ApproversRefused)
+	}
 	line("generation", "applied %d, observed %d", s.Converge.Applied, s.Converge.Observed)
 	if s.Converge.SpecError != "" {
 		line("spec refused", "generation %d: %s", s.Converge.RefusedGeneration, s.Converge.SpecError)

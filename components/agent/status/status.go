@@ -70,6 +70,17 @@ type SignedIntent struct {
 	TrustBundleVersion uint64 `json:"trust_bundle_version"`
 	Enforced           bool   `json:"enforced"`
 	Roots              int    `json:"command_signing_roots"`
+	// Approvers is the destructive-batch quorum in force (nil: none);
+	// ApproversRefused why the last bundle's set was not taken.
+	Approvers        *Approvers `json:"approvers,omitempty"`
+	ApproversRefused string     `json:"approvers_refused,omitempty"`
+}
+
+// Approvers is an approver set as bcd status shows it.
+type Approvers struct {
+	Epoch     uint64 `json:"epoch"`
+	Threshold int    `json:"threshold"`
+	Keys      int    `json:"keys"`
 }
 
 // Converge is the desired state as bcd status shows it.

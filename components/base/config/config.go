@@ -63,6 +63,8 @@ type Config struct {
 	Boot Boot `toml:"boot,omitempty"`
 	// Plugins configures the bcx driver plugins a site agent hosts.
 	Plugins Plugins `toml:"plugins,omitempty"`
+	// Intent configures signed intent's destructive-batch quorum.
+	Intent Intent `toml:"intent,omitempty"`
 
 	// Path is the file the configuration was loaded from; it is not a key.
 	Path string `toml:"-"`
@@ -300,6 +302,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.Helper.validate()...)
 	errs = append(errs, c.Boot.validate()...)
 	errs = append(errs, c.Plugins.validate()...)
+	errs = append(errs, c.Intent.validate()...)
 	if len(errs) == 0 {
 		return nil
 	}
@@ -384,6 +387,21 @@ type Plugins struct {
 	// UIDBase is the first uid and gid of the block plugins run as when
 	// bcd is root (default 0x7FFE0000); the block is 65536 ids.
 	UIDBase int64 `toml:"uid_base,omitempty"`
+}
+
+// Intent is the [intent] section.
+type Intent struct {
+	// UnbatchedDestructivePerHour is how many destructive commands may run
+	// without an approved batch in a rolling hour of the host clock, once
+	// the trust bundle names approvers (default 0: none).
+	UnbatchedDestructivePerHour int `toml:"unbatched_destructive_per_hour,omitempty"`
+}
+
+func (i *Intent) validate() []error {
+	if i.UnbatchedDestructivePerHour < 0 || i.UnbatchedDestructivePerHour > 10000 {
+		return []error{errors.New("intent.unbatched_destructive_per_hour: must be within 0..10000")}
+	}
+	return nil
 }
 
 func (p *Plugins) validate() []error {

@@ -100,6 +100,11 @@ type Node struct {
 	// heartbeat that carried any, received at InventoryHashesAt.
 	InventoryHashes   map[string]string `json:"inventory_hashes,omitempty"`
 	InventoryHashesAt time.Time         `json:"inventory_hashes_at,omitzero"`
+	// TrustVersion is the trust bundle version the agent last said it
+	// holds (Hello.trust_bundle_version, or a StatusReport acknowledging
+	// a newly taken bundle), at TrustVersionAt.
+	TrustVersion   uint64    `json:"trust_version,omitempty"`
+	TrustVersionAt time.Time `json:"trust_version_at,omitzero"`
 }
 
 // Current reports whether a certificate serial may be used by this node:
@@ -118,14 +123,20 @@ const (
 
 // Command is a command and, once it finished, its result.
 type Command struct {
-	ID         string    `json:"id"`
-	NodeID     string    `json:"node_id"`
-	Kind       string    `json:"kind"`
-	Body       []byte    `json:"body,omitempty"`
-	DeadlineMS int64     `json:"deadline_unix_ms"`
-	State      string    `json:"state"`
-	CreatedAt  time.Time `json:"created_at"`
-	Result     *Result   `json:"result,omitempty"`
+	ID         string `json:"id"`
+	NodeID     string `json:"node_id"`
+	Kind       string `json:"kind"`
+	Body       []byte `json:"body,omitempty"`
+	DeadlineMS int64  `json:"deadline_unix_ms"`
+	Lane       string `json:"lane,omitempty"`
+	WorkflowID string `json:"workflow_id,omitempty"`
+	// Signature is the Command.signature sent with every copy of the
+	// command (components/trust/intent): made once, when the command was
+	// created or submitted, so a re-send carries the same bytes.
+	Signature []byte    `json:"signature,omitempty"`
+	State     string    `json:"state"`
+	CreatedAt time.Time `json:"created_at"`
+	Result    *Result   `json:"result,omitempty"`
 	// ResultCopies counts every copy of the result the agent sent; the
 	// first is stored, later ones are acked and ignored.
 	ResultCopies int `json:"result_copies,omitempty"`
@@ -461,6 +472,11 @@ type Spec struct {
 	Generation uint64    `json:"generation"`
 	Spec       []byte    `json:"spec,omitempty"` // exact bytes (raw JSON would be re-escaped)
 	UpdatedAt  time.Time `json:"updated_at,omitzero"`
+	// Submitted: this generation's full spec came pre-signed (or
+	// deliberately unsigned) with bcgw spec submit, and every full copy
+	// of it carries Signature as it came; the gateway does not sign it.
+	Submitted bool   `json:"submitted,omitempty"`
+	Signature []byte `json:"signature,omitempty"`
 }
 
 // Spec returns a node's desired spec (generation 0 and no spec when it has
@@ -483,6 +499,16 @@ func (s *Store) Spec(nodeID string) (Spec, error) {
 // the stored generation is still base (ErrGenerationMoved otherwise), and
 // returns the new record.
 func (s *Store) PutSpec(nodeID string, base uint64, spec []byte, at time.Time) (Spec, error) {
+	return s.putSpec(nodeID, base, Spec{Spec: spec, UpdatedAt: at})
+}
+
+// PutSubmittedSpec is PutSpec for a full spec submitted with its
+// signature sig (nil: submitted unsigned), kept with it.
+func (s *Store) PutSubmittedSpec(nodeID string, base uint64, spec, sig []byte, at time.Time) (Spec, error) {
+	return s.putSpec(nodeID, base, Spec{Spec: spec, UpdatedAt: at, Submitted: true, Signature: sig})
+}
+
+func (s *Store) putSpec(nodeID string, base uint64, next Spec) (Spec, error) {
 	var sp Spec
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bNodes).Get([]byte(nodeID)) == nil {
@@ -494,7 +520,11 @@ func (s *Store) PutSpec(nodeID string, base uint64, spec []byte, at time.Time) (
 		if sp.Generation != base {
 			return fmt.Errorf("%w: %d, not %d", ErrGenerationMoved, sp.Generation, base)
 		}
-		sp = Spec{Generation: base + 1, Spec: append([]byte(nil), spec...), UpdatedAt: at}
+		sp = next
+		sp.Generation, sp.Spec = base+1, append([]byte(nil), next.Spec...)
+		if len(next.Signature) > 0 {
+			sp.Signature = append([]byte(nil), next.Signature...)
+		}
 		return put(tx, bSpecs, nodeID, sp)
 	})
 	return sp, err

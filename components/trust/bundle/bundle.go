@@ -27,6 +27,7 @@ import (
 	"github.com/better-compute/bcd/components/base/atomicfile"
 	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/quorum"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -142,11 +143,13 @@ func Verify(tb *bcdv1.TrustBundle, signingPin string) (Document, error) {
 	return Decode(tb.GetDocument())
 }
 
-// stored is the held bundle on disk.
+// stored is the held bundle on disk, with the approver set in force
+// (which may be an older bundle's, when a newer set was refused).
 type stored struct {
-	Document   []byte `json:"document"`
-	SigningKey []byte `json:"signing_key"`
-	Signature  []byte `json:"signature"`
+	Document   []byte     `json:"document"`
+	SigningKey []byte     `json:"signing_key"`
+	Signature  []byte     `json:"signature"`
+	Approvers  *Approvers `json:"approvers,omitempty"`
 }
 
 // Held is an agent's trust bundle. Safe for concurrent use.
@@ -158,6 +161,10 @@ type Held struct {
 	doc   Document
 	raw   []byte // the held document's bytes
 	roots *intent.Roots
+	// approvers is the set in force; refused says why the last bundle's
+	// set was not taken ("" when it was, or had none).
+	approvers *Approvers
+	refused   string
 	// taken is a version taken since the last report asked (Taken).
 	taken uint64
 }
@@ -183,8 +190,54 @@ func Load(dataDir, pin string) (*Held, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trust bundle %s no longer verifies (join again, or restore it): %w", h.path, err)
 	}
-	h.doc, h.raw, h.roots = d, s.Document, d.Roots()
+	h.doc, h.raw, h.roots, h.approvers = d, s.Document, d.Roots(), s.Approvers
 	return h, nil
+}
+
+// nextApprovers is the approver set in force after a bundle naming next:
+// the first set ever comes with a bundle the pinned key signed; a change
+// needs a higher epoch and the held set's threshold of endorsements;
+// anything else keeps the held set and says why.
+func nextApprovers(held, next *Approvers) (*Approvers, string) {
+	switch {
+	case next == nil && held == nil:
+		return nil, ""
+	case next == nil:
+		return held, "the bundle names no approver set; the held one stays (a set is only replaced, at a higher epoch)"
+	case held == nil:
+		return next, ""
+	case next.Epoch == held.Epoch && next.Threshold == held.Threshold && equalKeys(next.Keys, held.Keys):
+		return held, ""
+	}
+	hs, err := held.Set()
+	if err == nil {
+		err = quorum.Endorsed(hs, next.Epoch, next.Threshold, next.Keys, next.Endorsements)
+	}
+	if err != nil {
+		return held, err.Error() + "; the held approver set stays"
+	}
+	return next, ""
+}
+
+func equalKeys(a, b [][]byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !bytes.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Set is a the approver set as quorum checks it.
+func (a *Approvers) Set() (quorum.Set, error) {
+	keys, err := intent.ParseRoots(a.Keys)
+	if err != nil {
+		return quorum.Set{}, err
+	}
+	return quorum.Set{Epoch: a.Epoch, Threshold: a.Threshold, Keys: keys}, nil
 }
 
 // ErrOlder refuses a bundle older than the held one.
@@ -210,8 +263,13 @@ func (h *Held) Offer(tb *bcdv1.TrustBundle) (bool, error) {
 		return false, nil
 	case d.Version == h.doc.Version:
 		return false, fmt.Errorf("trust bundle: another document at the held version %d", d.Version)
+	case h.roots.Len() > 0 && len(d.CommandSigningRoots) == 0:
+		// Once enforced, signed intent is never switched off by a bundle:
+		// whoever holds the join-signing key could otherwise lift it.
+		return false, fmt.Errorf("trust bundle version %d names no command-signing roots, and signed intent is enforced here: refused", d.Version)
 	}
-	b, err := json.Marshal(stored{Document: tb.GetDocument(), SigningKey: tb.GetSigningKey(), Signature: tb.GetSignature()})
+	approvers, refused := nextApprovers(h.approvers, d.Approvers)
+	b, err := json.Marshal(stored{Document: tb.GetDocument(), SigningKey: tb.GetSigningKey(), Signature: tb.GetSignature(), Approvers: approvers})
 	if err != nil {
 		return false, err
 	}
@@ -219,7 +277,23 @@ func (h *Held) Offer(tb *bcdv1.TrustBundle) (bool, error) {
 		return false, fmt.Errorf("storing the trust bundle: %w", err)
 	}
 	h.doc, h.raw, h.roots, h.taken = d, append([]byte(nil), tb.GetDocument()...), d.Roots(), d.Version
+	h.approvers, h.refused = approvers, refused
 	return true, nil
+}
+
+// Approvers is the approver set in force (nil: no quorum).
+func (h *Held) Approvers() *Approvers {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.approvers
+}
+
+// ApproversRefused says why the last bundle's approver set was not taken
+// ("" when it was).
+func (h *Held) ApproversRefused() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.refused
 }
 
 // Version is the held bundle's version (0: none).

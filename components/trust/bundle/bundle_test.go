@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/quorum"
 )
 
 func spki(t testing.TB, k crypto.Signer) []byte {
@@ -55,6 +56,10 @@ func TestHeldTakesOnlyNewerVerifiedBundles(t *testing.T) {
 	if _, err := h.Offer(same); err == nil || h.Version() != 2 || !h.Enforced() {
 		t.Errorf("another document at the held version: %v", err)
 	}
+	off, _ := Sign(join, Document{Version: 5})
+	if _, err := h.Offer(off); err == nil || !strings.Contains(err.Error(), "no command-signing roots") || !h.Enforced() {
+		t.Errorf("a bundle switching signed intent off: %v", err)
+	}
 	// A restart holds the same bundle; a damaged file is an error, never
 	// a silent fall back to enforcing nothing.
 	h2, err := Load(dir, pin)
@@ -94,4 +99,57 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted %q without a version or roots", b)
 		}
 	})
+}
+
+// TestApproverSetChanges: the first set comes with a bundle the pinned key
+// signed; a change at a higher epoch needs the held threshold of
+// endorsements; a refused set keeps the held quorum while the bundle's
+// roots and version apply; the set in force survives a restart.
+func TestApproverSetChanges(t *testing.T) {
+	join, _ := pki.GenerateKey()
+	pin, _ := pki.Pin(join.Public())
+	dir := t.TempDir()
+	h, _ := Load(dir, pin)
+	var ks []crypto.Signer
+	var ders [][]byte
+	for range 5 {
+		k, _ := pki.GenerateKey()
+		ks, ders = append(ks, k), append(ders, spki(t, k))
+	}
+	root, _ := pki.GenerateKey()
+	first := &Approvers{Epoch: 1, Threshold: 2, Keys: ders[:3]}
+	tb, _ := Sign(join, Document{Version: 1, CommandSigningRoots: [][]byte{spki(t, root)}, Approvers: first})
+	if _, err := h.Offer(tb); err != nil || h.Approvers() == nil || h.Approvers().Epoch != 1 {
+		t.Fatalf("first set: %v %+v", err, h.Approvers())
+	}
+	next := &Approvers{Epoch: 2, Threshold: 1, Keys: ders[3:]}
+	one, _ := quorum.Endorse(ks[0], 2, 1, ders[3:])
+	next.Endorsements = [][]byte{one}
+	tb, _ = Sign(join, Document{Version: 2, CommandSigningRoots: [][]byte{spki(t, root), spki(t, join)}, Approvers: next})
+	if took, err := h.Offer(tb); !took || err != nil {
+		t.Fatalf("v2: %v %v", took, err)
+	}
+	if a := h.Approvers(); a.Epoch != 1 || !strings.Contains(h.ApproversRefused(), "endorsed by 1") {
+		t.Errorf("a set endorsed by one of a threshold of two: in force epoch %d, refusal %q", a.Epoch, h.ApproversRefused())
+	}
+	if h.Version() != 2 || h.Roots().Len() != 2 {
+		t.Errorf("the bundle's roots and version did not apply: v%d %d roots", h.Version(), h.Roots().Len())
+	}
+	two, _ := quorum.Endorse(ks[1], 2, 1, ders[3:])
+	next.Endorsements = [][]byte{one, two}
+	tb, _ = Sign(join, Document{Version: 3, CommandSigningRoots: [][]byte{spki(t, root)}, Approvers: next})
+	h.Offer(tb)
+	if a := h.Approvers(); a.Epoch != 2 || h.ApproversRefused() != "" {
+		t.Errorf("a set endorsed by two: in force epoch %d, refusal %q", a.Epoch, h.ApproversRefused())
+	}
+	// A bundle without approvers does not drop the quorum.
+	tb, _ = Sign(join, Document{Version: 4, CommandSigningRoots: [][]byte{spki(t, root)}})
+	h.Offer(tb)
+	if a := h.Approvers(); a == nil || a.Epoch != 2 {
+		t.Errorf("a bundle without approvers dropped the set: %+v", a)
+	}
+	h2, err := Load(dir, pin)
+	if err != nil || h2.Approvers() == nil || h2.Approvers().Epoch != 2 {
+		t.Errorf("after a restart: %v %+v", err, h2.Approvers())
+	}
 }

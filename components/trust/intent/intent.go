@@ -180,6 +180,15 @@ func (r *Roots) verify(purpose string, msg, field []byte) error {
 	return nil
 }
 
+// Verify checks sig, for purpose over msg, by the key with id; an id that
+// is not one of the keys is an error.
+func (r *Roots) Verify(id [32]byte, purpose string, msg, sig []byte) error {
+	if r == nil || r.keys[id] == nil {
+		return errors.New("not one of the keys")
+	}
+	return pki.Verify(r.keys[id], purpose, msg, sig)
+}
+
 // VerifyCommand checks c's signature; with no roots every command passes.
 func (r *Roots) VerifyCommand(c *bcdv1.Command) error {
 	if r.Len() == 0 {

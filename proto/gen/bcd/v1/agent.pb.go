@@ -1642,8 +1642,11 @@ type Command struct {
 	Lane           string `protobuf:"bytes,6,opt,name=lane,proto3" json:"lane,omitempty"`
 	WorkflowId     string `protobuf:"bytes,7,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
 	Signature      []byte `protobuf:"bytes,8,opt,name=signature,proto3" json:"signature,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A destructive kind's place in an approved batch, when the trust
+	// bundle names approvers (components/trust/quorum).
+	Batch         *BatchLeaf `protobuf:"bytes,9,opt,name=batch,proto3" json:"batch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Command) Reset() {
@@ -1732,6 +1735,85 @@ func (x *Command) GetSignature() []byte {
 	return nil
 }
 
+func (x *Command) GetBatch() *BatchLeaf {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+// BatchLeaf proves that a command is one leaf of a batch whose header
+// enough approvers signed: header is the batch header's JSON as signed,
+// approvals the approvers' signatures over it (key id and ES256 each),
+// index and proof the leaf's place in the header's Merkle root.
+type BatchLeaf struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        []byte                 `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Approvals     [][]byte               `protobuf:"bytes,2,rep,name=approvals,proto3" json:"approvals,omitempty"`
+	Index         uint32                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Proof         [][]byte               `protobuf:"bytes,4,rep,name=proof,proto3" json:"proof,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchLeaf) Reset() {
+	*x = BatchLeaf{}
+	mi := &file_bcd_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchLeaf) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchLeaf) ProtoMessage() {}
+
+func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchLeaf.ProtoReflect.Descriptor instead.
+func (*BatchLeaf) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *BatchLeaf) GetHeader() []byte {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *BatchLeaf) GetApprovals() [][]byte {
+	if x != nil {
+		return x.Approvals
+	}
+	return nil
+}
+
+func (x *BatchLeaf) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *BatchLeaf) GetProof() [][]byte {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
 type Cancel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
@@ -1742,7 +1824,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +1836,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +1849,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -1796,7 +1878,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1890,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1903,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Drain) GetReason() string {
@@ -1851,7 +1933,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +1945,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +1958,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Ack) GetCommandIds() []string {
@@ -1915,7 +1997,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2009,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2022,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -1997,7 +2079,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2091,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2104,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2069,7 +2151,7 @@ type CommandProgress struct {
 
 func (x *CommandProgress) Reset() {
 	*x = CommandProgress{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2163,7 @@ func (x *CommandProgress) String() string {
 func (*CommandProgress) ProtoMessage() {}
 
 func (x *CommandProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2176,7 @@ func (x *CommandProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandProgress.ProtoReflect.Descriptor instead.
 func (*CommandProgress) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CommandProgress) GetCommandId() string {
@@ -2157,7 +2239,7 @@ type StatusReport struct {
 
 func (x *StatusReport) Reset() {
 	*x = StatusReport{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2251,7 @@ func (x *StatusReport) String() string {
 func (*StatusReport) ProtoMessage() {}
 
 func (x *StatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,7 +2264,7 @@ func (x *StatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReport.ProtoReflect.Descriptor instead.
 func (*StatusReport) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatusReport) GetObservedGeneration() uint64 {
@@ -2298,7 +2380,7 @@ type SectionStatus struct {
 
 func (x *SectionStatus) Reset() {
 	*x = SectionStatus{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2392,7 @@ func (x *SectionStatus) String() string {
 func (*SectionStatus) ProtoMessage() {}
 
 func (x *SectionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2405,7 @@ func (x *SectionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SectionStatus.ProtoReflect.Descriptor instead.
 func (*SectionStatus) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SectionStatus) GetName() string {
@@ -2392,7 +2474,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2486,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2499,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Condition) GetType() string {
@@ -2483,7 +2565,7 @@ type Pressure struct {
 
 func (x *Pressure) Reset() {
 	*x = Pressure{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2495,7 +2577,7 @@ func (x *Pressure) String() string {
 func (*Pressure) ProtoMessage() {}
 
 func (x *Pressure) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2508,7 +2590,7 @@ func (x *Pressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pressure.ProtoReflect.Descriptor instead.
 func (*Pressure) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Pressure) GetAvailable() bool {
@@ -2592,7 +2674,7 @@ type DesiredState struct {
 
 func (x *DesiredState) Reset() {
 	*x = DesiredState{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2686,7 @@ func (x *DesiredState) String() string {
 func (*DesiredState) ProtoMessage() {}
 
 func (x *DesiredState) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2699,7 @@ func (x *DesiredState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredState.ProtoReflect.Descriptor instead.
 func (*DesiredState) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DesiredState) GetGeneration() uint64 {
@@ -2664,7 +2746,7 @@ type RevocationNotice struct {
 
 func (x *RevocationNotice) Reset() {
 	*x = RevocationNotice{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2758,7 @@ func (x *RevocationNotice) String() string {
 func (*RevocationNotice) ProtoMessage() {}
 
 func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2771,7 @@ func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationNotice.ProtoReflect.Descriptor instead.
 func (*RevocationNotice) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RevocationNotice) GetReason() string {
@@ -2709,7 +2791,7 @@ type OpenTunnel struct {
 
 func (x *OpenTunnel) Reset() {
 	*x = OpenTunnel{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2803,7 @@ func (x *OpenTunnel) String() string {
 func (*OpenTunnel) ProtoMessage() {}
 
 func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2816,7 @@ func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenTunnel.ProtoReflect.Descriptor instead.
 func (*OpenTunnel) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *OpenTunnel) GetTunnelId() string {
@@ -2763,7 +2845,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[30]
+	mi := &file_bcd_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +2857,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[30]
+	mi := &file_bcd_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +2870,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SecretRequest) GetRequestId() string {
@@ -2830,7 +2912,7 @@ type SecretAnswer struct {
 
 func (x *SecretAnswer) Reset() {
 	*x = SecretAnswer{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[31]
+	mi := &file_bcd_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +2924,7 @@ func (x *SecretAnswer) String() string {
 func (*SecretAnswer) ProtoMessage() {}
 
 func (x *SecretAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[31]
+	mi := &file_bcd_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +2937,7 @@ func (x *SecretAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretAnswer.ProtoReflect.Descriptor instead.
 func (*SecretAnswer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SecretAnswer) GetRequestId() string {
@@ -2889,7 +2971,7 @@ type WorkloadTokenRequest struct {
 
 func (x *WorkloadTokenRequest) Reset() {
 	*x = WorkloadTokenRequest{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[32]
+	mi := &file_bcd_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +2983,7 @@ func (x *WorkloadTokenRequest) String() string {
 func (*WorkloadTokenRequest) ProtoMessage() {}
 
 func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[32]
+	mi := &file_bcd_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +2996,7 @@ func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenRequest.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WorkloadTokenRequest) GetRequestId() string {
@@ -2942,7 +3024,7 @@ type WorkloadTokenAnswer struct {
 
 func (x *WorkloadTokenAnswer) Reset() {
 	*x = WorkloadTokenAnswer{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[33]
+	mi := &file_bcd_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2954,7 +3036,7 @@ func (x *WorkloadTokenAnswer) String() string {
 func (*WorkloadTokenAnswer) ProtoMessage() {}
 
 func (x *WorkloadTokenAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[33]
+	mi := &file_bcd_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2967,7 +3049,7 @@ func (x *WorkloadTokenAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenAnswer.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenAnswer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WorkloadTokenAnswer) GetRequestId() string {
@@ -3002,7 +3084,7 @@ type TunnelData struct {
 
 func (x *TunnelData) Reset() {
 	*x = TunnelData{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[34]
+	mi := &file_bcd_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3014,7 +3096,7 @@ func (x *TunnelData) String() string {
 func (*TunnelData) ProtoMessage() {}
 
 func (x *TunnelData) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[34]
+	mi := &file_bcd_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3027,7 +3109,7 @@ func (x *TunnelData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelData.ProtoReflect.Descriptor instead.
 func (*TunnelData) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TunnelData) GetTunnelId() string {
@@ -3189,7 +3271,7 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\x12applied_generation\x18\x05 \x01(\x04R\x11appliedGeneration\x1aB\n" +
 	"\x14InventoryHashesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd7\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x02\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
@@ -3199,7 +3281,13 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\x04lane\x18\x06 \x01(\tR\x04lane\x12\x1f\n" +
 	"\vworkflow_id\x18\a \x01(\tR\n" +
 	"workflowId\x12\x1c\n" +
-	"\tsignature\x18\b \x01(\fR\tsignature\"?\n" +
+	"\tsignature\x18\b \x01(\fR\tsignature\x12'\n" +
+	"\x05batch\x18\t \x01(\v2\x11.bcd.v1.BatchLeafR\x05batch\"m\n" +
+	"\tBatchLeaf\x12\x16\n" +
+	"\x06header\x18\x01 \x01(\fR\x06header\x12\x1c\n" +
+	"\tapprovals\x18\x02 \x03(\fR\tapprovals\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\rR\x05index\x12\x14\n" +
+	"\x05proof\x18\x04 \x03(\fR\x05proof\"?\n" +
 	"\x06Cancel\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x16\n" +
@@ -3342,7 +3430,7 @@ func file_bcd_v1_agent_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_agent_proto_rawDescData
 }
 
-var file_bcd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_bcd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_bcd_v1_agent_proto_goTypes = []any{
 	(*JoinRequest)(nil),          // 0: bcd.v1.JoinRequest
 	(*TPMAttestation)(nil),       // 1: bcd.v1.TPMAttestation
@@ -3361,26 +3449,27 @@ var file_bcd_v1_agent_proto_goTypes = []any{
 	(*LaneCredit)(nil),           // 14: bcd.v1.LaneCredit
 	(*Heartbeat)(nil),            // 15: bcd.v1.Heartbeat
 	(*Command)(nil),              // 16: bcd.v1.Command
-	(*Cancel)(nil),               // 17: bcd.v1.Cancel
-	(*Drain)(nil),                // 18: bcd.v1.Drain
-	(*Ack)(nil),                  // 19: bcd.v1.Ack
-	(*CommandResult)(nil),        // 20: bcd.v1.CommandResult
-	(*Event)(nil),                // 21: bcd.v1.Event
-	(*CommandProgress)(nil),      // 22: bcd.v1.CommandProgress
-	(*StatusReport)(nil),         // 23: bcd.v1.StatusReport
-	(*SectionStatus)(nil),        // 24: bcd.v1.SectionStatus
-	(*Condition)(nil),            // 25: bcd.v1.Condition
-	(*Pressure)(nil),             // 26: bcd.v1.Pressure
-	(*DesiredState)(nil),         // 27: bcd.v1.DesiredState
-	(*RevocationNotice)(nil),     // 28: bcd.v1.RevocationNotice
-	(*OpenTunnel)(nil),           // 29: bcd.v1.OpenTunnel
-	(*SecretRequest)(nil),        // 30: bcd.v1.SecretRequest
-	(*SecretAnswer)(nil),         // 31: bcd.v1.SecretAnswer
-	(*WorkloadTokenRequest)(nil), // 32: bcd.v1.WorkloadTokenRequest
-	(*WorkloadTokenAnswer)(nil),  // 33: bcd.v1.WorkloadTokenAnswer
-	(*TunnelData)(nil),           // 34: bcd.v1.TunnelData
-	nil,                          // 35: bcd.v1.Heartbeat.InventoryHashesEntry
-	nil,                          // 36: bcd.v1.StatusReport.InventoryHashesEntry
+	(*BatchLeaf)(nil),            // 17: bcd.v1.BatchLeaf
+	(*Cancel)(nil),               // 18: bcd.v1.Cancel
+	(*Drain)(nil),                // 19: bcd.v1.Drain
+	(*Ack)(nil),                  // 20: bcd.v1.Ack
+	(*CommandResult)(nil),        // 21: bcd.v1.CommandResult
+	(*Event)(nil),                // 22: bcd.v1.Event
+	(*CommandProgress)(nil),      // 23: bcd.v1.CommandProgress
+	(*StatusReport)(nil),         // 24: bcd.v1.StatusReport
+	(*SectionStatus)(nil),        // 25: bcd.v1.SectionStatus
+	(*Condition)(nil),            // 26: bcd.v1.Condition
+	(*Pressure)(nil),             // 27: bcd.v1.Pressure
+	(*DesiredState)(nil),         // 28: bcd.v1.DesiredState
+	(*RevocationNotice)(nil),     // 29: bcd.v1.RevocationNotice
+	(*OpenTunnel)(nil),           // 30: bcd.v1.OpenTunnel
+	(*SecretRequest)(nil),        // 31: bcd.v1.SecretRequest
+	(*SecretAnswer)(nil),         // 32: bcd.v1.SecretAnswer
+	(*WorkloadTokenRequest)(nil), // 33: bcd.v1.WorkloadTokenRequest
+	(*WorkloadTokenAnswer)(nil),  // 34: bcd.v1.WorkloadTokenAnswer
+	(*TunnelData)(nil),           // 35: bcd.v1.TunnelData
+	nil,                          // 36: bcd.v1.Heartbeat.InventoryHashesEntry
+	nil,                          // 37: bcd.v1.StatusReport.InventoryHashesEntry
 }
 var file_bcd_v1_agent_proto_depIdxs = []int32{
 	4,  // 0: bcd.v1.JoinRequest.claims:type_name -> bcd.v1.HardwareClaims
@@ -3389,45 +3478,46 @@ var file_bcd_v1_agent_proto_depIdxs = []int32{
 	3,  // 3: bcd.v1.RenewRequest.certification:type_name -> bcd.v1.TPMCertification
 	10, // 4: bcd.v1.AgentFrame.hello:type_name -> bcd.v1.Hello
 	15, // 5: bcd.v1.AgentFrame.heartbeat:type_name -> bcd.v1.Heartbeat
-	19, // 6: bcd.v1.AgentFrame.ack:type_name -> bcd.v1.Ack
-	20, // 7: bcd.v1.AgentFrame.result:type_name -> bcd.v1.CommandResult
-	21, // 8: bcd.v1.AgentFrame.event:type_name -> bcd.v1.Event
-	23, // 9: bcd.v1.AgentFrame.status:type_name -> bcd.v1.StatusReport
-	30, // 10: bcd.v1.AgentFrame.secret_request:type_name -> bcd.v1.SecretRequest
-	32, // 11: bcd.v1.AgentFrame.workload_token_request:type_name -> bcd.v1.WorkloadTokenRequest
-	22, // 12: bcd.v1.AgentFrame.progress:type_name -> bcd.v1.CommandProgress
+	20, // 6: bcd.v1.AgentFrame.ack:type_name -> bcd.v1.Ack
+	21, // 7: bcd.v1.AgentFrame.result:type_name -> bcd.v1.CommandResult
+	22, // 8: bcd.v1.AgentFrame.event:type_name -> bcd.v1.Event
+	24, // 9: bcd.v1.AgentFrame.status:type_name -> bcd.v1.StatusReport
+	31, // 10: bcd.v1.AgentFrame.secret_request:type_name -> bcd.v1.SecretRequest
+	33, // 11: bcd.v1.AgentFrame.workload_token_request:type_name -> bcd.v1.WorkloadTokenRequest
+	23, // 12: bcd.v1.AgentFrame.progress:type_name -> bcd.v1.CommandProgress
 	12, // 13: bcd.v1.GatewayFrame.welcome:type_name -> bcd.v1.Welcome
 	16, // 14: bcd.v1.GatewayFrame.command:type_name -> bcd.v1.Command
-	17, // 15: bcd.v1.GatewayFrame.cancel:type_name -> bcd.v1.Cancel
-	18, // 16: bcd.v1.GatewayFrame.drain:type_name -> bcd.v1.Drain
-	19, // 17: bcd.v1.GatewayFrame.ack:type_name -> bcd.v1.Ack
-	27, // 18: bcd.v1.GatewayFrame.desired_state:type_name -> bcd.v1.DesiredState
-	28, // 19: bcd.v1.GatewayFrame.revocation:type_name -> bcd.v1.RevocationNotice
-	29, // 20: bcd.v1.GatewayFrame.open_tunnel:type_name -> bcd.v1.OpenTunnel
-	31, // 21: bcd.v1.GatewayFrame.secret_answer:type_name -> bcd.v1.SecretAnswer
-	33, // 22: bcd.v1.GatewayFrame.workload_token_answer:type_name -> bcd.v1.WorkloadTokenAnswer
+	18, // 15: bcd.v1.GatewayFrame.cancel:type_name -> bcd.v1.Cancel
+	19, // 16: bcd.v1.GatewayFrame.drain:type_name -> bcd.v1.Drain
+	20, // 17: bcd.v1.GatewayFrame.ack:type_name -> bcd.v1.Ack
+	28, // 18: bcd.v1.GatewayFrame.desired_state:type_name -> bcd.v1.DesiredState
+	29, // 19: bcd.v1.GatewayFrame.revocation:type_name -> bcd.v1.RevocationNotice
+	30, // 20: bcd.v1.GatewayFrame.open_tunnel:type_name -> bcd.v1.OpenTunnel
+	32, // 21: bcd.v1.GatewayFrame.secret_answer:type_name -> bcd.v1.SecretAnswer
+	34, // 22: bcd.v1.GatewayFrame.workload_token_answer:type_name -> bcd.v1.WorkloadTokenAnswer
 	11, // 23: bcd.v1.Hello.drivers:type_name -> bcd.v1.Driver
 	14, // 24: bcd.v1.Hello.lanes:type_name -> bcd.v1.LaneCredit
 	13, // 25: bcd.v1.Welcome.trust_bundle:type_name -> bcd.v1.TrustBundle
 	14, // 26: bcd.v1.Heartbeat.lanes:type_name -> bcd.v1.LaneCredit
-	35, // 27: bcd.v1.Heartbeat.inventory_hashes:type_name -> bcd.v1.Heartbeat.InventoryHashesEntry
-	24, // 28: bcd.v1.StatusReport.section_states:type_name -> bcd.v1.SectionStatus
-	25, // 29: bcd.v1.StatusReport.conditions:type_name -> bcd.v1.Condition
-	26, // 30: bcd.v1.StatusReport.pressure:type_name -> bcd.v1.Pressure
-	36, // 31: bcd.v1.StatusReport.inventory_hashes:type_name -> bcd.v1.StatusReport.InventoryHashesEntry
-	0,  // 32: bcd.v1.AgentGateway.Join:input_type -> bcd.v1.JoinRequest
-	7,  // 33: bcd.v1.AgentGateway.Renew:input_type -> bcd.v1.RenewRequest
-	8,  // 34: bcd.v1.AgentGateway.Session:input_type -> bcd.v1.AgentFrame
-	34, // 35: bcd.v1.AgentGateway.Tunnel:input_type -> bcd.v1.TunnelData
-	5,  // 36: bcd.v1.AgentGateway.Join:output_type -> bcd.v1.JoinResponse
-	5,  // 37: bcd.v1.AgentGateway.Renew:output_type -> bcd.v1.JoinResponse
-	9,  // 38: bcd.v1.AgentGateway.Session:output_type -> bcd.v1.GatewayFrame
-	34, // 39: bcd.v1.AgentGateway.Tunnel:output_type -> bcd.v1.TunnelData
-	36, // [36:40] is the sub-list for method output_type
-	32, // [32:36] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	36, // 27: bcd.v1.Heartbeat.inventory_hashes:type_name -> bcd.v1.Heartbeat.InventoryHashesEntry
+	17, // 28: bcd.v1.Command.batch:type_name -> bcd.v1.BatchLeaf
+	25, // 29: bcd.v1.StatusReport.section_states:type_name -> bcd.v1.SectionStatus
+	26, // 30: bcd.v1.StatusReport.conditions:type_name -> bcd.v1.Condition
+	27, // 31: bcd.v1.StatusReport.pressure:type_name -> bcd.v1.Pressure
+	37, // 32: bcd.v1.StatusReport.inventory_hashes:type_name -> bcd.v1.StatusReport.InventoryHashesEntry
+	0,  // 33: bcd.v1.AgentGateway.Join:input_type -> bcd.v1.JoinRequest
+	7,  // 34: bcd.v1.AgentGateway.Renew:input_type -> bcd.v1.RenewRequest
+	8,  // 35: bcd.v1.AgentGateway.Session:input_type -> bcd.v1.AgentFrame
+	35, // 36: bcd.v1.AgentGateway.Tunnel:input_type -> bcd.v1.TunnelData
+	5,  // 37: bcd.v1.AgentGateway.Join:output_type -> bcd.v1.JoinResponse
+	5,  // 38: bcd.v1.AgentGateway.Renew:output_type -> bcd.v1.JoinResponse
+	9,  // 39: bcd.v1.AgentGateway.Session:output_type -> bcd.v1.GatewayFrame
+	35, // 40: bcd.v1.AgentGateway.Tunnel:output_type -> bcd.v1.TunnelData
+	37, // [37:41] is the sub-list for method output_type
+	33, // [33:37] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_agent_proto_init() }
@@ -3464,7 +3554,7 @@ func file_bcd_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_agent_proto_rawDesc), len(file_bcd_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
