@@ -257,6 +257,7 @@ func Run(ctx context.Context, c Config) error {
 				ClockOffsetMS: now.Sub(time.Now()).Milliseconds(), TimeMark: clk.Mark(),
 				EventBacklog: len(evs), EventsDropped: j.Dropped(), ResultsUnacked: len(d.Unacked()),
 				Converge:            statusConverge(engine.Status()),
+				SignedIntent:        signedIntent(trust),
 				CertificateNotAfter: leaf.NotAfter, CertificateValidFor: status.ValidFor(leaf.NotAfter, now), KeyHolder: keyHolder.Load().(string),
 				Running: []status.Job{}, Deferred: []status.Job{}, Lanes: []status.Lane{},
 			}
