@@ -41,7 +41,8 @@ func program() *cli.Program {
 			{Name: "tpm", Summary: "tpm enroll: let a TPM join (bcd join --attestor tpm) by its EK or EK CA", Run: tpmCmd},
 			{Name: "run", Summary: "run NODE KIND: send a command and print its result (--prepare: print it to sign; --submit FILE: send a prepared one)", Run: run},
 			{Name: "sign", Summary: "sign --key KEY.pem [--in FILE]: sign a prepared command or spec (no gateway needed)", Run: signCmd},
-			{Name: "trust", Summary: "trust show|add-root|remove-root: the trust bundle's command-signing roots", Run: trustCmd},
+			{Name: "trust", Summary: "trust show|add-root|remove-root|approvers: the trust bundle's command-signing roots and approver set", Run: trustCmd},
+			{Name: "batch", Summary: "batch create|approve|submit: destructive commands as a batch the approvers approve", Run: batchCmd},
 			{Name: "revoke", Summary: "revoke NODE: revoke a node's certificate", Run: revoke},
 			{Name: "cancel", Summary: "cancel COMMAND: cancel a command", Run: cancel},
 			{Name: "status", Summary: "status NODE [--json]: the node's connection, spec generations, sections and latest status report", Run: nodeStatus},
@@ -288,6 +289,9 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 		req := gateway.CommandRequest{Node: pos[0], Kind: pos[1], Body: json.RawMessage(*body), DeadlineSeconds: int(deadline.Seconds()), UserData: ud}
 		if cmd, err = c.Send(ctx, req); err != nil {
 			return cli.Fail(env, "bcgw run", err)
+		}
+		if cmd.Warning != "" {
+			fmt.Fprintf(env.Stderr, "bcgw run: warning: %s\n", cmd.Warning)
 		}
 	}
 	if !*wait {

@@ -162,10 +162,9 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	ic := intentCheck{trust: trust, ledger: ledger, unbatched: cfg.Intent.UnbatchedDestructivePerHour, clk: clk}
 	d, err := dispatch.New(dispatch.Config{NodeID: a.NodeID, Journal: j, Kinds: kinds, Clock: clk, Log: nodeLog,
-		Verify: func(cmd *bcdv1.Command) error {
-			return verifyIntent(trust, ledger, cfg.Intent.UnbatchedDestructivePerHour, clk, cmd)
-		}})
+		Verify: ic.Verify, Admit: ic.Admit})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -311,32 +310,66 @@ func Run(ctx context.Context, c Config) error {
 	return err
 }
 
-// verifyIntent is the dispatcher's signed-intent check of a new command:
-// its signature under the bundle's roots, then, for a destructive kind
-// while the bundle names approvers, an approved batch leaf not run before
-// (spent in the ledger before the command can run) or a place within the
-// unbatched limit per hour.
-func verifyIntent(trust *bundle.Held, ledger *quorum.Ledger, unbatched int, clk *clock.Clock, cmd *bcdv1.Command) error {
-	if err := trust.Roots().VerifyCommand(cmd); err != nil {
+// intentCheck is the dispatcher's signed-intent check of a new command:
+// Verify checks its signature under the bundle's roots and, for a
+// destructive kind while the bundle names approvers, its batch leaf; Admit
+// (once every other check passed) spends the leaf in the ledger, or a
+// place within the unbatched limit per hour, before the command can run.
+type intentCheck struct {
+	trust     *bundle.Held
+	ledger    *quorum.Ledger
+	unbatched int
+	clk       *clock.Clock
+}
+
+func (ic intentCheck) gated(cmd *bcdv1.Command) bool {
+	return ic.trust.Approvers() != nil && quorum.IsDestructive(cmd.GetKind())
+}
+
+// now is the later of the working clock and the host's: a gateway can
+// hold the working clock back, never the host's, so a batch expires.
+func (ic intentCheck) now() time.Time {
+	if n := time.Now(); n.After(ic.clk.Now()) {
+		return n
+	}
+	return ic.clk.Now()
+}
+
+func (ic intentCheck) leaf(cmd *bcdv1.Command) (quorum.Verified, error) {
+	set, err := ic.trust.Approvers().Set()
+	if err != nil {
+		return quorum.Verified{}, fmt.Errorf("%w: the held approver set: %v", quorum.ErrUnapproved, err)
+	}
+	return quorum.Verify(cmd, set, ic.now())
+}
+
+func (ic intentCheck) Verify(cmd *bcdv1.Command) error {
+	if err := ic.trust.Roots().VerifyCommand(cmd); err != nil {
 		return err
 	}
-	a := trust.Approvers()
-	if a == nil || !quorum.IsDestructive(cmd.GetKind()) {
+	if !ic.gated(cmd) || cmd.GetBatch() == nil && ic.unbatched > 0 {
 		return nil
 	}
-	if cmd.GetBatch() == nil && unbatched > 0 {
+	_, err := ic.leaf(cmd)
+	return err
+}
+
+func (ic intentCheck) Admit(cmd *bcdv1.Command) (func(), error) {
+	if !ic.gated(cmd) {
+		return nil, nil
+	}
+	if cmd.GetBatch() == nil {
 		// The host clock: a gateway cannot move it to free places.
-		return ledger.Unbatched(unbatched, time.Now())
+		return nil, ic.ledger.Unbatched(ic.unbatched, time.Now())
 	}
-	set, err := a.Set()
+	v, err := ic.leaf(cmd)
 	if err != nil {
-		return fmt.Errorf("%w: the held approver set: %v", quorum.ErrUnapproved, err)
+		return nil, err
 	}
-	v, err := quorum.Verify(cmd, set, clk.Now())
-	if err != nil {
-		return err
+	if err := ic.ledger.Spend(v, cmd.GetId(), time.Now()); err != nil {
+		return nil, err
 	}
-	return ledger.Spend(v, cmd.GetId(), time.Now())
+	return func() { _ = ic.ledger.Release(v, cmd.GetId()) }, nil
 }
 
 // convergeNow is the shared kind agent.converge: a pass now (the

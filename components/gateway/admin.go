@@ -18,6 +18,7 @@ import (
 
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/identity"
+	"github.com/better-compute/bcd/components/trust/quorum"
 )
 
 // AdminSocket is the admin API's unix socket under the data directory
@@ -92,14 +93,27 @@ type CommandView struct {
 	// Signed: the command carries a signature (bcgw's own, or the one it
 	// was submitted with).
 	Signed bool `json:"signed,omitempty"`
-	// Warning, in the answer to a submitted command, says why agents that
-	// hold the current trust bundle will refuse it.
+	// Batch is the command's place in a batch (bcgw batch submit).
+	Batch *CommandBatch `json:"batch,omitempty"`
+	// Warning, in the answer to a sent or submitted command, says why
+	// agents that hold the current trust bundle will refuse it.
 	Warning string `json:"warning,omitempty"`
+}
+
+// CommandBatch is a command's place in a batch: the batch id and the
+// command's leaf index.
+type CommandBatch struct {
+	ID    string `json:"id"`
+	Index uint32 `json:"index"`
 }
 
 func viewCommand(c store.Command) CommandView {
 	v := CommandView{ID: c.ID, Node: c.NodeID, Kind: c.Kind, State: c.State, Deadline: time.UnixMilli(c.DeadlineMS).UTC(), ResultCopies: c.ResultCopies,
 		Signed: len(c.Signature) > 0}
+	if b := c.Batch; b != nil {
+		h, _ := quorum.DecodeHeader(b.Header) // checked when it was submitted
+		v.Batch = &CommandBatch{ID: h.BatchID, Index: b.Index}
+	}
 	if r := c.Result; r != nil {
 		v.Status, v.Error = r.Status, r.Error
 		if json.Valid(r.Output) {
@@ -126,6 +140,8 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 	mux.HandleFunc("GET /v1/trust", s.adminTrust)
 	mux.HandleFunc("POST /v1/trust/roots", s.adminTrustRoot(false))
 	mux.HandleFunc("POST /v1/trust/roots/remove", s.adminTrustRoot(true))
+	mux.HandleFunc("POST /v1/trust/approvers", s.adminSetApprovers)
+	mux.HandleFunc("POST /v1/batches/submit", s.adminSubmitBatch)
 	mux.HandleFunc("POST /v1/bmc", s.adminBMC)
 	mux.HandleFunc("GET /v1/nodes/{id}/status", s.adminStatus)
 	mux.HandleFunc("GET /v1/nodes/{id}/events", s.adminEvents)
@@ -374,7 +390,9 @@ func (s *Server) adminSend(w http.ResponseWriter, r *http.Request) {
 		adminErr(w, errCode(err, http.StatusBadRequest), err)
 		return
 	}
-	writeJSON(w, viewCommand(c))
+	v := viewCommand(c)
+	v.Warning = s.unbatchedWarning(c.Kind)
+	writeJSON(w, v)
 }
 
 // userDataSecrets checks deploy.image's user data and makes it the

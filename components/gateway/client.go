@@ -227,3 +227,15 @@ func (c *AdminClient) RemoveTrustRoot(ctx context.Context, spki []byte) (TrustCh
 	var out TrustChange
 	return out, c.do(ctx, http.MethodPost, "/v1/trust/roots/remove", TrustRootRequest{SPKI: spki}, &out)
 }
+
+// SetApprovers puts an approver set into the trust bundle.
+func (c *AdminClient) SetApprovers(ctx context.Context, a ApproverSet) (ApproversChange, error) {
+	var out ApproversChange
+	return out, c.do(ctx, http.MethodPost, "/v1/trust/approvers", a, &out)
+}
+
+// SubmitBatch sends every command of a batch with its batch leaf.
+func (c *AdminClient) SubmitBatch(ctx context.Context, bf BatchFile) (BatchSubmitView, error) {
+	var out BatchSubmitView
+	return out, c.do(ctx, http.MethodPost, "/v1/batches/submit", bf, &out)
+}

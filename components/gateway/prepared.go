@@ -283,7 +283,7 @@ func (s *Server) SubmitCommand(p PreparedCommand, secrets map[string][]byte) (st
 	}
 	c := store.Command{ID: f.GetId(), NodeID: f.GetNodeId(), Kind: f.GetKind(), Body: f.GetBody(), DeadlineMS: f.GetDeadlineUnixMs(),
 		Lane: f.GetLane(), WorkflowID: f.GetWorkflowId(), Signature: f.GetSignature(), CreatedAt: now.UTC()}
-	warning := s.signatureWarning(func(r *intent.Roots) error { return r.VerifyCommand(f) })
+	warning := joinWarnings(s.signatureWarning(func(r *intent.Roots) error { return r.VerifyCommand(f) }), s.unbatchedWarning(f.GetKind()))
 	for name, v := range secrets {
 		if err := s.putCommandSecret(c.ID, name, v); err != nil {
 			return c, "", err

@@ -580,12 +580,16 @@ func (s *Server) CancelCommand(id, reason string) (store.Command, error) {
 func newCommandID() string { return "cmd_" + randomID(13) }
 
 // commandProto is the Command frame of a stored command, its signature
-// included.
+// and batch leaf included.
 func commandProto(c store.Command) *bcdv1.Command {
-	return &bcdv1.Command{
+	cmd := &bcdv1.Command{
 		Id: c.ID, NodeId: c.NodeID, Kind: c.Kind, Body: c.Body, DeadlineUnixMs: c.DeadlineMS,
 		Lane: c.Lane, WorkflowId: c.WorkflowID, Signature: c.Signature,
 	}
+	if b := c.Batch; b != nil {
+		cmd.Batch = &bcdv1.BatchLeaf{Header: b.Header, Approvals: b.Approvals, Index: b.Index, Proof: b.Proof}
+	}
+	return cmd
 }
 
 func commandFrame(c store.Command) *bcdv1.GatewayFrame {

@@ -124,6 +124,12 @@ func ReadSigningKey(path string) (crypto.Signer, error) {
 // block holding an ECDSA P-256 key. It returns the key's SPKI DER as Go
 // encodes it (the form the bundle carries and the key id is taken of).
 func ParsePublicKeyPEM(b []byte) ([]byte, error) {
+	return parsePublicKeyPEM(b, "a command-signing root")
+}
+
+// parsePublicKeyPEM reads one PEM "PUBLIC KEY" block holding an ECDSA
+// P-256 key, what (for errors) says what the key is to be.
+func parsePublicKeyPEM(b []byte, what string) ([]byte, error) {
 	blk, _ := pem.Decode(b)
 	if blk == nil {
 		return nil, errors.New("no PEM block found; want a PEM \"PUBLIC KEY\" (openssl ec -pubout)")
@@ -131,21 +137,25 @@ func ParsePublicKeyPEM(b []byte) ([]byte, error) {
 	if blk.Type != "PUBLIC KEY" {
 		return nil, fmt.Errorf("PEM block is %q; want \"PUBLIC KEY\" (a private key is never given to bcgw trust)", truncateString(blk.Type, 40))
 	}
-	return canonicalRoot(blk.Bytes)
+	return canonicalKey(blk.Bytes, what)
 }
 
 // canonicalRoot checks that der is an ECDSA P-256 SPKI and re-encodes it.
-func canonicalRoot(der []byte) ([]byte, error) {
+func canonicalRoot(der []byte) ([]byte, error) { return canonicalKey(der, "a command-signing root") }
+
+// canonicalKey checks that der is an ECDSA P-256 SPKI and re-encodes it;
+// what (for errors) says what the key is to be.
+func canonicalKey(der []byte, what string) ([]byte, error) {
 	pub, err := x509.ParsePKIXPublicKey(der)
 	if err != nil {
 		return nil, fmt.Errorf("not a public key: %w", err)
 	}
 	ep, ok := pub.(*ecdsa.PublicKey)
 	if !ok {
-		return nil, fmt.Errorf("the key is %s; a command-signing root must be an ECDSA P-256 key", keyKind(pub))
+		return nil, fmt.Errorf("the key is %s; %s must be an ECDSA P-256 key", keyKind(pub), what)
 	}
 	if ep.Curve != elliptic.P256() {
-		return nil, fmt.Errorf("the key is ECDSA on %s; a command-signing root must be an ECDSA P-256 key", ep.Curve.Params().Name)
+		return nil, fmt.Errorf("the key is ECDSA on %s; %s must be an ECDSA P-256 key", ep.Curve.Params().Name, what)
 	}
 	return x509.MarshalPKIXPublicKey(ep)
 }
@@ -295,9 +305,12 @@ type TrustView struct {
 	// OwnKey is the pin of bcgw's own command-signing key ("" when it
 	// runs with --command-key none); OwnKeyIsRoot whether the bundle
 	// names it.
-	OwnKey       string      `json:"own_key,omitempty"`
-	OwnKeyIsRoot bool        `json:"own_key_is_root"`
-	Nodes        []TrustNode `json:"nodes"`
+	OwnKey       string `json:"own_key,omitempty"`
+	OwnKeyIsRoot bool   `json:"own_key_is_root"`
+	// Approvers is the bundle's approver set (absent: none, and agents
+	// run destructive commands without a batch).
+	Approvers *ApproversView `json:"approvers,omitempty"`
+	Nodes     []TrustNode    `json:"nodes"`
 }
 
 // TrustChange answers a change of the trust bundle.
@@ -339,6 +352,7 @@ func (s *Server) Trust() (TrustView, error) {
 		v.OwnKeyIsRoot = v.OwnKeyIsRoot || isOwn
 		v.Roots = append(v.Roots, TrustRoot{Pin: pinOfSPKI(r), Own: isOwn})
 	}
+	v.Approvers = viewApprovers(doc.Approvers)
 	nodes, err := s.store.Nodes()
 	if err != nil {
 		return v, err
@@ -396,29 +410,49 @@ func (s *Server) RemoveTrustRoot(spki []byte) (TrustChange, error) {
 	})
 }
 
-// changeTrust applies f to a copy of the bundle document; when it changed
+// changeTrust changes the command-signing roots (commitTrust) and
+// answers with the root der's pin.
+func (s *Server) changeTrust(der []byte, f func(doc *bundle.Document) (bool, error)) (TrustChange, error) {
+	doc, changed, err := s.commitTrust(f)
+	if err != nil {
+		if changed {
+			return TrustChange{}, err
+		}
+		return TrustChange{Version: doc.Version, Pin: pinOfSPKI(der), Roots: len(doc.CommandSigningRoots)}, err
+	}
+	return TrustChange{Version: doc.Version, Changed: changed, Pin: pinOfSPKI(der), Roots: len(doc.CommandSigningRoots)}, nil
+}
+
+// commitTrust applies f to a copy of the bundle document; when it changed
 // something the next version is signed, stored and sent: every live
 // session gets a Drain, and its agent takes the bundle at its next
-// Welcome.
-func (s *Server) changeTrust(der []byte, f func(doc *bundle.Document) (bool, error)) (TrustChange, error) {
+// Welcome. It returns the document after the change (the held one when
+// nothing changed) and whether it changed; an error with changed true
+// failed to store the new version, and the held one stays.
+func (s *Server) commitTrust(f func(doc *bundle.Document) (bool, error)) (bundle.Document, bool, error) {
 	s.trust.mu.Lock()
 	doc := s.trust.doc
 	changed, err := f(&doc)
 	if err != nil || !changed {
+		held := s.trust.doc
 		s.trust.mu.Unlock()
-		return TrustChange{Version: doc.Version, Pin: pinOfSPKI(der), Roots: len(doc.CommandSigningRoots)}, err
+		return held, false, err
 	}
 	doc.Version++
 	if err := s.storeTrust(doc); err != nil {
 		s.trust.mu.Unlock()
-		return TrustChange{}, err
+		return doc, true, err
 	}
 	s.trust.mu.Unlock()
 	// The new bundle is in place before the sessions are listed: a session
 	// registered after this point builds its Welcome with it.
 	n := s.hub.drainLive("trust bundle changed", trustDrainRedial)
-	s.log.Info("trust bundle changed", "version", doc.Version, "roots", len(doc.CommandSigningRoots), "sessions_drained", n)
-	return TrustChange{Version: doc.Version, Changed: true, Pin: pinOfSPKI(der), Roots: len(doc.CommandSigningRoots)}, nil
+	approvers := uint64(0)
+	if doc.Approvers != nil {
+		approvers = doc.Approvers.Epoch
+	}
+	s.log.Info("trust bundle changed", "version", doc.Version, "roots", len(doc.CommandSigningRoots), "approver_epoch", approvers, "sessions_drained", n)
+	return doc, true, nil
 }
 
 // noteTrustVersion records the trust bundle version an agent said it

@@ -110,8 +110,14 @@ type Config struct {
 	// AckedTTL is how long acked entries stay in the journal (default 24h).
 	AckedTTL time.Duration
 	// Verify, when set, checks a command's signature (signed intent); its
-	// error refuses the command as UNSIGNED or BAD_SIGNATURE.
+	// error refuses the command as UNSIGNED, BAD_SIGNATURE or
+	// BATCH_UNAPPROVED.
 	Verify func(*bcdv1.Command) error
+	// Admit, when set, is the last word once every check passed, right
+	// before the command is queued: it records what must be spent once (a
+	// batch leaf). Its error refuses the command as Verify's does; undo
+	// gives back what it spent when the command is not queued after all.
+	Admit func(*bcdv1.Command) (undo func(), err error)
 }
 
 type job struct {
@@ -401,16 +407,18 @@ func (d *Dispatcher) Deliver(c *bcdv1.Command) error {
 	case len(c.GetBody()) > MaxBody:
 		return refuse(Refused, fmt.Sprintf("command body is %d bytes, more than 1 MiB", len(c.GetBody())))
 	}
+	intentStatus := func(err error) string {
+		switch {
+		case errors.Is(err, intent.ErrUnsigned):
+			return Unsigned
+		case errors.Is(err, quorum.ErrUnapproved):
+			return BatchUnapproved
+		}
+		return BadSignature
+	}
 	if d.cfg.Verify != nil {
 		if err := d.cfg.Verify(c); err != nil {
-			status := BadSignature
-			switch {
-			case errors.Is(err, intent.ErrUnsigned):
-				status = Unsigned
-			case errors.Is(err, quorum.ErrUnapproved):
-				status = BatchUnapproved
-			}
-			return refuse(status, err.Error())
+			return refuse(intentStatus(err), err.Error())
 		}
 	}
 	switch {
@@ -419,7 +427,18 @@ func (d *Dispatcher) Deliver(c *bcdv1.Command) error {
 	case c.GetNodeId() != d.cfg.NodeID:
 		return refuse(Refused, "command is for another node")
 	}
+	undo := func() {}
+	if d.cfg.Admit != nil {
+		u, err := d.cfg.Admit(c)
+		if err != nil {
+			return refuse(intentStatus(err), err.Error())
+		}
+		if u != nil {
+			undo = u
+		}
+	}
 	if !d.enqueue(c) {
+		undo()
 		return refuse(Refused, fmt.Sprintf("lane %s queue is full; send it again later", k.Lane))
 	}
 	return nil

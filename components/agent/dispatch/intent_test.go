@@ -15,6 +15,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/journal"
 	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/quorum"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -162,4 +163,46 @@ func BenchmarkSignedIntent(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestAdmitOnlyAfterEveryCheck: what Admit spends (a batch leaf) is spent
+// only for a command every other check let through, so a refused command
+// burns nothing; an Admit refusal is a signed-intent status.
+func TestAdmitOnlyAfterEveryCheck(t *testing.T) {
+	j, _, err := journal.Open(filepath.Join(t.TempDir(), journal.File), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var admitted []string
+	d, err := New(Config{NodeID: "n1", Journal: j, Kinds: []Kind{{Name: "x.run", Run: func(context.Context, []byte) (json.RawMessage, error) { return nil, nil }}},
+		Admit: func(c *bcdv1.Command) (func(), error) {
+			admitted = append(admitted, c.GetId())
+			if c.GetId() == "no-leaf" {
+				return nil, fmt.Errorf("%w: no leaf", quorum.ErrUnapproved)
+			}
+			return nil, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = d.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done; j.Close() }()
+	late := cmd("late", "x.run")
+	late.DeadlineUnixMs = time.Now().Add(-time.Second).UnixMilli()
+	other := cmd("other", "x.run")
+	other.NodeId = "n2"
+	for _, c := range []*bcdv1.Command{late, other, cmd("no-leaf", "x.run"), cmd("ok", "x.run")} {
+		d.Deliver(c)
+	}
+	if r := waitResult(t, d, "no-leaf"); r.GetStatus() != BatchUnapproved {
+		t.Errorf("an Admit refusal: %v", r)
+	}
+	if r := waitResult(t, d, "ok"); r.GetStatus() != Succeeded {
+		t.Errorf("ok: %v", r)
+	}
+	if strings.Join(admitted, " ") != "no-leaf ok" {
+		t.Errorf("Admit saw %v; refused commands must not reach it", admitted)
+	}
 }

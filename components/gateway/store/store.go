@@ -133,13 +133,26 @@ type Command struct {
 	// Signature is the Command.signature sent with every copy of the
 	// command (components/trust/intent): made once, when the command was
 	// created or submitted, so a re-send carries the same bytes.
-	Signature []byte    `json:"signature,omitempty"`
-	State     string    `json:"state"`
-	CreatedAt time.Time `json:"created_at"`
-	Result    *Result   `json:"result,omitempty"`
+	Signature []byte `json:"signature,omitempty"`
+	// Batch is the Command.batch sent with every copy of the command: its
+	// place in an approved batch (the header as signed, the approvals, its
+	// index and Merkle proof), kept as submitted so a re-send carries the
+	// same leaf.
+	Batch     *BatchLeaf `json:"batch,omitempty"`
+	State     string     `json:"state"`
+	CreatedAt time.Time  `json:"created_at"`
+	Result    *Result    `json:"result,omitempty"`
 	// ResultCopies counts every copy of the result the agent sent; the
 	// first is stored, later ones are acked and ignored.
 	ResultCopies int `json:"result_copies,omitempty"`
+}
+
+// BatchLeaf is a command's place in a batch (components/trust/quorum).
+type BatchLeaf struct {
+	Header    []byte   `json:"header"`
+	Approvals [][]byte `json:"approvals,omitempty"`
+	Index     uint32   `json:"index"`
+	Proof     [][]byte `json:"proof,omitempty"`
 }
 
 // Result is what the agent reported.

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -163,6 +164,26 @@ func TestAddCommand(t *testing.T) {
 	}
 	if _, err := s.Command("c2"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("unknown command: %v", err)
+	}
+}
+
+// A command's batch leaf is kept as it came, an empty proof step (no
+// sibling at that level) included, and comes back with every read.
+func TestCommandBatchLeafKept(t *testing.T) {
+	s, _ := open(t)
+	addNode(t, s, "n1")
+	leaf := &store.BatchLeaf{Header: []byte(`{"v":1}`), Approvals: [][]byte{{1, 2}, {3}}, Index: 2,
+		Proof: [][]byte{{}, bytes.Repeat([]byte{7}, 32)}}
+	if err := s.AddCommand(store.Command{ID: "c1", NodeID: "n1", Kind: "disk.wipe", Batch: leaf, CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Command("c1")
+	if err != nil || c.Batch == nil || !bytes.Equal(c.Batch.Header, leaf.Header) || c.Batch.Index != 2 || len(c.Batch.Approvals) != 2 ||
+		!bytes.Equal(c.Batch.Approvals[0], []byte{1, 2}) || len(c.Batch.Proof) != 2 || len(c.Batch.Proof[0]) != 0 || !bytes.Equal(c.Batch.Proof[1], leaf.Proof[1]) {
+		t.Fatalf("stored %+v %v", c.Batch, err)
+	}
+	if u, _ := s.Unfinished("n1"); len(u) != 1 || u[0].Batch == nil || u[0].Batch.Index != 2 {
+		t.Errorf("Unfinished %+v", u)
 	}
 }
 

@@ -88,6 +88,18 @@ func (lg *Ledger) Spend(v Verified, commandID string, now time.Time) error {
 	return nil
 }
 
+// Release gives back a leaf Spend recorded for commandID, when the command
+// was not queued after all (nothing ran).
+func (lg *Ledger) Release(v Verified, commandID string) error {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	if s, ok := lg.l.Leaves[v.Key()]; !ok || s.Command != commandID {
+		return nil
+	}
+	delete(lg.l.Leaves, v.Key())
+	return lg.save()
+}
+
 // Unbatched admits one unbatched destructive command when fewer than
 // limit ran in the hour before now, recording it; otherwise ErrUnapproved.
 func (lg *Ledger) Unbatched(limit int, now time.Time) error {
