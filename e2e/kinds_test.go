@@ -19,6 +19,8 @@ import (
 type cmdView struct {
 	ID, State, Status, Error string
 	Output                   json.RawMessage
+	Attested                 bool
+	Attestation              []byte
 }
 
 func (l *lab) runKind(g *gw, node, kind, body string) (int, cmdView) {

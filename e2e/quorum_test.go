@@ -142,8 +142,14 @@ func TestDestructiveBatchQuorum(t *testing.T) {
 		t.Fatalf("%d resets before an approved batch", n)
 	}
 	approved := batchOf("b-two", "two", a, b)
-	if vs := l.submitBatch(g, approved); len(vs) != 1 || vs[0].Status != "SUCCEEDED" {
+	vs := l.submitBatch(g, approved)
+	if len(vs) != 1 || vs[0].Status != "SUCCEEDED" {
 		t.Fatalf("two approvals: %+v", vs)
+	}
+	// The result is attested by the node key (bcgw keeps an attestation
+	// only once it verified under the node's certificate).
+	if !vs[0].Attested || len(vs[0].Attestation) != 64 {
+		t.Errorf("a destructive kind's SUCCEEDED result is not attested: %+v", vs[0])
 	}
 	if n := resets(data); n != 1 {
 		t.Fatalf("%d resets after an approved batch, want 1", n)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -25,6 +26,7 @@ import (
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/trust/bundle"
 	"github.com/better-compute/bcd/components/trust/identity"
+	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/quorum"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
@@ -164,7 +166,22 @@ func Run(ctx context.Context, c Config) error {
 	}
 	ic := intentCheck{trust: trust, ledger: ledger, unbatched: cfg.Intent.UnbatchedDestructivePerHour, clk: clk}
 	d, err := dispatch.New(dispatch.Config{NodeID: a.NodeID, Journal: j, Kinds: kinds, Clock: clk, Log: nodeLog,
-		Verify: ic.Verify, Admit: ic.Admit})
+		Verify: ic.Verify, Admit: ic.Admit,
+		Attest: func(kind string, r *bcdv1.CommandResult) []byte {
+			if !quorum.IsDestructive(kind) {
+				return nil
+			}
+			k, ok := cert.Load().PrivateKey.(crypto.Signer)
+			if !ok {
+				return nil
+			}
+			sig, err := intent.AttestResult(k, a.NodeID, kind, r)
+			if err != nil {
+				log.Error("attesting a result", "command_id", r.GetCommandId(), "err", err)
+				return nil
+			}
+			return sig
+		}})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}

@@ -95,6 +95,10 @@ type CommandView struct {
 	Signed bool `json:"signed,omitempty"`
 	// Batch is the command's place in a batch (bcgw batch submit).
 	Batch *CommandBatch `json:"batch,omitempty"`
+	// Attested: the node key signed this result (a destructive kind's
+	// SUCCEEDED result), and the signature verified; Attestation is it.
+	Attested    bool   `json:"attested,omitempty"`
+	Attestation []byte `json:"attestation,omitempty"`
 	// Warning, in the answer to a sent or submitted command, says why
 	// agents that hold the current trust bundle will refuse it.
 	Warning string `json:"warning,omitempty"`
@@ -116,6 +120,7 @@ func viewCommand(c store.Command) CommandView {
 	}
 	if r := c.Result; r != nil {
 		v.Status, v.Error = r.Status, r.Error
+		v.Attested, v.Attestation = len(r.Attestation) > 0, r.Attestation
 		if json.Valid(r.Output) {
 			v.Output = r.Output
 		} else if len(r.Output) > 0 {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto"
 	"errors"
 	"maps"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/better-compute/bcd/components/gateway/store"
+	"github.com/better-compute/bcd/components/trust/intent"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -23,13 +25,16 @@ type outFrame struct {
 
 // live is one accepted session.
 type live struct {
-	nodeID string
-	role   string
-	site   string
-	epoch  uint64
-	out    chan outFrame
-	done   chan struct{}
-	once   sync.Once
+	// nodeKey is the public key of the certificate the session runs
+	// under: the node key that attests results.
+	nodeKey crypto.PublicKey
+	nodeID  string
+	role    string
+	site    string
+	epoch   uint64
+	out     chan outFrame
+	done    chan struct{}
+	once    sync.Once
 	// specReady is set once the session sent what its Hello asked of the
 	// desired spec; spec changes are pushed to it only from then on (before,
 	// the full spec it gets covers them).
@@ -242,7 +247,7 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	if err != nil {
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
 	}
-	l := &live{nodeID: n.ID, role: n.Role, site: n.Site, epoch: epoch, out: make(chan outFrame, 64), done: make(chan struct{})}
+	l := &live{nodeKey: cert.PublicKey, nodeID: n.ID, role: n.Role, site: n.Site, epoch: epoch, out: make(chan outFrame, 64), done: make(chan struct{})}
 	_, ok := s.hub.register(l)
 	s.hub.release()
 	reserved = false
@@ -359,10 +364,20 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 			}
 		case *bcdv1.AgentFrame_Result:
 			r := x.Result
-			first, err := s.store.SetResult(l.nodeID, r.GetCommandId(), store.Result{
+			res := store.Result{
 				Status: r.GetStatus(), Output: r.GetOutput(), Error: r.GetError(),
 				StartedMS: r.GetStartedUnixMs(), FinishedMS: r.GetFinishedUnixMs(),
-			})
+			}
+			if len(r.GetAttestation()) > 0 {
+				if c, err := s.store.Command(r.GetCommandId()); err == nil && c.NodeID == l.nodeID {
+					if err := intent.VerifyResult(l.nodeKey, l.nodeID, c.Kind, r); err != nil {
+						log.Warn("result attestation does not verify under the node's key", "command_id", r.GetCommandId(), "err", err)
+					} else {
+						res.Attestation = r.GetAttestation()
+					}
+				}
+			}
+			first, err := s.store.SetResult(l.nodeID, r.GetCommandId(), res)
 			if errors.Is(err, store.ErrNotFound) {
 				// Not ours (or long gone): ack it so the agent stops re-sending.
 				log.Warn("result for an unknown command; acked and dropped", "command_id", r.GetCommandId())

@@ -16,7 +16,9 @@ import (
 	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/identity"
+	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/join"
+	"github.com/better-compute/bcd/components/trust/pki"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -715,5 +717,41 @@ func TestWelcomeRequestsMissingInventory(t *testing.T) {
 	w, _ = g.welcomeOf(t, context.Background(), a)
 	if got := w.GetRequestedSections(); len(got) != 1 || got[0] != "gpus" {
 		t.Errorf("second Welcome requests %v, want [gpus]", got)
+	}
+}
+
+// TestResultAttestation: bcgw keeps a result's attestation only when it
+// verifies under the node's certificate for that command.
+func TestResultAttestation(t *testing.T) {
+	g := startGateway(t, gateway.Config{})
+	a := g.join(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ac := gateway.NewAdminClient(g.dir, "", "")
+	st := g.agentSession(t, ctx, a, &bcdv1.Hello{})
+	var ids []string
+	for range 2 {
+		c, err := ac.Send(ctx, gateway.CommandRequest{Node: a.NodeID, Kind: "gpu.reset", Body: json.RawMessage(`{"gpu":"0"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	other, _ := pki.GenerateKey()
+	for i, id := range ids {
+		r := &bcdv1.CommandResult{CommandId: id, Status: "SUCCEEDED", Output: []byte(`{"healthy":true}`), StartedUnixMs: 1, FinishedUnixMs: 2}
+		k := a.Key
+		if i == 1 {
+			k = other // not the node's key
+		}
+		r.Attestation, _ = intent.AttestResult(k, a.NodeID, "gpu.reset", r)
+		sendFrame(t, st, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Result{Result: r}})
+	}
+	for i, id := range ids {
+		var v gateway.CommandView
+		waitFor(t, "the result", func() bool { v, _ = ac.Command(ctx, id, 0); return v.State == "done" })
+		if v.Attested != (i == 0) {
+			t.Errorf("result %d: attested %v", i, v.Attested)
+		}
 	}
 }

@@ -118,6 +118,9 @@ type Config struct {
 	// batch leaf). Its error refuses the command as Verify's does; undo
 	// gives back what it spent when the command is not queued after all.
 	Admit func(*bcdv1.Command) (undo func(), err error)
+	// Attest, when set, returns the node's signature of a SUCCEEDED
+	// result of kind (nil: none), stored with the result.
+	Attest func(kind string, r *bcdv1.CommandResult) []byte
 }
 
 type job struct {
@@ -645,6 +648,10 @@ func (d *Dispatcher) runJob(ctx context.Context, j *job) {
 		r.Status, r.Error = Failed, err.Error()
 	}
 	r.FinishedUnixMs = d.now().UnixMilli()
+	if d.cfg.Attest != nil && r.Status == Succeeded {
+		r.CommandId = j.id
+		r.Attestation = d.cfg.Attest(j.kind.Name, r)
+	}
 	if j.kind.AfterAck != nil && r.Status == Succeeded {
 		d.mu.Lock()
 		d.afterAck[j.id] = j.kind.AfterAck

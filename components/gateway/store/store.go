@@ -162,6 +162,9 @@ type Result struct {
 	Error      string `json:"error,omitempty"`
 	StartedMS  int64  `json:"started_unix_ms"`
 	FinishedMS int64  `json:"finished_unix_ms"`
+	// Attestation is the node key's signature of the result
+	// (intent.ResultMessage), kept only when it verified on arrival.
+	Attestation []byte `json:"attestation,omitempty"`
 }
 
 // Store wraps the bbolt database.

@@ -88,6 +88,38 @@ func DesiredStateMessage(nodeID string, ds *bcdv1.DesiredState) []byte {
 	return b
 }
 
+// PurposeResult is the purpose of a node's attestation of a result.
+const PurposeResult = "bcd/result/v1"
+
+type resultMessage struct {
+	V            int    `json:"v"`
+	CommandID    string `json:"command_id"`
+	NodeID       string `json:"node_id"`
+	Kind         string `json:"kind"`
+	Status       string `json:"status"`
+	OutputSHA256 []byte `json:"output_sha256"`
+	StartedMS    int64  `json:"started_unix_ms"`
+	FinishedMS   int64  `json:"finished_unix_ms"`
+}
+
+// ResultMessage returns the bytes a node's attestation of r covers.
+func ResultMessage(nodeID, kind string, r *bcdv1.CommandResult) []byte {
+	sum := sha256.Sum256(r.GetOutput())
+	b, _ := json.Marshal(resultMessage{V: 1, CommandID: r.GetCommandId(), NodeID: nodeID, Kind: kind, Status: r.GetStatus(),
+		OutputSHA256: sum[:], StartedMS: r.GetStartedUnixMs(), FinishedMS: r.GetFinishedUnixMs()})
+	return b
+}
+
+// AttestResult signs r with the node key (an ES256 signature).
+func AttestResult(nodeKey crypto.Signer, nodeID, kind string, r *bcdv1.CommandResult) ([]byte, error) {
+	return pki.Sign(nodeKey, PurposeResult, ResultMessage(nodeID, kind, r))
+}
+
+// VerifyResult checks r's attestation by the node key pub.
+func VerifyResult(pub crypto.PublicKey, nodeID, kind string, r *bcdv1.CommandResult) error {
+	return pki.Verify(pub, PurposeResult, ResultMessage(nodeID, kind, r), r.GetAttestation())
+}
+
 // KeyID is the SHA-256 of a public key's SPKI DER.
 func KeyID(pub crypto.PublicKey) ([32]byte, error) {
 	der, err := x509.MarshalPKIXPublicKey(pub)

@@ -1991,8 +1991,13 @@ type CommandResult struct {
 	Error          string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	StartedUnixMs  int64  `protobuf:"varint,5,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
 	FinishedUnixMs int64  `protobuf:"varint,6,opt,name=finished_unix_ms,json=finishedUnixMs,proto3" json:"finished_unix_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A SUCCEEDED result of a destructive kind is signed by the node key
+	// (in the TPM where it lives there) for the purpose "bcd/result/v1",
+	// so the control plane can prove which machine did what
+	// (components/trust/intent ResultMessage).
+	Attestation   []byte `protobuf:"bytes,7,opt,name=attestation,proto3" json:"attestation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommandResult) Reset() {
@@ -2065,6 +2070,13 @@ func (x *CommandResult) GetFinishedUnixMs() int64 {
 		return x.FinishedUnixMs
 	}
 	return 0
+}
+
+func (x *CommandResult) GetAttestation() []byte {
+	if x != nil {
+		return x.Attestation
+	}
+	return nil
 }
 
 type Event struct {
@@ -3300,7 +3312,7 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"commandIds\x12\x1d\n" +
 	"\n" +
 	"result_ids\x18\x02 \x03(\tR\tresultIds\x12\x1b\n" +
-	"\tevent_seq\x18\x03 \x01(\x04R\beventSeq\"\xc6\x01\n" +
+	"\tevent_seq\x18\x03 \x01(\x04R\beventSeq\"\xe8\x01\n" +
 	"\rCommandResult\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x16\n" +
@@ -3308,7 +3320,8 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\x06output\x18\x03 \x01(\fR\x06output\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12&\n" +
 	"\x0fstarted_unix_ms\x18\x05 \x01(\x03R\rstartedUnixMs\x12(\n" +
-	"\x10finished_unix_ms\x18\x06 \x01(\x03R\x0efinishedUnixMs\"_\n" +
+	"\x10finished_unix_ms\x18\x06 \x01(\x03R\x0efinishedUnixMs\x12 \n" +
+	"\vattestation\x18\a \x01(\fR\vattestation\"_\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
