@@ -220,6 +220,7 @@ func Run(ctx context.Context, c Config) error {
 		BeforeDial: hc.CloseIdleConnections, Drivers: c.Drivers,
 		OnDesiredState: func(ds *bcdv1.DesiredState, serverNow time.Time) { _ = engine.Offer(ds, serverNow) },
 		OnWelcome:      welcome, Hello: hello, Heartbeat: rep.Heartbeat, Events: events,
+		NodeKey: func() crypto.Signer { k, _ := cert.Load().PrivateKey.(crypto.Signer); return k },
 	})
 	if c.ReportSections != nil {
 		c.ReportSections(rep.SetSections)

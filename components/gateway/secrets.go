@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway/store"
+	"github.com/better-compute/bcd/components/trust/seal"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -24,12 +25,18 @@ const DiscoveryTokenTTL = time.Hour
 // node's, still running, and of a kind that may ask for that secret.
 func (s *Server) answerSecret(l *live, req *bcdv1.SecretRequest) *bcdv1.GatewayFrame {
 	ans := &bcdv1.SecretAnswer{RequestId: req.GetRequestId()}
-	val, err := s.secret(l, req)
+	var val []byte
+	err := seal.VerifyRequest(l.nodeKey, l.nodeID, req)
+	if err == nil {
+		val, err = s.secret(l, req)
+	}
+	if err == nil {
+		ans.Sealed, err = seal.Seal(req, val, s.now())
+	}
 	if err != nil {
 		ans.Error = err.Error()
 		s.log.Warn("secret refused", "node", l.nodeID, "name", req.GetName(), "command_id", req.GetCommandId(), "reason", err.Error())
 	} else {
-		ans.Value = val
 		s.log.Info("secret answered", "node", l.nodeID, "name", req.GetName(), "command_id", req.GetCommandId())
 	}
 	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_SecretAnswer{SecretAnswer: ans}}

@@ -3,8 +3,10 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
+	"google.golang.org/protobuf/proto"
 	"io"
 	"strings"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/join"
 	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/seal"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -753,5 +756,61 @@ func TestResultAttestation(t *testing.T) {
 		if v.Attested != (i == 0) {
 			t.Errorf("result %d: attested %v", i, v.Attested)
 		}
+	}
+}
+
+// TestSecretsTravelSealed reads the frames bcgw sends: a discovery token
+// asked for by a site agent's running boot.prepareRamdisk crosses the
+// session only sealed to the request's reply key (no frame holds it in
+// clear); a request not signed by the node key gets nothing.
+func TestSecretsTravelSealed(t *testing.T) {
+	g := startGateway(t, gateway.Config{})
+	site := g.joinRole(t, "site")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ac := gateway.NewAdminClient(g.dir, "", "")
+	st := g.agentSession(t, ctx, site, &bcdv1.Hello{})
+	c, err := ac.Send(ctx, gateway.CommandRequest{Node: site.NodeID, Kind: "boot.prepareRamdisk",
+		Body: json.RawMessage(`{"mac":"52:54:00:12:34:56","kernel":{"sha256":"` + strings.Repeat("a", 64) + `","url":"https://x/k"},"initrd":{"sha256":"` + strings.Repeat("b", 64) + `","url":"https://x/i"}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen [][]byte
+	next := func(want func(*bcdv1.GatewayFrame) bool) *bcdv1.GatewayFrame {
+		for {
+			f := recv(t, st)
+			b, _ := proto.Marshal(f)
+			seen = append(seen, b)
+			if want(f) {
+				return f
+			}
+		}
+	}
+	ask := func(id string, signer crypto.Signer) (*seal.Opener, *bcdv1.SecretAnswer) {
+		req := &bcdv1.SecretRequest{RequestId: id, Name: gateway.SecretDiscoveryToken, WorkflowId: c.ID, CommandId: c.ID}
+		o, err := seal.NewRequest(signer, site.NodeID, req, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sendFrame(t, st, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_SecretRequest{SecretRequest: req}})
+		f := next(func(f *bcdv1.GatewayFrame) bool { return f.GetSecretAnswer().GetRequestId() == id })
+		return o, f.GetSecretAnswer()
+	}
+	o, ans := ask("sec-1", site.Key)
+	if ans.GetError() != "" || len(ans.GetValue()) != 0 || ans.GetSealed() == "" {
+		t.Fatalf("answer %+v", ans)
+	}
+	tok, err := o.Open(ans, time.Now())
+	if err != nil || !strings.HasPrefix(string(tok), "bcjt_") {
+		t.Fatalf("the sealed token: %q %v", tok, err)
+	}
+	for _, b := range seen {
+		if bytes.Contains(b, tok) {
+			t.Fatal("a frame bcgw sent holds the discovery token in clear")
+		}
+	}
+	other, _ := pki.GenerateKey()
+	if _, ans := ask("sec-2", other); ans.GetError() == "" || ans.GetSealed() != "" {
+		t.Errorf("a request signed by another key: %+v", ans)
 	}
 }

@@ -6,6 +6,7 @@ package session
 
 import (
 	"context"
+	"crypto"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/clock"
 	"github.com/better-compute/bcd/components/agent/dispatch"
 	"github.com/better-compute/bcd/components/base/backoff"
+	"github.com/better-compute/bcd/components/trust/seal"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
 )
@@ -69,6 +71,9 @@ type Config struct {
 	// Events, when set, is the agent's event log: its unacked events go
 	// out after each Welcome and as they are appended, until acked.
 	Events EventLog
+	// NodeKey returns the node key that signs secret requests (the
+	// session's certificate key).
+	NodeKey func() crypto.Signer
 	// BeforeDial, when set, runs before every dial (the agent closes idle
 	// connections there, so a renewed certificate is used at once).
 	BeforeDial func()
@@ -443,9 +448,15 @@ func (s *Session) accept(st *connect.BidiStreamForClient[bcdv1.AgentFrame, bcdv1
 const SecretTimeout = 30 * time.Second
 
 // Secret asks the gateway for a secret bound to a workflow step (the
-// command that needs it) and waits for the answer. The secret travels only
-// inside the session; it is never logged.
+// command that needs it) and waits for the answer. The request is signed
+// by the node key and carries a reply key made for it alone; the answer
+// opens only with that key, for that request, within 10 s
+// (components/trust/seal). The secret is never logged; the caller clears
+// it after use.
 func (s *Session) Secret(ctx context.Context, name, workflowID, commandID string) ([]byte, error) {
+	if s.cfg.NodeKey == nil {
+		return nil, fmt.Errorf("secret %s: this agent has no node key to sign the request with", name)
+	}
 	s.secMu.Lock()
 	s.secSeq++
 	id := fmt.Sprintf("sec-%d-%d", time.Now().UnixNano(), s.secSeq)
@@ -459,9 +470,12 @@ func (s *Session) Secret(ctx context.Context, name, workflowID, commandID string
 	}()
 	ctx, cancel := context.WithTimeout(ctx, SecretTimeout)
 	defer cancel()
-	req := &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_SecretRequest{SecretRequest: &bcdv1.SecretRequest{
-		RequestId: id, Name: name, WorkflowId: workflowID, CommandId: commandID,
-	}}}
+	sr := &bcdv1.SecretRequest{RequestId: id, Name: name, WorkflowId: workflowID, CommandId: commandID}
+	opener, err := seal.NewRequest(s.cfg.NodeKey(), s.cfg.NodeID, sr, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("secret %s: %w", name, err)
+	}
+	req := &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_SecretRequest{SecretRequest: sr}}
 	select {
 	case s.outbox <- req:
 	case <-ctx.Done():
@@ -472,7 +486,11 @@ func (s *Session) Secret(ctx context.Context, name, workflowID, commandID string
 		if a.GetError() != "" {
 			return nil, fmt.Errorf("secret %s: the gateway refused: %s", name, a.GetError())
 		}
-		return a.GetValue(), nil
+		v, err := opener.Open(a, time.Now())
+		if err != nil {
+			return nil, fmt.Errorf("secret %s: %w", name, err)
+		}
+		return v, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("secret %s: no answer: %w", name, ctx.Err())
 	}

@@ -2845,12 +2845,18 @@ func (x *OpenTunnel) GetTarget() string {
 	return ""
 }
 
+// SecretRequest asks for a secret bound to a command. reply_key is a
+// fresh P-256 public key (SPKI DER) made for this request alone, and
+// node_signature the node key's signature of the request
+// (components/trust/seal).
 type SecretRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	WorkflowId    string                 `protobuf:"bytes,3,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
 	CommandId     string                 `protobuf:"bytes,4,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	ReplyKey      []byte                 `protobuf:"bytes,5,opt,name=reply_key,json=replyKey,proto3" json:"reply_key,omitempty"`
+	NodeSignature []byte                 `protobuf:"bytes,6,opt,name=node_signature,json=nodeSignature,proto3" json:"node_signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2913,11 +2919,29 @@ func (x *SecretRequest) GetCommandId() string {
 	return ""
 }
 
+func (x *SecretRequest) GetReplyKey() []byte {
+	if x != nil {
+		return x.ReplyKey
+	}
+	return nil
+}
+
+func (x *SecretRequest) GetNodeSignature() []byte {
+	if x != nil {
+		return x.NodeSignature
+	}
+	return nil
+}
+
+// SecretAnswer carries the secret only as sealed: a compact JWE to the
+// request's reply_key naming the request id and an expiry. value is not
+// used (a secret never crosses the session in clear).
 type SecretAnswer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
 	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Sealed        string                 `protobuf:"bytes,4,opt,name=sealed,proto3" json:"sealed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2969,6 +2993,13 @@ func (x *SecretAnswer) GetValue() []byte {
 func (x *SecretAnswer) GetError() string {
 	if x != nil {
 		return x.Error
+	}
+	return ""
+}
+
+func (x *SecretAnswer) GetSealed() string {
+	if x != nil {
+		return x.Sealed
 	}
 	return ""
 }
@@ -3397,7 +3428,7 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"OpenTunnel\x12\x1b\n" +
 	"\ttunnel_id\x18\x01 \x01(\tR\btunnelId\x12\x16\n" +
-	"\x06target\x18\x02 \x01(\tR\x06target\"\x82\x01\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\"\xc6\x01\n" +
 	"\rSecretRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
@@ -3405,12 +3436,15 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\vworkflow_id\x18\x03 \x01(\tR\n" +
 	"workflowId\x12\x1d\n" +
 	"\n" +
-	"command_id\x18\x04 \x01(\tR\tcommandId\"Y\n" +
+	"command_id\x18\x04 \x01(\tR\tcommandId\x12\x1b\n" +
+	"\treply_key\x18\x05 \x01(\fR\breplyKey\x12%\n" +
+	"\x0enode_signature\x18\x06 \x01(\fR\rnodeSignature\"q\n" +
 	"\fSecretAnswer\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"Q\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x16\n" +
+	"\x06sealed\x18\x04 \x01(\tR\x06sealed\"Q\n" +
 	"\x14WorkloadTokenRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1a\n" +
