@@ -28,6 +28,9 @@ type keys struct {
 	joinSigning crypto.Signer
 	signingSPKI []byte
 	encJWK      *jose.JSONWebKey
+	// workload signs workload tokens (JWTs for an audience), a key of its
+	// own: a token holder learns nothing of the keys agents pin.
+	workload crypto.Signer
 }
 
 const caValidity = 10 * 365 * 24 * time.Hour
@@ -107,6 +110,10 @@ func loadOrCreateKeys(dir, serverName string, ips []net.IP) (*keys, error) {
 		return nil, fmt.Errorf("marshal join signing key: %w", err)
 	}
 
+	if k.workload, err = loadOrCreateKey(filepath.Join(dir, "workload-signing.key")); err != nil {
+		return nil, err
+	}
+
 	encPath := filepath.Join(dir, "join-encryption.jwk")
 	if b, err := os.ReadFile(encPath); err == nil {
 		var jwk jose.JSONWebKey
@@ -138,4 +145,28 @@ func (k *keys) pins() (serving, signing, encryption string, err error) {
 	}
 	encryption, err = pki.JWKPin(k.encJWK)
 	return
+}
+
+// loadOrCreateKey reads a P-256 key (PKCS#8 PEM) at path, or makes and
+// stores one (0600).
+func loadOrCreateKey(path string) (crypto.Signer, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		k, err := pki.ParsePrivateKeyPEM(b)
+		if err != nil {
+			return nil, fmt.Errorf("load %s: %w", path, err)
+		}
+		return k, nil
+	}
+	key, err := pki.GenerateKey()
+	if err != nil {
+		return nil, err
+	}
+	kb, err := pki.MarshalPrivateKeyPEM(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := identity.WriteFileAtomic(path, kb, 0o600); err != nil {
+		return nil, err
+	}
+	return key, nil
 }

@@ -422,6 +422,9 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 		case *bcdv1.AgentFrame_SecretRequest:
 			req := x.SecretRequest
 			go l.push(outFrame{f: s.answerSecret(l, req)})
+		case *bcdv1.AgentFrame_WorkloadTokenRequest:
+			req := x.WorkloadTokenRequest
+			go l.push(outFrame{f: s.answerWorkloadToken(l, req)})
 		case *bcdv1.AgentFrame_Hello:
 			return connectErr(connect.CodeInvalidArgument, "Hello sent twice")
 		default:

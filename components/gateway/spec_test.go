@@ -6,6 +6,8 @@ import (
 	"crypto"
 	"encoding/json"
 	"errors"
+	jose "github.com/go-jose/go-jose/v4"
+	josejwt "github.com/go-jose/go-jose/v4/jwt"
 	"google.golang.org/protobuf/proto"
 	"io"
 	"strings"
@@ -812,5 +814,64 @@ func TestSecretsTravelSealed(t *testing.T) {
 	other, _ := pki.GenerateKey()
 	if _, ans := ask("sec-2", other); ans.GetError() == "" || ans.GetSealed() != "" {
 		t.Errorf("a request signed by another key: %+v", ans)
+	}
+}
+
+// TestWorkloadTokenSealed: a node's signed request gets a JWT for the
+// audience, signed by bcgw's workload key, only sealed to the request's
+// reply key; a request signed by another key or for a bad audience gets
+// nothing.
+func TestWorkloadTokenSealed(t *testing.T) {
+	g := startGateway(t, gateway.Config{})
+	a := g.join(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := g.agentSession(t, ctx, a, &bcdv1.Hello{})
+	ask := func(id, audience string, signer crypto.Signer) (*seal.Opener, *bcdv1.WorkloadTokenAnswer, []byte) {
+		req := &bcdv1.WorkloadTokenRequest{RequestId: id, Audience: audience}
+		o, err := seal.NewWorkloadRequest(signer, a.NodeID, req, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sendFrame(t, st, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_WorkloadTokenRequest{WorkloadTokenRequest: req}})
+		for {
+			f := recv(t, st)
+			if w := f.GetWorkloadTokenAnswer(); w != nil && w.GetRequestId() == id {
+				b, _ := proto.Marshal(f)
+				return o, w, b
+			}
+		}
+	}
+	o, ans, frame := ask("wt-1", "https://vault.example", a.Key)
+	if ans.GetError() != "" || ans.GetToken() != "" {
+		t.Fatalf("answer %+v", ans)
+	}
+	raw, err := o.OpenSealed(ans.GetSealed(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(frame, raw) {
+		t.Fatal("the frame holds the token in clear")
+	}
+	tok, err := josejwt.ParseSigned(string(raw), []jose.SignatureAlgorithm{jose.ES256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cl josejwt.Claims
+	if err := tok.Claims(g.s.WorkloadKey(), &cl); err != nil {
+		t.Fatalf("the token does not verify under bcgw's workload key: %v", err)
+	}
+	if err := cl.ValidateWithLeeway(josejwt.Expected{Issuer: "bcgw", Subject: a.NodeID, AnyAudience: josejwt.Audience{"https://vault.example"}, Time: time.Now()}, 0); err != nil {
+		t.Errorf("claims %+v: %v", cl, err)
+	}
+	if exp := cl.Expiry.Time(); exp.After(time.Now().Add(gateway.WorkloadTokenTTL + time.Second)) {
+		t.Errorf("expires %s", exp)
+	}
+	other, _ := pki.GenerateKey()
+	if _, ans, _ := ask("wt-2", "x", other); ans.GetError() == "" || ans.GetSealed() != "" {
+		t.Errorf("signed by another key: %+v", ans)
+	}
+	if _, ans, _ := ask("wt-3", "has space", a.Key); !strings.Contains(ans.GetError(), "audience") {
+		t.Errorf("a bad audience: %+v", ans)
 	}
 }

@@ -2,11 +2,14 @@ package session_test
 
 import (
 	"context"
+	"crypto"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/better-compute/bcd/components/agent/session"
+	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/seal"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -159,5 +162,55 @@ func TestReportAndHeartbeatHooks(t *testing.T) {
 		case <-deadline:
 			t.Fatal("no heartbeat")
 		}
+	}
+}
+
+// TestSealedSecretAndWorkloadToken: the session signs its requests with
+// the node key, and opens only the sealed answer to the request it made;
+// an answer sealed for another request does not open.
+func TestSealedSecretAndWorkloadToken(t *testing.T) {
+	g, client := startFake(t)
+	nodeKey, _ := pki.GenerateKey()
+	s := session.New(session.Config{Client: client, NodeID: "n1", Role: "node", BootID: "b", Version: "t",
+		Dispatcher: dispatcherFor(t, "n1", newRunner(), 1, nil), BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		NodeKey: func() crypto.Signer { return nodeKey }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	p := g.next(t)
+	p.send(t, welcome(1, time.Now()))
+
+	type res struct {
+		v   string
+		err error
+	}
+	got := make(chan res, 1)
+	go func() { v, err := s.WorkloadToken(ctx, "aud"); got <- res{v, err} }()
+	req := p.recv(t).GetWorkloadTokenRequest()
+	if err := seal.VerifyWorkloadRequest(nodeKey.Public(), "n1", req); err != nil {
+		t.Fatalf("the request is not node-signed: %v", err)
+	}
+	sealed, _ := seal.SealTo(req.GetReplyKey(), req.GetRequestId(), []byte("jwt.for.aud"), time.Now())
+	p.send(t, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_WorkloadTokenAnswer{WorkloadTokenAnswer: &bcdv1.WorkloadTokenAnswer{RequestId: req.GetRequestId(), Sealed: sealed}}})
+	if r := <-got; r.err != nil || r.v != "jwt.for.aud" {
+		t.Fatalf("WorkloadToken = %q, %v", r.v, r.err)
+	}
+
+	// A secret answer sealed to another request's key, under this one's id.
+	gotS := make(chan res, 1)
+	go func() { v, err := s.Secret(ctx, "x", "w", "c"); gotS <- res{string(v), err} }()
+	sreq := p.recv(t).GetSecretRequest()
+	if err := seal.VerifyRequest(nodeKey.Public(), "n1", sreq); err != nil {
+		t.Fatalf("the secret request is not node-signed: %v", err)
+	}
+	otherReq := &bcdv1.SecretRequest{RequestId: sreq.GetRequestId()}
+	if _, err := seal.NewRequest(nodeKey, "n1", otherReq, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	wrong, _ := seal.Seal(otherReq, []byte("s3cret"), time.Now())
+	p.send(t, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_SecretAnswer{SecretAnswer: &bcdv1.SecretAnswer{RequestId: sreq.GetRequestId(), Sealed: wrong}}})
+	if r := <-gotS; r.err == nil || r.v != "" {
+		t.Errorf("an answer sealed to another key opened: %q %v", r.v, r.err)
 	}
 }

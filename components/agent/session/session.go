@@ -103,6 +103,7 @@ type Session struct {
 
 	secMu   sync.Mutex
 	secWait map[string]chan *bcdv1.SecretAnswer
+	wtWait  map[string]chan *bcdv1.WorkloadTokenAnswer
 	secSeq  uint64
 
 	repMu      sync.Mutex
@@ -157,6 +158,7 @@ func New(cfg Config) *Session {
 	}
 	return &Session{cfg: cfg, log: cfg.Log.With("component", "session"), kick: make(chan struct{}, 1),
 		outbox: make(chan *bcdv1.AgentFrame, 16), secWait: map[string]chan *bcdv1.SecretAnswer{},
+		wtWait:  map[string]chan *bcdv1.WorkloadTokenAnswer{},
 		repKick: make(chan struct{}, 1)}
 }
 
@@ -415,6 +417,14 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 				if ch != nil {
 					ch <- x.SecretAnswer
 				}
+			case *bcdv1.GatewayFrame_WorkloadTokenAnswer:
+				s.secMu.Lock()
+				ch := s.wtWait[x.WorkloadTokenAnswer.GetRequestId()]
+				delete(s.wtWait, x.WorkloadTokenAnswer.GetRequestId())
+				s.secMu.Unlock()
+				if ch != nil {
+					ch <- x.WorkloadTokenAnswer
+				}
 			case *bcdv1.GatewayFrame_DesiredState:
 				if s.cfg.OnDesiredState != nil {
 					s.cfg.OnDesiredState(x.DesiredState, s.cfg.Clock.Now())
@@ -493,6 +503,52 @@ func (s *Session) Secret(ctx context.Context, name, workflowID, commandID string
 		return v, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("secret %s: no answer: %w", name, ctx.Err())
+	}
+}
+
+// WorkloadToken asks the gateway for a short-lived token (a JWT it signs)
+// for audience, sealed like a secret: the request is signed by the node
+// key and the answer opens only with the reply key made for it, within
+// 10 s. The metadata service hands such tokens to workloads.
+func (s *Session) WorkloadToken(ctx context.Context, audience string) (string, error) {
+	if s.cfg.NodeKey == nil {
+		return "", errors.New("workload token: this agent has no node key to sign the request with")
+	}
+	s.secMu.Lock()
+	s.secSeq++
+	id := fmt.Sprintf("wt-%d-%d", time.Now().UnixNano(), s.secSeq)
+	ch := make(chan *bcdv1.WorkloadTokenAnswer, 1)
+	s.wtWait[id] = ch
+	s.secMu.Unlock()
+	defer func() {
+		s.secMu.Lock()
+		delete(s.wtWait, id)
+		s.secMu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(ctx, SecretTimeout)
+	defer cancel()
+	wr := &bcdv1.WorkloadTokenRequest{RequestId: id, Audience: audience}
+	opener, err := seal.NewWorkloadRequest(s.cfg.NodeKey(), s.cfg.NodeID, wr, time.Now())
+	if err != nil {
+		return "", fmt.Errorf("workload token: %w", err)
+	}
+	select {
+	case s.outbox <- &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_WorkloadTokenRequest{WorkloadTokenRequest: wr}}:
+	case <-ctx.Done():
+		return "", fmt.Errorf("workload token: %w", ctx.Err())
+	}
+	select {
+	case a := <-ch:
+		if a.GetError() != "" {
+			return "", fmt.Errorf("workload token: the gateway refused: %s", a.GetError())
+		}
+		v, err := opener.OpenSealed(a.GetSealed(), time.Now())
+		if err != nil {
+			return "", fmt.Errorf("workload token: %w", err)
+		}
+		return string(v), nil
+	case <-ctx.Done():
+		return "", fmt.Errorf("workload token: no answer: %w", ctx.Err())
 	}
 }
 

@@ -32,8 +32,11 @@ import (
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
-// PurposeRequest is the purpose of a node's signature of a request.
-const PurposeRequest = "bcd/secret-request/v1"
+// Purposes of a node's signature of a request.
+const (
+	PurposeRequest         = "bcd/secret-request/v1"
+	PurposeWorkloadRequest = "bcd/workload-token-request/v1"
+)
 
 // Window is how long an answer opens after the request was made.
 const Window = 10 * time.Second
@@ -66,6 +69,21 @@ type plaintext struct {
 	ExpMS     int64  `json:"exp_unix_ms"`
 }
 
+type workloadMessage struct {
+	V              int    `json:"v"`
+	RequestID      string `json:"request_id"`
+	Audience       string `json:"audience"`
+	NodeID         string `json:"node_id"`
+	ReplyKeySHA256 []byte `json:"reply_key_sha256"`
+}
+
+// WorkloadRequestMessage is what a node signs of a workload token request.
+func WorkloadRequestMessage(nodeID string, r *bcdv1.WorkloadTokenRequest) []byte {
+	sum := sha256.Sum256(r.GetReplyKey())
+	b, _ := json.Marshal(workloadMessage{V: 1, RequestID: r.GetRequestId(), Audience: r.GetAudience(), NodeID: nodeID, ReplyKeySHA256: sum[:]})
+	return b
+}
+
 // Opener is one request's side of the exchange.
 type Opener struct {
 	mu       sync.Mutex
@@ -74,14 +92,20 @@ type Opener struct {
 	deadline time.Time
 }
 
+// replyPair makes a request's reply key pair.
+func replyPair() (*ecdsa.PrivateKey, []byte, error) {
+	k, err := pki.GenerateKey()
+	if err != nil {
+		return nil, nil, err
+	}
+	spki, err := x509.MarshalPKIXPublicKey(k.Public())
+	return k, spki, err
+}
+
 // NewRequest makes r's reply key and node signature (r's id, name,
 // workflow and command set) and returns what opens its answer.
 func NewRequest(nodeKey crypto.Signer, nodeID string, r *bcdv1.SecretRequest, now time.Time) (*Opener, error) {
-	k, err := pki.GenerateKey()
-	if err != nil {
-		return nil, err
-	}
-	spki, err := x509.MarshalPKIXPublicKey(k.Public())
+	k, spki, err := replyPair()
 	if err != nil {
 		return nil, err
 	}
@@ -94,9 +118,29 @@ func NewRequest(nodeKey crypto.Signer, nodeID string, r *bcdv1.SecretRequest, no
 	return &Opener{key: k, id: r.GetRequestId(), deadline: now.Add(Window)}, nil
 }
 
+// NewWorkloadRequest is NewRequest for a workload token request.
+func NewWorkloadRequest(nodeKey crypto.Signer, nodeID string, r *bcdv1.WorkloadTokenRequest, now time.Time) (*Opener, error) {
+	k, spki, err := replyPair()
+	if err != nil {
+		return nil, err
+	}
+	r.ReplyKey = spki
+	sig, err := pki.Sign(nodeKey, PurposeWorkloadRequest, WorkloadRequestMessage(nodeID, r))
+	if err != nil {
+		return nil, fmt.Errorf("signing the workload token request: %w", err)
+	}
+	r.NodeSignature = sig
+	return &Opener{key: k, id: r.GetRequestId(), deadline: now.Add(Window)}, nil
+}
+
 // Open returns the secret in a sealed answer, once: the key is forgotten
 // whatever the outcome.
 func (o *Opener) Open(a *bcdv1.SecretAnswer, now time.Time) ([]byte, error) {
+	return o.OpenSealed(a.GetSealed(), now)
+}
+
+// OpenSealed opens a sealed answer's compact JWE, once.
+func (o *Opener) OpenSealed(sealed string, now time.Time) ([]byte, error) {
 	o.mu.Lock()
 	k := o.key
 	o.key = nil
@@ -107,10 +151,10 @@ func (o *Opener) Open(a *bcdv1.SecretAnswer, now time.Time) ([]byte, error) {
 	if now.After(o.deadline) {
 		return nil, fmt.Errorf("the answer came more than %s after the request; not opened", Window)
 	}
-	if len(a.GetSealed()) == 0 || len(a.GetSealed()) > MaxSealed {
+	if len(sealed) == 0 || len(sealed) > MaxSealed {
 		return nil, errors.New("the answer is not sealed")
 	}
-	jwe, err := jose.ParseEncrypted(a.GetSealed(), []jose.KeyAlgorithm{jose.ECDH_ES_A256KW}, []jose.ContentEncryption{jose.A256GCM})
+	jwe, err := jose.ParseEncrypted(sealed, []jose.KeyAlgorithm{jose.ECDH_ES_A256KW}, []jose.ContentEncryption{jose.A256GCM})
 	if err != nil {
 		return nil, fmt.Errorf("sealed answer: %w", err)
 	}
@@ -146,8 +190,23 @@ func VerifyRequest(nodeKey crypto.PublicKey, nodeID string, r *bcdv1.SecretReque
 	return nil
 }
 
+// VerifyWorkloadRequest is VerifyRequest for a workload token request.
+func VerifyWorkloadRequest(nodeKey crypto.PublicKey, nodeID string, r *bcdv1.WorkloadTokenRequest) error {
+	if _, err := parseReplyKey(r.GetReplyKey()); err != nil {
+		return err
+	}
+	if err := pki.Verify(nodeKey, PurposeWorkloadRequest, WorkloadRequestMessage(nodeID, r), r.GetNodeSignature()); err != nil {
+		return fmt.Errorf("the request is not signed by the node key: %w", err)
+	}
+	return nil
+}
+
 func replyKey(r *bcdv1.SecretRequest) (*ecdsa.PublicKey, error) {
-	pub, err := x509.ParsePKIXPublicKey(r.GetReplyKey())
+	return parseReplyKey(r.GetReplyKey())
+}
+
+func parseReplyKey(der []byte) (*ecdsa.PublicKey, error) {
+	pub, err := x509.ParsePKIXPublicKey(der)
 	if err != nil {
 		return nil, fmt.Errorf("the request has no usable reply key: %w", err)
 	}
@@ -161,7 +220,12 @@ func replyKey(r *bcdv1.SecretRequest) (*ecdsa.PublicKey, error) {
 // Seal answers r with value, sealed to its reply key, expiring Window
 // after now.
 func Seal(r *bcdv1.SecretRequest, value []byte, now time.Time) (string, error) {
-	pub, err := replyKey(r)
+	return SealTo(r.GetReplyKey(), r.GetRequestId(), value, now)
+}
+
+// SealTo seals value for request id to the reply key replyKeyDER.
+func SealTo(replyKeyDER []byte, id string, value []byte, now time.Time) (string, error) {
+	pub, err := parseReplyKey(replyKeyDER)
 	if err != nil {
 		return "", err
 	}
@@ -169,7 +233,7 @@ func Seal(r *bcdv1.SecretRequest, value []byte, now time.Time) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	pt, err := json.Marshal(plaintext{RequestID: r.GetRequestId(), Value: value, ExpMS: now.Add(Window).UnixMilli()})
+	pt, err := json.Marshal(plaintext{RequestID: id, Value: value, ExpMS: now.Add(Window).UnixMilli()})
 	if err != nil {
 		return "", err
 	}

@@ -3004,10 +3004,15 @@ func (x *SecretAnswer) GetSealed() string {
 	return ""
 }
 
+// WorkloadTokenRequest asks for a short-lived token for audience (a JWT
+// the gateway signs), sealed like a secret: reply_key and node_signature
+// as in SecretRequest.
 type WorkloadTokenRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Audience      string                 `protobuf:"bytes,2,opt,name=audience,proto3" json:"audience,omitempty"`
+	ReplyKey      []byte                 `protobuf:"bytes,3,opt,name=reply_key,json=replyKey,proto3" json:"reply_key,omitempty"`
+	NodeSignature []byte                 `protobuf:"bytes,4,opt,name=node_signature,json=nodeSignature,proto3" json:"node_signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3056,11 +3061,28 @@ func (x *WorkloadTokenRequest) GetAudience() string {
 	return ""
 }
 
+func (x *WorkloadTokenRequest) GetReplyKey() []byte {
+	if x != nil {
+		return x.ReplyKey
+	}
+	return nil
+}
+
+func (x *WorkloadTokenRequest) GetNodeSignature() []byte {
+	if x != nil {
+		return x.NodeSignature
+	}
+	return nil
+}
+
+// WorkloadTokenAnswer carries the token only as sealed, as SecretAnswer;
+// token is not used.
 type WorkloadTokenAnswer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Token         string                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
 	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Sealed        string                 `protobuf:"bytes,4,opt,name=sealed,proto3" json:"sealed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3112,6 +3134,13 @@ func (x *WorkloadTokenAnswer) GetToken() string {
 func (x *WorkloadTokenAnswer) GetError() string {
 	if x != nil {
 		return x.Error
+	}
+	return ""
+}
+
+func (x *WorkloadTokenAnswer) GetSealed() string {
+	if x != nil {
+		return x.Sealed
 	}
 	return ""
 }
@@ -3444,16 +3473,19 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x16\n" +
-	"\x06sealed\x18\x04 \x01(\tR\x06sealed\"Q\n" +
+	"\x06sealed\x18\x04 \x01(\tR\x06sealed\"\x95\x01\n" +
 	"\x14WorkloadTokenRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1a\n" +
-	"\baudience\x18\x02 \x01(\tR\baudience\"`\n" +
+	"\baudience\x18\x02 \x01(\tR\baudience\x12\x1b\n" +
+	"\treply_key\x18\x03 \x01(\fR\breplyKey\x12%\n" +
+	"\x0enode_signature\x18\x04 \x01(\fR\rnodeSignature\"x\n" +
 	"\x13WorkloadTokenAnswer\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"S\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x16\n" +
+	"\x06sealed\x18\x04 \x01(\tR\x06sealed\"S\n" +
 	"\n" +
 	"TunnelData\x12\x1b\n" +
 	"\ttunnel_id\x18\x01 \x01(\tR\btunnelId\x12\x12\n" +

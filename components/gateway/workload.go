@@ -1,0 +1,66 @@
+package gateway
+
+import (
+	"crypto"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/seal"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
+)
+
+// WorkloadTokenTTL is how long a workload token is valid.
+const WorkloadTokenTTL = 5 * time.Minute
+
+// WorkloadKey is the public key workload tokens verify under.
+func (s *Server) WorkloadKey() crypto.PublicKey { return s.keys.workload.Public() }
+
+// answerWorkloadToken answers a node's signed request with a JWT for the
+// audience (issuer bcgw, subject the node), sealed to the request's reply
+// key; nothing travels in clear.
+func (s *Server) answerWorkloadToken(l *live, req *bcdv1.WorkloadTokenRequest) *bcdv1.GatewayFrame {
+	ans := &bcdv1.WorkloadTokenAnswer{RequestId: req.GetRequestId()}
+	err := seal.VerifyWorkloadRequest(l.nodeKey, l.nodeID, req)
+	var tok string
+	if err == nil {
+		tok, err = s.workloadToken(l.nodeID, req.GetAudience())
+	}
+	if err == nil {
+		ans.Sealed, err = seal.SealTo(req.GetReplyKey(), req.GetRequestId(), []byte(tok), s.now())
+	}
+	if err != nil {
+		ans.Error = err.Error()
+		s.log.Warn("workload token refused", "node", l.nodeID, "audience", req.GetAudience(), "reason", err.Error())
+	} else {
+		s.log.Info("workload token answered", "node", l.nodeID, "audience", req.GetAudience())
+	}
+	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_WorkloadTokenAnswer{WorkloadTokenAnswer: ans}}
+}
+
+func (s *Server) workloadToken(node, audience string) (string, error) {
+	if audience == "" || len(audience) > 256 || strings.ContainsFunc(audience, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) {
+		return "", errors.New("the audience must be 1 to 256 printable characters without spaces")
+	}
+	kid, err := pki.Pin(s.keys.workload.Public())
+	if err != nil {
+		return "", err
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: s.keys.workload},
+		(&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", kid))
+	if err != nil {
+		return "", fmt.Errorf("workload token signer: %w", err)
+	}
+	now := s.now()
+	return jwt.Signed(signer).Claims(jwt.Claims{
+		Issuer: "bcgw", Subject: node, Audience: jwt.Audience{audience},
+		IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now), Expiry: jwt.NewNumericDate(now.Add(WorkloadTokenTTL)),
+		ID: randomID(16),
+	}).Serialize()
+}
