@@ -150,12 +150,16 @@ func (k *keys) pins() (serving, signing, encryption string, err error) {
 // loadOrCreateKey reads a P-256 key (PKCS#8 PEM) at path, or makes and
 // stores one (0600).
 func loadOrCreateKey(path string) (crypto.Signer, error) {
-	if b, err := os.ReadFile(path); err == nil {
+	b, err := os.ReadFile(path)
+	if err == nil {
 		k, err := pki.ParsePrivateKeyPEM(b)
 		if err != nil {
 			return nil, fmt.Errorf("load %s: %w", path, err)
 		}
 		return k, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	key, err := pki.GenerateKey()
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,7 +24,6 @@ import (
 
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/bundle"
-	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/pki"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -53,30 +51,7 @@ func loadCommandKey(dataDir, setting string) (crypto.Signer, error) {
 	case CommandKeyNone:
 		return nil, nil
 	case "":
-		path := filepath.Join(dataDir, CommandKeyFile)
-		b, err := os.ReadFile(path)
-		if err == nil {
-			k, err := pki.ParsePrivateKeyPEM(b)
-			if err != nil {
-				return nil, fmt.Errorf("load %s: %w", path, err)
-			}
-			return k, nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("read %s: %w", path, err)
-		}
-		key, err := pki.GenerateKey()
-		if err != nil {
-			return nil, err
-		}
-		kb, err := pki.MarshalPrivateKeyPEM(key)
-		if err != nil {
-			return nil, err
-		}
-		if err := identity.WriteFileAtomic(path, kb, 0o600); err != nil {
-			return nil, err
-		}
-		return key, nil
+		return loadOrCreateKey(filepath.Join(dataDir, CommandKeyFile))
 	default:
 		k, err := ReadSigningKey(setting)
 		if err != nil {

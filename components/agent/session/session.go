@@ -478,31 +478,41 @@ func (s *Session) Secret(ctx context.Context, name, workflowID, commandID string
 		delete(s.secWait, id)
 		s.secMu.Unlock()
 	}()
-	ctx, cancel := context.WithTimeout(ctx, SecretTimeout)
-	defer cancel()
 	sr := &bcdv1.SecretRequest{RequestId: id, Name: name, WorkflowId: workflowID, CommandId: commandID}
 	opener, err := seal.NewRequest(s.cfg.NodeKey(), s.cfg.NodeID, sr, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("secret %s: %w", name, err)
 	}
-	req := &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_SecretRequest{SecretRequest: sr}}
+	a, err := exchange(ctx, s, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_SecretRequest{SecretRequest: sr}}, ch)
+	if err == nil && a.GetError() != "" {
+		err = fmt.Errorf("the gateway refused: %s", a.GetError())
+	}
+	var v []byte
+	if err == nil {
+		v, err = opener.OpenSealed(a.GetSealed(), time.Now())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("secret %s: %w", name, err)
+	}
+	return v, nil
+}
+
+// exchange sends a request frame and waits, at most SecretTimeout, for
+// its answer on ch.
+func exchange[A any](ctx context.Context, s *Session, f *bcdv1.AgentFrame, ch <-chan A) (A, error) {
+	var zero A
+	ctx, cancel := context.WithTimeout(ctx, SecretTimeout)
+	defer cancel()
 	select {
-	case s.outbox <- req:
+	case s.outbox <- f:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("secret %s: %w", name, ctx.Err())
+		return zero, ctx.Err()
 	}
 	select {
 	case a := <-ch:
-		if a.GetError() != "" {
-			return nil, fmt.Errorf("secret %s: the gateway refused: %s", name, a.GetError())
-		}
-		v, err := opener.Open(a, time.Now())
-		if err != nil {
-			return nil, fmt.Errorf("secret %s: %w", name, err)
-		}
-		return v, nil
+		return a, nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("secret %s: no answer: %w", name, ctx.Err())
+		return zero, fmt.Errorf("no answer: %w", ctx.Err())
 	}
 }
 
@@ -525,31 +535,23 @@ func (s *Session) WorkloadToken(ctx context.Context, audience string) (string, e
 		delete(s.wtWait, id)
 		s.secMu.Unlock()
 	}()
-	ctx, cancel := context.WithTimeout(ctx, SecretTimeout)
-	defer cancel()
 	wr := &bcdv1.WorkloadTokenRequest{RequestId: id, Audience: audience}
 	opener, err := seal.NewWorkloadRequest(s.cfg.NodeKey(), s.cfg.NodeID, wr, time.Now())
 	if err != nil {
 		return "", fmt.Errorf("workload token: %w", err)
 	}
-	select {
-	case s.outbox <- &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_WorkloadTokenRequest{WorkloadTokenRequest: wr}}:
-	case <-ctx.Done():
-		return "", fmt.Errorf("workload token: %w", ctx.Err())
+	a, err := exchange(ctx, s, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_WorkloadTokenRequest{WorkloadTokenRequest: wr}}, ch)
+	if err == nil && a.GetError() != "" {
+		err = fmt.Errorf("the gateway refused: %s", a.GetError())
 	}
-	select {
-	case a := <-ch:
-		if a.GetError() != "" {
-			return "", fmt.Errorf("workload token: the gateway refused: %s", a.GetError())
-		}
-		v, err := opener.OpenSealed(a.GetSealed(), time.Now())
-		if err != nil {
-			return "", fmt.Errorf("workload token: %w", err)
-		}
-		return string(v), nil
-	case <-ctx.Done():
-		return "", fmt.Errorf("workload token: no answer: %w", ctx.Err())
+	var v []byte
+	if err == nil {
+		v, err = opener.OpenSealed(a.GetSealed(), time.Now())
 	}
+	if err != nil {
+		return "", fmt.Errorf("workload token: %w", err)
+	}
+	return string(v), nil
 }
 
 type secretsKey struct{}
