@@ -1,0 +1,217 @@
+// Package cdispec is the contract between the node, which renders a GPU
+// hold's CDI spec and environment file, and bcd helper, which writes them
+// as root and must trust nothing it is sent: Render and RenderEnv make the
+// files, Check and CheckEnv decide, default-deny, whether content may be
+// written at all.
+//
+// A spec is a Container Device Interface document of kind bcd.dev/gpu
+// with one device, named after the allocation, whose container edits are
+// only device nodes and environment variables: the device nodes must be
+// the held GPUs' (a device path the checker's own host inventory allows)
+// or the NVIDIA control devices, and the environment only allow-listed
+// variables. Hooks, mounts, any other key or any other device are refused:
+// a CDI hook runs as root in the container runtime. The environment file
+// is KEY=value lines of the same allow-listed variables.
+// docs/devices.md describes both files.
+package cdispec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Version is the CDI specification version written.
+const Version = "0.6.0"
+
+// Kind is the CDI kind of a bcd GPU hold: --device bcd.dev/gpu=<allocation>.
+const Kind = "bcd.dev/gpu"
+
+// MaxSpec bounds a spec and an environment file.
+const MaxSpec = 64 << 10
+
+// ControlDevices are the NVIDIA devices every GPU container needs.
+var ControlDevices = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+
+// EnvKeys are the variables a spec or environment file may set.
+var EnvKeys = []string{"BCD_ALLOCATION", "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}
+
+// Spec is the subset of a CDI spec bcd writes.
+type Spec struct {
+	CDIVersion string   `json:"cdiVersion"`
+	Kind       string   `json:"kind"`
+	Devices    []Device `json:"devices"`
+}
+
+// Device is one CDI device.
+type Device struct {
+	Name           string `json:"name"`
+	ContainerEdits Edits  `json:"containerEdits"`
+}
+
+// Edits are a device's container edits: device nodes and environment.
+type Edits struct {
+	Env         []string     `json:"env,omitempty"`
+	DeviceNodes []DeviceNode `json:"deviceNodes"`
+}
+
+// DeviceNode is a device node by path (the runtime reads its type and
+// numbers from the host).
+type DeviceNode struct {
+	Path string `json:"path"`
+}
+
+// GPU is one held device: its UUID (GPU-... or MIG-...) and its device
+// node (/dev/nvidia<minor>).
+type GPU struct {
+	UUID string
+	Node string
+}
+
+var (
+	allocRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
+	uuidRe  = regexp.MustCompile(`^(GPU|MIG)-[0-9a-fA-F-]{8,64}$`)
+	nodeRe  = regexp.MustCompile(`^/dev/nvidia[0-9]{1,3}$`)
+	valueRe = regexp.MustCompile(`^[A-Za-z0-9_,.:-]{0,1024}$`)
+)
+
+// ValidAllocation reports whether id may name an allocation (a CDI device
+// name and a file name).
+func ValidAllocation(id string) bool { return allocRe.MatchString(id) }
+
+// env is the environment of a hold, in EnvKeys order.
+func env(alloc string, gpus []GPU) []string {
+	uuids := make([]string, len(gpus))
+	for i, g := range gpus {
+		uuids[i] = g.UUID
+	}
+	list := strings.Join(uuids, ",")
+	return []string{"BCD_ALLOCATION=" + alloc, "NVIDIA_VISIBLE_DEVICES=" + list, "CUDA_VISIBLE_DEVICES=" + list}
+}
+
+// Render returns the CDI spec of a hold of gpus by allocation alloc.
+func Render(alloc string, gpus []GPU) ([]byte, error) {
+	if !ValidAllocation(alloc) {
+		return nil, fmt.Errorf("allocation %q is not [A-Za-z0-9_-], 1 to 128", alloc)
+	}
+	if len(gpus) == 0 {
+		return nil, errors.New("a hold of no GPU")
+	}
+	var nodes []DeviceNode
+	for _, g := range gpus {
+		if !uuidRe.MatchString(g.UUID) || !nodeRe.MatchString(g.Node) {
+			return nil, fmt.Errorf("GPU %q at %q is not a GPU or MIG UUID with a /dev/nvidiaN node", g.UUID, g.Node)
+		}
+		if !slices.Contains(nodes, DeviceNode{Path: g.Node}) {
+			nodes = append(nodes, DeviceNode{Path: g.Node})
+		}
+	}
+	for _, c := range ControlDevices {
+		nodes = append(nodes, DeviceNode{Path: c})
+	}
+	b, err := json.MarshalIndent(Spec{CDIVersion: Version, Kind: Kind, Devices: []Device{{Name: alloc,
+		ContainerEdits: Edits{Env: env(alloc, gpus), DeviceNodes: nodes}}}}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// RenderEnv returns the environment file of a hold.
+func RenderEnv(alloc string, gpus []GPU) []byte {
+	return []byte(strings.Join(env(alloc, gpus), "\n") + "\n")
+}
+
+// checkEnvLine checks one KEY=value of a spec or environment file.
+func checkEnvLine(line string, seen map[string]bool) error {
+	k, v, ok := strings.Cut(line, "=")
+	switch {
+	case !ok:
+		return fmt.Errorf("%q is not KEY=value", line)
+	case !slices.Contains(EnvKeys, k):
+		return fmt.Errorf("variable %q is not one bcd may set (%s)", k, strings.Join(EnvKeys, ", "))
+	case seen[k]:
+		return fmt.Errorf("variable %s is set twice", k)
+	case !valueRe.MatchString(v):
+		return fmt.Errorf("the value of %s has characters other than [A-Za-z0-9_,.:-] or is over 1 KiB", k)
+	}
+	seen[k] = true
+	return nil
+}
+
+// Check decides whether data may be written as the CDI spec of allocation
+// alloc: the exact shape Render makes, one device named alloc, device
+// nodes each either a control device or one deviceOK allows (the checker's
+// own GPUs), allow-listed environment, nothing else.
+func Check(alloc string, data []byte, deviceOK func(path string) bool) error {
+	if len(data) > MaxSpec {
+		return fmt.Errorf("CDI spec is %d bytes; at most %d", len(data), MaxSpec)
+	}
+	var s Spec
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return fmt.Errorf("CDI spec: %w (only cdiVersion, kind and devices with name, env and deviceNodes paths are allowed: no hooks, no mounts)", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("CDI spec: data after the JSON object")
+	}
+	switch {
+	case s.CDIVersion != Version:
+		return fmt.Errorf("CDI spec: cdiVersion %q, want %s", s.CDIVersion, Version)
+	case s.Kind != Kind:
+		return fmt.Errorf("CDI spec: kind %q, want %s", s.Kind, Kind)
+	case len(s.Devices) != 1:
+		return fmt.Errorf("CDI spec: %d devices, want 1", len(s.Devices))
+	case s.Devices[0].Name != alloc:
+		return fmt.Errorf("CDI spec: device %q is not the allocation %q", s.Devices[0].Name, alloc)
+	}
+	e := s.Devices[0].ContainerEdits
+	if len(e.DeviceNodes) == 0 || len(e.DeviceNodes) > 64 {
+		return fmt.Errorf("CDI spec: %d device nodes", len(e.DeviceNodes))
+	}
+	gpus := 0
+	for _, n := range e.DeviceNodes {
+		switch {
+		case slices.Contains(ControlDevices, n.Path):
+		case nodeRe.MatchString(n.Path) && deviceOK != nil && deviceOK(n.Path):
+			gpus++
+		default:
+			return fmt.Errorf("CDI spec: device node %q is neither a GPU of this host nor an NVIDIA control device", n.Path)
+		}
+	}
+	if gpus == 0 {
+		return errors.New("CDI spec: no GPU device node")
+	}
+	seen := map[string]bool{}
+	for _, l := range e.Env {
+		if err := checkEnvLine(l, seen); err != nil {
+			return fmt.Errorf("CDI spec: %w", err)
+		}
+	}
+	return nil
+}
+
+// CheckEnv decides whether data may be written as a hold's environment
+// file: KEY=value lines of EnvKeys only, each at most once.
+func CheckEnv(data []byte) error {
+	if len(data) > MaxSpec {
+		return fmt.Errorf("environment file is %d bytes; at most %d", len(data), MaxSpec)
+	}
+	s := string(data)
+	if !strings.HasSuffix(s, "\n") {
+		return errors.New("environment file: the last line has no newline")
+	}
+	seen := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
+		if err := checkEnvLine(l, seen); err != nil {
+			return fmt.Errorf("environment file: %w", err)
+		}
+	}
+	return nil
+}
