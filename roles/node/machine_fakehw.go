@@ -6,15 +6,19 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/better-compute/bcd/components/agent/agentcmd"
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/dispatch"
 	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/helper/helperclient"
+	"github.com/better-compute/bcd/components/machine/devices"
 	"github.com/better-compute/bcd/components/machine/fakehw"
 	"github.com/better-compute/bcd/components/machine/fakehw/fakehttp"
 	"github.com/better-compute/bcd/components/machine/fakekinds"
+	"github.com/better-compute/bcd/components/machine/health"
 	"github.com/better-compute/bcd/components/machine/nodekinds"
 )
 
@@ -35,6 +39,16 @@ func uploadClient() *http.Client { return fakehttp.Client() }
 // extraKinds are the test kinds of a fakehw build.
 func extraKinds(dataDir string) []dispatch.Kind { return fakekinds.Kinds(dataDir) }
 
+// holdFiles keeps a fakehw node's GPU hold files under
+// data_dir/fakehw/root (its /etc/cdi and /run/bcd-alloc), or through bcd
+// helper when configured.
+func holdFiles(dataDir string, helper *helperclient.Client) devices.Files {
+	if helper != nil {
+		return devices.DirFiles{Root: "/", Helper: helper}
+	}
+	return devices.DirFiles{Root: filepath.Join(dataDir, "fakehw", "root")}
+}
+
 // extraSections is the fakehw test section.
 func extraSections(dataDir string) []converge.Section {
 	return []converge.Section{fakekinds.Section(dataDir)}
@@ -44,12 +58,14 @@ func extraSections(dataDir string) []converge.Section {
 func fakeCommands() []cli.Command {
 	return []cli.Command{agentcmd.Sim(func(dataDir string, seed int64) agentcmd.Machine {
 		hw := fakehw.Hardware{Seed: seed, DataDir: dataDir}
-		m := agentcmd.Machine{Kinds: append(nodekinds.Kinds(hw, nil), fakekinds.Kinds(dataDir)...), StatusGPUs: nodekinds.StatusGPUs(hw),
-			Sections: extraSections(dataDir)}
+		mon := health.New(health.Config{HW: hw, Log: slog.New(slog.DiscardHandler)})
+		dev := devicesSection(hw, mon, holdFiles(dataDir, nil))
+		m := agentcmd.Machine{Kinds: append(nodekinds.Kinds(hw, heldGPU(dev)), fakekinds.Kinds(dataDir)...), StatusGPUs: statusGPUs(hw, dev),
+			Sections: append([]converge.Section{dev}, extraSections(dataDir)...)}
 		// BCD_SIM_NO_REPORT=1: no health monitor (conditions, pressure,
 		// inventory), for make bench's reference run.
 		if os.Getenv("BCD_SIM_NO_REPORT") == "" {
-			withHealth(&m, hw, nil, slog.New(slog.DiscardHandler))
+			withHealth(&m, mon)
 		}
 		return m
 	})}

@@ -4,10 +4,13 @@ package main
 
 import (
 	"net/http"
+	"os"
 
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/dispatch"
 	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/helper/helperclient"
+	"github.com/better-compute/bcd/components/machine/devices"
 	"github.com/better-compute/bcd/components/machine/nodekinds"
 )
 
@@ -20,6 +23,19 @@ func hardware(dataDir string) (nodekinds.Hardware, string) {
 func uploadClient() *http.Client { return nil }
 
 func extraKinds(string) []dispatch.Kind { return nil }
+
+// holdFiles is where GPU hold files go: through bcd helper when bcd node
+// runs unprivileged, directly as root, and nowhere (every hold fails as
+// node-unprivileged) when it is neither.
+func holdFiles(_ string, helper *helperclient.Client) devices.Files {
+	switch {
+	case helper != nil:
+		return devices.DirFiles{Root: "/", Helper: helper}
+	case os.Geteuid() == 0:
+		return devices.DirFiles{Root: "/"}
+	}
+	return nil
+}
 
 // extraSections: a host build converges no test section.
 func extraSections(string) []converge.Section { return nil }

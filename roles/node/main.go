@@ -5,9 +5,11 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/better-compute/bcd/components/agent/agentcmd"
+	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/report"
 	"github.com/better-compute/bcd/components/agent/status"
 	"github.com/better-compute/bcd/components/base/cli"
@@ -15,6 +17,7 @@ import (
 	"github.com/better-compute/bcd/components/base/roles"
 	"github.com/better-compute/bcd/components/helper/helperclient"
 	"github.com/better-compute/bcd/components/machine/dcgm"
+	"github.com/better-compute/bcd/components/machine/devices"
 	"github.com/better-compute/bcd/components/machine/doctor"
 	"github.com/better-compute/bcd/components/machine/health"
 	"github.com/better-compute/bcd/components/machine/nodekinds"
@@ -26,29 +29,62 @@ import (
 // for this machine.
 func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	hw, _ := hardware(cfg.DataDir)
+	var helper *helperclient.Client
 	if cfg.Helper.Socket != "" {
 		// Unprivileged: run as [helper] user, privileged work through bcd helper.
 		if err := helperclient.CheckNodeUser(cfg.Helper.User); err != nil {
 			return agentcmd.Machine{}, err
 		}
-		hw = nodekinds.WithHelper(hw, &helperclient.Client{Socket: cfg.Helper.Socket})
+		helper = &helperclient.Client{Socket: cfg.Helper.Socket}
+		hw = nodekinds.WithHelper(hw, helper)
 	}
+	mon := health.New(health.Config{HW: hw, Pressure: pressure.New("/proc"), Log: log})
+	dev := devicesSection(hw, mon, holdFiles(cfg.DataDir, helper))
 	m := agentcmd.Machine{
-		Kinds: append(append(nodekinds.Kinds(hw, nil), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
+		Kinds: append(append(nodekinds.Kinds(hw, heldGPU(dev)), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
-		StatusGPUs: nodekinds.StatusGPUs(hw),
-		Sections:   extraSections(cfg.DataDir),
+		StatusGPUs: statusGPUs(hw, dev),
+		Sections:   append([]converge.Section{dev}, extraSections(cfg.DataDir)...),
 	}
-	withHealth(&m, hw, pressure.New("/proc"), log)
+	withHealth(&m, mon)
 	return m, nil
 }
 
 // withHealth adds the health monitor to m: its conditions, pressure and
 // inventory in the reports, and its watcher beside the agent.
-func withHealth(m *agentcmd.Machine, hw nodekinds.Hardware, p *pressure.Sampler, log *slog.Logger) {
-	mon := health.New(health.Config{HW: hw, Pressure: p, Log: log})
+func withHealth(m *agentcmd.Machine, mon *health.Monitor) {
 	m.Report = report.Machine{Conditions: mon.Conditions, Pressure: mon.Pressure, Inventory: mon.Inventory}
 	m.Watch = mon.Run
+}
+
+// devicesSection is the GPU holds section over hw: a GPU with an Xid
+// condition takes no new hold.
+func devicesSection(hw nodekinds.Hardware, mon *health.Monitor, files devices.Files) *devices.Section {
+	return devices.New(devices.Config{Inventory: hw.Inventory, Files: files, Unhealthy: func(uuid string) bool {
+		for _, c := range mon.Conditions() {
+			if c.GetSubject() == uuid {
+				return true
+			}
+		}
+		return false
+	}})
+}
+
+// heldGPU is gpu.reset's hold check: a held GPU is never reset.
+func heldGPU(dev *devices.Section) nodekinds.Holds {
+	return func(uuid string) bool { return dev.HeldBy(uuid) != "" }
+}
+
+// statusGPUs adds "held by" to bcd status's GPU lines.
+func statusGPUs(hw nodekinds.Hardware, dev *devices.Section) func(context.Context) []status.GPU {
+	base := nodekinds.StatusGPUs(hw)
+	return func(ctx context.Context) []status.GPU {
+		gs := base(ctx)
+		for i := range gs {
+			gs[i].HeldBy = dev.HeldBy(gs[i].UUID)
+		}
+		return gs
+	}
 }
 
 func doctorChecks(cfg *config.Config, path string) []doctor.Check {

@@ -102,6 +102,12 @@ type Fresh interface {
 	Arrived(gen uint64, a Arrival)
 }
 
+// Evented is a Section that records events (AllocationBound...): the
+// engine gives it the agent's event log at Open.
+type Evented interface {
+	SetEvent(func(typ string, body any))
+}
+
 // Arrival says when the held generation arrived. Fresh is false when it
 // was loaded from data_dir after a restart (what it said about time is
 // then stale: a boot lease is not held again until the gateway says so).
@@ -248,6 +254,9 @@ func Open(cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("converge: section %q given twice", s.Name())
 		}
 		e.sections[s.Name()] = s
+		if ev, ok := s.(Evented); ok && cfg.Event != nil {
+			ev.SetEvent(cfg.Event)
+		}
 	}
 	if cfg.DataDir == "" {
 		return e, nil

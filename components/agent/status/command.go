@@ -167,7 +167,7 @@ func Render(w io.Writer, s Snapshot) {
 	for _, g := range s.GPUs {
 		fmt.Fprintf(w, "  %s\n", clean(fmt.Sprintf("%d %s %s: %.0f%% %.0f C %.0f/%.0f W %.1f/%.1f GiB",
 			g.Index, or(g.UUID), or(g.Name), g.UtilizationPct, g.TemperatureC, g.PowerW, g.PowerLimitW,
-			gib(g.MemoryUsedMiB), gib(g.MemoryTotalMiB))))
+			gib(g.MemoryUsedMiB), gib(g.MemoryTotalMiB))+heldBy(g.HeldBy)))
 	}
 }
 
@@ -198,4 +198,12 @@ func clean(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// heldBy is a GPU line's hold, if any.
+func heldBy(alloc string) string {
+	if alloc == "" {
+		return ""
+	}
+	return ", held by " + alloc
 }

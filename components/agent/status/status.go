@@ -135,6 +135,8 @@ type GPU struct {
 	PowerLimitW    float64 `json:"power_limit_w"`
 	MemoryUsedMiB  int64   `json:"memory_used_mib"`
 	MemoryTotalMiB int64   `json:"memory_total_mib"`
+	// HeldBy is the allocation holding the GPU ("" when free).
+	HeldBy string `json:"held_by,omitempty"`
 }
 
 // ValidFor formats how long a certificate ending at notAfter has left at

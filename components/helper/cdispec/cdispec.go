@@ -77,7 +77,7 @@ var (
 	allocRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
 	uuidRe  = regexp.MustCompile(`^(GPU|MIG)-[0-9a-fA-F-]{8,64}$`)
 	nodeRe  = regexp.MustCompile(`^/dev/nvidia[0-9]{1,3}$`)
-	valueRe = regexp.MustCompile(`^[A-Za-z0-9_,.:-]{0,1024}$`)
+	valueRe = regexp.MustCompile(`^[A-Za-z0-9_,.:-]*$`)
 )
 
 // ValidAllocation reports whether id may name an allocation (a CDI device
@@ -137,7 +137,7 @@ func checkEnvLine(line string, seen map[string]bool) error {
 		return fmt.Errorf("variable %q is not one bcd may set (%s)", k, strings.Join(EnvKeys, ", "))
 	case seen[k]:
 		return fmt.Errorf("variable %s is set twice", k)
-	case !valueRe.MatchString(v):
+	case len(v) > 1024 || !valueRe.MatchString(v):
 		return fmt.Errorf("the value of %s has characters other than [A-Za-z0-9_,.:-] or is over 1 KiB", k)
 	}
 	seen[k] = true
@@ -160,6 +160,9 @@ func Check(alloc string, data []byte, deviceOK func(path string) bool) error {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("CDI spec: data after the JSON object")
+	}
+	if err := exactKeys(json.NewDecoder(bytes.NewReader(data))); err != nil {
+		return fmt.Errorf("CDI spec: %w", err)
 	}
 	switch {
 	case s.CDIVersion != Version:
@@ -195,6 +198,58 @@ func Check(alloc string, data []byte, deviceOK func(path string) bool) error {
 		}
 	}
 	return nil
+}
+
+// specKeys are the keys of a spec, spelt as the CDI specification spells
+// them.
+var specKeys = map[string]bool{"cdiVersion": true, "kind": true, "devices": true, "name": true,
+	"containerEdits": true, "env": true, "deviceNodes": true, "path": true}
+
+// exactKeys reads the next JSON value of dec (one encoding/json has
+// already decoded into a Spec, so it is well formed and shallow) and
+// refuses what one JSON reader could read one way and another reader
+// another: a key given twice in one object (encoding/json keeps the last,
+// others the first or an error) or spelt in another case (encoding/json
+// reads "Path" as path, a case-sensitive reader does not; a reader that
+// re-encodes through a map may keep "path" after "Path"). What Check
+// accepts is then read alike by every reader.
+func exactKeys(dec *json.Decoder) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return nil
+	}
+	if d == '{' {
+		seen := map[string]bool{}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			key, _ := tok.(string)
+			switch {
+			case !specKeys[key]:
+				return fmt.Errorf("key %q is not spelt as the CDI specification spells it", key)
+			case seen[key]:
+				return fmt.Errorf("key %q is given twice in one object", key)
+			}
+			seen[key] = true
+			if err := exactKeys(dec); err != nil {
+				return err
+			}
+		}
+	} else {
+		for dec.More() {
+			if err := exactKeys(dec); err != nil {
+				return err
+			}
+		}
+	}
+	_, err = dec.Token() // the closing brace or bracket
+	return err
 }
 
 // CheckEnv decides whether data may be written as a hold's environment
