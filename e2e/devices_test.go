@@ -12,6 +12,8 @@ import (
 
 	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/helper/cdispec"
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
 
 // fileID is a file's inode and modification time.
@@ -84,6 +86,19 @@ func TestGPUHolds(t *testing.T) {
 			t.Errorf("%s env: %q %v", alloc, env, err)
 		}
 	}
+	// The CDI project's own Go library (what podman resolves --device
+	// with) reads the specs and lists exactly the bound holds.
+	cdiDir := filepath.Join(root, "etc/cdi")
+	cdiDevices := func() ([]string, map[string][]error) {
+		c, err := cdi.NewCache(cdi.WithSpecDirs(cdiDir), cdi.WithAutoRefresh(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.ListDevices(), c.GetErrors()
+	}
+	if devs, errs := cdiDevices(); len(errs) != 0 || strings.Join(devs, " ") != "bcd.dev/gpu=alloc_a bcd.dev/gpu=alloc_b" {
+		t.Errorf("CDI sees %v, errors %v", devs, errs)
+	}
 	for _, alloc := range []string{"alloc_c", "alloc_d", "alloc_e"} {
 		if _, err := os.Stat(filepath.Join(root, "etc/cdi/bcd-"+alloc+".json")); err == nil {
 			t.Errorf("a failed hold %s has a spec", alloc)
@@ -137,6 +152,13 @@ func TestGPUHolds(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(root, p)); err == nil {
 			t.Errorf("%s is still there after the release", p)
 		}
+	}
+	if devs, errs := cdiDevices(); len(errs) != 0 || strings.Join(devs, " ") != "bcd.dev/gpu=alloc_a" {
+		t.Errorf("after the release CDI sees %v, errors %v", devs, errs)
+	}
+	c, _ := cdi.NewCache(cdi.WithSpecDirs(cdiDir), cdi.WithAutoRefresh(false))
+	if _, err := c.InjectDevices(&oci.Spec{}, "bcd.dev/gpu=alloc_b"); err == nil || !strings.Contains(err.Error(), "unresolvable") {
+		t.Errorf("a released hold still resolves: %v", err)
 	}
 	types := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(l.bcgw(g, "events", id, "--json")), "\n") {
