@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -143,7 +144,9 @@ func TestGPUHolds(t *testing.T) {
 	// Release alloc_b: its files go.
 	g = l.startGateway(gwDir, g.addr)
 	l.waitNode(g, id, "connected again", func(n nodeView) bool { return n.Connected })
-	gen = l.spec(g, "set", id, `{"devices":{"holds":[{"allocation":"alloc_a","gpus":["0"]}]}}`)
+	// Drop the failed holds and release alloc_b with bcgw's sugar.
+	l.spec(g, "set", id, `{"devices":{"holds":[{"allocation":"alloc_a","gpus":["0"]},{"allocation":"alloc_b","gpus":["`+gpu1+`"]}]}}`)
+	gen, _ = strconv.ParseUint(strings.TrimSpace(l.bcgw(g, "release", id, "--alloc", "alloc_b")), 10, 64)
 	sv = l.waitStatus(g, id, "the release", func(s gateway.StatusView) bool { return s.ObservedGeneration == gen })
 	if s := section(sv, "devices"); s.State != "CONVERGED" {
 		t.Errorf("devices after the release: %+v", s)

@@ -239,3 +239,17 @@ func (c *AdminClient) SubmitBatch(ctx context.Context, bf BatchFile) (BatchSubmi
 	var out BatchSubmitView
 	return out, c.do(ctx, http.MethodPost, "/v1/batches/submit", bf, &out)
 }
+
+// Hold adds or replaces a GPU hold in a node's spec (bcgw hold).
+func (c *AdminClient) Hold(ctx context.Context, node string, h HoldRequest) (uint64, error) {
+	var v GenerationView
+	err := c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(node)+"/holds", h, &v)
+	return v.Generation, err
+}
+
+// Release removes a node's hold (bcgw release).
+func (c *AdminClient) Release(ctx context.Context, node, alloc string) (uint64, error) {
+	var v GenerationView
+	err := c.do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(node)+"/holds/"+url.PathEscape(alloc), nil, &v)
+	return v.Generation, err
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/gateway"
+)
+
+// hold is `bcgw hold NODE --alloc ID --gpu N|UUID ... [--cpus L]
+// [--memory BYTES]`: a hold added to (or replaced in) the node's devices
+// section, as a new spec generation.
+func hold(ctx context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "hold")
+	var a adminFlags
+	a.register(fs)
+	alloc := fs.String("alloc", "", "the allocation id ([A-Za-z0-9_-], 1 to 128)")
+	var gpus stringsFlag
+	fs.Var(&gpus, "gpu", "a GPU to hold, by index or UUID; repeat for each")
+	cpus := fs.String("cpus", "", "limit the allocation to these CPUs (a cpulist, e.g. 0-7)")
+	memory := fs.Uint64("memory", 0, "limit the allocation's memory, in bytes")
+	const usage = "bcgw hold NODE --alloc ID --gpu N|UUID ... [--cpus LIST] [--memory BYTES]"
+	pos, code, ok := parseInterleaved(fs, env, args, 1, usage)
+	if !ok {
+		return code
+	}
+	if *alloc == "" || len(gpus) == 0 {
+		return cli.Usagef(env, "bcgw hold: --alloc and at least one --gpu are needed\nusage: %s", usage)
+	}
+	h := gateway.HoldRequest{Allocation: *alloc, GPUs: gpus}
+	if *cpus != "" || *memory != 0 {
+		h.Limits = &gateway.HoldLimits{CPUs: *cpus, MemoryBytes: *memory}
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw hold", err)
+	}
+	gen, err := c.Hold(ctx, pos[0], h)
+	if err != nil {
+		return cli.Fail(env, "bcgw hold", err)
+	}
+	fmt.Fprintf(env.Stdout, "%d\n", gen)
+	return 0
+}
+
+// release is `bcgw release NODE --alloc ID`.
+func release(ctx context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "release")
+	var a adminFlags
+	a.register(fs)
+	alloc := fs.String("alloc", "", "the allocation whose hold goes")
+	const usage = "bcgw release NODE --alloc ID"
+	pos, code, ok := parseInterleaved(fs, env, args, 1, usage)
+	if !ok {
+		return code
+	}
+	if *alloc == "" {
+		return cli.Usagef(env, "bcgw release: --alloc is needed\nusage: %s", usage)
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw release", err)
+	}
+	gen, err := c.Release(ctx, pos[0], *alloc)
+	if err != nil {
+		return cli.Fail(env, "bcgw release", err)
+	}
+	fmt.Fprintf(env.Stdout, "%d\n", gen)
+	return 0
+}
