@@ -2,7 +2,8 @@
 // hardware: inventory (procfs and sysfs), nvsmi (GPUs through
 // nvidia-smi), xid (GPU faults in the kernel log), dcgm (diag.dcgm),
 // logbundle (logs.collect), doctor (`bcd doctor`), nodekinds (the node's
-// command kinds over a Hardware seam), pressure (PSI and CPU steal),
+// command kinds over a Hardware seam), devices (the NodeSpec's GPU holds),
+// pressure (PSI and CPU steal),
 // health (the monitor that turns Xids into conditions and keeps the
 // inventory and pressure current for the agent's reports), and fakehw and
 // fakekinds (the fake machine, test kinds and the fakehw NodeSpec section
