@@ -11,8 +11,9 @@ import (
 
 // Environment variables a helpere2e build (the root end-to-end test's,
 // never a release build) reads, so that test can follow slice.apply and
-// slice.remove through the real binary on a host systemd does not run, and
-// the tpm.* operations against a swtpm.
+// slice.remove through the real binary on a host systemd does not run,
+// the tpm.* operations against a swtpm, and CDI specs on a host without
+// an NVIDIA GPU.
 const (
 	// e2eSystemctlEnv names a program run in place of systemctl.
 	e2eSystemctlEnv = "BCD_HELPER_E2E_SYSTEMCTL"
@@ -24,6 +25,9 @@ const (
 	// e2eSWTPMEnv names a swtpm's TCP command port (host:port) opened in
 	// place of /dev/tpmrm0 for the tpm.* operations.
 	e2eSWTPMEnv = "BCD_HELPER_E2E_SWTPM"
+	// e2eProcEnv names the directory read in place of /proc for the
+	// NVIDIA GPUs' device minors (driver/nvidia/gpus/*/information).
+	e2eProcEnv = "BCD_HELPER_E2E_PROC"
 )
 
 // e2eSeams applies the helpere2e environment variables that are set.
@@ -38,6 +42,9 @@ func e2eSeams(s *seams) {
 	}
 	if d := os.Getenv(e2eCgroupEnv); d != "" {
 		s.cgroup = d
+	}
+	if d := os.Getenv(e2eProcEnv); d != "" {
+		s.gpuMinors = func() ([]int, error) { return hostGPUMinors(d) }
 	}
 	if addr := os.Getenv(e2eSWTPMEnv); addr != "" {
 		s.openTPM = func() (*tpm.TPM, error) { return tpm.OpenTCP(addr) }

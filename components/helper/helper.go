@@ -30,12 +30,23 @@ type Config struct {
 }
 
 // FakeMachine is what the helper of a fakehw build needs of its fake
-// machine: the GPU UUIDs gpu.reset may name and the CPUs and memory nodes
-// slice.apply checks cpulists against. The machine domain sits above the
-// helper's, so the role's main builds it.
+// machine: the GPU UUIDs gpu.reset may name, the CPUs and memory nodes
+// slice.apply checks cpulists against, and the GPUs' device minors a CDI
+// spec's device nodes may name (/dev/nvidia<minor>). The machine domain
+// sits above the helper's, so the role's main builds it.
 type FakeMachine struct {
 	GPUs     func() []string
 	Topology func() (cpus, mems string, err error)
+	Minors   func() []int
+}
+
+// minors is the fake machine's GPU minors; a FakeMachine without Minors
+// has none, so it allows no CDI spec.
+func (f *FakeMachine) minors() ([]int, error) {
+	if f.Minors == nil {
+		return nil, nil
+	}
+	return f.Minors(), nil
 }
 
 // FromConfig takes the helper's settings from a loaded configuration.

@@ -67,6 +67,11 @@ func (srv *server) file(_ context.Context, req *wire.Request) (*wire.Response, s
 	}
 	owner := srv.s.euid
 	if req.Op == wire.OpFileWrite {
+		// A hold's CDI spec and environment file are checked before
+		// anything on disk changes: a CDI hook would run as root.
+		if resp, outcome := srv.checkHoldFile(t, req.Data); resp != nil {
+			return resp, outcome
+		}
 		err = writeFile(srv.s.root, t, req.Data, owner)
 	} else {
 		var absent bool

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/bcd/components/helper/cdispec"
 	"github.com/better-compute/bcd/components/helper/wire"
 	"github.com/better-compute/bcd/components/trust/tpm"
 	"github.com/better-compute/bcd/components/trust/tpm/swtpmtest"
@@ -32,7 +33,9 @@ import (
 // TestRootEndToEnd runs the real thing as root: a real unprivileged user,
 // the bcd-helper binary (built with the helpere2e tag for its helper-call
 // command) serving as root, and helper-call run as that user to write and
-// remove a CDI spec of the table under /etc/cdi. The same request from
+// remove a CDI spec of the table under /etc/cdi (for a GPU of a stand-in
+// /proc/driver/nvidia), and to have a spec with a hook and one for a GPU
+// the host lacks refused. The same request from
 // another uid, from the user with another primary group, and from a copy
 // of the binary (another file) gets "not allowed"; with that copy as
 // [helper] entrypoint it is allowed.
@@ -99,8 +102,17 @@ func TestRootEndToEnd(t *testing.T) {
 	// cgroup tree under base.
 	sl := newSliceEnv(t, base, rnd)
 
+	// The host's GPUs, as the helper reads them: a helpere2e build's
+	// stand-in /proc with one NVIDIA GPU of minor 0 (this machine may
+	// have none).
+	proc := filepath.Join(base, "proc")
+	gpuInfo := filepath.Join(proc, "driver/nvidia/gpus/0000:18:00.0/information")
+	must(t, os.MkdirAll(filepath.Dir(gpuInfo), 0o755))
+	must(t, os.WriteFile(gpuInfo, []byte("Model: \t\t NVIDIA H100 80GB HBM3\nBus Location: \t 0000:18:00.0\nDevice Minor: \t 0\n"), 0o444))
+	procEnv := "BCD_HELPER_E2E_PROC=" + proc
+
 	socket := filepath.Join(base, "run", "helper.sock")
-	logs := startBinary(t, bin, base, "a", socket, name, "", sl.env...)
+	logs := startBinary(t, bin, base, "a", socket, name, "", append(sl.env, procEnv)...)
 
 	fi, err := os.Lstat(socket)
 	if err != nil {
@@ -110,7 +122,12 @@ func TestRootEndToEnd(t *testing.T) {
 		t.Errorf("socket %v %d:%d, want 0660 root:%d", fi.Mode(), st.Uid, st.Gid, gid)
 	}
 
-	spec := `{"cdiVersion":"0.6.0","kind":"nvidia.com/gpu","devices":[]}`
+	gpu := cdispec.GPU{UUID: "GPU-00000000-0000-4000-8000-0000000000e2", Node: "/dev/nvidia0"}
+	specBytes, err := cdispec.Render(id, []cdispec.GPU{gpu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := string(specBytes)
 	write := `{"v":1,"op":"file.write","kind":"cdi","id":"` + id + `","data":"` + base64.StdEncoding.EncodeToString([]byte(spec)) + `"}`
 	remove := `{"v":1,"op":"file.remove","kind":"cdi","id":"` + id + `"}`
 	asUser := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
@@ -152,6 +169,25 @@ func TestRootEndToEnd(t *testing.T) {
 	if b, _ := os.ReadFile(target); string(b) != spec {
 		t.Errorf("%s = %q", target, b)
 	}
+	// A spec with a hook, and one for a GPU this host lacks, are refused
+	// and the spec written stays as it was.
+	hooked := strings.Replace(spec, `"deviceNodes"`, `"hooks": [{"hookName": "createContainer", "path": "/bin/sh", "args": ["sh", "-c", "id"]}], "deviceNodes"`, 1)
+	other, err := cdispec.Render(id, []cdispec.GPU{{UUID: gpu.UUID, Node: "/dev/nvidia1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for data, want := range map[string]string{
+		hooked:        `CDI spec: json: unknown field \"hooks\"`,
+		string(other): `device node \"/dev/nvidia1\" is neither a GPU of this host nor an NVIDIA control device (this host has the GPU device nodes /dev/nvidia0)`,
+	} {
+		req := `{"v":1,"op":"file.write","kind":"cdi","id":"` + id + `","data":"` + base64.StdEncoding.EncodeToString([]byte(data)) + `"}`
+		if out, code := call(t, bin, socket, asUser, req); !strings.Contains(out, want) || !strings.HasSuffix(out, `"retryable":false}`) || code != 1 {
+			t.Errorf("a refused spec: %q exit %d, want a refusal containing %s", out, code, want)
+		}
+		if b, _ := os.ReadFile(target); string(b) != spec {
+			t.Errorf("%s after a refused spec = %q", target, b)
+		}
+	}
 	// What the client refuses before sending, the helper refuses too.
 	for req, want := range map[string]string{
 		`{"v":1,"op":"file.write","kind":"cdi","id":"../../tmp/x"}`:            "does not fit file kind cdi",
@@ -188,7 +224,7 @@ func TestRootEndToEnd(t *testing.T) {
 		`"msg":"helper: connection refused"`, `"uid":65534`, `"reason":"uid 65534 gid`,
 		`is not bcd (neither this helper's binary nor [helper] entrypoint)`,
 		`"msg":"helper: operation"`, `"op":"file.write","kind":"cdi","id":"` + id + `"`, `"outcome":"ok"`,
-		`"op":"file.remove"`,
+		`"op":"file.remove"`, `"outcome":"refused","error":"file.write ` + target + `: CDI spec: json: unknown field \"hooks\"`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("helper log lacks %s:\n%s", want, text)
@@ -239,7 +275,7 @@ func TestRootEndToEnd(t *testing.T) {
 	// With the copy as [helper] entrypoint, the copy is allowed.
 	t.Run("entrypoint", func(t *testing.T) {
 		socket2 := filepath.Join(base, "run", "helper2.sock")
-		startBinary(t, bin, base, "b", socket2, name, copyBin)
+		startBinary(t, bin, base, "b", socket2, name, copyBin, procEnv)
 		if out, code := call(t, copyBin, socket2, asUser, write); out != `{"v":1,"ok":true}` || code != 0 {
 			t.Fatalf("file.write from the entrypoint: %q exit %d", out, code)
 		}

@@ -61,6 +61,10 @@ type seams struct {
 	// topology returns the host's CPUs and memory nodes as cpulists
 	// (a fakehw build: its fake machine's).
 	topology func() (cpus, mems string, err error)
+	// gpuMinors returns the device minors of the host's NVIDIA GPUs
+	// (/dev/nvidia<minor>), read at each request (a fakehw build: its
+	// fake machine's).
+	gpuMinors func() ([]int, error)
 	// unitRoot is where /run/systemd/system is looked for: "/".
 	unitRoot string
 	// cgroup is the cgroup v2 mount: /sys/fs/cgroup.
@@ -86,6 +90,7 @@ func hostSeams() seams {
 		smi:       runSMI,
 		fakeGPUs:  func() []string { return nil },
 		topology:  func() (string, string, error) { return hostTopology("/sys") },
+		gpuMinors: func() ([]int, error) { return hostGPUMinors("/proc") },
 		unitRoot:  "/",
 		cgroup:    "/sys/fs/cgroup",
 		openTPM:   openHostTPM(buildinfo.FakeHW),
@@ -125,6 +130,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, s seams) error {
 	}
 	if cfg.Fake != nil {
 		s.fakeGPUs, s.topology = cfg.Fake.GPUs, cfg.Fake.Topology
+		s.gpuMinors = cfg.Fake.minors
 	}
 	srv, err := start(cfg, log, s)
 	if err != nil {

@@ -100,6 +100,7 @@ func testSeams(dir string) (seams, uint32, uint32) {
 	s.smi = func(context.Context, ...string) ([]byte, error) { return nil, errNoSMI }
 	s.fakeGPUs = func() []string { return nil }
 	s.topology = func() (string, string, error) { return "0-3", "0", nil }
+	s.gpuMinors = func() ([]int, error) { return []int{0, 1}, nil } // never the host's
 	s.unitRoot = s.root
 	s.cgroup = filepath.Join(dir, "cgroup")
 	s.openTPM = func() (*tpm.TPM, error) { return nil, errNoTPM } // never the host's
@@ -228,7 +229,7 @@ func mkdirs(t *testing.T, root string, dirs ...string) {
 func TestFileWriteAndRemove(t *testing.T) {
 	h := startHelper(t, nil)
 	ctx := context.Background()
-	spec := []byte(`{"cdiVersion":"0.6.0"}`)
+	spec := holdSpec(t, "gpu0", "/dev/nvidia0")
 	if err := h.client.WriteFile(ctx, "/etc/cdi/bcd-gpu0.json", spec); err != nil {
 		t.Fatal(err)
 	}
@@ -241,10 +242,11 @@ func TestFileWriteAndRemove(t *testing.T) {
 		}
 	}
 	// Replace it.
-	if err := h.client.WriteFile(ctx, "/etc/cdi/bcd-gpu0.json", []byte("v2")); err != nil {
+	spec = holdSpec(t, "gpu0", "/dev/nvidia1")
+	if err := h.client.WriteFile(ctx, "/etc/cdi/bcd-gpu0.json", spec); err != nil {
 		t.Fatal(err)
 	}
-	assertFile(t, p, []byte("v2"), 0o644)
+	assertFile(t, p, spec, 0o644)
 	// The k8s token is 0600.
 	if err := h.client.WriteFile(ctx, "/var/lib/bcd-hostconfig/k8s/bootstrap-token", []byte("abcdef.0123456789abcdef")); err != nil {
 		t.Fatal(err)
@@ -328,6 +330,9 @@ func TestRefusalsChangeNothing(t *testing.T) {
 	must(t, os.Chmod(filepath.Join(h.root, "var/lib/bcd-hostconfig"), 0o775))
 
 	data := base64.StdEncoding.EncodeToString([]byte("evil"))
+	// Content a hold's file check passes, so the walker's refusals show.
+	planted := base64.StdEncoding.EncodeToString(holdSpec(t, "planted", "/dev/nvidia0"))
+	env := base64.StdEncoding.EncodeToString([]byte("BCD_ALLOCATION=a1\n"))
 	tests := []struct {
 		name, req, wantErr string
 	}{
@@ -340,13 +345,16 @@ func TestRefusalsChangeNothing(t *testing.T) {
 		{"id with a path", `{"v":1,"op":"file.write","kind":"cdi","id":"../../outside/victim","data":"` + data + `"}`, "does not fit file kind cdi"},
 		{"id on a kind without one", `{"v":1,"op":"file.write","kind":"ssh-ca","id":"x","data":"` + data + `"}`, "takes no id"},
 		{"principal ..", `{"v":1,"op":"file.write","kind":"ssh-principals","id":"..","data":"` + data + `"}`, "does not fit"},
-		{"symlink at the target", `{"v":1,"op":"file.write","kind":"cdi","id":"planted","data":"` + data + `"}`, "bcd-planted.json is a symlink"},
+		{"symlink at the target", `{"v":1,"op":"file.write","kind":"cdi","id":"planted","data":"` + planted + `"}`, "bcd-planted.json is a symlink"},
 		{"remove a symlink at the target", `{"v":1,"op":"file.remove","kind":"cdi","id":"planted"}`, "bcd-planted.json is a symlink"},
-		{"symlink on the way", `{"v":1,"op":"file.write","kind":"allocation-env","id":"a1","data":"` + data + `"}`, "bcd-alloc is a symlink"},
+		{"symlink on the way", `{"v":1,"op":"file.write","kind":"allocation-env","id":"a1","data":"` + env + `"}`, "bcd-alloc is a symlink"},
 		{"remove through a symlink on the way", `{"v":1,"op":"file.remove","kind":"allocation-env","id":"a1"}`, "bcd-alloc is a symlink"},
 		{"directory at the target", `{"v":1,"op":"file.write","kind":"ssh-principals","id":"alice","data":"` + data + `"}`, "is not a regular file"},
 		{"directory others can write", `{"v":1,"op":"file.write","kind":"k8s-token","data":"` + data + `"}`, "can be written by group or others"},
-		{"file too large", `{"v":1,"op":"file.write","kind":"cdi","id":"x","data":"` + base64.StdEncoding.EncodeToString(make([]byte, 1<<20+1)) + `"}`, "more than 1048576"},
+		{"file too large", `{"v":1,"op":"file.write","kind":"ssh-krl","data":"` + base64.StdEncoding.EncodeToString(make([]byte, 1<<20+1)) + `"}`, "more than 1048576"},
+		{"CDI spec too large", `{"v":1,"op":"file.write","kind":"cdi","id":"x","data":"` + base64.StdEncoding.EncodeToString(make([]byte, 64<<10+1)) + `"}`, "CDI spec is 65537 bytes; at most 65536"},
+		{"CDI spec that is not one", `{"v":1,"op":"file.write","kind":"cdi","id":"x","data":"` + data + `"}`, "file.write /etc/cdi/bcd-x.json: CDI spec: invalid character"},
+		{"environment file that is not one", `{"v":1,"op":"file.write","kind":"allocation-env","id":"x","data":"` + data + `"}`, "file.write /run/bcd-alloc/x.env: environment file: the last line has no newline"},
 		{"request over 4 MiB", `{"v":1,"op":"file.write","kind":"cdi","id":"x","data":"` + data + `"}` + strings.Repeat(" ", wire.MaxRequest), "larger than 4194304 bytes"},
 		{"not JSON", `file.write /etc/passwd`, "not JSON"},
 		{"unknown op", `{"v":1,"op":"file.chmod","kind":"cdi","id":"x"}`, "unknown operation"},
@@ -378,11 +386,11 @@ func must(t *testing.T, err error) {
 // TestRequestOfExactly4MiB: 4 MiB is served, 4 MiB and one byte refused.
 func TestRequestOfExactly4MiB(t *testing.T) {
 	h := startHelper(t, nil)
-	req := `{"v":1,"op":"file.write","kind":"cdi","id":"edge","data":"aGk="}`
+	req := `{"v":1,"op":"file.write","kind":"ssh-krl","data":"aGk="}`
 	if got := h.raw(t, []byte(req+strings.Repeat(" ", wire.MaxRequest-len(req)))); got != `{"v":1,"ok":true}` {
 		t.Fatalf("answer %s", got)
 	}
-	assertFile(t, filepath.Join(h.root, "etc/cdi/bcd-edge.json"), []byte("hi"), 0o644)
+	assertFile(t, filepath.Join(h.root, "etc/ssh/bc_krl"), []byte("hi"), 0o644)
 }
 
 // TestBusy: with 32 requests in flight the 33rd is answered busy, which
@@ -399,7 +407,9 @@ func TestBusy(t *testing.T) {
 	ctx := context.Background()
 	errs := make(chan error, maxInFlight)
 	for i := range maxInFlight {
-		go func() { errs <- h.client.WriteFile(ctx, fmt.Sprintf("/etc/cdi/bcd-c%d.json", i), []byte("x")) }()
+		id := fmt.Sprintf("c%d", i)
+		spec := holdSpec(t, id, "/dev/nvidia0")
+		go func() { errs <- h.client.WriteFile(ctx, "/etc/cdi/bcd-"+id+".json", spec) }()
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for held.Load() < maxInFlight {
@@ -408,7 +418,8 @@ func TestBusy(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	err := h.client.WriteFile(ctx, "/etc/cdi/bcd-c32.json", []byte("x"))
+	c32 := holdSpec(t, "c32", "/dev/nvidia0")
+	err := h.client.WriteFile(ctx, "/etc/cdi/bcd-c32.json", c32)
 	var herr *helperclient.Error
 	if !errors.As(err, &herr) || !herr.Retryable || !strings.Contains(herr.Msg, "busy") || !helperclient.IsRetryable(err) {
 		t.Fatalf("33rd request: %v, want a retryable busy answer", err)
@@ -433,7 +444,7 @@ func TestBusy(t *testing.T) {
 		t.Errorf("%d requests ran, want %d", held.Load(), maxInFlight)
 	}
 	// A slot is free again.
-	if err := h.client.WriteFile(ctx, "/etc/cdi/bcd-c32.json", []byte("x")); err != nil {
+	if err := h.client.WriteFile(ctx, "/etc/cdi/bcd-c32.json", c32); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -478,7 +489,7 @@ func TestPeerRefused(t *testing.T) {
 			peer.Store(tt.peer)
 			exe.Store(tt.exe)
 			before := snapshot(t, h.root)
-			err := h.client.WriteFile(context.Background(), "/etc/cdi/bcd-peer.json", []byte("x"))
+			err := h.client.WriteFile(context.Background(), "/etc/cdi/bcd-peer.json", holdSpec(t, "peer", "/dev/nvidia1"))
 			if tt.reason == "" {
 				if err != nil {
 					t.Fatal(err)

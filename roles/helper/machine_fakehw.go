@@ -13,9 +13,10 @@ import (
 )
 
 // fakeMachine is the fake machine of a fakehw build, which the helper
-// checks gpu.reset and slice.apply against.
+// checks gpu.reset, slice.apply and the device nodes of CDI specs
+// against.
 func fakeMachine() *helper.FakeMachine {
-	return &helper.FakeMachine{GPUs: fakeGPUs, Topology: topology}
+	return &helper.FakeMachine{GPUs: fakeGPUs, Topology: topology, Minors: minors}
 }
 
 // fakeSeed is the fake machine of BCD_FAKEHW_SEED (default 1), as bcd node
@@ -35,6 +36,18 @@ func fakeGPUs() []string {
 	out := make([]string, fakehw.GPUCount)
 	for i := range out {
 		out[i] = fakehw.GPUUUID(seed, i)
+	}
+	return out
+}
+
+// minors are the device minors of the fake machine's GPUs
+// (/dev/nvidia<minor>), as its inventory gives them to bcd node.
+func minors() []int {
+	var out []int
+	for _, g := range fakehw.Machine(fakeSeed()).GPUs {
+		if g.Minor != nil {
+			out = append(out, *g.Minor)
+		}
 	}
 	return out
 }

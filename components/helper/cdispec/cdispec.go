@@ -149,6 +149,9 @@ func checkEnvLine(line string, seen map[string]bool) error {
 // nodes each either a control device or one deviceOK allows (the checker's
 // own GPUs), allow-listed environment, nothing else.
 func Check(alloc string, data []byte, deviceOK func(path string) bool) error {
+	if !ValidAllocation(alloc) {
+		return fmt.Errorf("CDI spec: %q is not an allocation ([A-Za-z0-9_-], 1 to 128, not starting with - or _)", alloc)
+	}
 	if len(data) > MaxSpec {
 		return fmt.Errorf("CDI spec is %d bytes; at most %d", len(data), MaxSpec)
 	}
