@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/tpm/swtpmtest"
@@ -192,6 +193,35 @@ func TestUnprivilegedNodeRenewsThroughHelperTPM(t *testing.T) {
 		t.Fatalf("agent.ping after the renewal: exit %d %s %s", code, out, errOut)
 	}
 
+	// A GPU hold binds through the helper (file.write of the CDI spec and
+	// environment file, checked by the helper against its own GPUs) and
+	// its release removes them (file.remove).
+	alloc := fmt.Sprintf("e2e_%d", os.Getpid())
+	cdiPath, envPath := "/etc/cdi/bcd-"+alloc+".json", "/run/bcd-alloc/"+alloc+".env"
+	t.Cleanup(func() { os.Remove(cdiPath); os.Remove(envPath) })
+	holdGen, _ := strconv.ParseUint(strings.TrimSpace(l.bcgw(g, "hold", id, "--alloc", alloc, "--gpu", "0")), 10, 64)
+	l.waitStatus(g, id, "the hold bound", func(s gateway.StatusView) bool { return s.ObservedGeneration >= holdGen })
+	if b, err := os.ReadFile(cdiPath); err != nil || !strings.Contains(string(b), `"name": "`+alloc+`"`) {
+		t.Errorf("the hold's CDI spec through the helper: %v %s", err, b)
+	}
+	if st, err := os.Stat(envPath); err != nil || st.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("the hold's environment file: %v (written by root through the helper)", err)
+	}
+	relGen, _ := strconv.ParseUint(strings.TrimSpace(l.bcgw(g, "release", id, "--alloc", alloc)), 10, 64)
+	l.waitStatus(g, id, "the hold released", func(s gateway.StatusView) bool { return s.ObservedGeneration >= relGen })
+	if _, err := os.Stat(cdiPath); err == nil {
+		t.Error("the released hold's CDI spec is still there")
+	}
+	fileOps := map[string]int{}
+	for _, o := range helperOps(t, helper.stderr.String()) {
+		if op, _ := o["op"].(string); strings.HasPrefix(op, "file.") && o["outcome"] == "ok" {
+			fileOps[op]++
+		}
+	}
+	if fileOps["file.write"] != 2 || fileOps["file.remove"] != 2 {
+		t.Errorf("the helper log shows file operations %v, want two writes and two removes", fileOps)
+	}
+
 	// The helper served the node's process: its key loaded, the next key
 	// made and certified by the AK, each from the node's pid and uid.
 	ops := helperOps(t, helper.stderr.String())
@@ -207,6 +237,9 @@ func TestUnprivilegedNodeRenewsThroughHelperTPM(t *testing.T) {
 		}
 		op, _ := o["op"].(string)
 		key, _ := o["key"].(string)
+		if strings.HasPrefix(op, "file.") {
+			continue
+		}
 		if seen[op] == nil {
 			seen[op] = map[string]bool{}
 		}
