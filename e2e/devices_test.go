@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/bcd/components/agent"
 	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/helper/cdispec"
+	"github.com/better-compute/bcd/components/trust/identity"
+	"github.com/better-compute/bcd/components/trust/pki"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
@@ -163,11 +166,26 @@ func TestGPUHolds(t *testing.T) {
 	if _, err := c.InjectDevices(&oci.Spec{}, "bcd.dev/gpu=alloc_b"); err == nil || !strings.Contains(err.Error(), "unresolvable") {
 		t.Errorf("a released hold still resolves: %v", err)
 	}
+	// The allocation events are node-signed.
+	ag, err := identity.Load(data)
+	if err != nil {
+		t.Fatal(err)
+	}
 	types := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(l.bcgw(g, "events", id, "--json")), "\n") {
 		var e gateway.EventView
-		if json.Unmarshal([]byte(line), &e) == nil {
-			types[e.Type]++
+		if json.Unmarshal([]byte(line), &e) != nil {
+			continue
+		}
+		types[e.Type]++
+		if strings.HasPrefix(e.Type, "Allocation") {
+			var se struct {
+				Body          json.RawMessage `json:"body"`
+				NodeSignature []byte          `json:"node_signature"`
+			}
+			if err := json.Unmarshal(e.Body, &se); err != nil || pki.Verify(ag.Cert.PublicKey, agent.PurposeEvent, agent.EventMessage(id, e.Type, se.Body), se.NodeSignature) != nil {
+				t.Errorf("event %d %s is not node-signed: %v %s", e.Seq, e.Type, err, e.Body)
+			}
 		}
 	}
 	if types["AllocationBound"] != 2 || types["AllocationReleased"] != 1 || types["AllocationFailed"] < 3 {

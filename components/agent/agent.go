@@ -137,7 +137,7 @@ func Run(ctx context.Context, c Config) error {
 	if v := trust.Version(); v > 0 {
 		log.Info("trust bundle held", "version", v, "signed_intent", trust.Enforced())
 	}
-	events := newEventLog(j)
+	events := newEventLog(j, a.NodeID, func() crypto.Signer { k, _ := cert.Load().PrivateKey.(crypto.Signer); return k })
 	var rep *report.Reporter
 	engine, err := converge.Open(converge.Config{DataDir: cfg.DataDir, Sections: c.Sections, Log: nodeLog, Now: clk.Now,
 		Verify:  func(ds *bcdv1.DesiredState) error { return trust.Roots().VerifyDesiredState(a.NodeID, ds) },
