@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -73,16 +72,48 @@ type GPU struct {
 	Node string
 }
 
-var (
-	allocRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
-	uuidRe  = regexp.MustCompile(`^(GPU|MIG)-[0-9a-fA-F-]{8,64}$`)
-	nodeRe  = regexp.MustCompile(`^/dev/nvidia[0-9]{1,3}$`)
-	valueRe = regexp.MustCompile(`^[A-Za-z0-9_,.:-]*$`)
-)
+// The shapes below are checked by hand, not with regexp: bcd helper links
+// this package and stays small.
+
+func alnum(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' }
+
+// all reports whether every byte of s passes ok.
+func all(s string, ok func(byte) bool) bool {
+	for i := 0; i < len(s); i++ {
+		if !ok(s[i]) {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidAllocation reports whether id may name an allocation (a CDI device
-// name and a file name).
-func ValidAllocation(id string) bool { return allocRe.MatchString(id) }
+// name and a file name): [A-Za-z0-9][A-Za-z0-9_-]{0,127}.
+func ValidAllocation(id string) bool {
+	return len(id) >= 1 && len(id) <= 128 && alnum(id[0]) && all(id, func(c byte) bool { return alnum(c) || c == '_' || c == '-' })
+}
+
+// validUUID is (GPU|MIG)-[0-9a-fA-F-]{8,64}.
+func validUUID(u string) bool {
+	rest, ok := strings.CutPrefix(u, "GPU-")
+	if !ok {
+		rest, ok = strings.CutPrefix(u, "MIG-")
+	}
+	return ok && len(rest) >= 8 && len(rest) <= 64 && all(rest, func(c byte) bool {
+		return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' || c == '-'
+	})
+}
+
+// gpuNode is /dev/nvidia[0-9]{1,3}.
+func gpuNode(p string) bool {
+	n, ok := strings.CutPrefix(p, "/dev/nvidia")
+	return ok && len(n) >= 1 && len(n) <= 3 && all(n, func(c byte) bool { return '0' <= c && c <= '9' })
+}
+
+// validValue is [A-Za-z0-9_,.:-]{0,1024}.
+func validValue(v string) bool {
+	return len(v) <= 1024 && all(v, func(c byte) bool { return alnum(c) || strings.IndexByte("_,.:-", c) >= 0 })
+}
 
 // env is the environment of a hold, in EnvKeys order.
 func env(alloc string, gpus []GPU) []string {
@@ -104,7 +135,7 @@ func Render(alloc string, gpus []GPU) ([]byte, error) {
 	}
 	var nodes []DeviceNode
 	for _, g := range gpus {
-		if !uuidRe.MatchString(g.UUID) || !nodeRe.MatchString(g.Node) {
+		if !validUUID(g.UUID) || !gpuNode(g.Node) {
 			return nil, fmt.Errorf("GPU %q at %q is not a GPU or MIG UUID with a /dev/nvidiaN node", g.UUID, g.Node)
 		}
 		if !slices.Contains(nodes, DeviceNode{Path: g.Node}) {
@@ -137,7 +168,7 @@ func checkEnvLine(line string, seen map[string]bool) error {
 		return fmt.Errorf("variable %q is not one bcd may set (%s)", k, strings.Join(EnvKeys, ", "))
 	case seen[k]:
 		return fmt.Errorf("variable %s is set twice", k)
-	case len(v) > 1024 || !valueRe.MatchString(v):
+	case !validValue(v):
 		return fmt.Errorf("the value of %s has characters other than [A-Za-z0-9_,.:-] or is over 1 KiB", k)
 	}
 	seen[k] = true
@@ -185,7 +216,7 @@ func Check(alloc string, data []byte, deviceOK func(path string) bool) error {
 	for _, n := range e.DeviceNodes {
 		switch {
 		case slices.Contains(ControlDevices, n.Path):
-		case nodeRe.MatchString(n.Path) && deviceOK != nil && deviceOK(n.Path):
+		case gpuNode(n.Path) && deviceOK != nil && deviceOK(n.Path):
 			gpus++
 		default:
 			return fmt.Errorf("CDI spec: device node %q is neither a GPU of this host nor an NVIDIA control device", n.Path)
