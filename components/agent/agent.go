@@ -220,7 +220,8 @@ func Run(ctx context.Context, c Config) error {
 		BeforeDial: hc.CloseIdleConnections, Drivers: c.Drivers,
 		OnDesiredState: func(ds *bcdv1.DesiredState, serverNow time.Time) { _ = engine.Offer(ds, serverNow) },
 		OnWelcome:      welcome, Hello: hello, Heartbeat: rep.Heartbeat, Events: events,
-		NodeKey: func() crypto.Signer { k, _ := cert.Load().PrivateKey.(crypto.Signer); return k },
+		NodeKey:      func() crypto.Signer { k, _ := cert.Load().PrivateKey.(crypto.Signer); return k },
+		VerifyCancel: func(c *bcdv1.Cancel) error { return trust.Roots().VerifyCancel(a.NodeID, c) },
 	})
 	if c.ReportSections != nil {
 		c.ReportSections(rep.SetSections)

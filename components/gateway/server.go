@@ -570,7 +570,13 @@ func (s *Server) CancelCommand(id, reason string) (store.Command, error) {
 		s.resultStored(id) // it ended here: wake those waiting for it
 	}
 	if !done && c.State == store.StateDelivered {
-		s.hub.send(c.NodeID, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Cancel{Cancel: &bcdv1.Cancel{CommandId: id, Reason: reason}}})
+		cf := &bcdv1.Cancel{CommandId: id, Reason: reason}
+		if s.cmdKey != nil {
+			if cf.Signature, err = intent.SignCancel(s.cmdKey, c.NodeID, cf); err != nil {
+				return c, fmt.Errorf("signing the cancel of %s: %w", id, err)
+			}
+		}
+		s.hub.send(c.NodeID, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Cancel{Cancel: cf}})
 	}
 	s.log.Info("command cancel", "command_id", id, "node", c.NodeID, "before_delivery", done)
 	return c, nil

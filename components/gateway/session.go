@@ -395,9 +395,12 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 			l.push(outFrame{f: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{ResultIds: []string{r.GetCommandId()}}}}})
 		case *bcdv1.AgentFrame_Event:
 			if err := s.storeEvent(l.nodeID, x.Event, log); err != nil {
-				// Not acked: the agent sends it again.
-				log.Warn("event not stored", "seq", x.Event.GetSeq(), "err", err)
-				continue
+				// Not acked, and the session ends: acking a later event
+				// would drop this one on the agent (an ack covers every
+				// seq up to its own). The agent sends it again after its
+				// next Welcome.
+				log.Warn("event not stored; ending the session", "seq", x.Event.GetSeq(), "err", err)
+				return connectErr(connect.CodeUnavailable, "event %d not stored: %v", x.Event.GetSeq(), err)
 			}
 			l.push(outFrame{f: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{EventSeq: x.Event.GetSeq()}}}})
 		case *bcdv1.AgentFrame_Status:

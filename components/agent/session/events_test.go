@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"crypto"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -212,5 +213,47 @@ func TestSealedSecretAndWorkloadToken(t *testing.T) {
 	p.send(t, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_SecretAnswer{SecretAnswer: &bcdv1.SecretAnswer{RequestId: sreq.GetRequestId(), Sealed: wrong}}})
 	if r := <-gotS; r.err == nil || r.v != "" {
 		t.Errorf("an answer sealed to another key opened: %q %v", r.v, r.err)
+	}
+}
+
+// TestCancelVerified: a Cancel the signed-intent check refuses leaves the
+// command running; one it accepts cancels it.
+func TestCancelVerified(t *testing.T) {
+	g, client := startFake(t)
+	r := newRunner()
+	startAgent(t, session.Config{Client: client, NodeID: "n1", Dispatcher: dispatcherFor(t, "n1", r, 2, nil),
+		VerifyCancel: func(c *bcdv1.Cancel) error {
+			if string(c.GetSignature()) != "ok" {
+				return errors.New("BAD_SIGNATURE")
+			}
+			return nil
+		}})
+	p := g.next(t)
+	p.send(t, welcome(1, time.Now()))
+	for _, id := range []string{"c1", "c2"} {
+		c := command(id, "n1", time.Now().Add(time.Minute), nil)
+		c.GetCommand().Kind = "block"
+		p.send(t, c)
+		<-r.started
+	}
+	p.send(t, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Cancel{Cancel: &bcdv1.Cancel{CommandId: "c1", Reason: "forged"}}})
+	p.send(t, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Cancel{Cancel: &bcdv1.Cancel{CommandId: "c2", Reason: "op", Signature: []byte("ok")}}})
+	var c2 *bcdv1.CommandResult
+	for c2 == nil {
+		if res := p.recv(t).GetResult(); res != nil && res.GetCommandId() == "c2" {
+			c2 = res
+		}
+	}
+	if c2.GetStatus() != "CANCELLED" {
+		t.Errorf("the verified cancel: %v", c2)
+	}
+	close(r.release)
+	for {
+		if res := p.recv(t).GetResult(); res != nil && res.GetCommandId() == "c1" {
+			if res.GetStatus() != "SUCCEEDED" {
+				t.Errorf("a refused cancel ended the command: %v", res)
+			}
+			return
+		}
 	}
 }

@@ -74,6 +74,9 @@ type Config struct {
 	// NodeKey returns the node key that signs secret requests (the
 	// session's certificate key).
 	NodeKey func() crypto.Signer
+	// VerifyCancel, when set, checks a Cancel's signature (signed
+	// intent); a Cancel it refuses is logged and ignored.
+	VerifyCancel func(*bcdv1.Cancel) error
 	// BeforeDial, when set, runs before every dial (the agent closes idle
 	// connections there, so a renewed certificate is used at once).
 	BeforeDial func()
@@ -408,6 +411,12 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 					}
 				}
 			case *bcdv1.GatewayFrame_Cancel:
+				if s.cfg.VerifyCancel != nil {
+					if err := s.cfg.VerifyCancel(x.Cancel); err != nil {
+						s.log.Warn("cancel refused; the command goes on", "command_id", x.Cancel.GetCommandId(), "err", err)
+						continue
+					}
+				}
 				s.cfg.Dispatcher.Cancel(x.Cancel.GetCommandId(), x.Cancel.GetReason())
 			case *bcdv1.GatewayFrame_SecretAnswer:
 				s.secMu.Lock()

@@ -88,6 +88,35 @@ func DesiredStateMessage(nodeID string, ds *bcdv1.DesiredState) []byte {
 	return b
 }
 
+// PurposeCancel is the purpose of a Cancel's signature.
+const PurposeCancel = "bcd/cancel/v1"
+
+// CancelMessage returns the bytes a Cancel's signature covers when it is
+// for nodeID.
+func CancelMessage(nodeID string, c *bcdv1.Cancel) []byte {
+	b, _ := json.Marshal(struct {
+		V         int    `json:"v"`
+		NodeID    string `json:"node_id"`
+		CommandID string `json:"command_id"`
+		Reason    string `json:"reason"`
+	}{1, nodeID, c.GetCommandId(), c.GetReason()})
+	return b
+}
+
+// SignCancel returns the signature field for c, for nodeID, by k.
+func SignCancel(k crypto.Signer, nodeID string, c *bcdv1.Cancel) ([]byte, error) {
+	return sign(k, PurposeCancel, CancelMessage(nodeID, c))
+}
+
+// VerifyCancel checks c's signature for nodeID; with no roots every
+// Cancel passes.
+func (r *Roots) VerifyCancel(nodeID string, c *bcdv1.Cancel) error {
+	if r.Len() == 0 {
+		return nil
+	}
+	return r.verify(PurposeCancel, CancelMessage(nodeID, c), c.GetSignature())
+}
+
 // PurposeResult is the purpose of a node's attestation of a result.
 const PurposeResult = "bcd/result/v1"
 

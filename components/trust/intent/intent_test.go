@@ -118,3 +118,23 @@ func FuzzVerify(f *testing.F) {
 		_, _, _ = ParseSignature(s)
 	})
 }
+
+func TestCancelSignatures(t *testing.T) {
+	root, _ := pki.GenerateKey()
+	roots, _ := ParseRoots([][]byte{spki(t, root)})
+	c := &bcdv1.Cancel{CommandId: "cmd_1", Reason: "operator"}
+	if err := roots.VerifyCancel("node_a", c); !errors.Is(err, ErrUnsigned) {
+		t.Fatalf("unsigned: %v", err)
+	}
+	c.Signature, _ = SignCancel(root, "node_a", c)
+	if err := roots.VerifyCancel("node_a", c); err != nil {
+		t.Fatal(err)
+	}
+	if err := roots.VerifyCancel("node_b", c); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("for another node: %v", err)
+	}
+	c.CommandId = "cmd_2"
+	if err := roots.VerifyCancel("node_a", c); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("for another command: %v", err)
+	}
+}

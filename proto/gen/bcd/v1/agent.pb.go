@@ -1815,9 +1815,13 @@ func (x *BatchLeaf) GetProof() [][]byte {
 }
 
 type Cancel struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	CommandId string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	Reason    string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// A command-signing root's signature over the node id, command id and
+	// reason (purpose "bcd/cancel/v1"); required once the trust bundle
+	// names roots.
+	Signature     []byte `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1864,6 +1868,13 @@ func (x *Cancel) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *Cancel) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
 }
 
 // Drain asks the agent to end this session and dial again, after
@@ -3359,11 +3370,12 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\fR\x06header\x12\x1c\n" +
 	"\tapprovals\x18\x02 \x03(\fR\tapprovals\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\rR\x05index\x12\x14\n" +
-	"\x05proof\x18\x04 \x03(\fR\x05proof\"?\n" +
+	"\x05proof\x18\x04 \x03(\fR\x05proof\"]\n" +
 	"\x06Cancel\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"G\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1c\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"G\n" +
 	"\x05Drain\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12&\n" +
 	"\x0fredial_after_ms\x18\x02 \x01(\rR\rredialAfterMs\"b\n" +
