@@ -105,8 +105,7 @@ type Session struct {
 	outbox chan *bcdv1.AgentFrame // frames other goroutines send (secret requests)
 
 	secMu   sync.Mutex
-	secWait map[string]chan *bcdv1.SecretAnswer
-	wtWait  map[string]chan *bcdv1.WorkloadTokenAnswer
+	secWait map[string]chan sealedAnswer // secret and workload token requests by id
 	secSeq  uint64
 
 	repMu      sync.Mutex
@@ -160,8 +159,7 @@ func New(cfg Config) *Session {
 		cfg.Clock, _ = clock.Open("")
 	}
 	return &Session{cfg: cfg, log: cfg.Log.With("component", "session"), kick: make(chan struct{}, 1),
-		outbox: make(chan *bcdv1.AgentFrame, 16), secWait: map[string]chan *bcdv1.SecretAnswer{},
-		wtWait:  map[string]chan *bcdv1.WorkloadTokenAnswer{},
+		outbox: make(chan *bcdv1.AgentFrame, 16), secWait: map[string]chan sealedAnswer{},
 		repKick: make(chan struct{}, 1)}
 }
 
@@ -419,21 +417,9 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 				}
 				s.cfg.Dispatcher.Cancel(x.Cancel.GetCommandId(), x.Cancel.GetReason())
 			case *bcdv1.GatewayFrame_SecretAnswer:
-				s.secMu.Lock()
-				ch := s.secWait[x.SecretAnswer.GetRequestId()]
-				delete(s.secWait, x.SecretAnswer.GetRequestId())
-				s.secMu.Unlock()
-				if ch != nil {
-					ch <- x.SecretAnswer
-				}
+				s.answered(x.SecretAnswer.GetRequestId(), x.SecretAnswer)
 			case *bcdv1.GatewayFrame_WorkloadTokenAnswer:
-				s.secMu.Lock()
-				ch := s.wtWait[x.WorkloadTokenAnswer.GetRequestId()]
-				delete(s.wtWait, x.WorkloadTokenAnswer.GetRequestId())
-				s.secMu.Unlock()
-				if ch != nil {
-					ch <- x.WorkloadTokenAnswer
-				}
+				s.answered(x.WorkloadTokenAnswer.GetRequestId(), x.WorkloadTokenAnswer)
 			case *bcdv1.GatewayFrame_DesiredState:
 				if s.cfg.OnDesiredState != nil {
 					s.cfg.OnDesiredState(x.DesiredState, s.cfg.Clock.Now())
@@ -473,56 +459,15 @@ const SecretTimeout = 30 * time.Second
 // (components/trust/seal). The secret is never logged; the caller clears
 // it after use.
 func (s *Session) Secret(ctx context.Context, name, workflowID, commandID string) ([]byte, error) {
-	if s.cfg.NodeKey == nil {
-		return nil, fmt.Errorf("secret %s: this agent has no node key to sign the request with", name)
-	}
-	s.secMu.Lock()
-	s.secSeq++
-	id := fmt.Sprintf("sec-%d-%d", time.Now().UnixNano(), s.secSeq)
-	ch := make(chan *bcdv1.SecretAnswer, 1)
-	s.secWait[id] = ch
-	s.secMu.Unlock()
-	defer func() {
-		s.secMu.Lock()
-		delete(s.secWait, id)
-		s.secMu.Unlock()
-	}()
-	sr := &bcdv1.SecretRequest{RequestId: id, Name: name, WorkflowId: workflowID, CommandId: commandID}
-	opener, err := seal.NewRequest(s.cfg.NodeKey(), s.cfg.NodeID, sr, time.Now())
-	if err != nil {
-		return nil, fmt.Errorf("secret %s: %w", name, err)
-	}
-	a, err := exchange(ctx, s, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_SecretRequest{SecretRequest: sr}}, ch)
-	if err == nil && a.GetError() != "" {
-		err = fmt.Errorf("the gateway refused: %s", a.GetError())
-	}
-	var v []byte
-	if err == nil {
-		v, err = opener.OpenSealed(a.GetSealed(), time.Now())
-	}
+	v, err := s.ask(ctx, "sec", func(id string, key crypto.Signer) (*bcdv1.AgentFrame, *seal.Opener, error) {
+		sr := &bcdv1.SecretRequest{RequestId: id, Name: name, WorkflowId: workflowID, CommandId: commandID}
+		o, err := seal.NewRequest(key, s.cfg.NodeID, sr, time.Now())
+		return &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_SecretRequest{SecretRequest: sr}}, o, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("secret %s: %w", name, err)
 	}
 	return v, nil
-}
-
-// exchange sends a request frame and waits, at most SecretTimeout, for
-// its answer on ch.
-func exchange[A any](ctx context.Context, s *Session, f *bcdv1.AgentFrame, ch <-chan A) (A, error) {
-	var zero A
-	ctx, cancel := context.WithTimeout(ctx, SecretTimeout)
-	defer cancel()
-	select {
-	case s.outbox <- f:
-	case <-ctx.Done():
-		return zero, ctx.Err()
-	}
-	select {
-	case a := <-ch:
-		return a, nil
-	case <-ctx.Done():
-		return zero, fmt.Errorf("no answer: %w", ctx.Err())
-	}
 }
 
 // WorkloadToken asks the gateway for a short-lived token (a JWT it signs)
@@ -530,37 +475,71 @@ func exchange[A any](ctx context.Context, s *Session, f *bcdv1.AgentFrame, ch <-
 // key and the answer opens only with the reply key made for it, within
 // 10 s. The metadata service hands such tokens to workloads.
 func (s *Session) WorkloadToken(ctx context.Context, audience string) (string, error) {
-	if s.cfg.NodeKey == nil {
-		return "", errors.New("workload token: this agent has no node key to sign the request with")
-	}
-	s.secMu.Lock()
-	s.secSeq++
-	id := fmt.Sprintf("wt-%d-%d", time.Now().UnixNano(), s.secSeq)
-	ch := make(chan *bcdv1.WorkloadTokenAnswer, 1)
-	s.wtWait[id] = ch
-	s.secMu.Unlock()
-	defer func() {
-		s.secMu.Lock()
-		delete(s.wtWait, id)
-		s.secMu.Unlock()
-	}()
-	wr := &bcdv1.WorkloadTokenRequest{RequestId: id, Audience: audience}
-	opener, err := seal.NewWorkloadRequest(s.cfg.NodeKey(), s.cfg.NodeID, wr, time.Now())
-	if err != nil {
-		return "", fmt.Errorf("workload token: %w", err)
-	}
-	a, err := exchange(ctx, s, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_WorkloadTokenRequest{WorkloadTokenRequest: wr}}, ch)
-	if err == nil && a.GetError() != "" {
-		err = fmt.Errorf("the gateway refused: %s", a.GetError())
-	}
-	var v []byte
-	if err == nil {
-		v, err = opener.OpenSealed(a.GetSealed(), time.Now())
-	}
+	v, err := s.ask(ctx, "wt", func(id string, key crypto.Signer) (*bcdv1.AgentFrame, *seal.Opener, error) {
+		wr := &bcdv1.WorkloadTokenRequest{RequestId: id, Audience: audience}
+		o, err := seal.NewWorkloadRequest(key, s.cfg.NodeID, wr, time.Now())
+		return &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_WorkloadTokenRequest{WorkloadTokenRequest: wr}}, o, err
+	})
 	if err != nil {
 		return "", fmt.Errorf("workload token: %w", err)
 	}
 	return string(v), nil
+}
+
+// sealedAnswer is a SecretAnswer or a WorkloadTokenAnswer.
+type sealedAnswer interface {
+	GetError() string
+	GetSealed() string
+}
+
+// ask sends the sealed request build makes for a fresh request id and
+// waits, at most SecretTimeout, for its answer, which it opens.
+func (s *Session) ask(ctx context.Context, prefix string, build func(id string, nodeKey crypto.Signer) (*bcdv1.AgentFrame, *seal.Opener, error)) ([]byte, error) {
+	if s.cfg.NodeKey == nil {
+		return nil, errors.New("this agent has no node key to sign the request with")
+	}
+	s.secMu.Lock()
+	s.secSeq++
+	id := fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano(), s.secSeq)
+	ch := make(chan sealedAnswer, 1)
+	s.secWait[id] = ch
+	s.secMu.Unlock()
+	defer func() {
+		s.secMu.Lock()
+		delete(s.secWait, id)
+		s.secMu.Unlock()
+	}()
+	f, opener, err := build(id, s.cfg.NodeKey())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, SecretTimeout)
+	defer cancel()
+	select {
+	case s.outbox <- f:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case a := <-ch:
+		if a.GetError() != "" {
+			return nil, fmt.Errorf("the gateway refused: %s", a.GetError())
+		}
+		return opener.OpenSealed(a.GetSealed(), time.Now())
+	case <-ctx.Done():
+		return nil, fmt.Errorf("no answer: %w", ctx.Err())
+	}
+}
+
+// answered hands an answer to the request waiting for it, if any.
+func (s *Session) answered(id string, a sealedAnswer) {
+	s.secMu.Lock()
+	ch := s.secWait[id]
+	delete(s.secWait, id)
+	s.secMu.Unlock()
+	if ch != nil {
+		ch <- a
+	}
 }
 
 type secretsKey struct{}
