@@ -87,24 +87,8 @@ func loadOrCreateKeys(dir, serverName string, ips []net.IP) (*keys, error) {
 	}
 	k.serving = tls.Certificate{Certificate: [][]byte{leaf.Raw, k.servingCA.Cert.Raw}, PrivateKey: leafKey, Leaf: leaf}
 
-	sigPath := filepath.Join(dir, "join-signing.key")
-	if b, err := os.ReadFile(sigPath); err == nil {
-		if k.joinSigning, err = pki.ParsePrivateKeyPEM(b); err != nil {
-			return nil, fmt.Errorf("load %s: %w", sigPath, err)
-		}
-	} else {
-		key, err := pki.GenerateKey()
-		if err != nil {
-			return nil, err
-		}
-		kb, err := pki.MarshalPrivateKeyPEM(key)
-		if err != nil {
-			return nil, err
-		}
-		if err := identity.WriteFileAtomic(sigPath, kb, 0o600); err != nil {
-			return nil, err
-		}
-		k.joinSigning = key
+	if k.joinSigning, err = loadOrCreateKey(filepath.Join(dir, "join-signing.key")); err != nil {
+		return nil, err
 	}
 	if k.signingSPKI, err = x509.MarshalPKIXPublicKey(k.joinSigning.Public()); err != nil {
 		return nil, fmt.Errorf("marshal join signing key: %w", err)
