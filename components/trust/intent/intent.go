@@ -105,7 +105,7 @@ func CancelMessage(nodeID string, c *bcdv1.Cancel) []byte {
 
 // SignCancel returns the signature field for c, for nodeID, by k.
 func SignCancel(k crypto.Signer, nodeID string, c *bcdv1.Cancel) ([]byte, error) {
-	return sign(k, PurposeCancel, CancelMessage(nodeID, c))
+	return Sign(k, PurposeCancel, CancelMessage(nodeID, c))
 }
 
 // VerifyCancel checks c's signature for nodeID; with no roots every
@@ -158,7 +158,11 @@ func KeyID(pub crypto.PublicKey) ([32]byte, error) {
 	return sha256.Sum256(der), nil
 }
 
-func sign(k crypto.Signer, purpose string, msg []byte) ([]byte, error) {
+// Sign returns a signature field for purpose over msg by k: the SHA-256
+// of k's SPKI followed by pki.Sign's ES256 signature. Command, desired
+// state and cancel signatures, batch approvals and approver-set
+// endorsements are all of this form.
+func Sign(k crypto.Signer, purpose string, msg []byte) ([]byte, error) {
 	id, err := KeyID(k.Public())
 	if err != nil {
 		return nil, err
@@ -172,12 +176,12 @@ func sign(k crypto.Signer, purpose string, msg []byte) ([]byte, error) {
 
 // SignCommand returns the signature field for c by k.
 func SignCommand(k crypto.Signer, c *bcdv1.Command) ([]byte, error) {
-	return sign(k, PurposeCommand, CommandMessage(c))
+	return Sign(k, PurposeCommand, CommandMessage(c))
 }
 
 // SignDesiredState returns the signature field for ds, for nodeID, by k.
 func SignDesiredState(k crypto.Signer, nodeID string, ds *bcdv1.DesiredState) ([]byte, error) {
-	return sign(k, PurposeDesiredState, DesiredStateMessage(nodeID, ds))
+	return Sign(k, PurposeDesiredState, DesiredStateMessage(nodeID, ds))
 }
 
 // ParseSignature splits a signature field into the signer's key id and

@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/trust/intent"
-	"github.com/better-compute/bcd/components/trust/pki"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -190,15 +189,7 @@ func DecodeHeader(b []byte) (Header, error) {
 
 // Approve signs a header for an approver.
 func Approve(k crypto.Signer, header []byte) ([]byte, error) {
-	id, err := intent.KeyID(k.Public())
-	if err != nil {
-		return nil, err
-	}
-	sig, err := pki.Sign(k, PurposeBatch, header)
-	if err != nil {
-		return nil, err
-	}
-	return append(id[:], sig...), nil
+	return intent.Sign(k, PurposeBatch, header)
 }
 
 // Set is an approver set: threshold of keys must sign.
@@ -281,15 +272,7 @@ func SetMessage(epoch uint64, threshold int, keys [][]byte) []byte {
 
 // Endorse signs a proposed set with an approver key of the held set.
 func Endorse(k crypto.Signer, epoch uint64, threshold int, keys [][]byte) ([]byte, error) {
-	id, err := intent.KeyID(k.Public())
-	if err != nil {
-		return nil, err
-	}
-	sig, err := pki.Sign(k, PurposeApproverSet, SetMessage(epoch, threshold, keys))
-	if err != nil {
-		return nil, err
-	}
-	return append(id[:], sig...), nil
+	return intent.Sign(k, PurposeApproverSet, SetMessage(epoch, threshold, keys))
 }
 
 // Endorsed reports why a proposed set (epoch, threshold, keys,
