@@ -75,6 +75,9 @@ type Section interface {
 // Plan is what a section would change, one line per change.
 type Plan struct {
 	Changes []string
+	// Detail is the section's own plan, handed back to its Apply in the
+	// same pass, so Apply need not read the machine again.
+	Detail any
 }
 
 // DecodeSection decodes a section body strictly into v: one JSON value,

@@ -276,6 +276,7 @@ func (s *Section) Plan(ctx context.Context, body json.RawMessage) (converge.Plan
 			cp.Changes = append(cp.Changes, "fail "+id+": "+p.failed[id])
 		}
 	}
+	cp.Detail = p
 	return cp, nil
 }
 
@@ -298,10 +299,13 @@ func sortedKeys(m map[string]string) []string {
 
 // Apply writes the admitted holds' files, removes released ones, and
 // fails (terminally) when any hold could not be admitted.
-func (s *Section) Apply(ctx context.Context, body json.RawMessage, _ converge.Plan) error {
-	p, err := s.compute(ctx, body)
-	if err != nil {
-		return err
+func (s *Section) Apply(ctx context.Context, body json.RawMessage, cp converge.Plan) error {
+	p, ok := cp.Detail.(plan)
+	if !ok {
+		var err error
+		if p, err = s.compute(ctx, body); err != nil {
+			return err
+		}
 	}
 	for _, a := range p.write {
 		if err := s.cfg.Files.Write(ctx, "cdi", a.hold.Allocation, a.cdi); err != nil {

@@ -104,6 +104,7 @@ func (s *section) Plan(_ context.Context, body json.RawMessage) (converge.Plan, 
 		return converge.Plan{}, converge.Terminal(err)
 	}
 	var p converge.Plan
+	var ops []fileOp
 	names := make([]string, 0, len(b.Files))
 	for n := range b.Files {
 		names = append(names, n)
@@ -113,16 +114,22 @@ func (s *section) Plan(_ context.Context, body json.RawMessage) (converge.Plan, 
 		got, err := os.ReadFile(filepath.Join(s.dir(), n))
 		if err != nil || string(got) != b.Files[n] {
 			p.Changes = append(p.Changes, "write "+n)
+			ops = append(ops, fileOp{"write", n})
 		}
 	}
 	ents, _ := os.ReadDir(s.dir())
 	for _, e := range ents {
 		if _, ok := b.Files[e.Name()]; !ok {
 			p.Changes = append(p.Changes, "remove "+e.Name())
+			ops = append(ops, fileOp{"remove", e.Name()})
 		}
 	}
+	p.Detail = ops
 	return p, nil
 }
+
+// fileOp is one write or removal a plan found.
+type fileOp struct{ op, name string }
 
 func (s *section) Apply(ctx context.Context, body json.RawMessage, p converge.Plan) error {
 	b, err := decodeSection(body)
@@ -145,11 +152,9 @@ func (s *section) Apply(ctx context.Context, body json.RawMessage, p converge.Pl
 	if err := os.MkdirAll(s.dir(), 0o700); err != nil {
 		return err
 	}
-	for _, c := range p.Changes {
-		var op, name string
-		if _, err := fmt.Sscanf(c, "%s %s", &op, &name); err != nil {
-			continue
-		}
+	ops, _ := p.Detail.([]fileOp)
+	for _, o := range ops {
+		op, name := o.op, o.name
 		if err := backoff.Sleep(ctx, time.Duration(b.ApplyDelayMS)*time.Millisecond); err != nil {
 			return err
 		}
