@@ -219,8 +219,8 @@ type Engine struct {
 	// repairing: the next pass also re-runs sections that FAILED in this
 	// generation (the repair interval ran out).
 	repairing bool
-	// fresh: the held generation arrived in this process, at serverNow.
-	fresh      bool
+	// arrived is when the last spec taken in this process came, and
+	// arrivedGen its generation (0: none yet, the held one was loaded).
 	arrivedGen uint64
 	arrived    Arrival
 }
@@ -391,7 +391,7 @@ func (e *Engine) offer(ds *bcdv1.DesiredState, serverNow time.Time) error {
 	e.mu.Lock()
 	e.gen, e.spec, e.raw = g, spec, raw
 	e.refused.gen, e.refused.err, e.refused.wantFull = 0, "", false
-	e.fresh, e.arrivedGen, e.arrived = true, g, Arrival{Fresh: true, ServerNow: serverNow, Local: time.Now()}
+	e.arrivedGen, e.arrived = g, Arrival{ServerNow: serverNow, Local: time.Now()}
 	e.mu.Unlock()
 	e.log.Info("desired state held", "generation", g, "patch", ds.GetPatch(), "bytes", len(raw))
 	e.Kick()
@@ -482,7 +482,7 @@ func (e *Engine) Pass(ctx context.Context) time.Time {
 	defer e.passMu.Unlock()
 	e.mu.Lock()
 	gen, spec := e.gen, e.spec
-	fresh, arrivedGen, arrived := e.fresh, e.arrivedGen, e.arrived
+	arrivedGen, arrived := e.arrivedGen, e.arrived
 	repairing := e.repairing
 	e.repairing = false
 	e.mu.Unlock()
@@ -507,7 +507,7 @@ func (e *Engine) Pass(ctx context.Context) time.Time {
 		default:
 			if f, ok := s.(Fresh); ok {
 				a := arrived
-				a.Fresh = fresh && arrivedGen == gen
+				a.Fresh = arrivedGen != 0 && arrivedGen == gen
 				f.Arrived(gen, a)
 			}
 			prev := e.state(name)
