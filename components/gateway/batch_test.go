@@ -67,7 +67,7 @@ func TestApproverSet(t *testing.T) {
 	defer cancel()
 	ac := gateway.NewAdminClient(dir, "", "")
 	a := g.join(t)
-	_, st := g.welcomeOf(t, ctx, a)
+	_, st := g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	// An agent's held bundle, fed every bundle the gateway makes.
 	held, err := bundle.Load(t.TempDir(), g.pins.JoinSigning)
 	if err != nil {
@@ -102,7 +102,7 @@ func TestApproverSet(t *testing.T) {
 	}
 	recvDrain(t, st)
 	waitFor(t, "the drained session to end", func() bool { return !g.s.Connected(a.NodeID) })
-	w, st := g.welcomeOf(t, ctx, a)
+	w, st := g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	doc := bundleOf(t, g, w)
 	if doc.Version != 2 || doc.Approvers == nil || doc.Approvers.Epoch != 1 || doc.Approvers.Threshold != 2 ||
 		!equalBytes(doc.Approvers.Keys, spkisOf(t, A, B, C)) || len(doc.Approvers.Endorsements) != 0 || len(doc.CommandSigningRoots) != 1 {
@@ -264,7 +264,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	if _, err := g.s.SetApprovers(set); err != nil {
 		t.Fatal(err)
 	}
-	w, st := g.welcomeOf(t, ctx, a)
+	w, st := g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	doc := bundleOf(t, g, w)
 	roots := doc.Roots()
 	qs, err := doc.Approvers.Set()
@@ -361,7 +361,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	// After a redial the commands come again with the same leaves.
 	_ = st.CloseRequest()
 	waitFor(t, "the session to end", func() bool { return !g.s.Connected(a.NodeID) })
-	_, st = g.welcomeOf(t, ctx, a)
+	_, st = g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	recv(t, st) // the early command
 	for i := range got {
 		c := recv(t, st).GetCommand()

@@ -42,7 +42,7 @@ func TestPreparedCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := g.join(t)
-	w, st := g.welcomeOf(t, ctx, a)
+	w, st := g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	roots := bundleOf(t, g, w).Roots()
 
 	p, err := ac.PrepareCommand(ctx, gateway.CommandRequest{Node: a.NodeID, Kind: "agent.ping", Body: json.RawMessage(`{ "a": "<b> & c" }`), DeadlineSeconds: 3600})
@@ -90,7 +90,7 @@ func TestPreparedCommand(t *testing.T) {
 	// A re-send after a redial carries the submitted signature.
 	_ = st.CloseRequest()
 	waitFor(t, "the session to end", func() bool { return !g.s.Connected(a.NodeID) })
-	_, st = g.welcomeOf(t, ctx, a)
+	_, st = g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	if c := recv(t, st).GetCommand(); c.GetId() != p.ID || !bytes.Equal(c.GetSignature(), sp.Signature) {
 		t.Errorf("re-sent command %v", c)
 	}
@@ -166,7 +166,7 @@ func TestPreparedSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := g.join(t)
-	w, st := g.welcomeOf(t, ctx, a)
+	w, st := g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	roots := bundleOf(t, g, w).Roots()
 	noFrameBefore(t, st, "no spec yet")
 

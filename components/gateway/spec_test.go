@@ -46,20 +46,7 @@ func (g *gw) joinRole(t *testing.T, role string) *identity.Agent {
 // gateway registered it.
 func (g *gw) agentSession(t *testing.T, ctx context.Context, a *identity.Agent, hello *bcdv1.Hello) agentStream {
 	t.Helper()
-	st := g.client(t, certOf(a)).Session(ctx)
-	t.Cleanup(func() {
-		_ = st.CloseRequest()
-		_ = st.CloseResponse()
-	})
-	hello.NodeId, hello.Role, hello.BootId = a.NodeID, a.Role, "boot"
-	if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Hello{Hello: hello}}); err != nil && !errors.Is(err, io.EOF) {
-		t.Fatal(err)
-	}
-	f, err := st.Receive()
-	if err != nil || f.GetWelcome() == nil {
-		t.Fatalf("first frame %v %v, want Welcome", f, err)
-	}
-	waitFor(t, "the session to register", func() bool { return g.s.Connected(a.NodeID) })
+	_, st := g.welcomeOf(t, ctx, a, hello)
 	return st
 }
 
@@ -684,12 +671,17 @@ func TestUpgradeMovesCacheImagesIntoSpec(t *testing.T) {
 	}
 }
 
-// welcomeOf opens a session as a and returns its Welcome.
-func (g *gw) welcomeOf(t *testing.T, ctx context.Context, a *identity.Agent) (*bcdv1.Welcome, agentStream) {
+// welcomeOf opens a session as a with hello (its node id and role filled
+// in) and returns its Welcome, once the gateway registered the session.
+func (g *gw) welcomeOf(t *testing.T, ctx context.Context, a *identity.Agent, hello *bcdv1.Hello) (*bcdv1.Welcome, agentStream) {
 	t.Helper()
 	st := g.client(t, certOf(a)).Session(ctx)
-	t.Cleanup(func() { _ = st.CloseRequest(); _ = st.CloseResponse() })
-	if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Hello{Hello: &bcdv1.Hello{NodeId: a.NodeID, Role: a.Role, BootId: "boot"}}}); err != nil {
+	t.Cleanup(func() {
+		_ = st.CloseRequest()
+		_ = st.CloseResponse()
+	})
+	hello.NodeId, hello.Role, hello.BootId = a.NodeID, a.Role, "boot"
+	if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Hello{Hello: hello}}); err != nil && !errors.Is(err, io.EOF) {
 		t.Fatal(err)
 	}
 	f, err := st.Receive()
@@ -707,7 +699,7 @@ func TestWelcomeRequestsMissingInventory(t *testing.T) {
 	g := startGateway(t, gateway.Config{})
 	a := g.join(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	w, st := g.welcomeOf(t, ctx, a)
+	w, st := g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	if got := w.GetRequestedSections(); len(got) != 1 || got[0] != "*" {
 		t.Fatalf("first Welcome requests %v, want [*]", got)
 	}
@@ -719,7 +711,7 @@ func TestWelcomeRequestsMissingInventory(t *testing.T) {
 	waitFor(t, "the report", func() bool { v, _ := ac.Status(ctx, a.NodeID); return v.ReportAt != nil })
 	defer cancel()
 	// A new session replaces the first.
-	w, _ = g.welcomeOf(t, context.Background(), a)
+	w, _ = g.welcomeOf(t, context.Background(), a, &bcdv1.Hello{})
 	if got := w.GetRequestedSections(); len(got) != 1 || got[0] != "gpus" {
 		t.Errorf("second Welcome requests %v, want [gpus]", got)
 	}

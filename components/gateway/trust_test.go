@@ -83,7 +83,7 @@ func TestTrustBundleInWelcome(t *testing.T) {
 		t.Error("OwnCommandKey is not the key in command-signing.key")
 	}
 	a := g.join(t)
-	w, st0 := g.welcomeOf(t, context.Background(), a)
+	w, st0 := g.welcomeOf(t, context.Background(), a, &bcdv1.Hello{})
 	doc := bundleOf(t, g, w)
 	if doc.Version != 1 || len(doc.CommandSigningRoots) != 1 || !bytes.Equal(doc.CommandSigningRoots[0], own) || doc.Approvers != nil {
 		t.Fatalf("first bundle %+v, want version 1 with bcgw's own key as the only root", doc)
@@ -124,7 +124,7 @@ func TestTrustRootsChange(t *testing.T) {
 	a := g.join(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, st := g.welcomeOf(t, ctx, a)
+	_, st := g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 
 	ext, _ := pki.GenerateKey()
 	extSPKI := spkiOf(t, ext)
@@ -138,7 +138,7 @@ func TestTrustRootsChange(t *testing.T) {
 		t.Errorf("Drain %v, want reason \"trust bundle changed\" and a short redial", d)
 	}
 	waitFor(t, "the drained session to end", func() bool { return !g.s.Connected(a.NodeID) })
-	w, st := g.welcomeOf(t, ctx, a)
+	w, st := g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	doc := bundleOf(t, g, w)
 	if doc.Version != 2 || len(doc.CommandSigningRoots) != 2 || !bytes.Equal(doc.CommandSigningRoots[1], extSPKI) {
 		t.Fatalf("bundle after add-root: %+v", doc)
@@ -178,7 +178,7 @@ func TestTrustRootsChange(t *testing.T) {
 	}
 	recvDrain(t, st)
 	waitFor(t, "the drained session to end", func() bool { return !g.s.Connected(a.NodeID) })
-	w, st = g.welcomeOf(t, ctx, a)
+	w, st = g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	if doc := bundleOf(t, g, w); doc.Version != 3 || len(doc.CommandSigningRoots) != 1 || !bytes.Equal(doc.CommandSigningRoots[0], extSPKI) {
 		t.Fatalf("bundle after remove-root: %+v", doc)
 	}
@@ -223,7 +223,7 @@ func TestWithoutCommandKey(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w, st := g.welcomeOf(t, ctx, a)
+	w, st := g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	if doc := bundleOf(t, g, w); doc.Version != 1 || len(doc.CommandSigningRoots) != 0 {
 		t.Fatalf("bundle %+v, want version 1 with no roots", doc)
 	}
@@ -306,7 +306,7 @@ func TestSignedIntent(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w, st := g.welcomeOf(t, ctx, a)
+	w, st := g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	roots := bundleOf(t, g, w).Roots()
 	if roots.Len() != 1 {
 		t.Fatalf("%d roots", roots.Len())
@@ -362,7 +362,7 @@ func TestSignedIntent(t *testing.T) {
 	// After a redial both commands come again, with the same bytes.
 	_ = st.CloseRequest()
 	waitFor(t, "the session to end", func() bool { return !g.s.Connected(a.NodeID) })
-	_, st = g.welcomeOf(t, ctx, a)
+	_, st = g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	for _, want := range []*bcdv1.Command{c1, {Id: live.ID, Signature: c2.GetSignature()}} {
 		got := recv(t, st).GetCommand()
 		if got.GetId() != want.GetId() || !bytes.Equal(got.GetSignature(), want.GetSignature()) {
