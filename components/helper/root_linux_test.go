@@ -178,7 +178,7 @@ func TestRootEndToEnd(t *testing.T) {
 	}
 	for data, want := range map[string]string{
 		hooked:        `CDI spec: json: unknown field \"hooks\"`,
-		string(other): `device node \"/dev/nvidia1\" is neither a GPU of this host nor an NVIDIA control device (this host has the GPU device nodes /dev/nvidia0)`,
+		string(other): `device node \"/dev/nvidia1\" is neither a GPU of this host, a MIG instance's capability of one, nor an NVIDIA control device (this host has the GPU device nodes /dev/nvidia0)`,
 	} {
 		req := `{"v":1,"op":"file.write","kind":"cdi","id":"` + id + `","data":"` + base64.StdEncoding.EncodeToString([]byte(data)) + `"}`
 		if out, code := call(t, bin, socket, asUser, req); !strings.Contains(out, want) || !strings.HasSuffix(out, `"retryable":false}`) || code != 1 {

@@ -144,7 +144,7 @@ func TestCheckRefuses(t *testing.T) {
 		}), wantErr: `unknown field "major"`},
 		{name: "another device node", data: edit(t, func(_, _, e map[string]any) {
 			e["deviceNodes"] = append(e["deviceNodes"].([]any), map[string]any{"path": "/dev/sda"})
-		}), wantErr: `device node "/dev/sda" is neither a GPU of this host nor an NVIDIA control device`},
+		}), wantErr: `device node "/dev/sda" is neither a GPU of this host, a MIG instance's capability of one, nor an NVIDIA control device`},
 		{name: "a GPU the host does not have", data: edit(t, func(_, _, e map[string]any) {
 			e["deviceNodes"].([]any)[1].(map[string]any)["path"] = "/dev/nvidia7"
 		}), wantErr: `device node "/dev/nvidia7" is neither`},
