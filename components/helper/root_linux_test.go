@@ -408,7 +408,7 @@ func (sl *sliceEnv) roundTrip(t *testing.T, bin, socket string, asUser *syscall.
 	if st := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 || st.Uid != 0 {
 		t.Errorf("%s: %v uid %d, want a 0644 file of root's", dropin, fi.Mode(), st.Uid)
 	}
-	want := "# Written by bcd helper (slice.apply); slice.remove removes it.\n[Slice]\nAllowedCPUs=0\nAllowedMemoryNodes=0\n"
+	want := "# Written by bcd (slice.apply); slice.remove removes it.\n[Slice]\nAllowedCPUs=0\nAllowedMemoryNodes=0\n"
 	if b, _ := os.ReadFile(dropin); string(b) != want {
 		t.Errorf("%s = %q, want %q", dropin, b, want)
 	}
