@@ -25,8 +25,11 @@ import (
 	"strings"
 )
 
-// Version is the CDI specification version written.
-const Version = "0.6.0"
+// Version is the CDI specification version written: the oldest that has
+// everything a hold uses, so that older runtimes read it too (Debian 12's
+// podman 4.3 reads specs up to 0.5.0 and calls a 0.6.0 one
+// unresolvable).
+const Version = "0.5.0"
 
 // Kind is the CDI kind of a bcd GPU hold: --device bcd.dev/gpu=<allocation>.
 const Kind = "bcd.dev/gpu"

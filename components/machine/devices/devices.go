@@ -156,6 +156,9 @@ func Decode(body json.RawMessage) (Body, error) {
 					return b, fmt.Errorf("holds[%d]: limits.cpus: %w", i, err)
 				}
 			}
+			if l.MemoryBytes != 0 && l.MemoryBytes < wire.MinMemoryMax {
+				return b, fmt.Errorf("holds[%d]: limits.memory_bytes %d is below %d (16 MiB)", i, l.MemoryBytes, wire.MinMemoryMax)
+			}
 			if l.HugePages2M < 0 {
 				return b, fmt.Errorf("holds[%d]: limits.hugepages_2m is negative", i)
 			}
