@@ -36,6 +36,10 @@ const NotBuilt = Prefix + "ramdisk agent not built yet"
 // ModulesList is where the image lists the modules to load, one per line.
 const ModulesList = "/etc/bcd-ramdisk/modules"
 
+// DriversList is where the image lists its hardware drivers, loaded only
+// for the devices present.
+const DriversList = "/etc/bcd-ramdisk/drivers"
+
 // Config says where things are; DefaultConfig is the image's layout.
 type Config struct {
 	Out         io.Writer
@@ -43,6 +47,8 @@ type Config struct {
 	ModulesRoot string // /lib/modules
 	Release     string // uname -r
 	ModulesList string // ModulesList
+	DriversList string // DriversList
+	SysBus      string // /sys/bus: the devices whose modalias picks drivers
 	SysBlock    string // /sys/class/block
 	SysNet      string // /sys/class/net
 	BCD         string // /bin/bcd
@@ -51,8 +57,11 @@ type Config struct {
 	Settle, Quiet time.Duration
 
 	// Seams.
-	Mount    func() []error // mounts what is missing
-	Load     func(names []string) ([]kmod.Result, error)
+	Mount func() []error // mounts what is missing
+	Load  func(names []string) ([]kmod.Result, error)
+	// Match returns the modules whose device aliases match a modalias
+	// (the image's modules.alias); nil: none.
+	Match    func(modalias string) []string
 	HasAgent func(bcd string) bool // bcd has the ramdisk command
 	// RunAgent runs `bcd ramdisk` on the console and returns its exit
 	// status when it ends.
@@ -106,6 +115,8 @@ func Run(c Config) error {
 			p("modules: %v", err)
 		}
 	}
+
+	loadDrivers(c, p)
 
 	disks := settle(c, func() []string { return blockDevices(c.SysBlock) })
 	p("block devices: %s", orNone(disks))
