@@ -51,5 +51,5 @@ func DriverNames(drivers []Driver) []string {
 }
 
 // VMDrivers are the drivers of an image for QEMU alone (the test installed
-// OS): virtio, e1000, NVMe.
-var VMDrivers = []string{"virtio_pci", "virtio_net", "virtio_blk", "virtio_scsi", "virtio_rng", "e1000", "nvme"}
+// OS): virtio, e1000, e1000e, NVMe.
+var VMDrivers = []string{"virtio_pci", "virtio_net", "virtio_blk", "virtio_scsi", "virtio_rng", "e1000", "e1000e", "nvme"}

@@ -68,3 +68,25 @@ func TestLoadDrivers(t *testing.T) {
 		t.Errorf("a driver no device asks for, or one not in the image, was named:\n%s", out.String())
 	}
 }
+
+// TestController: a disk is named with the PCI device (and its driver)
+// it sits behind.
+func TestController(t *testing.T) {
+	dir := t.TempDir()
+	pci := filepath.Join(dir, "devices/pci0000:00/0000:00:04.0")
+	disk := filepath.Join(pci, "host0/target0:2:0/0:2:0:0")
+	os.MkdirAll(filepath.Join(disk, "block/sda"), 0o755)
+	os.MkdirAll(filepath.Join(dir, "bus/pci/drivers/megaraid_sas"), 0o755)
+	os.MkdirAll(filepath.Join(dir, "bus/scsi/drivers/sd"), 0o755)
+	os.Symlink(filepath.Join(dir, "bus/pci"), filepath.Join(pci, "subsystem"))
+	os.Symlink(filepath.Join(dir, "bus/pci/drivers/megaraid_sas"), filepath.Join(pci, "driver"))
+	os.Symlink(filepath.Join(dir, "bus/scsi"), filepath.Join(disk, "subsystem"))
+	os.Symlink(filepath.Join(dir, "bus/scsi/drivers/sd"), filepath.Join(disk, "driver"))
+	class := filepath.Join(dir, "class/block/sda")
+	os.MkdirAll(class, 0o755)
+	os.Symlink(disk, filepath.Join(class, "device"))
+	os.WriteFile(filepath.Join(class, "size"), []byte("196608\n"), 0o444)
+	if got := blockDevices(filepath.Join(dir, "class/block")); fmt.Sprint(got) != "[sda (96 MiB) [megaraid_sas@0000:00:04.0]]" {
+		t.Errorf("blockDevices = %v", got)
+	}
+}

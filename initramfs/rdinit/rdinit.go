@@ -263,9 +263,35 @@ func blockDevices(sys string) []string {
 				desc += fmt.Sprintf(" (%d MiB)", sectors*512>>20)
 			}
 		}
+		if ctl := controller(filepath.Join(sys, n, "device")); ctl != "" {
+			desc += " [" + ctl + "]"
+		}
 		out = append(out, desc)
 	}
 	return out
+}
+
+// controller names the PCI device a block device sits behind and its
+// driver, "megaraid_sas@0000:00:04.0": the nearest ancestor of dev (a
+// sysfs device link) on the pci bus. "" when there is none.
+func controller(dev string) string {
+	dir, err := filepath.EvalSymlinks(dev)
+	if err != nil {
+		return ""
+	}
+	for range 12 {
+		sub, err1 := os.Readlink(filepath.Join(dir, "subsystem"))
+		drv, err2 := os.Readlink(filepath.Join(dir, "driver"))
+		if err1 == nil && err2 == nil && filepath.Base(sub) == "pci" {
+			return filepath.Base(drv) + "@" + filepath.Base(dir)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	return ""
 }
 
 // netInterfaces lists interfaces other than lo as "name (driver)".
