@@ -62,6 +62,9 @@ func holdSlices(dataDir string, _ *helperclient.Client) devices.Slices {
 // migCaps is the fake machine's nvidia-caps table.
 func migCaps() (cdispec.MIGCaps, error) { return cdispec.ParseMIGCaps(fakehw.MIGCaps()) }
 
+// hostReboot: a fakehw node simulates node.reboot (agent.Config.FakeReboot).
+func hostReboot(*helperclient.Client) func(context.Context, string) error { return nil }
+
 // extraSections is the fakehw test section.
 func extraSections(dataDir string) []converge.Section {
 	return []converge.Section{fakekinds.Section(dataDir)}

@@ -44,6 +44,7 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 		Kinds: append(append(nodekinds.Kinds(hw, heldGPU(dev)), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
 		StatusGPUs: statusGPUs(hw, dev),
+		Reboot:     hostReboot(helper),
 		Sections:   append([]converge.Section{dev}, extraSections(cfg.DataDir)...),
 	}
 	withHealth(&m, mon)
