@@ -97,7 +97,8 @@ func TestSiteBootServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bc.* parameters do not parse: %v", err)
 	}
-	if p.MAC.String() != mac || p.Site != "ams1" || !strings.HasPrefix(p.DiscoveryToken, "bcjt_") || p.CacheURL != "http://"+addr {
+	grantURL := regexp.MustCompile(`^http://` + regexp.QuoteMeta(addr) + `/cache/t/[0-9a-f]{32}$`)
+	if p.MAC.String() != mac || p.Site != "ams1" || !strings.HasPrefix(p.DiscoveryToken, "bcjt_") || !grantURL.MatchString(p.CacheURL) {
 		t.Fatalf("parameters %+v", p)
 	}
 	// The assertion is signed by the site agent's key.
@@ -120,8 +121,24 @@ func TestSiteBootServer(t *testing.T) {
 		t.Fatalf("assertion: %v %s", err, payload)
 	}
 	ramdiskJoins(t, l, g, m[2], mac)
-	if got := get(m[1]); got != string(kernel) {
-		t.Fatalf("kernel from the site's cache: %d bytes, want %d", len(got), len(kernel))
+	if got := get(m[1]); got != string(kernel) || !strings.HasPrefix(m[1], p.CacheURL+"/images/") {
+		t.Fatalf("kernel from the site's cache at %s: %d bytes, want %d under the machine's grant %s", m[1], len(got), len(kernel), p.CacheURL)
+	}
+	// Nothing is served without a grant: not the old path, not another
+	// grant.
+	status := func(u string) int {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, u := range []string{"http://" + addr + "/images/" + sum(kernel), "http://" + addr + "/cache/t/" + strings.Repeat("0", 32) + "/images/" + sum(kernel),
+		"http://" + addr + "/cache/t/x/images/" + sum(kernel)} {
+		if c := status(u); c != http.StatusNotFound {
+			t.Errorf("GET %s = %d, want 404 (no grant)", u, c)
+		}
 	}
 	if s := get("http://" + addr + "/boot/ipxe?mac=52:54:00:00:00:01"); !strings.Contains(s, "exit") || strings.Contains(s, "kernel") {
 		t.Fatalf("unknown MAC got:\n%s", s)
@@ -148,17 +165,18 @@ func TestSiteBootServer(t *testing.T) {
 	if s := get(out.ScriptURL); strings.Contains(s, "kernel") {
 		t.Fatalf("cleaned-up MAC still boots:\n%s", s)
 	}
+	if c := status(m[1]); c != http.StatusNotFound {
+		t.Errorf("the cleaned-up machine's grant still reads the cache: %d", c)
+	}
 	// A wrong digest is never cached nor served.
 	bad := fmt.Sprintf(`{"mac":"52:54:00:00:00:02","kernel":{"sha256":%q,"url":%q},"initrd":{"sha256":%q,"url":%q}}`,
 		sum([]byte("other")), src.URL+"/vmlinuz", sum(initrd), src.URL+"/initrd")
 	if code, v := l.runKind(g, site, "boot.prepareRamdisk", bad); code != 1 || !strings.Contains(v.Error, "pull") {
 		t.Fatalf("wrong digest: %d %+v", code, v)
 	}
-	resp, err := http.Get("http://" + addr + "/images/" + sum([]byte("other")))
-	if err != nil || resp.StatusCode != http.StatusNotFound {
-		t.Fatalf("a mismatched image is served: %v %v", err, resp.Status)
+	if c := status(m2[1][:strings.Index(m2[1], "/images/")] + "/images/" + sum([]byte("other"))); c != http.StatusNotFound {
+		t.Fatalf("a mismatched image is served: %d", c)
 	}
-	resp.Body.Close()
 	// cache_images: the site warms what its desired state names and
 	// reports the images section and READY (or the failure).
 	if code, _, errOut := l.run("", nil, "bcgw", "cache-images", site, "--image", sum(initrd)+"="+src.URL+"/initrd", "--data-dir", g.dataDir); code != 0 {

@@ -142,10 +142,11 @@ func (c Config) prepare(ctx context.Context, b []byte) (json.RawMessage, error) 
 	if err != nil {
 		return nil, fmt.Errorf("the ramdisk needs join-encryption.jwk: %w", err)
 	}
+	grant := bootserver.NewGrant()
 	params, err := bootparams.Render(bootparams.Params{
 		Gateway: c.Config.Gateway, ServerName: c.Config.GatewayServerName, ServingCAPin: c.Config.ServingCASPKIPin,
 		JoinSigningPin: c.Config.JoinSigningKeyPin, JoinEncryptionPin: c.Config.JoinEncryptionKeyPin, JWK: []byte(strings.TrimSpace(string(jwk))),
-		DiscoveryToken: string(tok), Assertion: assertion, Site: a.Site, MAC: mac, CacheURL: c.Config.Boot.URL,
+		DiscoveryToken: string(tok), Assertion: assertion, Site: a.Site, MAC: mac, CacheURL: strings.TrimRight(c.Config.Boot.URL, "/") + bootserver.CachePath(grant),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("boot parameters: %w", err)
@@ -158,7 +159,7 @@ func (c Config) prepare(ctx context.Context, b []byte) (json.RawMessage, error) 
 		return nil, errors.New(`body: "console" must be one word such as ttyS0,115200`)
 	}
 	if err := c.Entries.Put(bootserver.Entry{MAC: mac.String(), Kernel: body.Kernel.SHA256, Initrd: body.Initrd.SHA256,
-		Cmdline: "console=" + console + " panic=-1 " + params, Command: dispatch.CommandID(ctx), Created: time.Now().UTC()}); err != nil {
+		Cmdline: "console=" + console + " panic=-1 " + params, Command: dispatch.CommandID(ctx), Created: time.Now().UTC(), Grant: grant}); err != nil {
 		return nil, err
 	}
 	// The token stays in the entry (served to that machine only); the
