@@ -328,18 +328,38 @@ func isZeroPower(p xmlPower) bool {
 	return p == xmlPower{}
 }
 
-// value trims an element's text and maps nvidia-smi's words for "no value"
-// (N/A, [N/A], [Not Supported], Requested functionality has been
-// deprecated, …) to "".
+// absentWords are what nvidia-smi prints, across drivers, where a field has
+// no value: the field does not apply (N/A, None), the GPU or driver does
+// not support it, NVML failed to read it, or the caller may not. Compared
+// without regard to case, with any brackets around them removed.
+var absentWords = []string{
+	"n/a", "na", "none", "not found", "not supported", "unknown error", "unknown",
+	"insufficient permissions", "no permission", "not available", "gpu is lost",
+	"gpu requires reset", "requested functionality has been deprecated",
+}
+
+// Value trims a value nvidia-smi printed and maps its words for "no value"
+// (N/A, [N/A], Not Found, [Not Supported], Unknown Error, Requested
+// functionality has been deprecated, …) to "", so no record, inventory
+// section or check ever carries them as a string.
+func Value(s string) string { return value(s) }
+
 func value(s string) string {
 	s = strings.TrimSpace(s)
-	switch {
-	case s == "", s == "N/A", s == "None":
+	if s == "" {
 		return ""
-	case strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]"):
+	}
+	inner := s
+	if strings.HasPrefix(inner, "[") && strings.HasSuffix(inner, "]") {
+		// "[N/A]", "[Not Supported]", "[Unknown Error]", "[Insufficient
+		// Permissions]": nvidia-smi brackets every value it could not read.
 		return ""
-	case strings.HasPrefix(s, "Requested functionality has been deprecated"):
-		return ""
+	}
+	inner = strings.ToLower(inner)
+	for _, w := range absentWords {
+		if inner == w || (len(w) > 12 && strings.HasPrefix(inner, w)) {
+			return ""
+		}
 	}
 	return s
 }
