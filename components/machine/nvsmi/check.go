@@ -307,6 +307,9 @@ func checkNVLink(g GPU, peers peerLinks, add addFunc, pass passFunc) {
 	case total == 0 && peers.maxActive > 0:
 		add(CheckNVLink, StatusFail, action,
 			"nvidia-smi reports no NVLink on this GPU while %s has %d active", peers.name, peers.maxActive)
+	case total == 0 && topoNVLinks(g):
+		add(CheckNVLink, StatusWarn, "run nvidia-smi nvlink -s on the node",
+			"the topology shows NVLinks to other GPUs, but nvidia-smi nvlink -s reported none, so their state is unknown")
 	case total == 0:
 		pass(CheckNVLink, "no NVLink on this GPU")
 	case active == 0 && peers.maxActive == 0 && !topoNVLinks(g):

@@ -182,10 +182,16 @@ func First(path, bootID string, gpus []nvsmi.GPU) error {
 			continue
 		}
 		first, ok := f.Widths[bus]
+		if first < 1 || first > 32 {
+			// No link is wider than x32: a value outside is not a width.
+			ok = false
+		}
 		if !ok && w > 0 {
 			f.Widths[bus], first, changed = w, w, true
 		}
-		gpus[i].PCIe.FirstWidth = first
+		if first >= 1 && first <= 32 {
+			gpus[i].PCIe.FirstWidth = first
+		}
 	}
 	if changed {
 		out, err := json.Marshal(f)
@@ -201,13 +207,4 @@ func First(path, bootID string, gpus []nvsmi.GPU) error {
 		}
 	}
 	return perr
-}
-
-// BootID reads the kernel's boot id under root.
-func BootID(root string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(root, "proc/sys/kernel/random/boot_id"))
-	if err != nil {
-		return "", fmt.Errorf("read boot id: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }

@@ -132,3 +132,25 @@ func TestFirst(t *testing.T) {
 		t.Fatalf("after the bad file was replaced: %v", err)
 	}
 }
+
+// FuzzFirst: whatever the file holds, First completes the GPUs, never
+// panics, and leaves a file it reads back without error.
+func FuzzFirst(f *testing.F) {
+	f.Add([]byte(`{"boot_id":"b","widths":{"0000:17:00.0":16}}`))
+	f.Add([]byte(`{"boot_id":"b","widths":{"0000:17:00.0":-3,"../x":1e99}}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(t.TempDir(), "pcie-first.json")
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		g := []nvsmi.GPU{{Info: nvsmi.Info{PCIBusID: "0000:17:00.0", PCIe: nvsmi.PCIe{WidthCurrent: 8}}}}
+		_ = First(path, "b", g)
+		if g[0].PCIe.FirstWidth < 1 || g[0].PCIe.FirstWidth > 32 {
+			t.Fatalf("no first width after %q", b)
+		}
+		if err := First(path, "b", g); err != nil {
+			t.Fatalf("the file First left does not read back: %v", err)
+		}
+	})
+}
