@@ -81,16 +81,16 @@ type Monitor struct {
 	cfg Config
 	log *slog.Logger
 
-	mu       sync.Mutex
-	conds    []*bcdv1.Condition
-	since    map[string]int64 // condition subject -> first seen (unix ms)
+	mu    sync.Mutex
+	conds []*bcdv1.Condition
+	since map[string]int64 // condition subject -> first seen (unix ms)
 	// checkSince: "subject/check" -> first seen, for the check conditions.
 	checkSince map[string]int64
-	xids     []nvsmi.XID      // the last XIDs read, to resolve again after an inventory
-	press    *bcdv1.Pressure
-	gpus     []inventory.GPU
-	sections map[string]json.RawMessage
-	hashes   map[string]string
+	xids       []nvsmi.XID // the last XIDs read, to resolve again after an inventory
+	press      *bcdv1.Pressure
+	gpus       []inventory.GPU
+	sections   map[string]json.RawMessage
+	hashes     map[string]string
 
 	// Run's own state.
 	seen    map[nvsmi.XID]int // the XIDs of the last poll, counted

@@ -32,7 +32,7 @@ func (h captureHW) Inventory(ctx context.Context) (*inventory.Inventory, error) 
 	}
 	return inv, err
 }
-func (h captureHW) XIDs(context.Context) ([]nvsmi.XID, error)  { return h.xids, nil }
+func (h captureHW) XIDs(context.Context) ([]nvsmi.XID, error) { return h.xids, nil }
 func (h captureHW) ResetGPU(context.Context, nvsmi.GPU) error { return nil }
 
 // fakeSMI writes an nvidia-smi that answers -q -x with the capture xml and
