@@ -37,6 +37,15 @@ func holdFiles(_ string, helper *helperclient.Client) devices.Files {
 	return nil
 }
 
+// holdSlices is where holds with limits get their slice: systemd's, as
+// root or through bcd helper; none where systemd is not PID 1.
+func holdSlices(_ string, helper *helperclient.Client) devices.Slices {
+	return devices.HostSlices(helper)
+}
+
+// migCaps is the host's nvidia-caps table.
+var migCaps = devices.HostMIGCaps
+
 // extraSections: a host build converges no test section.
 func extraSections(string) []converge.Section { return nil }
 

@@ -39,7 +39,7 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 		hw = nodekinds.WithHelper(hw, helper)
 	}
 	mon := health.New(health.Config{HW: hw, Pressure: pressure.New("/proc"), Log: log})
-	dev := devicesSection(hw, mon, holdFiles(cfg.DataDir, helper))
+	dev := devicesSection(hw, mon, holdFiles(cfg.DataDir, helper), holdSlices(cfg.DataDir, helper))
 	m := agentcmd.Machine{
 		Kinds: append(append(nodekinds.Kinds(hw, heldGPU(dev)), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
@@ -60,8 +60,8 @@ func withHealth(m *agentcmd.Machine, mon *health.Monitor) {
 // devicesSection is the GPU holds section over hw: a GPU the health
 // monitor finds unhealthy (an Xid NVIDIA counts as a failure, or a failed
 // health check) takes no new hold; one with warnings does.
-func devicesSection(hw nodekinds.Hardware, mon *health.Monitor, files devices.Files) *devices.Section {
-	return devices.New(devices.Config{Inventory: hw.Inventory, Files: files, Unhealthy: func(uuid string) bool {
+func devicesSection(hw nodekinds.Hardware, mon *health.Monitor, files devices.Files, sl devices.Slices) *devices.Section {
+	return devices.New(devices.Config{Inventory: hw.Inventory, MIGCaps: migCaps, Files: files, Slices: sl, Unhealthy: func(uuid string) bool {
 		bad, _ := mon.Unhealthy(uuid)
 		return bad
 	}})
