@@ -176,3 +176,24 @@ func TestCheckConditions(t *testing.T) {
 		t.Errorf("since %v", since)
 	}
 }
+
+// TestUnhealthy: an Xid NVIDIA counts as a GPU fault or a failed check
+// keeps new work off a GPU; an application's Xid and a warning do not.
+func TestUnhealthy(t *testing.T) {
+	gpus := []inventory.GPU{
+		{UUID: "GPU-a", PCIBusID: "0000:18:00.0", SMI: &nvsmi.Info{UUID: "GPU-a", PCIBusID: "0000:18:00.0"}},
+		{UUID: "GPU-b", PCIBusID: "0000:5d:00.0", SMI: &nvsmi.Info{UUID: "GPU-b", PCIBusID: "0000:5d:00.0", RowRemap: &nvsmi.RowRemap{Pending: true}}},
+		{UUID: "GPU-c", PCIBusID: "0000:9a:00.0", SMI: &nvsmi.Info{UUID: "GPU-c", PCIBusID: "0000:9a:00.0", RowRemap: &nvsmi.RowRemap{Failure: true}}},
+		{UUID: "GPU-d", PCIBusID: "0000:db:00.0", SMI: &nvsmi.Info{UUID: "GPU-d", PCIBusID: "0000:db:00.0"}},
+	}
+	m := New(Config{})
+	m.gpus = gpus
+	m.xids = []nvsmi.XID{{Code: 13, PCIBusID: "0000:18:00"}, {Code: 79, PCIBusID: "0000:db:00"}}
+	m.updateConditions()
+	for uuid, want := range map[string]string{"GPU-a": "", "GPU-b": "", "GPU-c": "row-remap.failure: row remapping failed", "GPU-d": "Xid 79: the GPU has fallen off the bus"} {
+		bad, why := m.Unhealthy(uuid)
+		if bad != (want != "") || !strings.HasPrefix(why, want) {
+			t.Errorf("Unhealthy(%s) = %v %q, want %q", uuid, bad, why, want)
+		}
+	}
+}
