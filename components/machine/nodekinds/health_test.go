@@ -135,6 +135,17 @@ func TestOneVerdictPath(t *testing.T) {
 		t.Errorf("bcd hardware --json judged %d GPUs: %+v", seen, inv.Live.GPUs)
 	}
 
+	// bcd hardware, as text: each GPU line ends with its verdict.
+	stdout.Reset()
+	if code := cmd.Run(ctx, env, []string{"--config", filepath.Join(t.TempDir(), "none.toml")}); code != 0 {
+		t.Fatalf("bcd hardware = %d: %s", code, stderr.String())
+	}
+	for uuid, st := range want {
+		if !strings.Contains(stdout.String(), uuid+" NVIDIA GeForce RTX 2070: "+string(st)+": ") {
+			t.Errorf("bcd hardware does not give %s its verdict %s:\n%s", uuid, st, stdout.String())
+		}
+	}
+
 	// bcd status
 	statusWant := map[nvsmi.Status]string{nvsmi.StatusWarn: status.HealthWarn, nvsmi.StatusFail: status.HealthUnhealthy}
 	gpus := nodekinds.StatusGPUs(hw)(ctx)
