@@ -62,10 +62,7 @@ func withHealth(m *agentcmd.Machine, mon *health.Monitor) {
 // monitor finds unhealthy (an Xid NVIDIA counts as a failure, or a failed
 // health check) takes no new hold; one with warnings does.
 func devicesSection(hw nodekinds.Hardware, mon *health.Monitor, files devices.Files, sl devices.Slices) *devices.Section {
-	return devices.New(devices.Config{Inventory: hw.Inventory, MIGCaps: migCaps, Files: files, Slices: sl, Unhealthy: func(uuid string) bool {
-		bad, _ := mon.Unhealthy(uuid)
-		return bad
-	}})
+	return devices.New(devices.Config{Inventory: hw.Inventory, MIGCaps: migCaps, Files: files, Slices: sl, Unhealthy: mon.Unhealthy})
 }
 
 // heldGPU is gpu.reset's hold check: a held GPU is never reset.
