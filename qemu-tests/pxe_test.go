@@ -465,7 +465,7 @@ func TestPXEBoot(t *testing.T) {
 				if !strings.Contains(out, `"FAILED"`) || !(strings.Contains(out, "ATA Security") || strings.Contains(out, "SANITIZE") || strings.Contains(out, "FORMAT UNIT")) {
 					t.Errorf("disk.wipe secure-erase of %s: %s", dev, out)
 				}
-				t.Logf("disk.wipe secure-erase of %s refused: %s", dev, firstLine(out, "secure-erase"))
+				t.Logf("disk.wipe secure-erase of %s refused: %s", dev, firstLine(out, `"error"`))
 			}
 			// The cache's copy goes bad (one byte of the image changed): the
 			// deploy writes it all, finds the digest wrong, fails, and
