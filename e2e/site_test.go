@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"github.com/better-compute/bcd/components/gateway"
 	"io"
 	"net"
 	"net/http"
@@ -140,8 +141,23 @@ func TestSiteBootServer(t *testing.T) {
 			t.Errorf("GET %s = %d, want 404 (no grant)", u, c)
 		}
 	}
-	if s := get("http://" + addr + "/boot/ipxe?mac=52:54:00:00:00:01"); !strings.Contains(s, "exit") || strings.Contains(s, "kernel") {
+	if s := get("http://" + addr + "/boot/ipxe?mac=52:54:00:00:00:01"); !strings.Contains(s, "exit") || strings.Contains(s, "kernel") || strings.Contains(s, "/cache/") {
 		t.Fatalf("unknown MAC got:\n%s", s)
+	}
+	// The site reports it, and bcgw discovered lists it.
+	var disc []gateway.DiscoveredView
+	end := time.Now().Add(20 * time.Second)
+	for time.Now().Before(end) && len(disc) == 0 {
+		if code, out, _ := l.run("", nil, "bcgw", "discovered", site, "--json", "--data-dir", g.dataDir); code == 0 {
+			json.Unmarshal([]byte(out), &disc)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(disc) != 1 || disc[0].MAC != "52:54:00:00:00:01" || disc[0].Count != 1 {
+		t.Errorf("bcgw discovered: %+v", disc)
+	}
+	if code, out, _ := l.run("", nil, "bcgw", "discovered", site, "--data-dir", g.dataDir); code != 0 || !strings.Contains(out, "52:54:00:00:00:01") {
+		t.Errorf("bcgw discovered (text): %d %s", code, out)
 	}
 	// Another machine's assertion (validly signed, for another token and
 	// MAC) does not admit this one.

@@ -617,6 +617,12 @@ func TestPXEBoot(t *testing.T) {
 	if !strings.Contains(site.String(), `"mac":"`+unknown+`"`) || strings.Count(site.String(), `"msg":"iPXE script served"`) != 1 {
 		t.Fatalf("the site did not note the unknown MAC, or served it a script:\n%s", site.String())
 	}
+	// bcgw discovered lists it, with the architecture its PXE ROM gave.
+	waitFor(t, "bcgw discovered to list the unknown MAC", 30*time.Second, func() bool {
+		var list []struct{ MAC, Arch string }
+		json.Unmarshal([]byte(bcgw("discovered", siteID, "--json")), &list)
+		return slices.ContainsFunc(list, func(d struct{ MAC, Arch string }) bool { return d.MAC == unknown && d.Arch == "bios" })
+	})
 	// Without the boot lease the site answers no machine, not even a
 	// prepared one: the gateway goes away, the lease lapses.
 	_ = gw.cmd.Process.Kill()

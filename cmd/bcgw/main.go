@@ -45,6 +45,7 @@ func program() *cli.Program {
 			{Name: "batch", Summary: "batch create|approve|submit: destructive commands as a batch the approvers approve", Run: batchCmd},
 			{Name: "revoke", Summary: "revoke NODE: revoke a node's certificate", Run: revoke},
 			{Name: "cancel", Summary: "cancel COMMAND: cancel a command", Run: cancel},
+			{Name: "discovered", Summary: "discovered SITE [--json]: the machines that asked the site to boot and that nobody prepared", Run: discovered},
 			{Name: "status", Summary: "status NODE [--json]: the node's connection, spec generations, sections and latest status report", Run: nodeStatus},
 			{Name: "spec", Summary: "spec set|patch|get|prepare|submit: a node's desired spec", Run: specCmd},
 			{Name: "hold", Summary: "hold NODE --alloc ID --gpu N|UUID|MIG-UUID|N/slotS ...: add a GPU hold to the node's devices section", Run: hold},

@@ -105,9 +105,12 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 			(*k)()
 		}
 	}
+	found := &bootserver.Discoveries{Changed: warmer.Report}
+	warmer.Discoveries = found
 	srv := &bootserver.Server{Boot: b, Entries: entries, Cache: cache, Lease: lease, Log: log.With("component", "bootserver"),
-		Discovered: func(mac net.HardwareAddr) {
-			log.Info("an unprepared machine asked to boot", "component", "bootserver", "mac", mac.String())
+		Discovered: func(mac net.HardwareAddr, arch string) {
+			log.Info("an unprepared machine asked to boot", "component", "bootserver", "mac", mac.String(), "arch", arch)
+			found.Saw(mac, arch)
 		}}
 	m.Kinds = append(bmc, sitekinds.Kinds(sitekinds.Config{Config: cfg, Entries: entries, Cache: cache, Keep: warmer.Keep})...)
 	m.ReportSections = warmer.SetPublish

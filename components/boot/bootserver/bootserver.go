@@ -172,8 +172,9 @@ type Server struct {
 	Cache   *imagecache.Cache
 	Lease   Lease
 	Log     *slog.Logger
-	// Discovered is told the MACs of PXE clients nobody prepared.
-	Discovered func(mac net.HardwareAddr)
+	// Discovered is told the MACs of PXE clients nobody prepared (and
+	// their architecture, when proxy DHCP read it).
+	Discovered func(mac net.HardwareAddr, arch string)
 }
 
 // Handler serves /boot/ipxe?mac= and /cache/t/<grant>/images/<digest>.
@@ -221,7 +222,7 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 	case !ok:
 		log.Info("iPXE script for an unknown machine: exit")
 		if s.Discovered != nil {
-			s.Discovered(mac)
+			s.Discovered(mac, "")
 		}
 		fmt.Fprint(w, ipxe.Exit())
 		return
@@ -265,7 +266,7 @@ func (s *Server) Run(ctx context.Context) error {
 			ScriptURL: strings.TrimRight(s.Boot.URL, "/") + "/boot/ipxe", Backend: s, Log: s.Log,
 			Discovered: func(_ context.Context, d proxydhcp.Discovery) {
 				if s.Discovered != nil {
-					s.Discovered(d.MAC)
+					s.Discovered(d.MAC, string(d.Arch))
 				}
 			}})
 		if err != nil {
