@@ -596,7 +596,7 @@ func TestPXEBoot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the printed bc.* parameters do not parse: %v\n%s", err, strings.Join(words, "\n"))
 	}
-	if p.MAC.String() != pxeMAC || p.Site != "pxe" || p.CacheURL != "http://"+pxeBridgeIP+":8080" || p.Gateway != "https://"+pxeBridgeIP+":8443" {
+	if p.MAC.String() != pxeMAC || p.Site != "pxe" || !strings.HasPrefix(p.CacheURL, "http://"+pxeBridgeIP+":8080/cache/t/") || p.Gateway != "https://"+pxeBridgeIP+":8443" {
 		t.Fatalf("parameters %+v\nwords:\n%s", p, strings.Join(words, "\n"))
 	}
 	if !strings.Contains(site.String(), `"msg":"iPXE script served"`) {
