@@ -41,12 +41,15 @@ func freePort(t *testing.T) string {
 // an unknown MAC and a cleaned-up one get `exit`.
 func TestSiteBootServer(t *testing.T) {
 	kernel, initrd := []byte(strings.Repeat("kernel", 5000)), []byte(strings.Repeat("initrd", 7000))
+	iso := []byte(strings.Repeat("CD001", 9000))
 	src := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/vmlinuz":
 			w.Write(kernel)
 		case "/initrd":
 			w.Write(initrd)
+		case "/installer.iso":
+			w.Write(iso)
 		default:
 			http.NotFound(w, r)
 		}
@@ -174,6 +177,20 @@ func TestSiteBootServer(t *testing.T) {
 	}
 	if code, _, errOut := l.run("", nil, "bcd-ramdisk", "ramdisk", "--cmdline", cl, "--data-dir", filepath.Join(l.root, "r5")); code != 1 || !strings.Contains(errOut, "discovery assertion") {
 		t.Fatalf("another machine's assertion: exit %d %q", code, errOut)
+	}
+	// boot.prepareISO: the machine sanboots an ISO from the cache, under
+	// its own grant.
+	mac3 := "52:54:00:aa:bb:cc"
+	if code, v := l.runKind(g, site, "boot.prepareISO", fmt.Sprintf(`{"mac":%q,"iso":{"sha256":%q,"url":%q}}`, mac3, sum(iso), src.URL+"/installer.iso")); code != 0 {
+		t.Fatalf("boot.prepareISO: %+v", v)
+	}
+	isoScript := get("http://" + addr + "/boot/ipxe?mac=" + mac3)
+	mi := regexp.MustCompile(`(?m)^sanboot --no-describe (http://\S+/cache/t/[0-9a-f]{32}/images/` + sum(iso) + `) `).FindStringSubmatch(isoScript)
+	if mi == nil || strings.Contains(isoScript, "bc.") {
+		t.Fatalf("the ISO machine's script:\n%s", isoScript)
+	}
+	if got := get(mi[1]); got != string(iso) {
+		t.Errorf("the ISO from the cache: %d bytes, want %d", len(got), len(iso))
 	}
 	if code, v := l.runKind(g, site, "boot.cleanUp", `{"mac":"`+mac+`"}`); code != 0 {
 		t.Fatalf("boot.cleanUp: %+v", v)

@@ -40,9 +40,12 @@ const EntriesFile = "boot-entries.json"
 
 // Entry is one prepared machine.
 type Entry struct {
-	MAC     string    `json:"mac"`
-	Kernel  string    `json:"kernel_sha256"`
-	Initrd  string    `json:"initrd_sha256"`
+	MAC    string `json:"mac"`
+	Kernel string `json:"kernel_sha256,omitempty"`
+	Initrd string `json:"initrd_sha256,omitempty"`
+	// ISO, when set, is an ISO the machine boots with sanboot instead of
+	// a kernel and initrd (boot.prepareISO).
+	ISO     string    `json:"iso_sha256,omitempty"`
 	Cmdline string    `json:"cmdline"` // console arguments and the rendered bc.* parameters
 	Command string    `json:"command_id"`
 	Created time.Time `json:"created"`
@@ -157,7 +160,11 @@ func (e *Entries) Digests() []string {
 	defer e.mu.Unlock()
 	var out []string
 	for _, x := range e.by {
-		out = append(out, x.Kernel, x.Initrd)
+		for _, d := range []string{x.Kernel, x.Initrd, x.ISO} {
+			if d != "" {
+				out = append(out, d)
+			}
+		}
 	}
 	return out
 }
@@ -228,7 +235,12 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	base := strings.TrimRight(s.Boot.URL, "/") + CachePath(e.Grant)
-	sc, err := ipxe.Script(ipxe.Boot{Kernel: base + "/images/" + e.Kernel, Initrd: base + "/images/" + e.Initrd, Cmdline: e.Cmdline})
+	var sc string
+	if e.ISO != "" {
+		sc, err = ipxe.Sanboot(base + "/images/" + e.ISO)
+	} else {
+		sc, err = ipxe.Script(ipxe.Boot{Kernel: base + "/images/" + e.Kernel, Initrd: base + "/images/" + e.Initrd, Cmdline: e.Cmdline})
+	}
 	if err != nil {
 		log.Error("iPXE script", "err", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)
