@@ -19,6 +19,11 @@ func TestRamdiskBoots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The budget of the compressed initramfs with the full driver set
+	// (docs/ramdisk.md).
+	if st.Size() > 12<<20 {
+		t.Errorf("initramfs.cpio.zst is %d bytes, over the 12 MiB budget", st.Size())
+	}
 	vda, nvme := sparseDisk(t, "vda.img", 64<<20), sparseDisk(t, "nvme.img", 64<<20)
 	b := runVM(t, qemu, kernel, initrd, "bcd-ramdisk: init started",
 		"-drive", "file="+vda+",if=virtio,format=raw",
