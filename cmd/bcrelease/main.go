@@ -207,4 +207,3 @@ func verifyCmd(_ context.Context, env *cli.Env, args []string) int {
 	}
 	return 0
 }
-
