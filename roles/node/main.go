@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"github.com/better-compute/bcd/components/agent/update"
 	"log/slog"
 
 	"github.com/better-compute/bcd/components/agent/agentcmd"
@@ -100,5 +101,6 @@ func main() {
 		status.Command(),
 		doctor.Command(doctorChecks),
 		nodekinds.HardwareCommand(hardware),
+		update.Command(),
 	}, fakeCommands()...), nil)
 }
