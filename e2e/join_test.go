@@ -174,7 +174,7 @@ func TestRoleCommands(t *testing.T) {
 	}{
 		{"bcd-node", nil, 2, "usage"},
 		{"bcd-node", []string{"help"}, 0, "join"},
-		{"bcd-node-host", []string{"help"}, 0, "not in this build: helper, ramdisk, sim, site, update\n"},
+		{"bcd-node-host", []string{"help"}, 0, "not in this build: helper, ramdisk, sim, site\n"},
 		{"bcd-node", []string{"version"}, 0, "(node)"},
 		{"bcd-node", []string{"site"}, 2, "bcd site: not in this build (node)"},
 		{"bcd-site", []string{"node"}, 2, "bcd node: not in this build (site)"},
