@@ -134,8 +134,8 @@ func (s *Server) bmcResult(c store.Command, status string) {
 
 func (s *Server) adminBMC(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Address  string `json:"address"`
-		Username string `json:"username"`
+		Address   string `json:"address"`
+		Username  string `json:"username"`
 		Password  string `json:"password"`
 		LegacyTLS bool   `json:"legacy_tls"`
 	}
