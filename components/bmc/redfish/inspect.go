@@ -225,20 +225,23 @@ type processorBody struct {
 }
 
 func (c *Client) processors(ctx context.Context, in *inspection, coll string, inv *Inventory) error {
-	return in.each(ctx, coll, func(_ string, b []byte) error {
-		var r processorBody
-		if err := decode(b, &r); err != nil {
-			return err
-		}
-		if r.Status.State != "Absent" {
-			inv.Processors = append(inv.Processors, Processor{
-				ID: clean(r.ID, 128), Socket: clean(r.Socket, 64), Type: clean(r.Type, 32),
-				Manufacturer: clean(r.Manufacturer, 128), Model: clean(r.Model, 128), Cores: int64(r.Cores),
-				Threads: int64(r.Threads), MaxSpeedMHz: int64(r.MaxSpeed), State: clean(r.Status.State, 32),
-			})
-		}
-		return nil
-	})
+	return in.each(ctx, coll, func(_ string, b []byte) error { return readProcessor(b, inv) })
+}
+
+// readProcessor decodes one body into inv.
+func readProcessor(b []byte, inv *Inventory) error {
+	var r processorBody
+	if err := decode(b, &r); err != nil {
+		return err
+	}
+	if r.Status.State != "Absent" {
+		inv.Processors = append(inv.Processors, Processor{
+			ID: clean(r.ID, 128), Socket: clean(r.Socket, 64), Type: clean(r.Type, 32),
+			Manufacturer: clean(r.Manufacturer, 128), Model: clean(r.Model, 128), Cores: int64(r.Cores),
+			Threads: int64(r.Threads), MaxSpeedMHz: int64(r.MaxSpeed), State: clean(r.Status.State, 32),
+		})
+	}
+	return nil
 }
 
 // memoryBody is what the client reads of a Memory module.
@@ -254,20 +257,23 @@ type memoryBody struct {
 }
 
 func (c *Client) memory(ctx context.Context, in *inspection, coll string, inv *Inventory) error {
-	return in.each(ctx, coll, func(_ string, b []byte) error {
-		var r memoryBody
-		if err := decode(b, &r); err != nil {
-			return err
-		}
-		if r.Status.State != "Absent" {
-			inv.Memory = append(inv.Memory, Memory{
-				ID: clean(r.ID, 128), DeviceType: clean(r.DeviceType, 32), CapacityMiB: int64(r.CapacityMiB),
-				SpeedMHz: int64(r.SpeedMHz), Manufacturer: clean(r.Manufacturer, 128),
-				PartNumber: clean(r.PartNumber, 128), SerialNumber: clean(r.SerialNumber, 128), State: clean(r.Status.State, 32),
-			})
-		}
-		return nil
-	})
+	return in.each(ctx, coll, func(_ string, b []byte) error { return readMemory(b, inv) })
+}
+
+// readMemory decodes one body into inv.
+func readMemory(b []byte, inv *Inventory) error {
+	var r memoryBody
+	if err := decode(b, &r); err != nil {
+		return err
+	}
+	if r.Status.State != "Absent" {
+		inv.Memory = append(inv.Memory, Memory{
+			ID: clean(r.ID, 128), DeviceType: clean(r.DeviceType, 32), CapacityMiB: int64(r.CapacityMiB),
+			SpeedMHz: int64(r.SpeedMHz), Manufacturer: clean(r.Manufacturer, 128),
+			PartNumber: clean(r.PartNumber, 128), SerialNumber: clean(r.SerialNumber, 128), State: clean(r.Status.State, 32),
+		})
+	}
+	return nil
 }
 
 // nicBody is what the client reads of an EthernetInterface.
@@ -282,17 +288,20 @@ type nicBody struct {
 }
 
 func (c *Client) nics(ctx context.Context, in *inspection, coll string, inv *Inventory) error {
-	return in.each(ctx, coll, func(_ string, b []byte) error {
-		var r nicBody
-		if err := decode(b, &r); err != nil {
-			return err
-		}
-		inv.NICs = append(inv.NICs, NIC{
-			ID: clean(r.ID, 128), Type: clean(r.Type, 32), MAC: normalMAC(r.MAC), PermanentMAC: normalMAC(r.PermanentMAC),
-			LinkStatus: clean(r.LinkStatus, 32), SpeedMbps: int64(r.SpeedMbps), State: clean(r.Status.State, 32),
-		})
-		return nil
+	return in.each(ctx, coll, func(_ string, b []byte) error { return readNIC(b, inv) })
+}
+
+// readNIC decodes one body into inv.
+func readNIC(b []byte, inv *Inventory) error {
+	var r nicBody
+	if err := decode(b, &r); err != nil {
+		return err
+	}
+	inv.NICs = append(inv.NICs, NIC{
+		ID: clean(r.ID, 128), Type: clean(r.Type, 32), MAC: normalMAC(r.MAC), PermanentMAC: normalMAC(r.PermanentMAC),
+		LinkStatus: clean(r.LinkStatus, 32), SpeedMbps: int64(r.SpeedMbps), State: clean(r.Status.State, 32),
 	})
+	return nil
 }
 
 // normalMAC returns a 6-byte MAC in lower-case colon form, or "".
@@ -379,24 +388,27 @@ type simpleStorageBody struct {
 }
 
 func (c *Client) simpleStorage(ctx context.Context, in *inspection, coll string, inv *Inventory) error {
-	return in.each(ctx, coll, func(_ string, b []byte) error {
-		var st simpleStorageBody
-		if err := decode(b, &st); err != nil {
-			return err
+	return in.each(ctx, coll, func(_ string, b []byte) error { return readSimpleStorage(b, inv) })
+}
+
+// readSimpleStorage decodes one body into inv.
+func readSimpleStorage(b []byte, inv *Inventory) error {
+	var st simpleStorageBody
+	if err := decode(b, &st); err != nil {
+		return err
+	}
+	for _, d := range st.Devices {
+		if d.Status.State == "Absent" {
+			continue
 		}
-		for _, d := range st.Devices {
-			if d.Status.State == "Absent" {
-				continue
-			}
-			if len(inv.Storage) == maxMembers {
-				return nil
-			}
-			inv.Storage = append(inv.Storage, Drive{
-				ID: clean(d.Name, 128), Controller: clean(st.ID, 128), Model: clean(d.Model, 128),
-				Manufacturer: clean(d.Manufacturer, 128), CapacityBytes: int64(d.CapacityBytes),
-				State: clean(d.Status.State, 32), Health: clean(d.Status.Health, 32),
-			})
+		if len(inv.Storage) == maxMembers {
+			return nil
 		}
-		return nil
-	})
+		inv.Storage = append(inv.Storage, Drive{
+			ID: clean(d.Name, 128), Controller: clean(st.ID, 128), Model: clean(d.Model, 128),
+			Manufacturer: clean(d.Manufacturer, 128), CapacityBytes: int64(d.CapacityBytes),
+			State: clean(d.Status.State, 32), Health: clean(d.Status.Health, 32),
+		})
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"unicode/utf8"
@@ -304,7 +305,14 @@ func scalar(raw json.RawMessage) (any, bool) {
 	switch x := v.(type) {
 	case string:
 		return clean(x, 1024), true
-	case json.Number, bool, nil:
+	case json.Number:
+		// A number beyond float64 (1e999) is no BIOS value, and would make
+		// the result unreadable to most JSON consumers.
+		if f, err := x.Float64(); err != nil || math.IsInf(f, 0) {
+			return nil, false
+		}
+		return x, true
+	case bool, nil:
 		return x, true
 	}
 	return nil, false
