@@ -164,4 +164,3 @@ func parseGen(s string) (uint64, error) {
 	_, err := fmt.Sscan(strings.TrimSpace(s), &n)
 	return n, err
 }
-
