@@ -1,9 +1,12 @@
 // Package redfishtest is a Redfish BMC for tests: an httptest TLS server
 // with a fresh self-signed certificate that serves the DMTF
 // public-rackmount1 mockup (testdata/) and models the state the site
-// agent's operations change: power (Reset actions), the boot source
-// override, the CD virtual media, sessions, the account password and
-// pending BIOS settings. Tests observe that state through the Server's
+// agent's operations change: power (Reset actions, with an optional
+// PoweringOff phase), the boot source override, every virtual media slot
+// and Supermicro's OEM IsoConfig, sessions, the account password and
+// pending BIOS settings (wherever @Redfish.Settings names them). Options
+// replace or remove mockup resources, fail chosen requests and serve
+// legacy TLS. Tests observe that state through the Server's
 // methods, and can make the server misbehave the way a hostile or broken
 // BMC would.
 package redfishtest
