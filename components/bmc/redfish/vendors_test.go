@@ -3,6 +3,7 @@ package redfish_test
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"net/http"
@@ -395,5 +396,28 @@ func TestLegacyTLS(t *testing.T) {
 	mc.LegacyTLS = true
 	if _, err := mc.Power(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPowerCycleUnadvertised: a system that advertises no ResetTypes and
+// answers 400 to PowerCycle is cycled off, then on.
+func TestPowerCycleUnadvertised(t *testing.T) {
+	b, err := os.ReadFile("redfishtest/testdata/public-rackmount1/Systems/437XR1138R2/index.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sys map[string]any
+	if err := json.Unmarshal(b, &sys); err != nil {
+		t.Fatal(err)
+	}
+	delete(sys["Actions"].(map[string]any)["#ComputerSystem.Reset"].(map[string]any), "ResetType@Redfish.AllowableValues")
+	edited, _ := json.Marshal(sys)
+	s := redfishtest.Start(t, redfishtest.Options{Extra: map[string]string{redfishtest.System: string(edited)}})
+	rt, err := client(t, s).SetPower(context.Background(), redfish.PowerCycle)
+	if err != nil || rt != "ForceOff,On" {
+		t.Fatalf("SetPower(cycle) = %q, %v", rt, err)
+	}
+	if got := s.Resets(); !slices.Equal(got, []string{"ForceOff", "On"}) {
+		t.Fatalf("resets %v", got)
 	}
 }
