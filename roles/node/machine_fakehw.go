@@ -53,14 +53,22 @@ func holdFiles(dataDir string, helper *helperclient.Client) devices.Files {
 
 // holdSlices keeps a fakehw node's slice drop-ins under
 // data_dir/fakehw/root, with no systemd to start them: the fake machine
-// has none (a fakehw helper only logs slice.apply).
-func holdSlices(dataDir string, _ *helperclient.Client) devices.Slices {
+// has none (a fakehw helper only logs slice.apply). With
+// BCD_FAKEHW_HOST_SLICES=1 (the systemd tier: fake GPUs on a machine
+// where systemd is PID 1) they are the host's real slices.
+func holdSlices(dataDir string, helper *helperclient.Client) devices.Slices {
+	if os.Getenv("BCD_FAKEHW_HOST_SLICES") == "1" {
+		return devices.HostSlices(helper)
+	}
 	return devices.DirSlices{Root: filepath.Join(dataDir, "fakehw", "root"), Cgroup: filepath.Join(dataDir, "fakehw", "cgroup"),
 		Systemctl: func(context.Context, ...string) error { return nil }}
 }
 
 // migCaps is the fake machine's nvidia-caps table.
 func migCaps() (cdispec.MIGCaps, error) { return cdispec.ParseMIGCaps(fakehw.MIGCaps()) }
+
+// hostReboot: a fakehw node simulates node.reboot (agent.Config.FakeReboot).
+func hostReboot(*helperclient.Client) func(context.Context, string) error { return nil }
 
 // extraSections is the fakehw test section.
 func extraSections(dataDir string) []converge.Section {

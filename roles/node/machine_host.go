@@ -3,8 +3,13 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
+	"strings"
 
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/dispatch"
@@ -45,6 +50,24 @@ func holdSlices(_ string, helper *helperclient.Client) devices.Slices {
 
 // migCaps is the host's nvidia-caps table.
 var migCaps = devices.HostMIGCaps
+
+// hostReboot is node.reboot on this host: through bcd helper when bcd
+// node runs unprivileged, systemctl reboot as root, refused otherwise.
+func hostReboot(helper *helperclient.Client) func(ctx context.Context, reason string) error {
+	return func(ctx context.Context, reason string) error {
+		switch {
+		case helper != nil:
+			return helper.Reboot(ctx, reason)
+		case os.Geteuid() != 0:
+			return errors.New("bcd node runs unprivileged without [helper]: it cannot reboot the host (configure [helper], or run it as root)")
+		}
+		out, err := exec.CommandContext(ctx, "systemctl", "reboot", "--message="+reason).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("systemctl reboot = %w: %s", err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+}
 
 // extraSections: a host build converges no test section.
 func extraSections(string) []converge.Section { return nil }

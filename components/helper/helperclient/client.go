@@ -92,6 +92,13 @@ func (c *Client) ResetGPU(ctx context.Context, uuid string) error {
 	return err
 }
 
+// Reboot asks the helper to reboot the host, saying why (cut to 200
+// bytes by the helper).
+func (c *Client) Reboot(ctx context.Context, reason string) error {
+	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpReboot, Reason: reason})
+	return err
+}
+
 // ReloadSSH asks the helper to reload sshd.
 func (c *Client) ReloadSSH(ctx context.Context) error {
 	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpSSHReload})

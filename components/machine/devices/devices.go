@@ -94,8 +94,8 @@ type Config struct {
 	// slice; nil: such holds fail (no systemd to run them).
 	Slices Slices
 	// Unhealthy reports whether a GPU (UUID) has a condition that forbids
-	// new holds (an Xid this boot); nil: none.
-	Unhealthy func(uuid string) bool
+	// new holds (a failing check or an Xid this boot), and why; nil: none.
+	Unhealthy func(uuid string) (bool, string)
 	// InVM names the instance a GPU (UUID) is passed through to; nil or
 	// "": none. No hold sits beside a GPU a VM has.
 	InVM func(uuid string) string
@@ -290,6 +290,18 @@ func (s *Section) admit(ctx context.Context, b Body) ([]admitted, map[string]str
 	return out, failed, nil
 }
 
+// unhealthy is why GPU g takes no new hold, "" when it does.
+func unhealthy(f func(string) (bool, string), g string) string {
+	bad, why := f(g)
+	switch {
+	case !bad:
+		return ""
+	case why == "":
+		return "a failing health condition"
+	}
+	return why
+}
+
 // admitOne resolves and checks one hold against what is taken; a non-empty
 // reason fails it.
 func (s *Section) admitOne(h Hold, m *machine, taken claims) (admitted, string) {
@@ -301,8 +313,8 @@ func (s *Section) admitOne(h Hold, m *machine, taken claims) (admitted, string) 
 		}
 		g := u.gpu.UUID
 		switch {
-		case s.cfg.Unhealthy != nil && s.cfg.Unhealthy(g):
-			return a, fmt.Sprintf("GPU %s is UNHEALTHY (an Xid this boot)", g)
+		case s.cfg.Unhealthy != nil && unhealthy(s.cfg.Unhealthy, g) != "":
+			return a, fmt.Sprintf("GPU %s is UNHEALTHY (%s)", g, unhealthy(s.cfg.Unhealthy, g))
 		case s.cfg.InVM != nil && s.cfg.InVM(g) != "":
 			return a, fmt.Sprintf("resources-exhausted: GPU %s is passed through to instance %s", g, s.cfg.InVM(g))
 		case slices.ContainsFunc(a.units, func(x unit) bool { return x.overlaps(u) }):

@@ -33,7 +33,7 @@ func section(t *testing.T, files Files, unhealthy string) (*Section, *[]recorded
 		sl = testSlices(t, nil)
 	}
 	s := New(Config{Inventory: testMachine(4), Files: files, Slices: sl,
-		Unhealthy: func(u string) bool { return u == unhealthy },
+		Unhealthy: func(u string) (bool, string) { return u == unhealthy, "Xid 79 this boot: GPU has fallen off the bus" },
 		Event: func(typ string, body any) {
 			evs = append(evs, recorded{typ, body.(map[string]any)["allocation"].(string)})
 		}})
