@@ -49,3 +49,51 @@ func TestBMCThroughSite(t *testing.T) {
 	l.out.assertAbsent(t, "the BMC password", pw)
 	l.out.assertAbsent(t, "the rotated BMC password", newPW)
 }
+
+// TestBMCLegacyTLS: a BMC that offers only TLS 1.2 with RSA key exchange.
+// A command without legacy_tls is refused in the handshake; one with it is
+// refused its credentials by bcgw until the BMC is enrolled with
+// --legacy-tls, which bcgw's output shows; then the command runs.
+func TestBMCLegacyTLS(t *testing.T) {
+	pw := "s3cr3t-legacy-" + strings.Repeat("q", 10)
+	bmc := redfishtest.Start(t, redfishtest.Options{Password: pw, LegacyTLS: true})
+	l := newLab(t)
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	tok := l.token(g, "--uses", "1", "--role", "site")
+	cfg, site := l.joinNode(g, "site", tok, "site")
+	b, _ := os.ReadFile(cfg)
+	if err := os.WriteFile(cfg, append(b, []byte("\n[site]\nbmc_networks = [\"127.0.0.0/8\"]\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.start("bcd-site", "site", "--config", cfg)
+	l.waitNode(g, site, "connected", func(n nodeView) bool { return n.Connected })
+	enroll := func(extra ...string) string {
+		args := append([]string{"bmc-credentials", "--address", bmc.Addr(), "--username", bmc.Username(), "--data-dir", g.dataDir}, extra...)
+		code, out, errOut := l.run(pw+"\n", nil, "bcgw", args...)
+		if code != 0 {
+			t.Fatalf("bmc-credentials %v: %d %s", extra, code, errOut)
+		}
+		return out
+	}
+	if out := enroll(); strings.Contains(out, "legacy TLS") {
+		t.Fatalf("legacy TLS shown although off: %s", out)
+	}
+	modern := fmt.Sprintf(`{"address":%q,"spki_pin":%q}`, bmc.Addr(), bmc.Pin())
+	legacy := fmt.Sprintf(`{"address":%q,"spki_pin":%q,"legacy_tls":true}`, bmc.Addr(), bmc.Pin())
+	if code, v := l.runKind(g, site, "bmc.power", `{"bmc":`+modern+`,"action":"status"}`); code != 1 || !strings.Contains(v.Error, "legacy TLS") {
+		t.Fatalf("without legacy_tls: %d %+v", code, v)
+	}
+	if code, v := l.runKind(g, site, "bmc.power", `{"bmc":`+legacy+`,"action":"status"}`); code != 1 || !strings.Contains(v.Error, "not enrolled for legacy TLS") {
+		t.Fatalf("legacy_tls without the enrolment: %d %+v", code, v)
+	}
+	if n := len(bmc.Requests()); n != 0 {
+		t.Fatalf("the BMC saw %d requests before the enrolment allowed legacy TLS", n)
+	}
+	if out := enroll("--legacy-tls"); !strings.Contains(out, "legacy TLS: on") {
+		t.Fatalf("bcgw does not show legacy TLS: %s", out)
+	}
+	if code, v := l.runKind(g, site, "bmc.power", `{"bmc":`+legacy+`,"action":"status"}`); code != 0 {
+		t.Fatalf("legacy_tls with the enrolment: %d %+v", code, v)
+	}
+	l.out.assertAbsent(t, "the BMC password", pw)
+}

@@ -422,22 +422,26 @@ func bmcCredentials(ctx context.Context, env *cli.Env, args []string) int {
 	a.register(fs)
 	addr := fs.String("address", "", "the BMC's address as bmc.* commands name it (IP[:port])")
 	user := fs.String("username", "", "the BMC account")
+	legacy := fs.Bool("legacy-tls", false, "allow commands that reach this BMC with TLS 1.2 and RSA key exchange (old BMCs; no forward secrecy; the pin still applies)")
 	if code, ok := cli.Parse(fs, env, args, "the password is read from stdin, never from arguments"); !ok {
 		return code
 	}
 	b, _ := io.ReadAll(io.LimitReader(env.Stdin, 4096))
 	pw := strings.TrimRight(string(b), "\r\n")
 	if *addr == "" || *user == "" || pw == "" {
-		return cli.Usagef(env, "usage: bcgw bmc-credentials --address IP --username USER < password-file")
+		return cli.Usagef(env, "usage: bcgw bmc-credentials --address IP --username USER [--legacy-tls] < password-file")
 	}
 	c, err := a.client()
 	if err != nil {
 		return cli.Fail(env, "bcgw bmc-credentials", err)
 	}
-	if err := c.SetBMCCredentials(ctx, *addr, *user, pw); err != nil {
+	if err := c.EnrollBMC(ctx, *addr, *user, pw, *legacy); err != nil {
 		return cli.Fail(env, "bcgw bmc-credentials", err)
 	}
 	fmt.Fprintf(env.Stdout, "stored credentials for BMC %s\n", *addr)
+	if *legacy {
+		fmt.Fprintf(env.Stdout, "legacy TLS: on (TLS 1.2 with RSA key exchange, no forward secrecy; the SPKI pin still applies; commands must say \"legacy_tls\": true)\n")
+	}
 	return 0
 }
 

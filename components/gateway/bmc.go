@@ -15,10 +15,14 @@ import (
 // in its 0600 database) and handed to a site agent only as the secret of a
 // running bmc.* command of that agent that names the BMC.
 
-// BMCCredentials are a BMC's login.
+// BMCCredentials are a BMC's login and its enrolment options.
 type BMCCredentials struct {
 	Username string `json:"username"`
 	Password string `json:"password"`
+	// LegacyTLS allows bmc.* commands that reach the BMC with legacy TLS
+	// (TLS 1.2 with RSA key exchange, "bmc.legacy_tls" in the body): the
+	// credentials are released to such a command only when this is set.
+	LegacyTLS bool `json:"legacy_tls,omitempty"`
 }
 
 const (
@@ -62,6 +66,17 @@ func bmcAddress(body []byte) string {
 	return b.BMC.Address
 }
 
+// bmcLegacyTLS reports whether a bmc.* command body asks for legacy TLS.
+func bmcLegacyTLS(body []byte) bool {
+	var b struct {
+		BMC struct {
+			LegacyTLS bool `json:"legacy_tls"`
+		} `json:"bmc"`
+	}
+	_ = json.Unmarshal(body, &b)
+	return b.BMC.LegacyTLS
+}
+
 func (s *Server) bmcSecret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
 	c, addr, err := s.bmcCommand(l, req)
 	if err != nil {
@@ -70,10 +85,15 @@ func (s *Server) bmcSecret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
 	switch req.GetName() {
 	case secretBMCCredentials:
 		b, err := s.store.Meta(bmcKey(addr))
-		if err != nil || len(b) == 0 {
+		var cur BMCCredentials
+		if err != nil || len(b) == 0 || json.Unmarshal(b, &cur) != nil {
 			return nil, fmt.Errorf("no credentials for BMC %s (bcgw bmc-credentials --address %s)", addr, addr)
 		}
-		return b, nil
+		if bmcLegacyTLS(c.Body) && !cur.LegacyTLS {
+			return nil, fmt.Errorf("BMC %s is not enrolled for legacy TLS, so its credentials do not travel over it (bcgw bmc-credentials --address %s --legacy-tls)", addr, addr)
+		}
+		// The agent takes exactly the login, never the enrolment options.
+		return json.Marshal(map[string]string{"username": cur.Username, "password": cur.Password})
 	case secretBMCNewPassword:
 		if c.Kind != "bmc.rotateCredentials" {
 			return nil, errors.New("a new password is only for bmc.rotateCredentials")
@@ -114,17 +134,21 @@ func (s *Server) bmcResult(c store.Command, status string) {
 
 func (s *Server) adminBMC(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Address  string `json:"address"`
-		Username string `json:"username"`
-		Password string `json:"password"`
+		Address   string `json:"address"`
+		Username  string `json:"username"`
+		Password  string `json:"password"`
+		LegacyTLS bool   `json:"legacy_tls"`
 	}
 	if err := decodeBody(r, &req); err != nil {
 		adminErr(w, http.StatusBadRequest, err)
 		return
 	}
-	if err := s.SetBMCCredentials(req.Address, BMCCredentials{Username: req.Username, Password: req.Password}); err != nil {
+	if err := s.SetBMCCredentials(req.Address, BMCCredentials{Username: req.Username, Password: req.Password, LegacyTLS: req.LegacyTLS}); err != nil {
 		adminErr(w, http.StatusBadRequest, err)
 		return
 	}
-	writeJSON(w, map[string]string{"address": req.Address})
+	if req.LegacyTLS {
+		s.log.Warn("BMC enrolled with legacy TLS (TLS 1.2 with RSA key exchange, no forward secrecy)", "bmc", req.Address)
+	}
+	writeJSON(w, map[string]any{"address": req.Address, "legacy_tls": req.LegacyTLS})
 }

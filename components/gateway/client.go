@@ -128,7 +128,13 @@ func (c *AdminClient) Cancel(ctx context.Context, id, reason string) (CommandVie
 
 // SetBMCCredentials stores a BMC's credentials in bcgw.
 func (c *AdminClient) SetBMCCredentials(ctx context.Context, address, username, password string) error {
-	return c.do(ctx, http.MethodPost, "/v1/bmc", map[string]string{"address": address, "username": username, "password": password}, nil)
+	return c.EnrollBMC(ctx, address, username, password, false)
+}
+
+// EnrollBMC stores a BMC's credentials and whether commands may reach it
+// with legacy TLS.
+func (c *AdminClient) EnrollBMC(ctx context.Context, address, username, password string, legacyTLS bool) error {
+	return c.do(ctx, http.MethodPost, "/v1/bmc", map[string]any{"address": address, "username": username, "password": password, "legacy_tls": legacyTLS}, nil)
 }
 
 // Status reads a node's status: the gateway's view of it and its latest

@@ -107,6 +107,12 @@ type BMC struct {
 	// Options are the BMC's enrollment driver options, for a bcx driver
 	// only (bcx-ipmi: {"cipher_suite": 3}).
 	Options json.RawMessage `json:"options,omitempty"`
+	// LegacyTLS is the enrolment's legacy TLS option (Redfish only): the
+	// agent also offers TLS 1.2 with RSA key exchange, which old BMCs
+	// need; the pin still applies. The gateway releases the credentials of
+	// a BMC for such a command only when the BMC was enrolled with it
+	// (bcgw bmc-credentials --legacy-tls).
+	LegacyTLS bool `json:"legacy_tls,omitempty"`
 }
 
 // bmcResource locks one BMC per address: commands on the same BMC never
@@ -183,7 +189,8 @@ func (c Config) start(ctx context.Context, kind string, b BMC) (*job, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &job{kind: kind, addr: addr, client: &redfish.Client{Addr: addr, SPKIPin: b.SPKIPin, SystemID: b.SystemID, Timeout: c.Timeout}}
+	j := &job{kind: kind, addr: addr, client: &redfish.Client{Addr: addr, SPKIPin: b.SPKIPin, SystemID: b.SystemID,
+		Timeout: c.Timeout, LegacyTLS: b.LegacyTLS}}
 	if err := j.client.Verify(ctx); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", kind, addr, err)
 	}
@@ -484,7 +491,7 @@ func (c Config) rotateCredentials(ctx context.Context, b []byte) (json.RawMessag
 	_ = j.client.Close(lctx)
 	cancel()
 	check := &redfish.Client{Addr: j.addr, SPKIPin: body.BMC.SPKIPin, SystemID: body.BMC.SystemID, Timeout: c.Timeout,
-		Username: j.client.Username, Password: newPW}
+		LegacyTLS: body.BMC.LegacyTLS, Username: j.client.Username, Password: newPW}
 	_, err = check.Power(ctx)
 	lctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), logoutTimeout)
 	_ = check.Close(lctx)

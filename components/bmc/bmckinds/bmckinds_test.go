@@ -144,10 +144,11 @@ func TestPower(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := decodeInto[PowerResult](t, out)
-	if res.ResetType != "ForceRestart" || res.PowerState != "On" || e.srv.Cycles() != 1 {
+	// The mockup allows no PowerCycle: off, then on, never a warm restart.
+	if res.ResetType != "ForceOff,On" || res.PowerState != "On" || e.srv.Cycles() != 0 {
 		t.Fatalf("result %+v, server cycles %d", res, e.srv.Cycles())
 	}
-	if got := e.srv.Resets(); !slices.Equal(got, []string{"ForceRestart"}) {
+	if got := e.srv.Resets(); !slices.Equal(got, []string{"ForceOff", "On"}) {
 		t.Fatalf("server resets %v", got)
 	}
 	if _, err := e.run(t, KindPower, `{"bmc":`+e.bmc()+`,"action":"off"}`); err != nil || e.srv.PowerState() != "Off" {
@@ -339,6 +340,37 @@ func TestWrongPinBeforeCredentials(t *testing.T) {
 	}
 	if len(e.secrets.calls) != 0 {
 		t.Fatalf("credentials were fetched for a BMC that failed its pin: %v", e.secrets.calls)
+	}
+}
+
+// TestLegacyTLS: a BMC offering only TLS 1.2 with RSA key exchange is
+// refused before any secret is asked for unless the body carries the
+// enrolment's legacy_tls; with it, the command runs, and a wrong pin is
+// still refused before the credentials.
+func TestLegacyTLS(t *testing.T) {
+	e := setup(t, redfishtest.Options{LegacyTLS: true})
+	body := func(b BMC) string {
+		out, _ := json.Marshal(map[string]any{"bmc": b, "action": "status"})
+		return string(out)
+	}
+	_, err := e.run(t, KindPower, body(BMC{Address: e.srv.Addr(), SPKIPin: e.srv.Pin()}))
+	if err == nil || !strings.Contains(err.Error(), "legacy TLS") {
+		t.Fatalf("without legacy_tls: %v; want refused naming legacy TLS", err)
+	}
+	if len(e.secrets.calls) != 0 || len(e.srv.Requests()) != 0 {
+		t.Fatalf("secrets %v, requests %d before the TLS refusal", e.secrets.calls, len(e.srv.Requests()))
+	}
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	wrong, _ := pki.Pin(k.Public())
+	if _, err := e.run(t, KindPower, body(BMC{Address: e.srv.Addr(), SPKIPin: wrong, LegacyTLS: true})); !errors.Is(err, redfish.ErrPinMismatch) {
+		t.Fatalf("legacy_tls with a wrong pin: %v", err)
+	}
+	if len(e.secrets.calls) != 0 {
+		t.Fatalf("credentials fetched for a mispinned legacy BMC: %v", e.secrets.calls)
+	}
+	out, err := e.run(t, KindPower, body(BMC{Address: e.srv.Addr(), SPKIPin: e.srv.Pin(), LegacyTLS: true}))
+	if err != nil || decodeInto[PowerResult](t, out).PowerState != "On" {
+		t.Fatalf("with legacy_tls: %s, %v", out, err)
 	}
 }
 

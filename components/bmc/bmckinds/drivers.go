@@ -69,6 +69,9 @@ func (c Config) startDriver(ctx context.Context, kind string, b BMC, newPassword
 	if b.SystemID != "" {
 		return nil, errors.New(`body: "bmc.system_id" is for Redfish BMCs`)
 	}
+	if b.LegacyTLS {
+		return nil, errors.New(`body: "bmc.legacy_tls" is for Redfish BMCs`)
+	}
 	cfg, err := json.Marshal(driverConfig{Address: addr, TLSPin: b.SPKIPin, Options: b.Options})
 	if err != nil {
 		return nil, fmt.Errorf(`body: "bmc.options": %w`, err)

@@ -106,9 +106,10 @@ func TestBCXDriver(t *testing.T) {
 	// Outside bmc_networks, or a driver the agent does not host: refused
 	// before any secret is asked for.
 	for body, want := range map[string]string{
-		`{"bmc":{"address":"10.9.9.9:623","driver":"ipmi"},"action":"on"}`:     "outside [site] bmc_networks",
-		`{"bmc":{"address":"127.0.0.1:623","driver":"vendorx"},"action":"on"}`: "unsupported-driver",
-		`{"bmc":{"address":"bmc.example:623","driver":"ipmi"},"action":"on"}`:  "IP address",
+		`{"bmc":{"address":"10.9.9.9:623","driver":"ipmi"},"action":"on"}`:                    "outside [site] bmc_networks",
+		`{"bmc":{"address":"127.0.0.1:623","driver":"vendorx"},"action":"on"}`:                "unsupported-driver",
+		`{"bmc":{"address":"bmc.example:623","driver":"ipmi"},"action":"on"}`:                 "IP address",
+		`{"bmc":{"address":"127.0.0.1:623","driver":"ipmi","legacy_tls":true},"action":"on"}`: "legacy_tls",
 	} {
 		if _, err := run(KindPower, body); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", body, err, want)

@@ -6,90 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
-	"slices"
 	"unicode/utf8"
 )
-
-// virtualMedia is what the client reads of a VirtualMedia resource.
-type virtualMedia struct {
-	path       string
-	ID         string   `json:"Id"`
-	MediaTypes []string `json:"MediaTypes"`
-	Image      string   `json:"Image"`
-	Inserted   flexBool `json:"Inserted"`
-	Actions    struct {
-		Insert struct {
-			Target string `json:"target"`
-		} `json:"#VirtualMedia.InsertMedia"`
-		Eject struct {
-			Target string `json:"target"`
-		} `json:"#VirtualMedia.EjectMedia"`
-	} `json:"Actions"`
-}
-
-// Media is the state of the CD virtual media.
-type Media struct {
-	ID       string `json:"id"`
-	Image    string `json:"image,omitempty"`
-	Inserted bool   `json:"inserted"`
-}
-
-// cdMedia finds the CD (or DVD) virtual media: the system's VirtualMedia
-// collection, else that of the manager that manages the system, else that
-// of the first manager that has one.
-func (c *Client) cdMedia(ctx context.Context) (*virtualMedia, string, error) {
-	s, _, err := c.getSystem(ctx)
-	if err != nil {
-		return nil, "", err
-	}
-	coll := s.VirtualMedia.ID
-	if coll == "" {
-		var managers []string
-		for _, m := range s.Links.ManagedBy {
-			managers = append(managers, m.ID)
-		}
-		all, err := c.members(ctx, c.root.Managers.or(Root+"/Managers"))
-		if err != nil {
-			return nil, "", err
-		}
-		for _, m := range append(managers, all...) {
-			var mgr struct {
-				VirtualMedia link `json:"VirtualMedia"`
-			}
-			if _, err := c.getJSON(ctx, m, &mgr); err != nil {
-				return nil, "", err
-			}
-			if mgr.VirtualMedia.ID != "" {
-				coll = mgr.VirtualMedia.ID
-				break
-			}
-		}
-	}
-	if coll == "" {
-		return nil, "", errors.New("redfish: neither the system nor its managers offer virtual media")
-	}
-	paths, err := c.members(ctx, coll)
-	if err != nil {
-		return nil, "", err
-	}
-	for _, p := range paths {
-		r, err := c.get(ctx, p)
-		if err != nil {
-			return nil, "", err
-		}
-		var vm virtualMedia
-		if err := decode(r.body, &vm); err != nil {
-			return nil, "", fmt.Errorf("redfish: GET %s: %w", p, err)
-		}
-		if slices.Contains(vm.MediaTypes, "CD") || slices.Contains(vm.MediaTypes, "DVD") {
-			vm.path = p
-			return &vm, etagOf(r), nil
-		}
-	}
-	return nil, "", errors.New("redfish: no CD virtual media")
-}
 
 // ValidImageURL checks an image URL a BMC is to fetch: http or https, a
 // host, no user information (credentials do not travel in URLs), at most
@@ -114,48 +35,6 @@ func ValidImageURL(s string) error {
 		return errors.New("image url: needs a host and no user information")
 	}
 	return nil
-}
-
-// InsertMedia inserts the image at imageURL into the CD virtual media,
-// ejecting what it held first.
-func (c *Client) InsertMedia(ctx context.Context, imageURL string) error {
-	if err := ValidImageURL(imageURL); err != nil {
-		return fmt.Errorf("redfish: %w", err)
-	}
-	vm, etag, err := c.cdMedia(ctx)
-	if err != nil {
-		return err
-	}
-	if vm.Inserted {
-		if err := c.mediaAction(ctx, vm, etag, false, ""); err != nil {
-			return fmt.Errorf("eject the inserted image first: %w", err)
-		}
-		if vm, etag, err = c.cdMedia(ctx); err != nil {
-			return err
-		}
-	}
-	return c.mediaAction(ctx, vm, etag, true, imageURL)
-}
-
-// EjectMedia ejects the CD virtual media; nothing to do when it is empty.
-func (c *Client) EjectMedia(ctx context.Context) error {
-	vm, etag, err := c.cdMedia(ctx)
-	if err != nil {
-		return err
-	}
-	if !vm.Inserted {
-		return nil
-	}
-	return c.mediaAction(ctx, vm, etag, false, "")
-}
-
-// CDMedia reports the CD virtual media.
-func (c *Client) CDMedia(ctx context.Context) (Media, error) {
-	vm, _, err := c.cdMedia(ctx)
-	if err != nil {
-		return Media{}, err
-	}
-	return Media{ID: clean(vm.ID, 128), Image: clean(vm.Image, 2048), Inserted: bool(vm.Inserted)}, nil
 }
 
 // Firmware is one entry of the firmware inventory.
@@ -281,6 +160,10 @@ type BIOS struct {
 	// Pending holds the attributes of the pending settings that differ
 	// from the current ones (applied at the next reset).
 	Pending map[string]any `json:"pending,omitempty"`
+	// SettingsObject is where the pending settings live, as the BIOS's
+	// @Redfish.Settings names it; empty when it names none (then nothing
+	// can be staged and Pending is unknown).
+	SettingsObject string `json:"settings_object,omitempty"`
 }
 
 type biosResource struct {
@@ -295,20 +178,33 @@ type biosResource struct {
 // maxAttributes bounds the BIOS attributes read or set.
 const maxAttributes = 4096
 
+// parseBIOS decodes a Bios body.
+func parseBIOS(body []byte) (*biosResource, error) {
+	var b biosResource
+	if err := decode(body, &b); err != nil {
+		return nil, fmt.Errorf("bios: %w", err)
+	}
+	if len(b.Attributes) > maxAttributes {
+		return nil, fmt.Errorf("bios: more than %d attributes", maxAttributes)
+	}
+	return &b, nil
+}
+
 func (c *Client) bios(ctx context.Context) (string, *biosResource, error) {
 	s, _, err := c.getSystem(ctx)
 	if err != nil {
 		return "", nil, err
 	}
 	p := s.Bios.or(c.system + "/Bios")
-	var b biosResource
-	if _, err := c.getJSON(ctx, p, &b); err != nil {
+	r, err := c.get(ctx, p)
+	if err != nil {
 		return "", nil, err
 	}
-	if len(b.Attributes) > maxAttributes {
-		return "", nil, fmt.Errorf("redfish: the BIOS reports more than %d attributes", maxAttributes)
+	b, err := parseBIOS(r.body)
+	if err != nil {
+		return "", nil, fmt.Errorf("redfish: GET %s: %w", printable(p), err)
 	}
-	return p, &b, nil
+	return p, b, nil
 }
 
 // BIOS reads the current BIOS attributes and the pending changes.
@@ -318,10 +214,15 @@ func (c *Client) BIOS(ctx context.Context) (*BIOS, error) {
 		return nil, err
 	}
 	out := &BIOS{Registry: clean(b.Registry, 128), Attributes: scalars(b.Attributes)}
+	target, err := biosSettingsPath(p, b.Settings.SettingsObject.ID)
+	if err != nil {
+		return out, nil // no settings object: nothing pending that can be read
+	}
+	out.SettingsObject = clean(target, 512)
 	var pending struct {
 		Attributes map[string]json.RawMessage `json:"Attributes"`
 	}
-	if _, err := c.getJSON(ctx, biosSettingsPath(p, b.Settings.SettingsObject.ID), &pending); err != nil {
+	if _, err := c.getJSON(ctx, target, &pending); err != nil {
 		if StatusOf(err) != http.StatusNotFound {
 			return nil, err
 		}
@@ -352,6 +253,10 @@ func (c *Client) SetBIOS(ctx context.Context, attrs map[string]any) error {
 	if err != nil {
 		return err
 	}
+	target, err := biosSettingsPath(p, b.Settings.SettingsObject.ID)
+	if err != nil {
+		return err
+	}
 	for k, v := range attrs {
 		if _, ok := b.Attributes[k]; !ok {
 			return fmt.Errorf("redfish: the BIOS has no attribute %s", printable(k))
@@ -370,7 +275,6 @@ func (c *Client) SetBIOS(ctx context.Context, attrs map[string]any) error {
 	if err != nil {
 		return err
 	}
-	target := biosSettingsPath(p, b.Settings.SettingsObject.ID)
 	r, err := c.get(ctx, target)
 	etag := ""
 	if err == nil {
@@ -401,7 +305,14 @@ func scalar(raw json.RawMessage) (any, bool) {
 	switch x := v.(type) {
 	case string:
 		return clean(x, 1024), true
-	case json.Number, bool, nil:
+	case json.Number:
+		// A number beyond float64 (1e999) is no BIOS value, and would make
+		// the result unreadable to most JSON consumers.
+		if f, err := x.Float64(); err != nil || math.IsInf(f, 0) {
+			return nil, false
+		}
+		return x, true
+	case bool, nil:
 		return x, true
 	}
 	return nil, false

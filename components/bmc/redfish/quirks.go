@@ -7,6 +7,7 @@ package redfish
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -42,13 +43,20 @@ func sessionsUnsupported(err error) bool {
 }
 
 // resetCandidates are the ResetTypes tried, in order, for each action. A
-// system that advertises allowable values gets the first it allows (many
-// lack PowerCycle and take ForceRestart; a few lack On and take ForceOn).
+// system that advertises allowable values gets the first it allows (a few
+// lack On and take ForceOn). A cycle is PowerCycle or nothing here: a
+// system that does not allow it is turned off, waited for and turned on
+// (SetPower), never warm-restarted with ForceRestart, which leaves the
+// power on and so does not reset what a power cycle resets.
 var resetCandidates = map[string][]string{
 	PowerOn:    {"On", "ForceOn"},
 	PowerOff:   {"ForceOff", "GracefulShutdown"},
-	PowerCycle: {"PowerCycle", "ForceRestart"},
+	PowerCycle: {"PowerCycle"},
 }
+
+// errNoPowerCycle is resetTypeFor's answer for a cycle the system does not
+// allow as one ResetType.
+var errNoPowerCycle = errors.New("redfish: the system does not allow PowerCycle")
 
 // resetTypeFor picks the ResetType for action given the power state and the
 // allowable values ("" when none were advertised). It returns "" when no
@@ -72,6 +80,9 @@ func resetTypeFor(action, state string, allowed []string) (string, error) {
 	}
 	if action == PowerOn && state != "On" && slices.Contains(allowed, "PushPowerButton") {
 		return "PushPowerButton", nil
+	}
+	if action == PowerCycle {
+		return "", errNoPowerCycle
 	}
 	shown := make([]string, 0, len(allowed))
 	for i, a := range allowed {
@@ -143,13 +154,14 @@ func (c *Client) patch(ctx context.Context, target, etag string, body []byte) er
 	return err
 }
 
-// mediaAction inserts or ejects through the VirtualMedia action the
-// resource advertises, else the standard action path (the DMTF mockups and
-// some BMCs omit Actions), else, for BMCs that predate the actions
-// (404/405 on the action), a PATCH of Image and Inserted. A BMC that
+// mediaAction inserts or ejects through the VirtualMedia action the slot
+// advertises. A slot that advertises none (the DMTF mockups, some BMCs)
+// gets the standard action path and, when that answers 404 or 405 (BMCs
+// that predate the actions), a PATCH of Image and Inserted. A BMC that
 // refuses the optional Inserted and WriteProtected parameters (400) gets
-// the insert again with Image alone.
-func (c *Client) mediaAction(ctx context.Context, vm *virtualMedia, etag string, insert bool, image string) error {
+// the insert again with Image alone. An advertised action that answers 404
+// or 405 is returned as such: the caller passes on to the next slot.
+func (c *Client) mediaAction(ctx context.Context, vm *virtualMedia, insert bool, image string) error {
 	action, name := vm.Actions.Eject.Target, "EjectMedia"
 	var body map[string]any
 	if insert {
@@ -158,14 +170,15 @@ func (c *Client) mediaAction(ctx context.Context, vm *virtualMedia, etag string,
 	} else {
 		body = map[string]any{}
 	}
-	if action == "" {
+	advertised := action != ""
+	if !advertised {
 		action = vm.path + "/Actions/VirtualMedia." + name
 	}
 	_, err := c.post(ctx, action, body)
 	if insert && StatusOf(err) == http.StatusBadRequest {
 		_, err = c.post(ctx, action, map[string]any{"Image": image})
 	}
-	if s := StatusOf(err); s == http.StatusNotFound || s == http.StatusMethodNotAllowed {
+	if !advertised && notThere(err) {
 		patch := []byte(`{"Image":null,"Inserted":false}`)
 		if insert {
 			patch, err = json.Marshal(map[string]any{"Image": image, "Inserted": true})
@@ -173,7 +186,7 @@ func (c *Client) mediaAction(ctx context.Context, vm *virtualMedia, etag string,
 				return err
 			}
 		}
-		return c.patch(ctx, vm.path, etag, patch)
+		return c.patch(ctx, vm.path, vm.etag, patch)
 	}
 	return err
 }
@@ -191,11 +204,13 @@ func settingsApplyTime(supported []string) map[string]string {
 	return nil
 }
 
-// biosSettingsPath: the pending-settings resource is named by
-// @Redfish.Settings.SettingsObject; BMCs that omit it take Bios/Settings.
-func biosSettingsPath(bios, settingsObject string) string {
-	if settingsObject != "" {
-		return settingsObject
+// biosSettingsPath: the pending-settings resource is the one
+// @Redfish.Settings.SettingsObject names (Dell: Bios/Settings, AMI:
+// Bios/SD, HPE: bios/settings/). A BIOS that names none takes no staged
+// settings through this client: a guessed path could be another resource.
+func biosSettingsPath(bios, settingsObject string) (string, error) {
+	if settingsObject == "" {
+		return "", fmt.Errorf("redfish: the BIOS at %s names no @Redfish.Settings.SettingsObject, so it has no pending settings to read or PATCH (this client does not guess the path)", printable(bios))
 	}
-	return bios + "/Settings"
+	return settingsObject, nil
 }

@@ -71,6 +71,14 @@ type Client struct {
 	Password []byte
 	SystemID string        // the system under /redfish/v1/Systems/<id>; empty for the first member
 	Timeout  time.Duration // per request; DefaultTimeout when zero
+	// LegacyTLS also offers TLS 1.2 with RSA key exchange (no forward
+	// secrecy), which old BMCs need. It is a per-BMC enrolment option, off
+	// by default; the pin is checked all the same.
+	LegacyTLS bool
+	// PowerOffWait and PowerPoll bound and pace the wait for Off in a power
+	// cycle of a system without PowerCycle (DefaultPowerOffWait and
+	// DefaultPowerPoll when zero).
+	PowerOffWait, PowerPoll time.Duration
 
 	host    string // normalized host:port
 	tlsConf *tls.Config
@@ -159,7 +167,7 @@ func (c *Client) init() error {
 		timeout = DefaultTimeout
 	}
 	c.host = host
-	c.tlsConf = pinnedTLS(want)
+	c.tlsConf = pinnedTLS(want, c.LegacyTLS)
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		Proxy:                  nil, // BMCs are reached directly, never through an environment proxy
@@ -178,8 +186,12 @@ func (c *Client) init() error {
 // pinnedTLS verifies the peer only by its leaf's SPKI: chain and name
 // checks are replaced, not skipped, by VerifyConnection, which runs on every
 // handshake (resumed ones too) and refuses any other key.
-func pinnedTLS(want [32]byte) *tls.Config {
-	return &tls.Config{
+//
+// With legacy, TLS 1.2 also offers the RSA key-exchange suites old BMCs
+// speak (AES only, never 3DES or RC4); TLS 1.3 is still preferred when the
+// BMC has it.
+func pinnedTLS(want [32]byte, legacy bool) *tls.Config {
+	conf := &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		InsecureSkipVerify: true, // replaced by the pin check below
 		VerifyConnection: func(cs tls.ConnectionState) error {
@@ -194,6 +206,33 @@ func pinnedTLS(want [32]byte) *tls.Config {
 			return nil
 		},
 	}
+	if legacy {
+		for _, cs := range tls.CipherSuites() {
+			conf.CipherSuites = append(conf.CipherSuites, cs.ID)
+		}
+		conf.CipherSuites = append(conf.CipherSuites, legacySuites...)
+	}
+	return conf
+}
+
+// legacySuites are the RSA key-exchange suites LegacyTLS adds.
+var legacySuites = []uint16{
+	tls.TLS_RSA_WITH_AES_128_GCM_SHA256, tls.TLS_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_RSA_WITH_AES_128_CBC_SHA, tls.TLS_RSA_WITH_AES_256_CBC_SHA,
+}
+
+// tlsHint names the way out of a handshake that failed because the BMC
+// offers only what the client does not accept.
+func (c *Client) tlsHint(err error) string {
+	if c.LegacyTLS || err == nil {
+		return ""
+	}
+	s := err.Error()
+	if strings.Contains(s, "handshake failure") || strings.Contains(s, "protocol version") ||
+		strings.Contains(s, "no cipher suite") || strings.Contains(s, "insufficient security") {
+		return " (the BMC offers no TLS this client accepts by default; an old BMC that speaks only TLS 1.2 with RSA key exchange must be enrolled with legacy TLS: bcgw bmc-credentials --legacy-tls, and \"legacy_tls\": true in the command's bmc)"
+	}
+	return ""
 }
 
 // Verify connects and completes a TLS handshake, checking the pin, without
@@ -206,7 +245,7 @@ func (c *Client) Verify(ctx context.Context) error {
 	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second}, Config: c.tlsConf}
 	conn, err := d.DialContext(ctx, "tcp", c.host)
 	if err != nil {
-		return fmt.Errorf("redfish: connect %s: %w", c.host, err)
+		return fmt.Errorf("redfish: connect %s: %w%s", c.host, err, c.tlsHint(err))
 	}
 	return conn.Close()
 }
@@ -378,7 +417,7 @@ func (c *Client) do(ctx context.Context, method, link string, body []byte, hdr h
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, &wrapped{msg: fmt.Sprintf("redfish: %s %s: %s", method, p, c.redact(errorText(err))), err: sentinel(err)}
+		return nil, &wrapped{msg: fmt.Sprintf("redfish: %s %s: %s%s", method, p, c.redact(errorText(err)), c.tlsHint(err)), err: sentinel(err)}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody+1))

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
+	"time"
 )
 
 // Power actions SetPower takes.
@@ -155,18 +157,86 @@ func (c *Client) SetPower(ctx context.Context, action string) (string, error) {
 	if len(allowed) == 0 && s.Actions.Reset.ActionInfo != "" {
 		allowed = c.resetTypesFromActionInfo(ctx, s.Actions.Reset.ActionInfo)
 	}
-	rt, err := resetTypeFor(action, s.PowerState, allowed)
-	if err != nil || rt == "" {
-		return "", err
-	}
 	target := s.Actions.Reset.Target
 	if target == "" {
 		target = defaultResetTarget(c.system)
 	}
-	if _, err := c.post(ctx, target, map[string]string{"ResetType": rt}); err != nil {
+	rt, err := resetTypeFor(action, s.PowerState, allowed)
+	if errors.Is(err, errNoPowerCycle) {
+		return c.offThenOn(ctx, target, allowed)
+	}
+	if err != nil || rt == "" {
+		return "", err
+	}
+	_, err = c.post(ctx, target, map[string]string{"ResetType": rt})
+	if err != nil && rt == "PowerCycle" && len(allowed) == 0 && StatusOf(err) == http.StatusBadRequest {
+		// PowerCycle sent unadvertised and refused as a parameter: the
+		// system lacks it, so it is cycled off and on.
+		return c.offThenOn(ctx, target, allowed)
+	}
+	if err != nil {
 		return "", err
 	}
 	return rt, nil
+}
+
+// DefaultPowerOffWait bounds how long a cycle waits for the system to read
+// Off after its ForceOff; DefaultPowerPoll is how often it reads.
+const (
+	DefaultPowerOffWait = 3 * time.Minute
+	DefaultPowerPoll    = 2 * time.Second
+)
+
+// offThenOn cycles a system that does not allow PowerCycle: ForceOff (else
+// GracefulShutdown), then reads the power state until it is Off, then On
+// (else ForceOn, else PushPowerButton). It returns "ForceOff,On" (the
+// ResetTypes sent). A system that never reads Off is left off with an
+// error saying so: turning it on while it may still be going down is what
+// BMCs refuse or, worse, ignore.
+func (c *Client) offThenOn(ctx context.Context, target string, allowed []string) (string, error) {
+	off, err := resetTypeFor(PowerOff, "On", allowed)
+	if err != nil {
+		return "", err
+	}
+	if _, err := c.post(ctx, target, map[string]string{"ResetType": off}); err != nil {
+		return "", fmt.Errorf("power cycle (off, then on): %w", err)
+	}
+	wait, poll := c.PowerOffWait, c.PowerPoll
+	if wait <= 0 {
+		wait = DefaultPowerOffWait
+	}
+	if poll <= 0 {
+		poll = DefaultPowerPoll
+	}
+	deadline := time.Now().Add(wait)
+	state := ""
+	for {
+		s, _, err := c.getSystem(ctx)
+		if err != nil {
+			return off, fmt.Errorf("power cycle: reading the power state after %s: %w", off, err)
+		}
+		if state = clean(s.PowerState, 32); state == "Off" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return off, fmt.Errorf("power cycle: the system still reads %q %s after %s; it was not turned on again", state, wait, off)
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return off, fmt.Errorf("power cycle: waiting for Off after %s: %w", off, ctx.Err())
+		case <-t.C:
+		}
+	}
+	on, err := resetTypeFor(PowerOn, "Off", allowed)
+	if err != nil {
+		return off, err
+	}
+	if _, err := c.post(ctx, target, map[string]string{"ResetType": on}); err != nil {
+		return off, fmt.Errorf("power cycle: the system is off; turning it on: %w", err)
+	}
+	return off + "," + on, nil
 }
 
 var bootTargets = map[string]string{BootPXE: "Pxe", BootDisk: "Hdd", BootCD: "Cd"}

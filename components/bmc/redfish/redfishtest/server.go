@@ -1,18 +1,23 @@
 // Package redfishtest is a Redfish BMC for tests: an httptest TLS server
 // with a fresh self-signed certificate that serves the DMTF
 // public-rackmount1 mockup (testdata/) and models the state the site
-// agent's operations change: power (Reset actions), the boot source
-// override, the CD virtual media, sessions, the account password and
-// pending BIOS settings. Tests observe that state through the Server's
+// agent's operations change: power (Reset actions, with an optional
+// PoweringOff phase), the boot source override, every virtual media slot
+// and Supermicro's OEM IsoConfig, sessions, the account password and
+// pending BIOS settings (wherever @Redfish.Settings names them). Options
+// replace or remove mockup resources, fail chosen requests and serve
+// legacy TLS. Tests observe that state through the Server's
 // methods, and can make the server misbehave the way a hostile or broken
 // BMC would.
 package redfishtest
 
 import (
 	"bytes"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
@@ -101,7 +106,20 @@ type Options struct {
 	HideMediaActions bool
 	// Extra serves more resources (path under /redfish/v1 → JSON), e.g. a
 	// Storage tree; the system links "Storage" when Extra has System+"/Storage".
+	// An Extra resource replaces the mockup's at the same path; an empty
+	// value removes the mockup's resource (it answers 404).
 	Extra map[string]string
+	// Fail answers "METHOD /redfish/v1/..." with the status given (and a
+	// Redfish error body) instead of serving it: a slot whose InsertMedia
+	// answers 405, a drive whose GET answers 500.
+	Fail map[string]int
+	// OffDelay keeps a system that was forced off in PoweringOff for this
+	// many reads of the system before it reads Off; an On sent meanwhile
+	// answers 409, as BMCs refuse to power on a system still going down.
+	OffDelay int
+	// LegacyTLS serves TLS 1.2 only, with an RSA certificate and only the
+	// RSA key-exchange cipher suites, as old BMCs do.
+	LegacyTLS bool
 	// Misbehave selects a misbehavior; SetMisbehave changes it later.
 	Misbehave Misbehavior
 	// RedirectTo is where RedirectOtherHost sends clients (default
@@ -138,8 +156,10 @@ type Server struct {
 	cycles    int
 	bootTgt   string
 	bootEn    string
-	image     string
-	inserted  bool
+	media     map[string]*mediaState // VirtualMedia resource → its state
+	smc       *smcState              // the Supermicro OEM IsoConfig, when served
+	offReads  int                    // reads left before PoweringOff becomes Off
+	biosSet   string                 // the BIOS settings object, "" when none
 	biosCur   map[string]any
 	biosPend  map[string]any
 	versions  map[string]int // resource → PATCH count, for ETags
@@ -161,13 +181,17 @@ func New(opts Options) (*Server, error) {
 	if err := s.load(); err != nil {
 		return nil, err
 	}
-	cert, pin, err := selfSigned()
+	cert, pin, err := selfSigned(opts.LegacyTLS)
 	if err != nil {
 		return nil, err
 	}
 	s.pin = pin
 	s.srv = httptest.NewUnstartedServer(s)
 	s.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if opts.LegacyTLS {
+		s.srv.TLS.MaxVersion = tls.VersionTLS12
+		s.srv.TLS.CipherSuites = LegacyCipherSuites
+	}
 	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // handshakes the pin check aborts
 	s.srv.StartTLS()
 	return s, nil
@@ -200,8 +224,24 @@ func (s *Server) Pin() string { return s.pin }
 // Username is the account's user name.
 func (s *Server) Username() string { return s.opts.Username }
 
-func selfSigned() (tls.Certificate, string, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// LegacyCipherSuites are the only suites a LegacyTLS server offers: RSA
+// key exchange, no forward secrecy, what old BMCs speak.
+var LegacyCipherSuites = []uint16{
+	tls.TLS_RSA_WITH_AES_128_GCM_SHA256, tls.TLS_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_RSA_WITH_AES_128_CBC_SHA, tls.TLS_RSA_WITH_AES_256_CBC_SHA,
+}
+
+// rsaKey is generated once per test binary: RSA key generation is slow.
+var rsaKey = sync.OnceValues(func() (*rsa.PrivateKey, error) { return rsa.GenerateKey(rand.Reader, 2048) })
+
+func selfSigned(legacy bool) (tls.Certificate, string, error) {
+	var key crypto.Signer
+	var err error
+	if legacy {
+		key, err = rsaKey()
+	} else {
+		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	}
 	if err != nil {
 		return tls.Certificate{}, "", err
 	}
@@ -214,7 +254,7 @@ func selfSigned() (tls.Certificate, string, error) {
 		Subject:      pkix.Name{CommonName: "redfishtest BMC"},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		// A BMC's certificate rarely names the address it is reached at.
 		DNSNames: []string{"bmc.invalid"},
@@ -254,6 +294,10 @@ func (s *Server) load() error {
 		return fmt.Errorf("redfishtest: load mockup: %w", err)
 	}
 	for p, b := range s.opts.Extra {
+		if b == "" {
+			delete(s.resources, strings.TrimSuffix(p, "/"))
+			continue
+		}
 		s.resources[strings.TrimSuffix(p, "/")] = []byte(b)
 	}
 	sys, err := s.resource(System)
@@ -264,23 +308,61 @@ func (s *Server) load() error {
 	boot, _ := sys["Boot"].(map[string]any)
 	s.bootTgt, _ = boot["BootSourceOverrideTarget"].(string)
 	s.bootEn, _ = boot["BootSourceOverrideEnabled"].(string)
-	cd, err := s.resource(s.mediaColl() + "/CD1")
-	if err != nil {
-		return err
+	s.media = map[string]*mediaState{}
+	for p := range s.resources {
+		m, err := s.resource(p)
+		if err != nil {
+			return err
+		}
+		typ, _ := m["@odata.type"].(string)
+		switch {
+		case strings.HasPrefix(typ, "#VirtualMedia.") && !strings.HasSuffix(typ, "Collection"):
+			st := &mediaState{}
+			st.image, _ = m["Image"].(string)
+			st.inserted, _ = m["Inserted"].(bool)
+			s.media[p] = st
+		case strings.HasPrefix(typ, "#IsoConfig."):
+			s.smc = &smcState{path: p}
+			s.smc.host, _ = m["Host"].(string)
+			s.smc.file, _ = m["Path"].(string)
+		}
 	}
-	s.image, _ = cd["Image"].(string)
-	s.inserted, _ = cd["Inserted"].(bool)
 	bios, err := s.resource(Bios)
 	if err != nil {
 		return err
 	}
 	s.biosCur, _ = bios["Attributes"].(map[string]any)
-	pend, err := s.resource(BiosPending)
-	if err != nil {
-		return err
+	s.biosPend = map[string]any{}
+	if set, ok := bios["@Redfish.Settings"].(map[string]any); ok {
+		obj, _ := set["SettingsObject"].(map[string]any)
+		s.biosSet, _ = obj["@odata.id"].(string)
+		s.biosSet = strings.TrimSuffix(s.biosSet, "/")
 	}
-	s.biosPend, _ = pend["Attributes"].(map[string]any)
+	if s.biosSet != "" {
+		pend, err := s.resource(s.biosSet)
+		if err != nil {
+			return err
+		}
+		s.biosPend, _ = pend["Attributes"].(map[string]any)
+		if s.biosPend == nil {
+			s.biosPend = map[string]any{}
+		}
+	}
 	return nil
+}
+
+// mediaState is one virtual media slot's image.
+type mediaState struct {
+	image    string
+	inserted bool
+}
+
+// smcState is the Supermicro OEM virtual media (IsoConfig): the share's
+// host and path, and whether it is mounted.
+type smcState struct {
+	path       string
+	host, file string
+	mounted    bool
 }
 
 func (s *Server) mediaColl() string {
@@ -349,9 +431,29 @@ func (s *Server) Boot() (target, enabled string) {
 
 // Media is the CD's image and whether it is inserted.
 func (s *Server) Media() (image string, inserted bool) {
+	return s.MediaAt(s.mediaColl() + "/CD1")
+}
+
+// MediaAt is the image of the virtual media slot at path and whether it is
+// inserted.
+func (s *Server) MediaAt(path string) (image string, inserted bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.image, s.inserted
+	if st := s.media[path]; st != nil {
+		return st.image, st.inserted
+	}
+	return "", false
+}
+
+// OEMMedia is the Supermicro OEM virtual media: Host, Path and whether it
+// is mounted.
+func (s *Server) OEMMedia() (host, file string, mounted bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.smc == nil {
+		return "", "", false
+	}
+	return s.smc.host, s.smc.file, s.smc.mounted
 }
 
 // Password is the account's current password.
@@ -422,6 +524,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("WWW-Authenticate", `Basic realm="redfishtest"`)
 		s.fail(w, http.StatusUnauthorized, "NoValidSession", msg)
+		return
+	}
+	if code, ok := s.opts.Fail[r.Method+" "+p]; ok {
+		s.fail(w, code, "GeneralError", fmt.Sprintf("The request failed (status %d set by the test).", code))
 		return
 	}
 	switch r.Method {
@@ -538,6 +644,11 @@ func (s *Server) render(p string) (map[string]any, bool) {
 			m["Members"] = []any{map[string]any{"@odata.id": "https://other.example" + System}}
 		}
 	case System:
+		if s.power == "PoweringOff" {
+			if s.offReads--; s.offReads <= 0 {
+				s.power = "Off"
+			}
+		}
 		m["PowerState"] = s.power
 		boot := m["Boot"].(map[string]any)
 		boot["BootSourceOverrideTarget"] = s.bootTgt
@@ -563,9 +674,7 @@ func (s *Server) render(p string) (map[string]any, bool) {
 			m["VirtualMedia"] = map[string]any{"@odata.id": mgrMedia}
 		}
 	case s.mediaColl() + "/CD1":
-		m["Image"] = s.image
-		m["Inserted"] = s.inserted
-		if !s.opts.HideMediaActions {
+		if _, extra := s.opts.Extra[p]; !s.opts.HideMediaActions && !extra {
 			m["Actions"] = map[string]any{
 				"#VirtualMedia.InsertMedia": map[string]any{"target": p + "/Actions/VirtualMedia.InsertMedia"},
 				"#VirtualMedia.EjectMedia":  map[string]any{"target": p + "/Actions/VirtualMedia.EjectMedia"},
@@ -575,8 +684,22 @@ func (s *Server) render(p string) (map[string]any, bool) {
 		m["UserName"] = s.opts.Username
 	case Bios:
 		m["Attributes"] = s.biosCur
-		m["@Redfish.Settings"].(map[string]any)["SupportedApplyTimes"] = []string{"OnReset"}
-	case BiosPending:
+		if set, ok := m["@Redfish.Settings"].(map[string]any); ok {
+			set["SupportedApplyTimes"] = []string{"OnReset"}
+		}
+	case Root + "/SessionService":
+		if s.opts.NoSessions {
+			m["ServiceEnabled"] = false
+		}
+	}
+	if st := s.media[p]; st != nil {
+		m["Image"] = st.image
+		m["Inserted"] = st.inserted
+	}
+	if s.smc != nil && p == s.smc.path {
+		m["Host"], m["Path"] = s.smc.host, s.smc.file
+	}
+	if s.biosSet != "" && p == s.biosSet {
 		merged := map[string]any{}
 		for k, v := range s.biosCur {
 			merged[k] = v
@@ -585,10 +708,6 @@ func (s *Server) render(p string) (map[string]any, bool) {
 			merged[k] = v
 		}
 		m["Attributes"] = merged
-	case Root + "/SessionService":
-		if s.opts.NoSessions {
-			m["ServiceEnabled"] = false
-		}
 	}
 	return m, true
 }
@@ -605,7 +724,7 @@ func (s *Server) get(w http.ResponseWriter, p string) {
 		s.fail(w, http.StatusNotFound, "ResourceMissingAtURI", "The resource is not in this mockup.")
 		return
 	}
-	if p == System || p == Account || p == BiosPending || strings.HasPrefix(p, s.mediaColl()+"/") {
+	if p == System || p == Account || (s.biosSet != "" && p == s.biosSet) || s.media[p] != nil || (s.smc != nil && p == s.smc.path) {
 		w.Header().Set("ETag", s.etag(p, m))
 	}
 	s.write(w, http.StatusOK, m)
@@ -632,26 +751,49 @@ func (s *Server) action(w http.ResponseWriter, p string, body []byte) {
 			s.fail(w, http.StatusBadRequest, "ActionParameterNotSupported", fmt.Sprintf("ResetType %q is not supported.", rt))
 			return
 		}
+		if (rt == "On" || rt == "ForceOn") && s.power == "PoweringOff" {
+			s.fail(w, http.StatusConflict, "ResourceInUse", "The system is still powering off.")
+			return
+		}
 		s.reset(rt)
 		w.WriteHeader(http.StatusNoContent)
-	case s.mediaColl() + "/CD1/Actions/VirtualMedia.InsertMedia":
-		img, _ := in["Image"].(string)
-		if img == "" {
-			s.fail(w, http.StatusBadRequest, "ActionParameterMissing", "Image is required.")
-			return
-		}
-		if s.inserted {
-			s.fail(w, http.StatusConflict, "ResourceInUse", "Media is already inserted; eject it first.")
-			return
-		}
-		s.image, s.inserted = img, true
-		s.versions[s.mediaColl()+"/CD1"]++
-		w.WriteHeader(http.StatusNoContent)
-	case s.mediaColl() + "/CD1/Actions/VirtualMedia.EjectMedia":
-		s.image, s.inserted = "", false
-		s.versions[s.mediaColl()+"/CD1"]++
-		w.WriteHeader(http.StatusNoContent)
 	default:
+		if slot, ok := strings.CutSuffix(p, "/Actions/VirtualMedia.InsertMedia"); ok && s.media[slot] != nil {
+			st := s.media[slot]
+			img, _ := in["Image"].(string)
+			if img == "" {
+				s.fail(w, http.StatusBadRequest, "ActionParameterMissing", "Image is required.")
+				return
+			}
+			if st.inserted {
+				s.fail(w, http.StatusConflict, "ResourceInUse", "Media is already inserted; eject it first.")
+				return
+			}
+			st.image, st.inserted = img, true
+			s.versions[slot]++
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if slot, ok := strings.CutSuffix(p, "/Actions/VirtualMedia.EjectMedia"); ok && s.media[slot] != nil {
+			s.media[slot].image, s.media[slot].inserted = "", false
+			s.versions[slot]++
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if s.smc != nil && p == s.smc.path+"/Actions/IsoConfig.Mount" {
+			if s.smc.host == "" || s.smc.file == "" {
+				s.fail(w, http.StatusBadRequest, "ActionParameterMissing", "Configure Host and Path first.")
+				return
+			}
+			s.smc.mounted = true
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		if s.smc != nil && p == s.smc.path+"/Actions/IsoConfig.UnMount" {
+			s.smc.mounted = false
+			w.WriteHeader(http.StatusOK)
+			return
+		}
 		s.fail(w, http.StatusNotFound, "ActionNotSupported", "No such action.")
 	}
 }
@@ -666,6 +808,9 @@ func (s *Server) reset(rt string) {
 		s.power, boots = "On", !wasOn
 	case "ForceOff", "GracefulShutdown":
 		s.power = "Off"
+		if s.opts.OffDelay > 0 {
+			s.power, s.offReads = "PoweringOff", s.opts.OffDelay
+		}
 	case "PushPowerButton":
 		if wasOn {
 			s.power = "Off"
@@ -727,7 +872,11 @@ func (s *Server) patch(w http.ResponseWriter, r *http.Request, p string, body []
 		s.password = pw
 		s.versions[p]++
 		w.WriteHeader(http.StatusNoContent)
-	case BiosPending:
+	case s.biosSet:
+		if p == "" {
+			s.fail(w, http.StatusMethodNotAllowed, "OperationNotAllowed", "The resource cannot be patched.")
+			return
+		}
 		attrs, ok := in["Attributes"].(map[string]any)
 		for k := range in {
 			if k != "Attributes" && k != "@Redfish.SettingsApplyTime" {
@@ -749,9 +898,23 @@ func (s *Server) patch(w http.ResponseWriter, r *http.Request, p string, body []
 		}
 		s.versions[p]++
 		w.WriteHeader(http.StatusNoContent)
-	case s.mediaColl() + "/CD1":
-		s.fail(w, http.StatusMethodNotAllowed, "OperationNotAllowed", "Use the InsertMedia and EjectMedia actions.")
 	default:
+		if s.media[p] != nil {
+			s.fail(w, http.StatusMethodNotAllowed, "OperationNotAllowed", "Use the InsertMedia and EjectMedia actions.")
+			return
+		}
+		if s.smc != nil && p == s.smc.path {
+			host, _ := in["Host"].(string)
+			file, _ := in["Path"].(string)
+			if host == "" || file == "" {
+				s.fail(w, http.StatusBadRequest, "PropertyMissing", "Host and Path are required.")
+				return
+			}
+			s.smc.host, s.smc.file = host, file
+			s.versions[p]++
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		s.fail(w, http.StatusMethodNotAllowed, "OperationNotAllowed", "The resource cannot be patched.")
 	}
 }
