@@ -60,7 +60,7 @@ type Config struct {
 type Server struct {
 	cfg   Config
 	log   *slog.Logger
-	store *store.Store
+	store store.Store
 	keys  *keys
 	// cmdKey is bcgw's own command-signing key (nil without one); trust
 	// is the trust bundle Welcome carries (trust.go).
@@ -140,7 +140,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Store gives tests and the admin API the embedded store.
-func (s *Server) Store() *store.Store { return s.store }
+func (s *Server) Store() store.Store { return s.store }
 
 // Addr is the bound AgentGateway address once Run has started listening.
 func (s *Server) Addr() net.Addr {
