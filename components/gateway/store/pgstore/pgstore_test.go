@@ -1,0 +1,107 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/bcd/components/gateway/store"
+	"github.com/better-compute/bcd/components/gateway/store/pgstore"
+	"github.com/better-compute/bcd/components/gateway/store/pgtest"
+	"github.com/better-compute/bcd/components/gateway/store/storetest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func open(t *testing.T, url string) *pgstore.PG {
+	t.Helper()
+	s, err := pgstore.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// The shared suite on PostgreSQL: each test gets its own database;
+// reopen connects again (a restarted bcgw).
+func TestSuite(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) (store.Store, func() store.Store) {
+		url := pgtest.Database(t)
+		var last store.Store = open(t, url)
+		t.Cleanup(func() { last.Close() })
+		return last, func() store.Store {
+			last = open(t, url)
+			return last
+		}
+	})
+}
+
+// Open brings an empty database to the schema version, records it, and
+// opening again applies nothing twice.
+func TestMigrations(t *testing.T) {
+	url := pgtest.Database(t)
+	ctx := context.Background()
+	for range 2 {
+		open(t, url).Close()
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n, max int
+	if err := conn.QueryRow(ctx, `SELECT count(*), max(version) FROM schema_migrations`).Scan(&n, &max); err != nil {
+		t.Fatal(err)
+	}
+	if n != pgstore.SchemaVersion() || max != pgstore.SchemaVersion() || n < 1 {
+		t.Errorf("schema_migrations has %d rows up to %d, want %d", n, max, pgstore.SchemaVersion())
+	}
+	// A newer bcgw migrated this database: this one refuses it and says why.
+	if _, err := conn.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, 'future.sql')`, pgstore.SchemaVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pgstore.Open(ctx, url)
+	if !errors.Is(err, pgstore.ErrSchemaNewer) || !strings.Contains(err.Error(), "newer") {
+		t.Errorf("open of a newer schema: %v", err)
+	}
+}
+
+// Gateways starting together on an empty database migrate it once.
+func TestConcurrentMigrate(t *testing.T) {
+	url := pgtest.Database(t)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			s, err := pgstore.Open(context.Background(), url)
+			if err == nil {
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// A password in the URL reaches no error message.
+func TestErrorsHidePassword(t *testing.T) {
+	const pw = "hunter2-secret"
+	for _, url := range []string{
+		"postgres://bcgw:" + pw + "@127.0.0.1:1/x?sslmode=disable&connect_timeout=2",
+		"postgres://bcgw:" + pw + "@127.0.0.1:1/x?sslmode=bogus",
+	} {
+		_, err := pgstore.Open(context.Background(), url)
+		if err == nil {
+			t.Fatalf("open of %s succeeded", strings.ReplaceAll(url, pw, "***"))
+		}
+		if strings.Contains(err.Error(), pw) {
+			t.Errorf("error carries the password: %v", err)
+		}
+	}
+}
