@@ -33,7 +33,10 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	DataDir     string
+	DataDir string
+	// Database, when set, is the PostgreSQL URL of the store (store.go);
+	// without it the store is the bbolt file DataDir/bcgw.db.
+	Database    string
 	Listen      string // host:port of the AgentGateway and well-known listener
 	URL         string // gateway URL published in the well-known document; default https://Listen
 	ServerName  string // TLS name of the serving certificate; default bcgw.lab
@@ -107,7 +110,7 @@ func New(cfg Config) (*Server, error) {
 	if err := privateDir(cfg.DataDir, cfg.Log); err != nil {
 		return nil, err
 	}
-	st, err := store.Open(filepath.Join(cfg.DataDir, "bcgw.db"))
+	st, err := openStore(cfg)
 	if err != nil {
 		return nil, err
 	}
