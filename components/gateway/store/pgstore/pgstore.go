@@ -34,7 +34,25 @@ const opTimeout = 30 * time.Second
 // PG is the Store on a PostgreSQL database.
 type PG struct {
 	pool *pgxpool.Pool
+	// owner holds the session advisory lock that makes this gateway the
+	// database's only one (see ownerLock).
+	owner *pgx.Conn
 }
+
+// ownerLock is the advisory lock key a gateway holds on its own
+// connection for as long as it has the store open. Gateways still keep
+// sessions, boot leases and result waiters in memory, so two of them on
+// one database would each believe they alone serve it; until that moves
+// into the database (LISTEN/NOTIFY, database leases), a second gateway is
+// refused, as a second bbolt opener is.
+const ownerLock = 0x62636731 // "bcg1"
+
+// ownerWait is how long Open waits for a gateway that is stopping to let
+// go of the database.
+var ownerWait = 10 * time.Second
+
+// ErrInUse: another gateway has the database open.
+var ErrInUse = errors.New("another bcgw has this database open (one gateway per database for now)")
 
 var _ store.Store = (*PG)(nil)
 
@@ -60,13 +78,50 @@ func Open(ctx context.Context, url string) (*PG, error) {
 		pool.Close()
 		return nil, fmt.Errorf("%s: schema: %w", where, err)
 	}
-	return &PG{pool: pool}, nil
+	owner, err := takeOwnership(ctx, cfg.ConnConfig.Copy())
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	return &PG{pool: pool, owner: owner}, nil
 }
 
-// Close closes the connection pool.
+// takeOwnership opens the connection that holds ownerLock, waiting up to
+// ownerWait for a stopping gateway to let go.
+func takeOwnership(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(ownerWait)
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, ownerLock).Scan(&got); err != nil {
+			conn.Close(context.Background())
+			return nil, err
+		}
+		if got {
+			return conn, nil
+		}
+		if time.Now().After(deadline) {
+			conn.Close(context.Background())
+			return nil, fmt.Errorf("%w: waited %s; stop the other bcgw or give this one another database", ErrInUse, ownerWait)
+		}
+		select {
+		case <-ctx.Done():
+			conn.Close(context.Background())
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// Close closes the connection pool and lets go of the database.
 func (p *PG) Close() error {
 	p.pool.Close()
-	return nil
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return p.owner.Close(ctx)
 }
 
 // tx runs fn in one transaction (read committed; the rows a method must

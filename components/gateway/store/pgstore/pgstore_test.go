@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -69,24 +70,44 @@ func TestMigrations(t *testing.T) {
 	}
 }
 
-// Gateways starting together on an empty database migrate it once.
-func TestConcurrentMigrate(t *testing.T) {
+// Gateways starting together on an empty database migrate it once; one
+// of them has it, the others are refused and say why; once it closes,
+// another may open it.
+func TestOneGatewayPerDatabase(t *testing.T) {
 	url := pgtest.Database(t)
-	errs := make(chan error, 4)
+	restore := pgstore.SetOwnerWait(500 * time.Millisecond)
+	defer restore()
+	type res struct {
+		s   *pgstore.PG
+		err error
+	}
+	out := make(chan res, 4)
 	for range 4 {
 		go func() {
 			s, err := pgstore.Open(context.Background(), url)
-			if err == nil {
-				s.Close()
-			}
-			errs <- err
+			out <- res{s, err}
 		}()
 	}
+	var held *pgstore.PG
 	for range 4 {
-		if err := <-errs; err != nil {
-			t.Error(err)
+		r := <-out
+		switch {
+		case r.err == nil && held == nil:
+			held = r.s
+		case errors.Is(r.err, pgstore.ErrInUse):
+		default:
+			t.Errorf("open: %v", r.err)
 		}
 	}
+	if held == nil {
+		t.Fatal("no gateway got the database")
+	}
+	if _, err := pgstore.Open(context.Background(), url); !errors.Is(err, pgstore.ErrInUse) || !strings.Contains(err.Error(), "another bcgw") {
+		t.Errorf("second open while held: %v", err)
+	}
+	held.Close()
+	s := open(t, url)
+	s.Close()
 }
 
 // A password in the URL reaches no error message.
