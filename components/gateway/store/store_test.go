@@ -43,7 +43,7 @@ func TestHashSecret(t *testing.T) {
 
 // The shared suite on the bbolt store; reopen opens the same file.
 func TestSuite(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) (store.Store, func() store.Store) {
+	storetest.Run(t, func(t testing.TB) (store.Store, func() store.Store) {
 		p := filepath.Join(t.TempDir(), "bcgw.db")
 		s, err := store.Open(p)
 		if err != nil {
@@ -59,5 +59,17 @@ func TestSuite(t *testing.T) {
 			last = s
 			return s
 		}
+	})
+}
+
+// BenchmarkStore: the shared benchmarks on bbolt (each write fsynced).
+func BenchmarkStore(b *testing.B) {
+	storetest.Bench(b, func(t testing.TB) (store.Store, func() store.Store) {
+		s, err := store.Open(filepath.Join(t.TempDir(), "bcgw.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s, nil
 	})
 }

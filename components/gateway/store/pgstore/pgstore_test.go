@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/gateway/store/pgstore"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
@@ -17,7 +18,7 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func open(t *testing.T, url string) *pgstore.PG {
+func open(t testing.TB, url string) *pgstore.PG {
 	t.Helper()
 	s, err := pgstore.Open(context.Background(), url)
 	if err != nil {
@@ -29,7 +30,7 @@ func open(t *testing.T, url string) *pgstore.PG {
 // The shared suite on PostgreSQL: each test gets its own database;
 // reopen connects again (a restarted bcgw).
 func TestSuite(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) (store.Store, func() store.Store) {
+	storetest.Run(t, func(t testing.TB) (store.Store, func() store.Store) {
 		url := pgtest.Database(t)
 		var last store.Store = open(t, url)
 		t.Cleanup(func() { last.Close() })
@@ -125,4 +126,26 @@ func TestErrorsHidePassword(t *testing.T) {
 			t.Errorf("error carries the password: %v", err)
 		}
 	}
+}
+
+// BenchmarkStore: the shared benchmarks on a cluster that syncs every
+// commit (make bench prints them under the bbolt figures of the same run).
+func BenchmarkStore(b *testing.B) {
+	c, err := pgtest.StartDurable()
+	if errors.Is(err, pgtest.ErrNoPostgres) {
+		testenv.Skip(b, "%v", err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Stop()
+	storetest.Bench(b, func(t testing.TB) (store.Store, func() store.Store) {
+		url, err := c.NewDatabase(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := open(t, url)
+		t.Cleanup(func() { s.Close() })
+		return s, nil
+	})
 }

@@ -82,8 +82,15 @@ func asUser() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 }
 
-// Start makes and starts a cluster.
-func Start() (*Cluster, error) {
+// Start makes and starts a cluster for tests: fsync is off, since it is
+// thrown away.
+func Start() (*Cluster, error) { return start(false) }
+
+// StartDurable makes and starts a cluster that syncs every commit as a
+// production one does, for benchmarks.
+func StartDurable() (*Cluster, error) { return start(true) }
+
+func start(durable bool) (*Cluster, error) {
 	bin, err := Binaries()
 	if err != nil {
 		return nil, err
@@ -124,10 +131,13 @@ func Start() (*Cluster, error) {
 		return fail(err)
 	}
 	defer log.Close()
-	// Durability settings are off: a test cluster is thrown away, and a
-	// store reopened by a test reads through the same running server.
-	c.cmd = run("postgres", "-D", data, "-k", dir, "-c", "listen_addresses=", "-c", "fsync=off",
-		"-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
+	args := []string{"-D", data, "-k", dir, "-c", "listen_addresses=", "-c", "max_connections=200"}
+	if !durable {
+		// A test cluster is thrown away, and a store reopened by a test
+		// reads through the same running server.
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	c.cmd = run("postgres", args...)
 	c.cmd.Stdout, c.cmd.Stderr = log, log
 	if err := c.cmd.Start(); err != nil {
 		return fail(fmt.Errorf("postgres: %w", err))

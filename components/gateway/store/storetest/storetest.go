@@ -18,7 +18,7 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 // Open opens a fresh, empty store for one test and closes it when the
 // test ends. reopen opens the same data again as a new store (the caller
 // closes the first one before), as a restarted bcgw would.
-type Open func(t *testing.T) (s store.Store, reopen func() store.Store)
+type Open func(t testing.TB) (s store.Store, reopen func() store.Store)
 
 // Run runs the whole suite against one backend.
 func Run(t *testing.T, open Open) {
@@ -128,7 +128,7 @@ func testSpendTokenUsesRunOut(t *testing.T, open Open) {
 	}
 }
 
-func addNode(t *testing.T, s store.Store, id string) {
+func addNode(t testing.TB, s store.Store, id string) {
 	t.Helper()
 	if err := s.PutNode(store.Node{ID: id, Role: "node", Site: "lab", JoinedAt: t0}); err != nil {
 		t.Fatal(err)
