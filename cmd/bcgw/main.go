@@ -141,7 +141,7 @@ func serve(ctx context.Context, env *cli.Env, args []string) int {
 	if cfg.Database, err = databaseURL(*database, *databaseFile); err != nil {
 		return cli.Usagef(env, "bcgw serve: %v", err)
 	}
-	s, err := gateway.New(cfg)
+	s, err := gateway.NewContext(ctx, cfg)
 	if err != nil {
 		return cli.Fail(env, "bcgw serve", err)
 	}

@@ -85,7 +85,11 @@ type Server struct {
 }
 
 // New opens the data directory, making the keys on first start.
-func New(cfg Config) (*Server, error) {
+func New(cfg Config) (*Server, error) { return NewContext(context.Background(), cfg) }
+
+// NewContext is New that gives up when ctx ends (a database that is not
+// reachable yet is waited for).
+func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("gateway: --data-dir is required")
 	}
@@ -110,7 +114,7 @@ func New(cfg Config) (*Server, error) {
 	if err := privateDir(cfg.DataDir, cfg.Log); err != nil {
 		return nil, err
 	}
-	st, err := openStore(cfg)
+	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -51,6 +51,10 @@ const ownerLock = 0x62636731 // "bcg1"
 // go of the database.
 var ownerWait = 10 * time.Second
 
+// ErrUnreachable: the database did not answer (down, not there yet, or
+// refusing this user); a caller may retry.
+var ErrUnreachable = errors.New("database unreachable")
+
 // ErrInUse: another gateway has the database open.
 var ErrInUse = errors.New("another bcgw has this database open (one gateway per database for now)")
 
@@ -72,7 +76,7 @@ func Open(ctx context.Context, url string) (*PG, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("%s: %w", where, err)
+		return nil, fmt.Errorf("%s: %w: %w", where, ErrUnreachable, err)
 	}
 	if err := migrate(ctx, pool); err != nil {
 		pool.Close()

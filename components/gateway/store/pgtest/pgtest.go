@@ -179,15 +179,23 @@ func (c *Cluster) NewDatabase(ctx context.Context) (string, error) {
 	c.n++
 	name := fmt.Sprintf("t%d", c.n)
 	c.mu.Unlock()
-	conn, err := pgx.Connect(ctx, c.URL("postgres"))
-	if err != nil {
+	if err := c.CreateDatabase(ctx, name); err != nil {
 		return "", err
 	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", fmt.Errorf("create database %s: %w", name, err)
-	}
 	return c.URL(name), nil
+}
+
+// CreateDatabase creates the database name (a plain identifier).
+func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
 }
 
 // Stop shuts the server down (fast shutdown, then kill) and removes the
