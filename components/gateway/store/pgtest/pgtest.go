@@ -44,22 +44,29 @@ type Cluster struct {
 }
 
 // Binaries returns the directory holding initdb and postgres.
-func Binaries() (string, error) {
-	if p, err := exec.LookPath("initdb"); err == nil {
-		if q, err := exec.LookPath("postgres"); err == nil && filepath.Dir(p) == filepath.Dir(q) {
-			return filepath.Dir(p), nil
+func Binaries() (string, error) { return binaries(os.Getenv("PATH"), "/") }
+
+// binaries looks on path first, then in Debian's
+// root/usr/lib/postgresql/<version>/bin, the highest version first.
+func binaries(path, root string) (string, error) {
+	for _, d := range filepath.SplitList(path) {
+		if d != "" && isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "postgres")) {
+			return d, nil
 		}
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	dirs, _ := filepath.Glob(filepath.Join(root, "usr/lib/postgresql/*/bin"))
 	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
 	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "postgres")); err == nil {
-			if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
-				return d, nil
-			}
+		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "postgres")) {
+			return d, nil
 		}
 	}
 	return "", ErrNoPostgres
+}
+
+func isExec(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }
 
 func version(bin string) int {
