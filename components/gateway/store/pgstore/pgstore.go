@@ -477,7 +477,7 @@ func (p *PG) Meta(key string) ([]byte, error) {
 		}
 		return err
 	})
-	return out, err
+	return nilIfEmpty(out), err
 }
 
 // SetMeta writes a small value of the gateway's own.
@@ -498,6 +498,15 @@ func (p *PG) DeleteMeta(key string) error {
 		_, err := tx.Exec(ctx, `DELETE FROM meta WHERE key = $1`, key)
 		return err
 	})
+}
+
+// nilIfEmpty answers an empty value as nil, as the bbolt store does
+// (callers test a value against nil).
+func nilIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 // prefixRange is the SQL condition and arguments selecting the keys that
@@ -538,7 +547,7 @@ func (p *PG) MetaPrefix(prefix string) (map[string][]byte, error) {
 			if err := rows.Scan(&k, &v); err != nil {
 				return err
 			}
-			out[k] = v
+			out[k] = nilIfEmpty(v)
 		}
 		return rows.Err()
 	})
@@ -659,7 +668,7 @@ func (p *PG) Report(nodeID string) ([]byte, error) {
 		}
 		return err
 	})
-	return out, err
+	return nilIfEmpty(out), err
 }
 
 // ---- events ----

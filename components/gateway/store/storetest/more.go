@@ -250,6 +250,16 @@ func testMetaDelete(t *testing.T, open Open) {
 	if v, _ := s.Meta("z"); string(v) != "new" {
 		t.Errorf("overwritten meta: %q", v)
 	}
+	// An empty value reads back as nil on every backend.
+	if err := s.SetMeta("empty", []byte{}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Meta("empty"); err != nil || v != nil {
+		t.Errorf("empty meta: %#v %v, want nil", v, err)
+	}
+	if m, _ := s.MetaPrefix("empty"); len(m) != 1 || m["empty"] != nil {
+		t.Errorf("MetaPrefix of an empty value: %#v", m)
+	}
 	if err := s.DeleteMeta("absent"); err != nil {
 		t.Errorf("delete of absent meta: %v", err)
 	}
