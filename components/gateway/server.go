@@ -146,7 +146,7 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Store gives tests and the admin API the embedded store.
+// Store gives tests and the admin API the store (bbolt or PostgreSQL).
 func (s *Server) Store() store.Store { return s.store }
 
 // Addr is the bound AgentGateway address once Run has started listening.
