@@ -121,6 +121,14 @@ func start(durable bool) (*Cluster, error) {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			return fail(err)
 		}
+		for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+			if st, err := os.Stat(p); err != nil || st.Mode().Perm()&0o001 == 0 {
+				return fail(fmt.Errorf("the cluster runs as nobody, who cannot reach %s (%s is not searchable by others); set TMPDIR to a directory it can reach, such as /tmp", dir, p))
+			}
+			if p == filepath.Dir(p) {
+				break
+			}
+		}
 	}
 	run := func(name string, args ...string) *exec.Cmd {
 		cmd := exec.Command(filepath.Join(bin, name), args...)
