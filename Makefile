@@ -72,6 +72,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench 'BenchmarkSim|BenchmarkReporting' -benchtime 1x -timeout 40m ./e2e/ | grep -vE '^[[:space:]]*[{]'
 	$(GO) test -run '^$$' -bench BenchmarkDeploy -benchtime 3x ./components/disk/deploy/ | grep -E '^(Benchmark|ok|deploy)'
 	$(GO) test -run '^$$' -bench BenchmarkTPMSign -benchtime 200x ./components/helper/ | grep -E '^(Benchmark|ok)'
+	$(GO) test -run '^$$' -bench BenchmarkStore -benchtime 2s ./components/gateway/store/ ./components/gateway/store/pgstore/ | grep -E '^(Benchmark|ok)'
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '^proto/gen/')

@@ -30,6 +30,9 @@ want crun crun
 want busybox busybox-static
 [ -e /usr/lib/ipxe/qemu/pxe-e1000.rom ] || need+=(ipxe-qemu)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
+# The PostgreSQL store's tests make their own cluster with initdb and postgres
+# (on PATH, or Debian's /usr/lib/postgresql/<version>/bin).
+{ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || need+=(postgresql)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -126,6 +126,8 @@ func serve(ctx context.Context, env *cli.Env, args []string) int {
 	fs.DurationVar(&cfg.CertValidity, "cert-validity", 24*time.Hour, "lifetime of node certificates")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 15*time.Second, "heartbeat interval asked of agents")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 45*time.Second, "a site's boot lease lapses this long after its holder's last heartbeat")
+	database := fs.String("database", "", "keep the store in PostgreSQL at this URL (no password in it: see --database-file); default the bbolt file DATA/bcgw.db")
+	databaseFile := fs.String("database-file", "", "a file holding the PostgreSQL URL of the store (it may carry a password)")
 	fs.StringVar(&cfg.CommandKey, "command-key", "", "bcgw's own command-signing key: a PEM file, or none (sign nothing); default DATA/command-signing.key, made at first start")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if code, ok := cli.Parse(fs, env, args, ""); !ok {
@@ -136,7 +138,10 @@ func serve(ctx context.Context, env *cli.Env, args []string) int {
 		return cli.Usagef(env, "bcgw serve: %v", err)
 	}
 	cfg.Log = log
-	s, err := gateway.New(cfg)
+	if cfg.Database, err = databaseURL(*database, *databaseFile); err != nil {
+		return cli.Usagef(env, "bcgw serve: %v", err)
+	}
+	s, err := gateway.NewContext(ctx, cfg)
 	if err != nil {
 		return cli.Fail(env, "bcgw serve", err)
 	}

@@ -33,7 +33,10 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	DataDir     string
+	DataDir string
+	// Database, when set, is the PostgreSQL URL of the store (store.go);
+	// without it the store is the bbolt file DataDir/bcgw.db.
+	Database    string
 	Listen      string // host:port of the AgentGateway and well-known listener
 	URL         string // gateway URL published in the well-known document; default https://Listen
 	ServerName  string // TLS name of the serving certificate; default bcgw.lab
@@ -60,7 +63,7 @@ type Config struct {
 type Server struct {
 	cfg   Config
 	log   *slog.Logger
-	store *store.Store
+	store store.Store
 	keys  *keys
 	// cmdKey is bcgw's own command-signing key (nil without one); trust
 	// is the trust bundle Welcome carries (trust.go).
@@ -82,7 +85,11 @@ type Server struct {
 }
 
 // New opens the data directory, making the keys on first start.
-func New(cfg Config) (*Server, error) {
+func New(cfg Config) (*Server, error) { return NewContext(context.Background(), cfg) }
+
+// NewContext is New that gives up when ctx ends (a database that is not
+// reachable yet is waited for).
+func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("gateway: --data-dir is required")
 	}
@@ -107,7 +114,7 @@ func New(cfg Config) (*Server, error) {
 	if err := privateDir(cfg.DataDir, cfg.Log); err != nil {
 		return nil, err
 	}
-	st, err := store.Open(filepath.Join(cfg.DataDir, "bcgw.db"))
+	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -139,8 +146,8 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Store gives tests and the admin API the embedded store.
-func (s *Server) Store() *store.Store { return s.store }
+// Store gives tests and the admin API the store (bbolt or PostgreSQL).
+func (s *Server) Store() store.Store { return s.store }
 
 // Addr is the bound AgentGateway address once Run has started listening.
 func (s *Server) Addr() net.Addr {

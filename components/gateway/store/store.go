@@ -1,7 +1,9 @@
-// Package store is bcgw's embedded state: join tokens, node records,
-// commands with their results, each node's desired spec, latest status
-// report and recent events, in one bbolt file under the data directory.
-// Every write is a bbolt transaction, fsynced before it returns.
+// Package store is bcgw's state: join tokens, node records, commands with
+// their results, each node's desired spec, latest status report and recent
+// events, and the gateway's own small values (meta). Store is what the
+// gateway uses; Bolt keeps it in one bbolt file under the data directory
+// (the default), package pgstore in PostgreSQL. Every write is a
+// transaction, durable before it returns.
 package store
 
 import (
@@ -167,11 +169,13 @@ type Result struct {
 	Attestation []byte `json:"attestation,omitempty"`
 }
 
-// Store wraps the bbolt database.
-type Store struct{ db *bolt.DB }
+// Bolt is the Store kept in one bbolt file.
+type Bolt struct{ db *bolt.DB }
 
-// Open opens (creating) the database file.
-func Open(path string) (*Store, error) {
+var _ Store = (*Bolt)(nil)
+
+// Open opens (creating) the bbolt database file.
+func Open(path string) (*Bolt, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -188,11 +192,11 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return &Bolt{db: db}, nil
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Bolt) Close() error { return s.db.Close() }
 
 func put(tx *bolt.Tx, bucket []byte, key string, v any) error {
 	b, err := json.Marshal(v)
@@ -217,26 +221,26 @@ func HashSecret(secret string) string {
 }
 
 // PutToken stores a new token record.
-func (s *Store) PutToken(t Token) error {
+func (s *Bolt) PutToken(t Token) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return put(tx, bTokens, t.ID, t) })
 }
 
 // DeleteToken removes a token record (a discovery token replaced by a
 // newer one for the same command).
-func (s *Store) DeleteToken(id string) error {
+func (s *Bolt) DeleteToken(id string) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bTokens).Delete([]byte(id)) })
 }
 
 // SpendToken checks the token id and secret, its role and expiry, and uses
 // it once, all in one transaction.
-func (s *Store) SpendToken(id, secret, role string, now time.Time) (Token, error) {
+func (s *Bolt) SpendToken(id, secret, role string, now time.Time) (Token, error) {
 	return s.SpendTokenIf(id, secret, role, now, nil)
 }
 
 // SpendTokenIf is SpendToken with one more check of the token, made in the
 // same transaction before the use is counted: a join the check refuses
 // leaves the token as it was. check must not use the store.
-func (s *Store) SpendTokenIf(id, secret, role string, now time.Time, check func(Token) error) (Token, error) {
+func (s *Bolt) SpendTokenIf(id, secret, role string, now time.Time, check func(Token) error) (Token, error) {
 	var t Token
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		if err := get(tx, bTokens, id, &t); err != nil {
@@ -266,19 +270,19 @@ func (s *Store) SpendTokenIf(id, secret, role string, now time.Time, check func(
 }
 
 // PutNode creates or replaces a node record.
-func (s *Store) PutNode(n Node) error {
+func (s *Bolt) PutNode(n Node) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return put(tx, bNodes, n.ID, n) })
 }
 
 // Node returns one node.
-func (s *Store) Node(id string) (Node, error) {
+func (s *Bolt) Node(id string) (Node, error) {
 	var n Node
 	err := s.db.View(func(tx *bolt.Tx) error { return get(tx, bNodes, id, &n) })
 	return n, err
 }
 
 // Nodes lists every node by id.
-func (s *Store) Nodes() ([]Node, error) {
+func (s *Bolt) Nodes() ([]Node, error) {
 	var out []Node
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bNodes).ForEach(func(k, v []byte) error {
@@ -295,7 +299,7 @@ func (s *Store) Nodes() ([]Node, error) {
 }
 
 // UpdateNode applies f to a node in one transaction.
-func (s *Store) UpdateNode(id string, f func(*Node) error) (Node, error) {
+func (s *Bolt) UpdateNode(id string, f func(*Node) error) (Node, error) {
 	var n Node
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		if err := get(tx, bNodes, id, &n); err != nil {
@@ -310,7 +314,7 @@ func (s *Store) UpdateNode(id string, f func(*Node) error) (Node, error) {
 }
 
 // AddCommand stores a new pending command.
-func (s *Store) AddCommand(c Command) error {
+func (s *Bolt) AddCommand(c Command) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bNodes).Get([]byte(c.NodeID)) == nil {
 			return fmt.Errorf("node %s: %w", c.NodeID, ErrNotFound)
@@ -327,14 +331,14 @@ func (s *Store) AddCommand(c Command) error {
 }
 
 // Command returns one command.
-func (s *Store) Command(id string) (Command, error) {
+func (s *Bolt) Command(id string) (Command, error) {
 	var c Command
 	err := s.db.View(func(tx *bolt.Tx) error { return get(tx, bCommands, id, &c) })
 	return c, err
 }
 
 // Unfinished lists a node's commands that have no result yet, oldest first.
-func (s *Store) Unfinished(nodeID string) ([]Command, error) {
+func (s *Bolt) Unfinished(nodeID string) ([]Command, error) {
 	var out []Command
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bPending).Cursor()
@@ -353,7 +357,7 @@ func (s *Store) Unfinished(nodeID string) ([]Command, error) {
 }
 
 // MarkDelivered records that the agent acked receipt of a command.
-func (s *Store) MarkDelivered(nodeID, id string) error {
+func (s *Bolt) MarkDelivered(nodeID, id string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		var c Command
 		if err := get(tx, bCommands, id, &c); err != nil {
@@ -370,7 +374,7 @@ func (s *Store) MarkDelivered(nodeID, id string) error {
 // SetResult stores a command's result once; a repeated result for the same
 // command is accepted and ignored (the agent re-sends until acked). It
 // reports whether this was the first result.
-func (s *Store) SetResult(nodeID, id string, r Result) (bool, error) {
+func (s *Bolt) SetResult(nodeID, id string, r Result) (bool, error) {
 	first := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		var c Command
@@ -397,7 +401,7 @@ func (s *Store) SetResult(nodeID, id string, r Result) (bool, error) {
 // CancelPending ends a command the agent has not acked yet with a
 // CANCELLED result and reports true; for a delivered or finished command it
 // changes nothing and reports false.
-func (s *Store) CancelPending(id, reason string, now time.Time) (Command, bool, error) {
+func (s *Bolt) CancelPending(id, reason string, now time.Time) (Command, bool, error) {
 	var c Command
 	done := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -418,7 +422,7 @@ func (s *Store) CancelPending(id, reason string, now time.Time) (Command, bool, 
 }
 
 // NextEpoch increments and returns a node's session epoch.
-func (s *Store) NextEpoch(nodeID string, seen time.Time) (uint64, error) {
+func (s *Bolt) NextEpoch(nodeID string, seen time.Time) (uint64, error) {
 	n, err := s.UpdateNode(nodeID, func(n *Node) error {
 		n.Epoch++
 		n.LastSeen = seen
@@ -428,7 +432,7 @@ func (s *Store) NextEpoch(nodeID string, seen time.Time) (uint64, error) {
 }
 
 // Meta reads a small value of the gateway's own.
-func (s *Store) Meta(key string) ([]byte, error) {
+func (s *Bolt) Meta(key string) ([]byte, error) {
 	var out []byte
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bMeta).Get([]byte(key)); v != nil {
@@ -441,7 +445,7 @@ func (s *Store) Meta(key string) ([]byte, error) {
 
 // DeleteMetaPrefix deletes every value of the gateway's own whose key
 // starts with prefix.
-func (s *Store) DeleteMetaPrefix(prefix string) error {
+func (s *Bolt) DeleteMetaPrefix(prefix string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bMeta).Cursor()
 		p := []byte(prefix)
@@ -455,18 +459,18 @@ func (s *Store) DeleteMetaPrefix(prefix string) error {
 }
 
 // DeleteMeta deletes one value of the gateway's own.
-func (s *Store) DeleteMeta(key string) error {
+func (s *Bolt) DeleteMeta(key string) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Delete([]byte(key)) })
 }
 
 // SetMeta writes a small value of the gateway's own.
-func (s *Store) SetMeta(key string, v []byte) error {
+func (s *Bolt) SetMeta(key string, v []byte) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Put([]byte(key), v) })
 }
 
 // MetaPrefix returns every value of the gateway's own whose key starts
 // with prefix, by key.
-func (s *Store) MetaPrefix(prefix string) (map[string][]byte, error) {
+func (s *Bolt) MetaPrefix(prefix string) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bMeta).Cursor()
@@ -497,7 +501,7 @@ type Spec struct {
 
 // Spec returns a node's desired spec (generation 0 and no spec when it has
 // none); ErrNotFound for a node the store does not know.
-func (s *Store) Spec(nodeID string) (Spec, error) {
+func (s *Bolt) Spec(nodeID string) (Spec, error) {
 	var sp Spec
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if tx.Bucket(bNodes).Get([]byte(nodeID)) == nil {
@@ -514,17 +518,17 @@ func (s *Store) Spec(nodeID string) (Spec, error) {
 // PutSpec stores spec (valid JSON) as the node's next generation, provided
 // the stored generation is still base (ErrGenerationMoved otherwise), and
 // returns the new record.
-func (s *Store) PutSpec(nodeID string, base uint64, spec []byte, at time.Time) (Spec, error) {
+func (s *Bolt) PutSpec(nodeID string, base uint64, spec []byte, at time.Time) (Spec, error) {
 	return s.putSpec(nodeID, base, Spec{Spec: spec, UpdatedAt: at})
 }
 
 // PutSubmittedSpec is PutSpec for a full spec submitted with its
 // signature sig (nil: submitted unsigned), kept with it.
-func (s *Store) PutSubmittedSpec(nodeID string, base uint64, spec, sig []byte, at time.Time) (Spec, error) {
+func (s *Bolt) PutSubmittedSpec(nodeID string, base uint64, spec, sig []byte, at time.Time) (Spec, error) {
 	return s.putSpec(nodeID, base, Spec{Spec: spec, UpdatedAt: at, Submitted: true, Signature: sig})
 }
 
-func (s *Store) putSpec(nodeID string, base uint64, next Spec) (Spec, error) {
+func (s *Bolt) putSpec(nodeID string, base uint64, next Spec) (Spec, error) {
 	var sp Spec
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bNodes).Get([]byte(nodeID)) == nil {
@@ -550,7 +554,7 @@ func (s *Store) putSpec(nodeID string, base uint64, next Spec) (Spec, error) {
 
 // PutReport replaces a node's latest status report record (the gateway's
 // own JSON).
-func (s *Store) PutReport(nodeID string, rec []byte) error {
+func (s *Bolt) PutReport(nodeID string, rec []byte) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bNodes).Get([]byte(nodeID)) == nil {
 			return fmt.Errorf("node %s: %w", nodeID, ErrNotFound)
@@ -561,7 +565,7 @@ func (s *Store) PutReport(nodeID string, rec []byte) error {
 
 // Report returns a node's latest status report record, nil when there is
 // none.
-func (s *Store) Report(nodeID string) ([]byte, error) {
+func (s *Bolt) Report(nodeID string) ([]byte, error) {
 	var out []byte
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bReports).Get([]byte(nodeID)); v != nil {
@@ -594,7 +598,7 @@ func eventKey(nodeID string, seq uint64) []byte {
 // events of highest seq. It reports whether e is stored now: false for a
 // seq already stored (the agent re-sent it), or one older than every
 // event kept.
-func (s *Store) AddEvent(nodeID string, e Event, keep int) (bool, error) {
+func (s *Bolt) AddEvent(nodeID string, e Event, keep int) (bool, error) {
 	stored := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bNodes).Get([]byte(nodeID)) == nil {
@@ -629,7 +633,7 @@ func (s *Store) AddEvent(nodeID string, e Event, keep int) (bool, error) {
 
 // Events lists a node's stored events with a seq above after, oldest
 // first; ErrNotFound for a node the store does not know.
-func (s *Store) Events(nodeID string, after uint64) ([]Event, error) {
+func (s *Bolt) Events(nodeID string, after uint64) ([]Event, error) {
 	out := []Event{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if tx.Bucket(bNodes).Get([]byte(nodeID)) == nil {
@@ -653,7 +657,7 @@ func (s *Store) Events(nodeID string, after uint64) ([]Event, error) {
 
 // DeleteEvents forgets a node's events (a provisioned join replaced the
 // node: its new agent counts from 1 again).
-func (s *Store) DeleteEvents(nodeID string) error {
+func (s *Bolt) DeleteEvents(nodeID string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bEvents).Cursor()
 		p := []byte(nodeID + "/")

@@ -1,0 +1,746 @@
+// Package pgstore keeps bcgw's store.Store in PostgreSQL, for a fleet:
+// the same records as the bbolt store, in tables made by the SQL files in
+// migrations/ (embedded, applied at Open, versioned in schema_migrations).
+// Each method is one transaction; the exactly-once rules the bbolt store
+// keeps by running one writer at a time are kept here with row locks
+// (SELECT ... FOR UPDATE) and conditional writes (INSERT ... ON CONFLICT
+// DO NOTHING, UPDATE ... WHERE generation = base), so they hold for any
+// number of gateways on one database. docs/gateway-store.md has the
+// schema and each rule in SQL.
+package pgstore
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/better-compute/bcd/components/gateway/store"
+)
+
+// opTimeout bounds one store call, so a database that stopped answering
+// fails the call instead of hanging the gateway.
+const opTimeout = 30 * time.Second
+
+// PG is the Store on a PostgreSQL database.
+type PG struct {
+	pool *pgxpool.Pool
+	// owner holds the session advisory lock that makes this gateway the
+	// database's only one (see ownerLock).
+	owner *pgx.Conn
+}
+
+// ownerLock is the advisory lock key a gateway holds on its own
+// connection for as long as it has the store open. Gateways still keep
+// sessions, boot leases and result waiters in memory, so two of them on
+// one database would each believe they alone serve it; until that moves
+// into the database (LISTEN/NOTIFY, database leases), a second gateway is
+// refused, as a second bbolt opener is.
+const ownerLock = 0x62636731 // "bcg1"
+
+// ownerWait is how long Open waits for a gateway that is stopping to let
+// go of the database.
+var ownerWait = 10 * time.Second
+
+// ErrUnreachable: the database did not answer (down, not there yet, or
+// refusing this user); a caller may retry.
+var ErrUnreachable = errors.New("database unreachable")
+
+// ErrInUse: another gateway has the database open.
+var ErrInUse = errors.New("another bcgw has this database open (one gateway per database for now)")
+
+var _ store.Store = (*PG)(nil)
+
+// Open connects to the database at url (a postgres:// URL or key=value
+// string), brings its schema to this build's version and returns the
+// store. It refuses a database whose schema is newer than this build
+// knows. Errors name the host and database, never the password.
+func Open(ctx context.Context, url string) (*PG, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err) // pgconn redacts the password
+	}
+	where := fmt.Sprintf("postgres host=%s database=%s user=%s", cfg.ConnConfig.Host, cfg.ConnConfig.Database, cfg.ConnConfig.User)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("%s: %w: %w", where, ErrUnreachable, err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("%s: schema: %w", where, err)
+	}
+	owner, err := takeOwnership(ctx, cfg.ConnConfig.Copy())
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	return &PG{pool: pool, owner: owner}, nil
+}
+
+// takeOwnership opens the connection that holds ownerLock, waiting up to
+// ownerWait for a stopping gateway to let go.
+func takeOwnership(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(ownerWait)
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, ownerLock).Scan(&got); err != nil {
+			conn.Close(context.Background())
+			return nil, err
+		}
+		if got {
+			return conn, nil
+		}
+		if time.Now().After(deadline) {
+			conn.Close(context.Background())
+			return nil, fmt.Errorf("%w: waited %s; stop the other bcgw or give this one another database", ErrInUse, ownerWait)
+		}
+		select {
+		case <-ctx.Done():
+			conn.Close(context.Background())
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// Close closes the connection pool and lets go of the database.
+func (p *PG) Close() error {
+	p.pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return p.owner.Close(ctx)
+}
+
+// tx runs fn in one transaction (read committed; the rows a method must
+// own it locks itself) and commits when fn returns nil.
+func (p *PG) tx(fn func(ctx context.Context, tx pgx.Tx) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	return pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{}, func(tx pgx.Tx) error { return fn(ctx, tx) })
+}
+
+// record reads one JSON record column into v; ErrNotFound without a row.
+func record(ctx context.Context, q pgx.Tx, v any, sql string, args ...any) error {
+	var b []byte
+	if err := q.QueryRow(ctx, sql, args...).Scan(&b); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.ErrNotFound
+		}
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+func nodeExists(ctx context.Context, tx pgx.Tx, id string) error {
+	var ok bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE id = $1)`, id).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("node %s: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// lockNode takes the node's row lock for the rest of the transaction
+// (FOR NO KEY UPDATE: inserts referencing the node still go on), or
+// ErrNotFound.
+func lockNode(ctx context.Context, tx pgx.Tx, id string) error {
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM nodes WHERE id = $1 FOR NO KEY UPDATE`, id).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("node %s: %w", id, store.ErrNotFound)
+	}
+	return err
+}
+
+// ---- tokens ----
+
+// PutToken stores a token record (replacing one with its id).
+func (p *PG) PutToken(t store.Token) error {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	return p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO tokens (id, record) VALUES ($1, $2)
+			ON CONFLICT (id) DO UPDATE SET record = excluded.record`, t.ID, b)
+		return err
+	})
+}
+
+// DeleteToken removes a token record.
+func (p *PG) DeleteToken(id string) error {
+	return p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `DELETE FROM tokens WHERE id = $1`, id)
+		return err
+	})
+}
+
+// SpendToken checks and uses a token once (store.Bolt.SpendToken).
+func (p *PG) SpendToken(id, secret, role string, now time.Time) (store.Token, error) {
+	return p.SpendTokenIf(id, secret, role, now, nil)
+}
+
+// SpendTokenIf checks the token under its row lock and counts the use in
+// the same transaction: two spenders of the last use queue on the lock,
+// and the second sees it spent.
+func (p *PG) SpendTokenIf(id, secret, role string, now time.Time, check func(store.Token) error) (store.Token, error) {
+	var t store.Token
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		if err := record(ctx, tx, &t, `SELECT record FROM tokens WHERE id = $1 FOR UPDATE`, id); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return store.ErrTokenInvalid
+			}
+			return err
+		}
+		if subtle.ConstantTimeCompare([]byte(t.Hash), []byte(store.HashSecret(secret))) != 1 {
+			return store.ErrTokenInvalid
+		}
+		if !t.ExpiresAt.IsZero() && now.After(t.ExpiresAt) {
+			return store.ErrTokenExpired
+		}
+		if t.Used >= t.Uses {
+			return store.ErrTokenSpent
+		}
+		if t.Role != role {
+			return store.ErrTokenRole
+		}
+		if check != nil {
+			if err := check(t); err != nil {
+				return err
+			}
+		}
+		t.Used++
+		b, err := json.Marshal(t)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE tokens SET record = $2 WHERE id = $1`, id, b)
+		return err
+	})
+	return t, err
+}
+
+// ---- nodes ----
+
+// PutNode creates or replaces a node record.
+func (p *PG) PutNode(n store.Node) error {
+	b, err := json.Marshal(n)
+	if err != nil {
+		return err
+	}
+	return p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO nodes (id, record) VALUES ($1, $2)
+			ON CONFLICT (id) DO UPDATE SET record = excluded.record`, n.ID, b)
+		return err
+	})
+}
+
+// Node returns one node.
+func (p *PG) Node(id string) (store.Node, error) {
+	var n store.Node
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		return record(ctx, tx, &n, `SELECT record FROM nodes WHERE id = $1`, id)
+	})
+	return n, err
+}
+
+// Nodes lists every node by id (bytewise, as the bbolt store orders them).
+func (p *PG) Nodes() ([]store.Node, error) {
+	var out []store.Node
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id, record FROM nodes`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var b []byte
+			if err := rows.Scan(&id, &b); err != nil {
+				return err
+			}
+			var n store.Node
+			if err := json.Unmarshal(b, &n); err != nil {
+				return fmt.Errorf("node %s: %w", id, err)
+			}
+			out = append(out, n)
+		}
+		return rows.Err()
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, err
+}
+
+// UpdateNode applies f to the node under its row lock.
+func (p *PG) UpdateNode(id string, f func(*store.Node) error) (store.Node, error) {
+	var n store.Node
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		n = store.Node{}
+		if err := record(ctx, tx, &n, `SELECT record FROM nodes WHERE id = $1 FOR NO KEY UPDATE`, id); err != nil {
+			return err
+		}
+		if err := f(&n); err != nil {
+			return err
+		}
+		b, err := json.Marshal(n)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE nodes SET record = $2 WHERE id = $1`, id, b)
+		return err
+	})
+	return n, err
+}
+
+// NextEpoch increments and returns a node's session epoch.
+func (p *PG) NextEpoch(nodeID string, seen time.Time) (uint64, error) {
+	n, err := p.UpdateNode(nodeID, func(n *store.Node) error {
+		n.Epoch++
+		n.LastSeen = seen
+		return nil
+	})
+	return n.Epoch, err
+}
+
+// ---- commands ----
+
+// AddCommand stores a new pending command; its id is the primary key, so
+// of two adds of one id exactly one is stored.
+func (p *PG) AddCommand(c store.Command) error {
+	c.State = store.StatePending
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		if err := nodeExists(ctx, tx, c.NodeID); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO commands (id, node_id, state, created_at, record)
+			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING`, c.ID, c.NodeID, c.State, c.CreatedAt, b)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("command %s already exists", c.ID)
+		}
+		return nil
+	})
+}
+
+// Command returns one command.
+func (p *PG) Command(id string) (store.Command, error) {
+	var c store.Command
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		return record(ctx, tx, &c, `SELECT record FROM commands WHERE id = $1`, id)
+	})
+	return c, err
+}
+
+// Unfinished lists a node's commands without a result, oldest first.
+func (p *PG) Unfinished(nodeID string) ([]store.Command, error) {
+	var out []store.Command
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id, record FROM commands WHERE node_id = $1 AND state <> 'done'`, nodeID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var b []byte
+			if err := rows.Scan(&id, &b); err != nil {
+				return err
+			}
+			var c store.Command
+			if err := json.Unmarshal(b, &c); err != nil {
+				return fmt.Errorf("command %s: %w", id, err)
+			}
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
+	// The record's time keeps nanoseconds; the column only microseconds.
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, err
+}
+
+// updateCommand locks a command's row, lets f change it (f returns false
+// to leave it as it is) and writes it back with its state column.
+func updateCommand(ctx context.Context, tx pgx.Tx, id string, f func(*store.Command) (bool, error)) (store.Command, error) {
+	var c store.Command
+	if err := record(ctx, tx, &c, `SELECT record FROM commands WHERE id = $1 FOR UPDATE`, id); err != nil {
+		return c, err
+	}
+	write, err := f(&c)
+	if err != nil || !write {
+		return c, err
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return c, err
+	}
+	_, err = tx.Exec(ctx, `UPDATE commands SET state = $2, record = $3 WHERE id = $1`, id, c.State, b)
+	return c, err
+}
+
+// MarkDelivered records that the agent acked receipt of a command.
+func (p *PG) MarkDelivered(nodeID, id string) error {
+	return p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		_, err := updateCommand(ctx, tx, id, func(c *store.Command) (bool, error) {
+			if c.NodeID != nodeID || c.State != store.StatePending {
+				return false, nil
+			}
+			c.State = store.StateDelivered
+			return true, nil
+		})
+		return err
+	})
+}
+
+// SetResult stores a command's first result and counts every copy; the
+// command's row lock makes "first" true for exactly one caller.
+func (p *PG) SetResult(nodeID, id string, r store.Result) (bool, error) {
+	first := false
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		first = false
+		_, err := updateCommand(ctx, tx, id, func(c *store.Command) (bool, error) {
+			if c.NodeID != nodeID {
+				return false, fmt.Errorf("command %s is not for node %s", id, nodeID)
+			}
+			c.ResultCopies++
+			if c.Result == nil {
+				first = true
+				c.Result, c.State = &r, store.StateDone
+			}
+			return true, nil
+		})
+		return err
+	})
+	return first && err == nil, err
+}
+
+// CancelPending ends a command not yet acked with a CANCELLED result.
+func (p *PG) CancelPending(id, reason string, now time.Time) (store.Command, bool, error) {
+	var c store.Command
+	done := false
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		done = false
+		var err error
+		c, err = updateCommand(ctx, tx, id, func(c *store.Command) (bool, error) {
+			if c.State != store.StatePending {
+				return false, nil
+			}
+			c.Result = &store.Result{Status: "CANCELLED", Error: reason, StartedMS: now.UnixMilli(), FinishedMS: now.UnixMilli()}
+			c.State, done = store.StateDone, true
+			return true, nil
+		})
+		return err
+	})
+	return c, done && err == nil, err
+}
+
+// ---- meta ----
+
+// Meta reads a small value of the gateway's own (nil when absent).
+func (p *PG) Meta(key string) ([]byte, error) {
+	var out []byte
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT value FROM meta WHERE key = $1`, key).Scan(&out)
+		if errors.Is(err, pgx.ErrNoRows) {
+			out = nil
+			return nil
+		}
+		return err
+	})
+	return nilIfEmpty(out), err
+}
+
+// SetMeta writes a small value of the gateway's own.
+func (p *PG) SetMeta(key string, v []byte) error {
+	if v == nil {
+		v = []byte{}
+	}
+	return p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO meta (key, value) VALUES ($1, $2)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, v)
+		return err
+	})
+}
+
+// DeleteMeta deletes one value.
+func (p *PG) DeleteMeta(key string) error {
+	return p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `DELETE FROM meta WHERE key = $1`, key)
+		return err
+	})
+}
+
+// nilIfEmpty answers an empty value as nil, as the bbolt store does
+// (callers test a value against nil).
+func nilIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// prefixRange is the SQL condition and arguments selecting the keys that
+// start with prefix: the key range [prefix, successor) under collation C,
+// where successor increments prefix's last code point.
+func prefixRange(prefix string) (string, []any) {
+	if prefix == "" {
+		return "TRUE", nil
+	}
+	r := []rune(prefix)
+	for len(r) > 0 {
+		last := r[len(r)-1] + 1
+		if last == 0xD800 {
+			last = 0xE000 // surrogates are not characters
+		}
+		if last <= utf8.MaxRune {
+			r[len(r)-1] = last
+			return "key >= $1 AND key < $2", []any{prefix, string(r)}
+		}
+		r = r[:len(r)-1]
+	}
+	return "key >= $1", []any{prefix}
+}
+
+// MetaPrefix returns every value whose key starts with prefix.
+func (p *PG) MetaPrefix(prefix string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	cond, args := prefixRange(prefix)
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT key, value FROM meta WHERE `+cond, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			var v []byte
+			if err := rows.Scan(&k, &v); err != nil {
+				return err
+			}
+			out[k] = nilIfEmpty(v)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// DeleteMetaPrefix deletes every value whose key starts with prefix.
+func (p *PG) DeleteMetaPrefix(prefix string) error {
+	cond, args := prefixRange(prefix)
+	return p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `DELETE FROM meta WHERE `+cond, args...)
+		return err
+	})
+}
+
+// ---- desired spec ----
+
+// Spec returns a node's desired spec (generation 0 without one).
+func (p *PG) Spec(nodeID string) (store.Spec, error) {
+	var sp store.Spec
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		sp = store.Spec{}
+		if err := nodeExists(ctx, tx, nodeID); err != nil {
+			return err
+		}
+		if err := record(ctx, tx, &sp, `SELECT record FROM specs WHERE node_id = $1`, nodeID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		return nil
+	})
+	return sp, err
+}
+
+// PutSpec writes generation base+1 if the stored one is still base.
+func (p *PG) PutSpec(nodeID string, base uint64, spec []byte, at time.Time) (store.Spec, error) {
+	return p.putSpec(nodeID, base, store.Spec{Spec: spec, UpdatedAt: at})
+}
+
+// PutSubmittedSpec is PutSpec for a submitted spec with its signature.
+func (p *PG) PutSubmittedSpec(nodeID string, base uint64, spec, sig []byte, at time.Time) (store.Spec, error) {
+	return p.putSpec(nodeID, base, store.Spec{Spec: spec, UpdatedAt: at, Submitted: true, Signature: sig})
+}
+
+// putSpec is the compare-and-swap on the generation: base 0 inserts the
+// node's first row (ON CONFLICT DO NOTHING: a row means another writer
+// won), any other base updates WHERE generation = base (a writer queued
+// on the row lock re-checks the condition on the committed row). No row
+// written means the generation moved.
+func (p *PG) putSpec(nodeID string, base uint64, next store.Spec) (store.Spec, error) {
+	sp := next
+	sp.Generation, sp.Spec = base+1, append([]byte(nil), next.Spec...)
+	if len(next.Signature) > 0 {
+		sp.Signature = append([]byte(nil), next.Signature...)
+	}
+	if sp.Generation > 1<<63-1 {
+		return store.Spec{}, fmt.Errorf("%w: base %d is beyond any stored generation", store.ErrGenerationMoved, base)
+	}
+	b, err := json.Marshal(sp)
+	if err != nil {
+		return store.Spec{}, err
+	}
+	err = p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		if err := nodeExists(ctx, tx, nodeID); err != nil {
+			return err
+		}
+		var tag pgconn.CommandTag
+		var err error
+		if base == 0 {
+			tag, err = tx.Exec(ctx, `INSERT INTO specs (node_id, generation, record) VALUES ($1, 1, $2)
+				ON CONFLICT (node_id) DO NOTHING`, nodeID, b)
+		} else {
+			tag, err = tx.Exec(ctx, `UPDATE specs SET generation = $2 + 1, record = $3
+				WHERE node_id = $1 AND generation = $2`, nodeID, int64(base), b)
+		}
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 1 {
+			return nil
+		}
+		var cur int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce((SELECT generation FROM specs WHERE node_id = $1), 0)`, nodeID).Scan(&cur); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %d, not %d", store.ErrGenerationMoved, cur, base)
+	})
+	if err != nil {
+		return store.Spec{}, err
+	}
+	return sp, nil
+}
+
+// ---- status reports ----
+
+// PutReport replaces a node's latest status report record.
+func (p *PG) PutReport(nodeID string, rec []byte) error {
+	if rec == nil {
+		rec = []byte{}
+	}
+	return p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		if err := nodeExists(ctx, tx, nodeID); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO reports (node_id, record) VALUES ($1, $2)
+			ON CONFLICT (node_id) DO UPDATE SET record = excluded.record`, nodeID, rec)
+		return err
+	})
+}
+
+// Report returns a node's latest status report record, nil when none.
+func (p *PG) Report(nodeID string) ([]byte, error) {
+	var out []byte
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT record FROM reports WHERE node_id = $1`, nodeID).Scan(&out)
+		if errors.Is(err, pgx.ErrNoRows) {
+			out = nil
+			return nil
+		}
+		return err
+	})
+	return nilIfEmpty(out), err
+}
+
+// ---- events ----
+
+// seqArg passes a uint64 seq as text for a numeric(20) column.
+func seqArg(seq uint64) string { return strconv.FormatUint(seq, 10) }
+
+// AddEvent stores an event once per (node, seq) and keeps the keep of
+// highest seq. The node's row lock orders a node's event writes, so the
+// prune and the answer see every earlier write.
+func (p *PG) AddEvent(nodeID string, e store.Event, keep int) (bool, error) {
+	keep = max(keep, 0)
+	b, err := json.Marshal(e)
+	if err != nil {
+		return false, err
+	}
+	stored := false
+	err = p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		stored = false
+		if err := lockNode(ctx, tx, nodeID); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO events (node_id, seq, record) VALUES ($1, $2::text::numeric, $3)
+			ON CONFLICT (node_id, seq) DO NOTHING`, nodeID, seqArg(e.Seq), b)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		// Drop the (keep+1)-th highest seq and every lower one.
+		if _, err := tx.Exec(ctx, `DELETE FROM events WHERE node_id = $1 AND seq <= (
+				SELECT seq FROM events WHERE node_id = $1 ORDER BY seq DESC OFFSET $2 LIMIT 1)`, nodeID, keep); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE node_id = $1 AND seq = $2::text::numeric)`,
+			nodeID, seqArg(e.Seq)).Scan(&stored)
+	})
+	return stored && err == nil, err
+}
+
+// Events lists a node's events with a seq above after, oldest first.
+func (p *PG) Events(nodeID string, after uint64) ([]store.Event, error) {
+	out := []store.Event{}
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		out = out[:0]
+		if err := nodeExists(ctx, tx, nodeID); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT record FROM events WHERE node_id = $1 AND seq > $2::text::numeric ORDER BY seq`,
+			nodeID, seqArg(after))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var b []byte
+			if err := rows.Scan(&b); err != nil {
+				return err
+			}
+			var e store.Event
+			if err := json.Unmarshal(b, &e); err != nil {
+				return fmt.Errorf("event of %s: %w", nodeID, err)
+			}
+			out = append(out, e)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// DeleteEvents forgets a node's events.
+func (p *PG) DeleteEvents(nodeID string) error {
+	return p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `DELETE FROM events WHERE node_id = $1`, nodeID)
+		return err
+	})
+}

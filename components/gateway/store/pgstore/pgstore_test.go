@@ -1,0 +1,151 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/bcd/components/base/testenv"
+	"github.com/better-compute/bcd/components/gateway/store"
+	"github.com/better-compute/bcd/components/gateway/store/pgstore"
+	"github.com/better-compute/bcd/components/gateway/store/pgtest"
+	"github.com/better-compute/bcd/components/gateway/store/storetest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func open(t testing.TB, url string) *pgstore.PG {
+	t.Helper()
+	s, err := pgstore.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// The shared suite on PostgreSQL: each test gets its own database;
+// reopen connects again (a restarted bcgw).
+func TestSuite(t *testing.T) {
+	storetest.Run(t, func(t testing.TB) (store.Store, func() store.Store) {
+		url := pgtest.Database(t)
+		var last store.Store = open(t, url)
+		t.Cleanup(func() { last.Close() })
+		return last, func() store.Store {
+			last = open(t, url)
+			return last
+		}
+	})
+}
+
+// Open brings an empty database to the schema version, records it, and
+// opening again applies nothing twice.
+func TestMigrations(t *testing.T) {
+	url := pgtest.Database(t)
+	ctx := context.Background()
+	for range 2 {
+		open(t, url).Close()
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n, max int
+	if err := conn.QueryRow(ctx, `SELECT count(*), max(version) FROM schema_migrations`).Scan(&n, &max); err != nil {
+		t.Fatal(err)
+	}
+	if n != pgstore.SchemaVersion() || max != pgstore.SchemaVersion() || n < 1 {
+		t.Errorf("schema_migrations has %d rows up to %d, want %d", n, max, pgstore.SchemaVersion())
+	}
+	// A newer bcgw migrated this database: this one refuses it and says why.
+	if _, err := conn.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, 'future.sql')`, pgstore.SchemaVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pgstore.Open(ctx, url)
+	if !errors.Is(err, pgstore.ErrSchemaNewer) || !strings.Contains(err.Error(), "newer") {
+		t.Errorf("open of a newer schema: %v", err)
+	}
+}
+
+// Gateways starting together on an empty database migrate it once; one
+// of them has it, the others are refused and say why; once it closes,
+// another may open it.
+func TestOneGatewayPerDatabase(t *testing.T) {
+	url := pgtest.Database(t)
+	restore := pgstore.SetOwnerWait(500 * time.Millisecond)
+	defer restore()
+	type res struct {
+		s   *pgstore.PG
+		err error
+	}
+	out := make(chan res, 4)
+	for range 4 {
+		go func() {
+			s, err := pgstore.Open(context.Background(), url)
+			out <- res{s, err}
+		}()
+	}
+	var held *pgstore.PG
+	for range 4 {
+		r := <-out
+		switch {
+		case r.err == nil && held == nil:
+			held = r.s
+		case errors.Is(r.err, pgstore.ErrInUse):
+		default:
+			t.Errorf("open: %v", r.err)
+		}
+	}
+	if held == nil {
+		t.Fatal("no gateway got the database")
+	}
+	if _, err := pgstore.Open(context.Background(), url); !errors.Is(err, pgstore.ErrInUse) || !strings.Contains(err.Error(), "another bcgw") {
+		t.Errorf("second open while held: %v", err)
+	}
+	held.Close()
+	s := open(t, url)
+	s.Close()
+}
+
+// A password in the URL reaches no error message.
+func TestErrorsHidePassword(t *testing.T) {
+	const pw = "hunter2-secret"
+	for _, url := range []string{
+		"postgres://bcgw:" + pw + "@127.0.0.1:1/x?sslmode=disable&connect_timeout=2",
+		"postgres://bcgw:" + pw + "@127.0.0.1:1/x?sslmode=bogus",
+	} {
+		_, err := pgstore.Open(context.Background(), url)
+		if err == nil {
+			t.Fatalf("open of %s succeeded", strings.ReplaceAll(url, pw, "***"))
+		}
+		if strings.Contains(err.Error(), pw) {
+			t.Errorf("error carries the password: %v", err)
+		}
+	}
+}
+
+// BenchmarkStore: the shared benchmarks on a cluster that syncs every
+// commit (make bench prints them under the bbolt figures of the same run).
+func BenchmarkStore(b *testing.B) {
+	c, err := pgtest.StartDurable()
+	if errors.Is(err, pgtest.ErrNoPostgres) {
+		testenv.Skip(b, "%v", err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Stop()
+	storetest.Bench(b, func(t testing.TB) (store.Store, func() store.Store) {
+		url, err := c.NewDatabase(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := open(t, url)
+		t.Cleanup(func() { s.Close() })
+		return s, nil
+	})
+}
