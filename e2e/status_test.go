@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestStatusAndDoctor: bcd status reads the running agent over its status
@@ -21,7 +22,17 @@ func TestStatusAndDoctor(t *testing.T) {
 	l.start("bcd-node", "node", "--config", cfg)
 	l.waitNode(g, id, "connected", func(n nodeView) bool { return n.Connected })
 
-	code, out, errOut := l.run("", nil, "bcd-node", "status", "--config", cfg, "--json")
+	// The agent counts itself connected once it has the gateway's Welcome,
+	// a round trip after the gateway counts the session: read until then.
+	var code int
+	var out, errOut string
+	for end := time.Now().Add(10 * time.Second); ; {
+		code, out, errOut = l.run("", nil, "bcd-node", "status", "--config", cfg, "--json")
+		if strings.Contains(out, `"connected": true`) || time.Now().After(end) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	var st struct {
 		NodeID    string `json:"node_id"`
 		Site      string
