@@ -25,6 +25,9 @@ want ip iproute2
 want ipmi_sim openipmi
 want ipmitool ipmitool
 want mkfs.ext4 e2fsprogs
+want sshd openssh-server
+want ssh openssh-client
+want ssh-keygen openssh-client
 [ -e /usr/lib/ipxe/qemu/pxe-e1000.rom ] || need+=(ipxe-qemu)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 
@@ -35,7 +38,14 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
+  # The tests run their own sshd on a loopback port: keep the package from
+  # starting the system's sshd on port 22 while it installs.
+  norc=
+  if [[ " ${need[*]} " == *" openssh-server "* ]] && [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && norc=1
+  fi
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  [ -z "$norc" ] || rm -f /usr/sbin/policy-rc.d
 fi
 go mod download
 (cd build/pkg && go mod download)

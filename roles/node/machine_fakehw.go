@@ -14,6 +14,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/dispatch"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/helper/helperclient"
+	"github.com/better-compute/bcd/components/machine/access"
 	"github.com/better-compute/bcd/components/machine/devices"
 	"github.com/better-compute/bcd/components/machine/fakehw"
 	"github.com/better-compute/bcd/components/machine/fakehw/fakehttp"
@@ -47,6 +48,16 @@ func holdFiles(dataDir string, helper *helperclient.Client) devices.Files {
 		return devices.DirFiles{Root: "/", Helper: helper}
 	}
 	return devices.DirFiles{Root: filepath.Join(dataDir, "fakehw", "root")}
+}
+
+// accessConfig: a fakehw node keeps sshd's files under
+// data_dir/fakehw/root (a test's own sshd reads them there), or applies
+// them through bcd helper when configured.
+func accessConfig(dataDir string, helper *helperclient.Client, systemAccounts []string) access.Config {
+	if helper != nil {
+		return access.Config{Root: "/", Helper: helper}
+	}
+	return access.Config{Root: filepath.Join(dataDir, "fakehw", "root"), Direct: true, SystemAccounts: systemAccounts}
 }
 
 // extraSections is the fakehw test section.

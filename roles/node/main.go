@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/base/roles"
 	"github.com/better-compute/bcd/components/helper/helperclient"
+	"github.com/better-compute/bcd/components/machine/access"
 	"github.com/better-compute/bcd/components/machine/dcgm"
 	"github.com/better-compute/bcd/components/machine/devices"
 	"github.com/better-compute/bcd/components/machine/doctor"
@@ -40,11 +41,12 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	}
 	mon := health.New(health.Config{HW: hw, Pressure: pressure.New("/proc"), Log: log})
 	dev := devicesSection(hw, mon, holdFiles(cfg.DataDir, helper))
+	acc := access.New(accessConfig(cfg.DataDir, helper, cfg.Access.SystemAccounts))
 	m := agentcmd.Machine{
 		Kinds: append(append(nodekinds.Kinds(hw, heldGPU(dev)), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
 		StatusGPUs: statusGPUs(hw, dev),
-		Sections:   append([]converge.Section{dev}, extraSections(cfg.DataDir)...),
+		Sections:   append([]converge.Section{dev, acc}, extraSections(cfg.DataDir)...),
 	}
 	withHealth(&m, mon)
 	return m, nil
