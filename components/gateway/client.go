@@ -247,6 +247,20 @@ func (c *AdminClient) Hold(ctx context.Context, node string, h HoldRequest) (uin
 	return v.Generation, err
 }
 
+// SSHCA is bcgw ssh-ca.
+func (c *AdminClient) SSHCA(ctx context.Context, r SSHCARequest) (SSHCAView, error) {
+	var v SSHCAView
+	err := c.do(ctx, http.MethodPost, "/v1/ssh/ca", r, &v)
+	return v, err
+}
+
+// SSHSign is bcgw ssh-sign.
+func (c *AdminClient) SSHSign(ctx context.Context, r SSHSignRequest) (SSHSignView, error) {
+	var v SSHSignView
+	err := c.do(ctx, http.MethodPost, "/v1/ssh/sign", r, &v)
+	return v, err
+}
+
 // Release removes a node's hold (bcgw release).
 func (c *AdminClient) Release(ctx context.Context, node, alloc string) (uint64, error) {
 	var v GenerationView

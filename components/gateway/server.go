@@ -73,6 +73,8 @@ type Server struct {
 	progress progressBook  // running commands' latest progress (progress.go)
 	// specLocks serializes each node's desired spec changes (spec.go).
 	specLocks keyedMutex
+	// access holds the SSH user CA and the exec-ticket key (access.go).
+	access accessKeys
 
 	mu       sync.Mutex
 	waiters  map[string][]chan struct{} // command id -> admin calls waiting for its result
