@@ -320,4 +320,3 @@ func (s *Server) adminSSHSign(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, v)
 }
-
