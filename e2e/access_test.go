@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -45,6 +48,20 @@ func newSSHLab(t *testing.T) *sshLab {
 	}
 	sshdtest.Start(t, s.root, s.port)
 	s.acct = sshdtest.Account(t)
+	// The node's ssh tunnels reach this sshd.
+	b, err := os.ReadFile(s.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setting := fmt.Sprintf("[access]\nssh_port = %d\n", s.port)
+	if bytes.Contains(b, []byte("[access]\n")) {
+		b = bytes.Replace(b, []byte("[access]\n"), []byte(setting), 1)
+	} else {
+		b = append(b, []byte("\n"+setting)...)
+	}
+	if err := os.WriteFile(s.cfg, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	s.keys = filepath.Join(l.root, "keys")
 	os.Mkdir(s.keys, 0o700)
 	s.node = l.start("bcd-node", "node", "--config", s.cfg)
@@ -142,4 +159,74 @@ func certSerial(t *testing.T, cert string) string {
 	}
 	t.Fatalf("no serial in %s", out)
 	return ""
+}
+
+// proxy is ssh's ProxyCommand through bcgw tunnel to the node's sshd.
+func (s *sshLab) proxy() []string {
+	return []string{"-o", fmt.Sprintf("ProxyCommand=%s tunnel %s --ssh --data-dir %s", filepath.Join(s.bin, "bcgw"), s.id, s.g.dataDir)}
+}
+
+// TestSSHThroughTunnel: ssh with bcgw tunnel as its ProxyCommand reaches
+// the node's loopback sshd and logs in with a certificate from bcgw
+// ssh-sign; a revoked certificate, another node's principal and an
+// expired one fail the same way; bcd status lists the open tunnel, and
+// every open and close is a journal event with the ticket id, kind and
+// account.
+func TestSSHThroughTunnel(t *testing.T) {
+	s := newSSHLab(t)
+	s.bcgw(s.g, "ssh-ca", s.id, "--account", s.acct)
+	good := s.sign("good", s.id+":"+s.acct)
+	eventually(t, "login through bcgw tunnel", func() error { return s.ssh(good, s.proxy()...) })
+
+	other := s.sign("other", "node_other:"+s.acct)
+	if err := s.ssh(other, s.proxy()...); err == nil {
+		t.Error("a certificate for another node's principal logged in through the tunnel")
+	}
+	expired := s.sign("expired", s.id+":"+s.acct, "--ttl", "1s")
+	time.Sleep(2 * time.Second)
+	if err := s.ssh(expired, s.proxy()...); err == nil {
+		t.Error("an expired certificate logged in through the tunnel")
+	}
+	revoked := s.sign("revoked", s.id+":"+s.acct)
+	s.bcgw(s.g, "ssh-ca", s.id, "--revoke", certSerial(t, revoked+"-cert.pub"))
+	eventually(t, "the revoked certificate refused through the tunnel", func() error {
+		if s.ssh(revoked, s.proxy()...) == nil {
+			return errors.New("still logs in")
+		}
+		return nil
+	})
+
+	// bcd status lists a tunnel while it is open.
+	args := sshdtest.SSHArgs(good, good+"-cert.pub", s.proxy()...)
+	long := exec.Command("ssh", append(args, s.acct+"@127.0.0.1", "sleep 4")...)
+	if err := long.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "bcd status lists the open tunnel", func() error {
+		_, out, _ := s.run("", nil, "bcd-node", "status", "--config", s.cfg, "--json")
+		var st struct {
+			Tunnels []struct {
+				Kind    string `json:"kind"`
+				Account string `json:"account"`
+				JTI     string `json:"jti"`
+			} `json:"tunnels"`
+		}
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			return err
+		}
+		if len(st.Tunnels) != 1 || st.Tunnels[0].Kind != "ssh" || st.Tunnels[0].JTI == "" {
+			return fmt.Errorf("tunnels %+v", st.Tunnels)
+		}
+		return nil
+	})
+	if err := long.Wait(); err != nil {
+		t.Fatalf("ssh ... sleep 4: %v", err)
+	}
+	eventually(t, "tunnel events", func() error {
+		out := s.bcgw(s.g, "events", s.id, "--json")
+		if !strings.Contains(out, "tunnel.opened") || !strings.Contains(out, "tunnel.closed") || !strings.Contains(out, `"kind":"ssh"`) {
+			return fmt.Errorf("events: %.2000s", out)
+		}
+		return nil
+	})
 }

@@ -50,6 +50,8 @@ func program() *cli.Program {
 			{Name: "hold", Summary: "hold NODE --alloc ID --gpu N|UUID ...: add a GPU hold to the node's devices section", Run: hold},
 			{Name: "ssh-ca", Summary: "ssh-ca [NODE ...] [--account A ...] [--revoke SERIAL ...]: the SSH user CA, put into the nodes' access sections", Run: sshCA},
 			{Name: "ssh-sign", Summary: "ssh-sign --principal NODE:ACCOUNT --pubkey FILE: a short-lived SSH user certificate", Run: sshSign},
+			{Name: "tunnel", Summary: "tunnel NODE --ssh|--tcp PORT: stdin and stdout to the node's sshd or port (an ssh ProxyCommand)", Run: tunnelCmd},
+			{Name: "console", Summary: "console NODE --account A: an interactive login shell on the node", Run: console},
 			{Name: "release", Summary: "release NODE --alloc ID: remove a GPU hold", Run: release},
 			{Name: "events", Summary: "events NODE [--follow] [--json]: the node's stored events", Run: events},
 			{Name: "cache-images", Summary: "cache-images SITE --image SHA256=URL ...: what a site keeps in its image cache", Run: cacheImages},

@@ -153,6 +153,7 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 	mux.HandleFunc("GET /v1/nodes/{id}/spec", s.adminSpec)
 	mux.HandleFunc("POST /v1/nodes/{id}/holds", s.adminHold)
 	mux.HandleFunc("POST /v1/ssh/ca", s.adminSSHCA)
+	mux.HandleFunc("POST /v1/nodes/{id}/tunnel", s.adminTunnel)
 	mux.HandleFunc("POST /v1/ssh/sign", s.adminSSHSign)
 	mux.HandleFunc("DELETE /v1/nodes/{id}/holds/{alloc}", s.adminRelease)
 	mux.HandleFunc("PUT /v1/nodes/{id}/spec", s.adminSetSpec)

@@ -8,10 +8,12 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/better-compute/bcd/components/agent"
 	"github.com/better-compute/bcd/components/agent/agentcmd"
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/report"
 	"github.com/better-compute/bcd/components/agent/status"
+	"github.com/better-compute/bcd/components/agent/tunnel"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/base/roles"
@@ -47,6 +49,8 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 			extraKinds(cfg.DataDir)...),
 		StatusGPUs: statusGPUs(hw, dev),
 		Sections:   append([]converge.Section{dev, acc}, extraSections(cfg.DataDir)...),
+		Tunnels: agent.Tunnels{JWKS: acc.JWKS, SSHPort: cfg.Access.SSHPort,
+			Console: tunnel.Console(tunnel.ConsoleConfig{RootConsole: cfg.Access.RootConsole})},
 	}
 	withHealth(&m, mon)
 	return m, nil

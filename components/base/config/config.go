@@ -427,10 +427,15 @@ type Access struct {
 	// Console lets a console ticket open a shell as root when it names
 	// root; by default a console never runs as root.
 	RootConsole bool `toml:"root_console,omitempty"`
+	// SSHPort is the node's loopback sshd an ssh tunnel reaches (22).
+	SSHPort int `toml:"ssh_port,omitempty,omitzero"`
 }
 
 func (a *Access) validate() []error {
 	var errs []error
+	if a.SSHPort < 0 || a.SSHPort > 65535 {
+		errs = append(errs, errors.New("access.ssh_port: must be a TCP port (1 to 65535; 22 when unset)"))
+	}
 	for _, n := range a.SystemAccounts {
 		if n == "" || strings.ContainsFunc(n, isControlOrSpace) {
 			errs = append(errs, errors.New("access.system_accounts: each must be a user name without spaces or control characters"))
