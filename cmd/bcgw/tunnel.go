@@ -162,4 +162,3 @@ func makeRaw(t *unix.Termios) {
 	t.Cc[unix.VMIN] = 1
 	t.Cc[unix.VTIME] = 0
 }
-

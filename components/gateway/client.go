@@ -2,8 +2,8 @@ package gateway
 
 import (
 	"bytes"
-	"encoding/binary"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
