@@ -22,13 +22,17 @@ func sshCA(ctx context.Context, env *cli.Env, args []string) int {
 	var accounts, revoke stringsFlag
 	fs.Var(&accounts, "account", "a local account given the principal NODE:ACCOUNT on each node; repeat for each")
 	fs.Var(&revoke, "revoke", "a certificate serial to revoke (the KRL); repeat for each")
+	jwksOnly := fs.Bool("jwks-only", false, "put only the exec-ticket JWKS into the nodes' access sections (tunnels and consoles, no SSH CA)")
 	jsonOut := fs.Bool("json", false, "print the public key and generations as JSON")
-	const usage = "bcgw ssh-ca [NODE ...] [--account ACCOUNT ...] [--revoke SERIAL ...] [--json]"
+	const usage = "bcgw ssh-ca [NODE ...] [--account ACCOUNT ...] [--revoke SERIAL ...] [--jwks-only] [--json]"
 	nodes, code, ok := parseInterleaved(fs, env, args, -1, usage)
 	if !ok {
 		return code
 	}
-	req := gateway.SSHCARequest{Nodes: nodes, Accounts: accounts}
+	req := gateway.SSHCARequest{Nodes: nodes, Accounts: accounts, JWKSOnly: *jwksOnly}
+	if *jwksOnly && (len(accounts) > 0 || len(revoke) > 0) {
+		return cli.Usagef(env, "bcgw ssh-ca: --jwks-only takes no --account or --revoke")
+	}
 	for _, r := range revoke {
 		n, err := strconv.ParseUint(r, 10, 64)
 		if err != nil || n == 0 {

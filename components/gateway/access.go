@@ -125,6 +125,9 @@ type SSHCARequest struct {
 	Nodes    []string `json:"nodes,omitempty"`
 	Accounts []string `json:"accounts,omitempty"`
 	Revoke   []uint64 `json:"revoke,omitempty"`
+	// JWKSOnly puts only the exec-ticket JWKS (tunnels to TCP ports and
+	// consoles on a node without sshd).
+	JWKSOnly bool `json:"jwks_only,omitempty"`
 }
 
 // SSHCAView is the answer: the CA's public key and each node's new
@@ -171,6 +174,15 @@ func (s *Server) SSHCA(r SSHCARequest) (SSHCAView, error) {
 				if err := json.Unmarshal(b, &a); err != nil {
 					return nil, nil, fmt.Errorf("the access section of %s: %w", node, err)
 				}
+			}
+			if r.JWKSOnly {
+				a.TicketJWKS = jwks
+				p, err := json.Marshal(map[string]accessBody{"access": a})
+				if err != nil {
+					return nil, nil, err
+				}
+				next, err := nodespec.Merge(cur.Encode(), p)
+				return next, p, err
 			}
 			if a.SSH == nil {
 				a.SSH = &sshaccess.Spec{}

@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/better-compute/bcd/components/base/flowwin"
 	"github.com/better-compute/bcd/components/trust/ticket"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
@@ -233,58 +234,105 @@ func (s *Server) adminTunnel(w http.ResponseWriter, r *http.Request) {
 type closeWriter interface{ CloseWrite() error }
 
 // carryAdmin copies the client's frames to the node's stream and the
-// node's data to the client until both ends are done.
+// node's data to the client until both ends are done. Each direction keeps
+// to a flowwin window: the client's data waits for the node's acks, and
+// the node's data is acked once written to the client.
 func carryAdmin(conn net.Conn, rd *bufio.Reader, st *connect.BidiStream[bcdv1.TunnelData, bcdv1.TunnelData]) {
+	var sendMu sync.Mutex
+	send := func(f *bcdv1.TunnelData) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return st.Send(f)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	win := flowwin.New()
+	defer win.Close()
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { // client -> node
 		defer wg.Done()
 		hdr := make([]byte, 5)
-		buf := make([]byte, MaxTunnelFrame)
 		for {
 			if _, err := io.ReadFull(rd, hdr); err != nil {
-				_ = st.Send(&bcdv1.TunnelData{Close: true})
+				_ = send(&bcdv1.TunnelData{Close: true})
 				return
 			}
 			n := binary.BigEndian.Uint32(hdr[1:])
 			if n > MaxTunnelFrame {
-				_ = st.Send(&bcdv1.TunnelData{Close: true})
+				_ = send(&bcdv1.TunnelData{Close: true})
+				stop()
 				conn.Close()
 				return
 			}
-			if _, err := io.ReadFull(rd, buf[:n]); err != nil {
-				_ = st.Send(&bcdv1.TunnelData{Close: true})
+			buf := make([]byte, n)
+			if _, err := io.ReadFull(rd, buf); err != nil {
+				_ = send(&bcdv1.TunnelData{Close: true})
 				return
 			}
 			var f *bcdv1.TunnelData
 			switch hdr[0] {
 			case TunnelFrameData:
-				f = &bcdv1.TunnelData{Data: buf[:n]}
+				if n == 0 {
+					continue
+				}
+				if err := win.Take(ctx, int(n)); err != nil {
+					return
+				}
+				f = &bcdv1.TunnelData{Data: buf}
 			case TunnelFrameResize:
 				if n != 4 {
 					continue
 				}
 				f = &bcdv1.TunnelData{Rows: uint32(binary.BigEndian.Uint16(buf)), Cols: uint32(binary.BigEndian.Uint16(buf[2:]))}
 			case TunnelFrameClose:
-				_ = st.Send(&bcdv1.TunnelData{Close: true})
+				_ = send(&bcdv1.TunnelData{Close: true})
 				return
 			default:
 				continue
 			}
-			if err := st.Send(f); err != nil {
+			if err := send(f); err != nil {
 				return
 			}
 		}
 	}()
-	// node -> client
-	for {
-		f, err := st.Receive()
-		if err != nil {
-			break
+	// The node's frames: acks at once, data to the writer (at most a window).
+	in := make(chan *bcdv1.TunnelData, flowwin.Size/MaxTunnelFrame+4)
+	go func() {
+		defer wg.Done()
+		defer close(in)
+		for {
+			f, err := st.Receive()
+			if err != nil {
+				return
+			}
+			if a := f.GetAck(); a > 0 {
+				win.Ack(a)
+			}
+			if len(f.GetData()) > 0 || f.GetClose() {
+				select {
+				case in <- f:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if f.GetClose() {
+				return
+			}
 		}
+	}()
+	var consumed flowwin.Consumed
+	for f := range in {
 		if len(f.GetData()) > 0 {
 			if _, err := conn.Write(f.GetData()); err != nil {
 				break
+			}
+			ack := consumed.Add(len(f.GetData()))
+			if len(in) == 0 && ack == 0 {
+				ack = consumed.Flush()
+			}
+			if ack > 0 {
+				_ = send(&bcdv1.TunnelData{Ack: ack})
 			}
 		}
 		if f.GetClose() {
@@ -296,5 +344,6 @@ func carryAdmin(conn net.Conn, rd *bufio.Reader, st *connect.BidiStream[bcdv1.Tu
 	} else {
 		conn.Close()
 	}
+	// The client ends its side once it read the end (bcgw tunnel exits).
 	wg.Wait()
 }

@@ -12,7 +12,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/creack/pty"
 )
@@ -116,8 +118,10 @@ func withCred(a *syscall.SysProcAttr) *syscall.SysProcAttr {
 }
 
 type ptyTarget struct {
-	f   *os.File
-	cmd *exec.Cmd
+	f    *os.File
+	cmd  *exec.Cmd
+	once sync.Once
+	err  error
 }
 
 func (p *ptyTarget) Read(b []byte) (int, error) {
@@ -134,12 +138,23 @@ func (p *ptyTarget) Resize(rows, cols uint16) error {
 	return pty.Setsize(p.f, &pty.Winsize{Rows: rows, Cols: cols})
 }
 
-// Close ends the shell (SIGHUP, as a closed terminal would) and reaps it.
+// Close ends the shell (SIGHUP, as a closed terminal would; SIGKILL when
+// it is still there 2 s later) and reaps it.
 func (p *ptyTarget) Close() error {
-	err := p.f.Close()
-	if p.cmd.Process != nil {
+	p.once.Do(func() {
+		p.err = p.f.Close()
+		if p.cmd.Process == nil {
+			return
+		}
 		_ = p.cmd.Process.Signal(syscall.SIGHUP)
-		_, _ = p.cmd.Process.Wait()
-	}
-	return err
+		done := make(chan struct{})
+		go func() { _, _ = p.cmd.Process.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-done
+		}
+	})
+	return p.err
 }

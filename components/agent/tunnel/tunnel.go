@@ -28,6 +28,7 @@ import (
 	"connectrpc.com/connect"
 	jose "github.com/go-jose/go-jose/v4"
 
+	"github.com/better-compute/bcd/components/base/flowwin"
 	"github.com/better-compute/bcd/components/trust/ticket"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
@@ -303,35 +304,51 @@ func (m *Manager) run(ctx context.Context, ot *bcdv1.OpenTunnel) {
 }
 
 // carry opens the Tunnel stream and copies both ways until both
-// directions ended or the tunnel is closed; it returns why it ended.
+// directions ended or the tunnel is closed; it returns why it ended. Each
+// direction keeps to a flowwin window: the target's bytes wait for the
+// gateway's acks, and the gateway's bytes are acked once written to the
+// target, so neither side holds more than a window of the other's.
 func (m *Manager) carry(ctx context.Context, t *tun, target Target) string {
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	st := m.cfg.Client.Tunnel(sctx)
-	if err := st.Send(&bcdv1.TunnelData{TunnelId: t.info.ID}); err != nil {
+	var sendMu sync.Mutex
+	send := func(f *bcdv1.TunnelData) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return st.Send(f)
+	}
+	if err := send(&bcdv1.TunnelData{TunnelId: t.info.ID}); err != nil {
 		return "opening the Tunnel stream: " + err.Error()
 	}
+	win := flowwin.New()
+	defer win.Close()
 	var wg sync.WaitGroup
 	var once sync.Once
 	reason := "closed by both ends"
 	end := func(r string) { once.Do(func() { reason = r }) }
-	wg.Add(2)
+	// The gateway's frames: acks at once, data to the writer below (at
+	// most a window of it, as the gateway keeps to the window).
+	in := make(chan *bcdv1.TunnelData, flowwin.Size/FrameSize+4)
+	wg.Add(3)
 	go func() { // target -> gateway
 		defer wg.Done()
 		buf := make([]byte, FrameSize)
 		for {
 			n, err := target.Read(buf)
 			if n > 0 {
+				if werr := win.Take(sctx, n); werr != nil {
+					return
+				}
 				t.out.Add(int64(n))
-				if serr := st.Send(&bcdv1.TunnelData{Data: buf[:n]}); serr != nil {
+				if serr := send(&bcdv1.TunnelData{Data: buf[:n]}); serr != nil {
 					end("sending to the gateway: " + serr.Error())
 					stop()
 					return
 				}
 			}
 			if err != nil {
-				_ = st.Send(&bcdv1.TunnelData{Close: true})
-				_ = st.CloseRequest()
+				_ = send(&bcdv1.TunnelData{Close: true})
 				if !errors.Is(err, io.EOF) && sctx.Err() == nil {
 					end("reading the target: " + err.Error())
 				}
@@ -339,20 +356,36 @@ func (m *Manager) carry(ctx context.Context, t *tun, target Target) string {
 			}
 		}
 	}()
-	go func() { // gateway -> target
+	go func() { // gateway frames
 		defer wg.Done()
+		defer close(in)
 		for {
 			f, err := st.Receive()
 			if err != nil {
 				if sctx.Err() == nil && !errors.Is(err, io.EOF) {
 					end("the Tunnel stream: " + err.Error())
 				}
-				_ = target.CloseWrite()
-				if t.info.Kind == ticket.KindConsole {
-					stop() // a console has no half-close
-				}
 				return
 			}
+			if a := f.GetAck(); a > 0 {
+				win.Ack(a)
+			}
+			if len(f.GetData()) > 0 || f.GetClose() || f.GetRows() > 0 {
+				select {
+				case in <- f:
+				case <-sctx.Done():
+					return
+				}
+			}
+			if f.GetClose() {
+				return
+			}
+		}
+	}()
+	go func() { // -> target
+		defer wg.Done()
+		var consumed flowwin.Consumed
+		for f := range in {
 			if f.GetRows() > 0 && f.GetCols() > 0 && f.GetRows() <= 10000 && f.GetCols() <= 10000 {
 				_ = target.Resize(uint16(f.GetRows()), uint16(f.GetCols()))
 			}
@@ -363,16 +396,26 @@ func (m *Manager) carry(ctx context.Context, t *tun, target Target) string {
 					stop()
 					return
 				}
-			}
-			if f.GetClose() {
-				_ = target.CloseWrite()
-				if t.info.Kind == ticket.KindConsole {
-					stop()
-					return
+				ack := consumed.Add(len(f.GetData()))
+				if len(in) == 0 && ack == 0 {
+					ack = consumed.Flush()
+				}
+				if ack > 0 {
+					_ = send(&bcdv1.TunnelData{Ack: ack})
 				}
 			}
+			if f.GetClose() {
+				break
+			}
+		}
+		_ = target.CloseWrite()
+		if t.info.Kind == ticket.KindConsole {
+			stop() // a console has no half-close
 		}
 	}()
+	// Whatever stops the tunnel closes the target, so a read blocked on
+	// it returns.
+	go func() { <-sctx.Done(); win.Close(); target.Close() }()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
@@ -380,9 +423,11 @@ func (m *Manager) carry(ctx context.Context, t *tun, target Target) string {
 	case <-ctx.Done():
 		end(context.Cause(ctx).Error())
 		stop()
-		target.Close()
 		<-done
 	}
+	sendMu.Lock()
+	_ = st.CloseRequest()
+	sendMu.Unlock()
 	_ = st.CloseResponse()
 	return reason
 }

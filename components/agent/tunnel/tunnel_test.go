@@ -50,6 +50,11 @@ func (g *gateway) Tunnel(ctx context.Context, st *connect.BidiStream[bcdv1.Tunne
 
 func startGateway(t *testing.T) (*gateway, bcdv1connect.AgentGatewayClient) {
 	g := &gateway{first: make(chan *bcdv1.TunnelData, 64)}
+	_, c := startGatewayWith(t, g)
+	return g, c
+}
+
+func startGatewayWith(t *testing.T, g bcdv1connect.AgentGatewayHandler) (*httptest.Server, bcdv1connect.AgentGatewayClient) {
 	mux := http.NewServeMux()
 	mux.Handle(bcdv1connect.NewAgentGatewayHandler(g))
 	srv := httptest.NewUnstartedServer(mux)
@@ -60,7 +65,7 @@ func startGateway(t *testing.T) (*gateway, bcdv1connect.AgentGatewayClient) {
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
 	hc := &http.Client{Transport: &http.Transport{Protocols: p}}
-	return g, bcdv1connect.NewAgentGatewayClient(hc, srv.URL, connect.WithGRPC())
+	return srv, bcdv1connect.NewAgentGatewayClient(hc, srv.URL, connect.WithGRPC())
 }
 
 // target is a loopback listener counting the connections it accepted.

@@ -3173,13 +3173,17 @@ func (x *WorkloadTokenAnswer) GetSealed() string {
 // ticket); data is at most 32 KiB; rows and cols (both set) resize a
 // console's terminal; close ends the tunnel in that direction's sender.
 type TunnelData struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TunnelId      string                 `protobuf:"bytes,1,opt,name=tunnel_id,json=tunnelId,proto3" json:"tunnel_id,omitempty"`
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	Close         bool                   `protobuf:"varint,3,opt,name=close,proto3" json:"close,omitempty"`
-	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
-	Rows          uint32                 `protobuf:"varint,5,opt,name=rows,proto3" json:"rows,omitempty"`
-	Cols          uint32                 `protobuf:"varint,6,opt,name=cols,proto3" json:"cols,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TunnelId string                 `protobuf:"bytes,1,opt,name=tunnel_id,json=tunnelId,proto3" json:"tunnel_id,omitempty"`
+	Data     []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Close    bool                   `protobuf:"varint,3,opt,name=close,proto3" json:"close,omitempty"`
+	Error    string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Rows     uint32                 `protobuf:"varint,5,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols     uint32                 `protobuf:"varint,6,opt,name=cols,proto3" json:"cols,omitempty"`
+	// ack is how many data bytes of the other side this side has handed on
+	// (cumulative); a side sends at most 256 KiB beyond the last ack it got
+	// (components/base/flowwin).
+	Ack           uint64 `protobuf:"varint,7,opt,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3252,6 +3256,13 @@ func (x *TunnelData) GetRows() uint32 {
 func (x *TunnelData) GetCols() uint32 {
 	if x != nil {
 		return x.Cols
+	}
+	return 0
+}
+
+func (x *TunnelData) GetAck() uint64 {
+	if x != nil {
+		return x.Ack
 	}
 	return 0
 }
@@ -3538,7 +3549,7 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x16\n" +
-	"\x06sealed\x18\x04 \x01(\tR\x06sealed\"\x91\x01\n" +
+	"\x06sealed\x18\x04 \x01(\tR\x06sealed\"\xa3\x01\n" +
 	"\n" +
 	"TunnelData\x12\x1b\n" +
 	"\ttunnel_id\x18\x01 \x01(\tR\btunnelId\x12\x12\n" +
@@ -3546,7 +3557,8 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\x05close\x18\x03 \x01(\bR\x05close\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x12\n" +
 	"\x04rows\x18\x05 \x01(\rR\x04rows\x12\x12\n" +
-	"\x04cols\x18\x06 \x01(\rR\x04cols2\xe5\x01\n" +
+	"\x04cols\x18\x06 \x01(\rR\x04cols\x12\x10\n" +
+	"\x03ack\x18\a \x01(\x04R\x03ack2\xe5\x01\n" +
 	"\fAgentGateway\x121\n" +
 	"\x04Join\x12\x13.bcd.v1.JoinRequest\x1a\x14.bcd.v1.JoinResponse\x123\n" +
 	"\x05Renew\x12\x14.bcd.v1.RenewRequest\x1a\x14.bcd.v1.JoinResponse\x127\n" +
