@@ -95,7 +95,7 @@ func (s *sshLab) ssh(key string, extra ...string) error {
 }
 
 // eventually retries f for up to 30 s.
-func eventually(t *testing.T, what string, f func() error) {
+func eventually(t testing.TB, what string, f func() error) {
 	t.Helper()
 	var err error
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {

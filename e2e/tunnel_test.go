@@ -24,7 +24,7 @@ type tcpLab struct {
 	node    *proc
 }
 
-func newTCPLab(t *testing.T) *tcpLab {
+func newTCPLab(t testing.TB) *tcpLab {
 	l := newLab(t)
 	s := &tcpLab{lab: l}
 	s.g = l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
@@ -53,7 +53,7 @@ func (s *tcpLab) tunnel(port int) (*exec.Cmd, io.WriteCloser, io.ReadCloser, *sy
 }
 
 // serve listens on loopback and runs handle for each connection.
-func serve(t *testing.T, handle func(net.Conn)) int {
+func serve(t testing.TB, handle func(net.Conn)) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -12,8 +12,8 @@ import (
 
 // Size is the window; AckEvery is how many consumed bytes make an ack.
 const (
-	Size     = 256 << 10
-	AckEvery = 64 << 10
+	Size     = 512 << 10
+	AckEvery = 128 << 10
 )
 
 // Window is the sending side's view.

@@ -3181,8 +3181,8 @@ type TunnelData struct {
 	Rows     uint32                 `protobuf:"varint,5,opt,name=rows,proto3" json:"rows,omitempty"`
 	Cols     uint32                 `protobuf:"varint,6,opt,name=cols,proto3" json:"cols,omitempty"`
 	// ack is how many data bytes of the other side this side has handed on
-	// (cumulative); a side sends at most 256 KiB beyond the last ack it got
-	// (components/base/flowwin).
+	// (cumulative); a side sends at most a window (512 KiB) beyond the last
+	// ack it got (components/base/flowwin).
 	Ack           uint64 `protobuf:"varint,7,opt,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
