@@ -24,7 +24,7 @@ import (
 
 	"github.com/better-compute/bcd/components/base/atomicfile"
 	"github.com/better-compute/bcd/components/base/nodespec"
-	"github.com/better-compute/bcd/components/helper/sshaccess"
+	"github.com/better-compute/bcd/components/base/sshspec"
 )
 
 // Files of the access section's keys under the data directory.
@@ -142,7 +142,7 @@ type SSHCAView struct {
 func Principal(node, account string) string { return node + ":" + account }
 
 type accessBody struct {
-	SSH        *sshaccess.Spec `json:"ssh,omitempty"`
+	SSH        *sshspec.Spec   `json:"ssh,omitempty"`
 	TicketJWKS json.RawMessage `json:"ticket_jwks,omitempty"`
 }
 
@@ -185,7 +185,7 @@ func (s *Server) SSHCA(r SSHCARequest) (SSHCAView, error) {
 				return next, p, err
 			}
 			if a.SSH == nil {
-				a.SSH = &sshaccess.Spec{}
+				a.SSH = &sshspec.Spec{}
 			}
 			a.SSH.UserCA = line
 			for _, acct := range r.Accounts {
@@ -270,7 +270,7 @@ func (s *Server) SSHSign(r SSHSignRequest) (SSHSignView, error) {
 	if ttl <= 0 || ttl > MaxCertTTL {
 		return SSHSignView{}, fmt.Errorf("ttl must be from 1s to %s", MaxCertTTL)
 	}
-	if err := (sshaccess.Spec{UserCA: "x", Principals: map[string][]string{"a": {r.Principal}}}).Check(); err != nil &&
+	if err := (sshspec.Spec{UserCA: "x", Principals: map[string][]string{"a": {r.Principal}}}).Check(); err != nil &&
 		!strings.Contains(err.Error(), "user_ca") {
 		return SSHSignView{}, fmt.Errorf("principal: %w", err)
 	}

@@ -1,3 +1,11 @@
+// Package sshaccess applies the SSH part of the access section: it checks
+// the accounts (local, and not root or system accounts unless root's own
+// configuration allows them), renders every file itself from the fields
+// (components/base/sshspec), the sshd drop-in included, and writes them:
+// sshd -t must accept the result before sshd reloads, or the previous
+// files are put back. bcd helper runs it for an unprivileged node, bcd node
+// itself when it runs as root; the node never sends file content.
+// docs/access.md describes it.
 package sshaccess
 
 import (
@@ -13,7 +21,18 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/better-compute/bcd/components/base/sshspec"
 	"github.com/better-compute/bcd/components/helper/filetable"
+)
+
+// The fields and their checks (components/base/sshspec).
+type Spec = sshspec.Spec
+
+var (
+	ErrInvalid = sshspec.ErrInvalid
+	Decode     = sshspec.Decode
+	ParseCA    = sshspec.ParseCA
+	IsKeyword  = sshspec.IsKeyword
 )
 
 // Errors Apply wraps besides ErrInvalid.
@@ -128,7 +147,7 @@ func krlSpec(s Spec) []byte {
 // CheckAccounts refuses an account that is not local, or that is root or
 // a system account unless h.AllowSystem names it.
 func (h *Host) CheckAccounts(s Spec) error {
-	for _, a := range s.sortedAccounts() {
+	for _, a := range s.Accounts() {
 		uid, err := h.Account(a)
 		if err != nil {
 			return fmt.Errorf("%w: %s is not a local account: %v", ErrAccount, a, err)
@@ -226,7 +245,7 @@ func Apply(ctx context.Context, h *Host, s Spec) (Result, error) {
 		return res, fmt.Errorf("listing principals files: %w", err)
 	}
 	files := []change{{target("ssh-ca", ""), r.ca}, {target("ssh-krl", ""), r.krl}}
-	for _, a := range s.sortedAccounts() {
+	for _, a := range s.Accounts() {
 		files = append(files, change{target("ssh-principals", a), r.principals[a]})
 	}
 	for _, a := range had {
@@ -344,7 +363,7 @@ func (h *Host) listKRL(ctx context.Context, krl []byte) ([]string, error) {
 }
 
 // parseKRLList reads ssh-keygen -Q -l's listing: comments and blank lines
-// skipped, "serial: N" or "serial: A-B" expanded (at most MaxRevoked),
+// skipped, "serial: N" or "serial: A-B" expanded (at most sshspec.MaxRevoked),
 // "id: X" kept, anything else (keys, hashes bcd never revokes) kept as is.
 func parseKRLList(out []byte) ([]string, error) {
 	var lines []string
@@ -361,7 +380,7 @@ func parseKRLList(out []byte) ([]string, error) {
 			}
 			b := a
 			if isRange {
-				if b, err = strconv.ParseUint(hi, 10, 64); err != nil || b < a || b-a >= MaxRevoked {
+				if b, err = strconv.ParseUint(hi, 10, 64); err != nil || b < a || b-a >= sshspec.MaxRevoked {
 					return nil, fmt.Errorf("KRL listing: %q", clip(l))
 				}
 			}
@@ -439,7 +458,7 @@ func Plan(ctx context.Context, h *Host, s Spec) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, a := range s.sortedAccounts() {
+	for _, a := range s.Accounts() {
 		if err := cmp(target("ssh-principals", a), principals[a], false); err != nil {
 			return nil, err
 		}
@@ -450,4 +469,11 @@ func Plan(ctx context.Context, h *Host, s Spec) ([]string, error) {
 		}
 	}
 	return changes, nil
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }

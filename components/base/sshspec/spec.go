@@ -1,14 +1,10 @@
-// Package sshaccess is the SSH half of the access section: the user CA sshd
-// trusts, the principals each local account accepts, and the certificates
-// revoked in a KRL, as structured fields. It checks them (no field may
-// carry a newline, a control character or an sshd keyword; accounts must
-// be local and not root or system accounts unless root's own configuration
-// allows them), renders every file itself, the sshd drop-in included, and
-// applies them: sshd -t must accept the result before sshd reloads, or the
-// previous files are put back. bcd helper runs it for an unprivileged node,
-// bcd node itself when it runs as root; the node never sends file content.
-// docs/access.md describes it.
-package sshaccess
+// Package sshspec is the SSH part of the access section as fields (the
+// user CA, principals per local account, revoked serials and key ids) and
+// their checks: no field may carry a newline, a control character or an
+// sshd keyword, names keep to a small character set. It touches nothing;
+// bcgw, the node and bcd helper (components/helper/sshaccess, which
+// renders and applies the files) share it. docs/access.md describes it.
+package sshspec
 
 import (
 	"bytes"
@@ -21,8 +17,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/better-compute/bcd/components/helper/filetable"
 )
 
 // Limits of a Spec.
@@ -123,9 +117,6 @@ func (s Spec) Check() error {
 	}
 	for acct, ps := range s.Principals {
 		if err := checkName(acct, false); err != nil {
-			return bad("account %q: %v", clip(acct), err)
-		}
-		if _, err := filetable.Resolve("ssh-principals", acct); err != nil {
 			return bad("account %q: %v", clip(acct), err)
 		}
 		if len(ps) == 0 {
@@ -236,8 +227,8 @@ func ParseCA(line string) (typ string, blob []byte, err error) {
 	return typ, blob, nil
 }
 
-// sortedAccounts lists s's accounts in order.
-func (s Spec) sortedAccounts() []string {
+// Accounts lists s's accounts in order.
+func (s Spec) Accounts() []string {
 	out := make([]string, 0, len(s.Principals))
 	for a := range s.Principals {
 		out = append(out, a)

@@ -1,4 +1,4 @@
-package sshaccess
+package sshspec
 
 import "strings"
 
