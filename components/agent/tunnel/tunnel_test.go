@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -301,4 +302,43 @@ func waitFor(t *testing.T, f func() bool) {
 		}
 	}
 	t.Fatal("condition not met within 10 s")
+}
+
+// TestClosedOnSessionLossAndJWKSChange: an open tunnel closes when the
+// session it came in ends, and when its ticket's key leaves the JWKS.
+func TestClosedOnSessionLossAndJWKSChange(t *testing.T) {
+	g, client := startGateway(t)
+	tg := listen(t)
+	k := mustKey(t)
+	var epoch atomic.Uint64
+	epoch.Store(1)
+	var jwks atomic.Pointer[jose.JSONWebKeySet]
+	jwks.Store(jwksOf(k, "k1"))
+	ev := &events{}
+	m := tunnel.New(tunnel.Config{NodeID: "node-1", DataDir: t.TempDir(), Client: client,
+		JWKS: jwks.Load, Now: time.Now, Epoch: func() (bool, uint64) { return true, epoch.Load() }, Event: ev.add})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go m.Run(ctx)
+	kind := ticket.TCP(tg.port())
+	open := func(id string) {
+		tok, _ := sign(t, k, "k1", func(c *ticket.Claims) { c.Kind = kind })
+		m.Open(ctx, &bcdv1.OpenTunnel{TunnelId: id, Target: kind, Ticket: tok})
+		if f := first(t, g); f.GetError() != "" {
+			t.Fatal(f.GetError())
+		}
+		waitFor(t, func() bool { return len(m.List()) == 1 })
+	}
+	open("t-session")
+	epoch.Store(2) // the session ended and a new one began
+	waitFor(t, func() bool { return len(m.List()) == 0 })
+	open("t-jwks")
+	jwks.Store(jwksOf(mustKey(t), "k2"))
+	waitFor(t, func() bool { return len(m.List()) == 0 })
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	all := strings.Join(ev.all, "\n")
+	if !strings.Contains(all, "the session it came in ended") || !strings.Contains(all, "left the access section's JWKS") {
+		t.Fatalf("events:\n%s", all)
+	}
 }
