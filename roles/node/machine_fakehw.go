@@ -55,7 +55,13 @@ func holdFiles(dataDir string, helper *helperclient.Client) devices.Files {
 // them through bcd helper when configured.
 func accessConfig(dataDir string, helper *helperclient.Client, systemAccounts []string) access.Config {
 	if helper != nil {
-		return access.Config{Root: "/", Helper: helper}
+		// The root end-to-end test's helper (a helpere2e build) keeps the
+		// files under BCD_FAKEHW_ACCESS_ROOT; the node reads them there.
+		root := "/"
+		if d := os.Getenv("BCD_FAKEHW_ACCESS_ROOT"); d != "" {
+			root = d
+		}
+		return access.Config{Root: root, Helper: helper}
 	}
 	return access.Config{Root: filepath.Join(dataDir, "fakehw", "root"), Direct: true, SystemAccounts: systemAccounts}
 }
