@@ -229,4 +229,5 @@ func TestSSHThroughTunnel(t *testing.T) {
 		}
 		return nil
 	})
+	s.out.assertAbsent(t, "an exec ticket", ticketPrefix)
 }

@@ -117,7 +117,13 @@ func TestTCPTunnel(t *testing.T) {
 		}
 		return nil
 	})
+	// The exec ticket (an ES256 JWS: base64url of {"alg":"ES256",...) is a
+	// bearer credential: no process prints it.
+	s.out.assertAbsent(t, "an exec ticket", ticketPrefix)
 }
+
+// ticketPrefix starts every exec ticket bcgw signs.
+const ticketPrefix = "eyJhbGciOiJFUzI1NiIs"
 
 // TestTunnelLimitAndFlowControl: 16 tunnels open at once and the 17th is
 // refused; a target that stops reading and a client that stops reading
