@@ -25,6 +25,9 @@ want ip iproute2
 want ipmi_sim openipmi
 want ipmitool ipmitool
 want mkfs.ext4 e2fsprogs
+want podman podman
+want crun crun
+want busybox busybox-static
 want sshd openssh-server
 want ssh openssh-client
 want ssh-keygen openssh-client

@@ -4,6 +4,7 @@ package helper
 
 import (
 	"context"
+	"github.com/better-compute/bcd/components/helper/cdispec"
 	"os"
 
 	"github.com/better-compute/bcd/components/trust/tpm"
@@ -49,6 +50,7 @@ func e2eSeams(s *seams) {
 	}
 	if d := os.Getenv(e2eProcEnv); d != "" {
 		s.gpuMinors = func() ([]int, error) { return hostGPUMinors(d) }
+		s.migCaps = func() (cdispec.MIGCaps, error) { return hostMIGCaps(d) }
 	}
 	if d := os.Getenv(e2eRootEnv); d != "" {
 		s.root = d
