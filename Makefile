@@ -65,7 +65,8 @@ sizes: build image
 # agent alone, a signed command through the dispatcher against an unsigned
 # one (and the ES256 verification alone), desired-state reporting's bytes and bcgw CPU with 1,000 sim
 # agents against the same run without reporting, deploy.image against zstd -dc | dd, and a node key's
-# signature through bcd helper against one by the TPM (swtpm) directly.
+# signature through bcd helper against one by the TPM (swtpm) directly, and tunnel throughput through
+# bcgw tunnel --tcp against a direct loopback copy.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./components/agent/journal/ | grep -E '^(Benchmark|ok)'
 	$(GO) test -run '^$$' -bench BenchmarkSignedIntent -benchtime 500x ./components/agent/dispatch/ | grep -E '^(Benchmark|ok)'
@@ -73,6 +74,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench BenchmarkDeploy -benchtime 3x ./components/disk/deploy/ | grep -E '^(Benchmark|ok|deploy)'
 	$(GO) test -run '^$$' -bench BenchmarkTPMSign -benchtime 200x ./components/helper/ | grep -E '^(Benchmark|ok)'
 	$(GO) test -run '^$$' -bench BenchmarkStore -benchtime 2s ./components/gateway/store/ ./components/gateway/store/pgstore/ | grep -E '^(Benchmark|ok)'
+	$(GO) test -run '^$$' -bench BenchmarkTunnel -benchtime 2x ./e2e/ | grep -vE '^[[:space:]]*[{]'
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '^proto/gen/')

@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	connectrpc.com/connect v1.21.1
 	github.com/BurntSushi/toml v1.6.0
+	github.com/creack/pty v1.1.24
 	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/go-jose/go-jose/v4 v4.1.9
@@ -19,6 +20,7 @@ require (
 	github.com/u-root/uio v0.0.0-20240224005618-d2acac8f3701
 	github.com/vishvananda/netlink v1.3.0
 	go.etcd.io/bbolt v1.5.0
+	golang.org/x/crypto v0.58.0
 	golang.org/x/sys v0.50.0
 	google.golang.org/protobuf v1.36.12
 	pack.ag/tftp v1.0.1-0.20181129014014-07909dfbde3c

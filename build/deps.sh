@@ -28,6 +28,9 @@ want mkfs.ext4 e2fsprogs
 want podman podman
 want crun crun
 want busybox busybox-static
+want sshd openssh-server
+want ssh openssh-client
+want ssh-keygen openssh-client
 [ -e /usr/lib/ipxe/qemu/pxe-e1000.rom ] || need+=(ipxe-qemu)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 # The PostgreSQL store's tests make their own cluster with initdb and postgres
@@ -41,7 +44,14 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
+  # The tests run their own sshd on a loopback port: keep the package from
+  # starting the system's sshd on port 22 while it installs.
+  norc=
+  if [[ " ${need[*]} " == *" openssh-server "* ]] && [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && norc=1
+  fi
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  [ -z "$norc" ] || rm -f /usr/sbin/policy-rc.d
 fi
 go mod download
 (cd build/pkg && go mod download)

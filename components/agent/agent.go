@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	jose "github.com/go-jose/go-jose/v4"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/session"
 	"github.com/better-compute/bcd/components/agent/status"
 	"github.com/better-compute/bcd/components/agent/transport"
+	"github.com/better-compute/bcd/components/agent/tunnel"
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/trust/bundle"
 	"github.com/better-compute/bcd/components/trust/identity"
@@ -74,6 +76,17 @@ type Config struct {
 	TPM renew.TPM
 	// Drivers, when set, lists the hosted bcx drivers for Hello.
 	Drivers func() []*bcdv1.Driver
+	// Tunnels is what the role's tunnels open (the node's access section's
+	// JWKS, its sshd port, its consoles); without a JWKS every OpenTunnel
+	// is refused.
+	Tunnels Tunnels
+}
+
+// Tunnels is the role's part of tunnels (components/agent/tunnel).
+type Tunnels struct {
+	JWKS    func() *jose.JSONWebKeySet
+	SSHPort int
+	Console func(ctx context.Context, account string) (tunnel.Target, error)
 }
 
 // Run runs the agent until ctx ends (nil) or the node is revoked.
@@ -221,12 +234,25 @@ func Run(ctx context.Context, c Config) error {
 		rep.Hello(h)
 		h.TrustBundleVersion = trust.Version()
 	}
+	jwks := c.Tunnels.JWKS
+	if jwks == nil {
+		jwks = func() *jose.JSONWebKeySet { return nil }
+	}
+	tunnels := tunnel.New(tunnel.Config{NodeID: a.NodeID, DataDir: cfg.DataDir, Client: client, JWKS: jwks, Now: clk.Now,
+		Epoch:   func() (bool, uint64) { connected, epoch, _ := s.State(); return connected, epoch },
+		SSHPort: c.Tunnels.SSHPort, Console: c.Tunnels.Console, Log: nodeLog.With("component", "tunnel"),
+		Event: func(typ string, body any) {
+			if err := events.Append(typ, body); err != nil {
+				log.Error("recording an event", "type", typ, "err", err)
+			}
+		}})
 	s = session.New(session.Config{
 		Client: client, NodeID: a.NodeID, Role: c.Role, BootID: bootID, Version: c.Version,
 		Dispatcher: d, Clock: clk, Log: nodeLog, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
 		BeforeDial: hc.CloseIdleConnections, Drivers: c.Drivers,
 		OnDesiredState: func(ds *bcdv1.DesiredState, serverNow time.Time) { _ = engine.Offer(ds, serverNow) },
 		OnWelcome:      welcome, Hello: hello, Heartbeat: rep.Heartbeat, Events: events,
+		OnOpenTunnel: func(ot *bcdv1.OpenTunnel) { tunnels.Open(sctx, ot) },
 		NodeKey:      func() crypto.Signer { k, _ := cert.Load().PrivateKey.(crypto.Signer); return k },
 		VerifyCancel: func(c *bcdv1.Cancel) error { return trust.Roots().VerifyCancel(a.NodeID, c) },
 	})
@@ -238,8 +264,9 @@ func Run(ctx context.Context, c Config) error {
 	bctx, stopB := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	defer func() { stopB(); bg.Wait() }()
-	bg.Add(2)
+	bg.Add(3)
 	go func() { defer bg.Done(); _ = engine.Run(bctx) }()
+	go func() { defer bg.Done(); _ = tunnels.Run(bctx) }()
 	go func() { defer bg.Done(); _ = rep.Run(bctx) }()
 	if c.Watch != nil {
 		bg.Add(1)
@@ -285,6 +312,10 @@ func Run(ctx context.Context, c Config) error {
 				SignedIntent:        signedIntent(trust),
 				CertificateNotAfter: leaf.NotAfter, CertificateValidFor: status.ValidFor(leaf.NotAfter, now), KeyHolder: keyHolder.Load().(string),
 				Running: []status.Job{}, Deferred: []status.Job{}, Lanes: []status.Lane{},
+				Tunnels: []status.Tunnel{},
+			}
+			for _, t := range tunnels.List() {
+				sn.Tunnels = append(sn.Tunnels, status.Tunnel(t))
 			}
 			for _, x := range running {
 				sn.Running = append(sn.Running, status.Job{ID: x.ID, Kind: x.Kind, Lane: x.Lane, Started: x.Started})

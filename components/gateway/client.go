@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -253,9 +254,85 @@ func (c *AdminClient) Hold(ctx context.Context, node string, h HoldRequest) (uin
 	return v.Generation, err
 }
 
+// SSHCA is bcgw ssh-ca.
+func (c *AdminClient) SSHCA(ctx context.Context, r SSHCARequest) (SSHCAView, error) {
+	var v SSHCAView
+	err := c.do(ctx, http.MethodPost, "/v1/ssh/ca", r, &v)
+	return v, err
+}
+
+// SSHSign is bcgw ssh-sign.
+func (c *AdminClient) SSHSign(ctx context.Context, r SSHSignRequest) (SSHSignView, error) {
+	var v SSHSignView
+	err := c.do(ctx, http.MethodPost, "/v1/ssh/sign", r, &v)
+	return v, err
+}
+
 // Release removes a node's hold (bcgw release).
 func (c *AdminClient) Release(ctx context.Context, node, alloc string) (uint64, error) {
 	var v GenerationView
 	err := c.do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(node)+"/holds/"+url.PathEscape(alloc), nil, &v)
 	return v.Generation, err
+}
+
+// Tunnel asks bcgw for a tunnel to node and returns the upgraded
+// connection (write frames with WriteTunnelFrame, read the node's bytes)
+// and the ticket id. A refusal (the node's included) is an error.
+func (c *AdminClient) Tunnel(ctx context.Context, node string, r TunnelRequest) (io.ReadWriteCloser, string, error) {
+	q := url.Values{"kind": {r.Kind}}
+	if r.Account != "" {
+		q.Set("account", r.Account)
+	}
+	if r.TTL != 0 {
+		q.Set("ttl", r.TTL.String())
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/nodes/"+url.PathEscape(node)+"/tunnel?"+q.Encode(), nil)
+	if err != nil {
+		return nil, "", err
+	}
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", TunnelUpgrade)
+	if c.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+c.bearer)
+	}
+	// No client timeout: the tunnel lives as long as its ticket.
+	hc := &http.Client{Transport: c.hc.Transport}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, "", fmt.Errorf("admin API: %w", err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer resp.Body.Close()
+		var e struct {
+			Error string `json:"error"`
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return nil, "", errors.New(e.Error)
+		}
+		return nil, "", fmt.Errorf("admin API: %s", resp.Status)
+	}
+	rw, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		resp.Body.Close()
+		return nil, "", errors.New("admin API: the upgraded connection is not writable")
+	}
+	return rw, resp.Header.Get("Bcd-Ticket-Id"), nil
+}
+
+// WriteTunnelFrame writes one client frame: typ with payload p.
+func WriteTunnelFrame(w io.Writer, typ byte, p []byte) error {
+	if len(p) > MaxTunnelFrame {
+		return fmt.Errorf("tunnel frame of %d bytes; at most %d", len(p), MaxTunnelFrame)
+	}
+	hdr := [5]byte{typ}
+	binary.BigEndian.PutUint32(hdr[1:], uint32(len(p)))
+	if _, err := w.Write(hdr[:]); err != nil {
+		return err
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	_, err := w.Write(p)
+	return err
 }

@@ -76,6 +76,10 @@ type Server struct {
 	progress progressBook  // running commands' latest progress (progress.go)
 	// specLocks serializes each node's desired spec changes (spec.go).
 	specLocks keyedMutex
+	// access holds the SSH user CA and the exec-ticket key (access.go).
+	access accessKeys
+	// tunnels are the tunnels waiting for their node (tunnel.go).
+	tunnels tunnelBook
 
 	mu       sync.Mutex
 	waiters  map[string][]chan struct{} // command id -> admin calls waiting for its result
@@ -497,11 +501,6 @@ func (s *Server) Renew(ctx context.Context, req *connect.Request[bcdv1.RenewRequ
 	}
 	s.log.Info("node renewed", "node", n.ID, "not_after", nc.NotAfter)
 	return connect.NewResponse(resp), nil
-}
-
-// Tunnel is not served by the lab gateway yet.
-func (s *Server) Tunnel(ctx context.Context, st *connect.BidiStream[bcdv1.TunnelData, bcdv1.TunnelData]) error {
-	return connectErr(connect.CodeUnimplemented, "tunnels are not served by bcgw yet")
 }
 
 // Revoke marks a node revoked, tells its live session and ends it.

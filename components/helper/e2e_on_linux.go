@@ -29,6 +29,10 @@ const (
 	// e2eProcEnv names the directory read in place of /proc for the
 	// NVIDIA GPUs' device minors (driver/nvidia/gpus/*/information).
 	e2eProcEnv = "BCD_HELPER_E2E_PROC"
+	// e2eRootEnv names the file table's root in place of /: access.apply
+	// then writes sshd's files there, runs sshd -t on its
+	// etc/ssh/sshd_config and reloads the sshd of its run/sshd.pid.
+	e2eRootEnv = "BCD_HELPER_E2E_ROOT"
 )
 
 // e2eSeams applies the helpere2e environment variables that are set.
@@ -47,6 +51,9 @@ func e2eSeams(s *seams) {
 	if d := os.Getenv(e2eProcEnv); d != "" {
 		s.gpuMinors = func() ([]int, error) { return hostGPUMinors(d) }
 		s.migCaps = func() (cdispec.MIGCaps, error) { return hostMIGCaps(d) }
+	}
+	if d := os.Getenv(e2eRootEnv); d != "" {
+		s.root = d
 	}
 	if addr := os.Getenv(e2eSWTPMEnv); addr != "" {
 		s.openTPM = func() (*tpm.TPM, error) { return tpm.OpenTCP(addr) }

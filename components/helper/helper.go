@@ -25,6 +25,9 @@ type Config struct {
 	// must be root's and closed to others, or Serve refuses to start. Empty
 	// skips that check (tests).
 	ConfigFile string
+	// SystemAccounts is [access] system_accounts: root and system accounts
+	// the access section may give SSH principals to.
+	SystemAccounts []string
 	// Fake is a fakehw build's machine, handed in by the role's main; nil
 	// on a host build, where GPUs come from nvidia-smi and CPUs from sysfs.
 	Fake *FakeMachine
@@ -68,7 +71,8 @@ func FromConfig(c *config.Config) Config {
 			p = abs
 		}
 	}
-	return Config{Socket: c.Helper.Socket, User: c.Helper.User, Entrypoint: c.Helper.Entrypoint, ConfigFile: p}
+	return Config{Socket: c.Helper.Socket, User: c.Helper.User, Entrypoint: c.Helper.Entrypoint, ConfigFile: p,
+		SystemAccounts: c.Access.SystemAccounts}
 }
 
 // Serve checks its configuration and the host, listens on cfg.Socket and

@@ -82,7 +82,7 @@ func TestHoldFilesWritten(t *testing.T) {
 		t.Errorf("the host's GPUs were read %d times for 2 CDI writes and an environment file", *reads)
 	}
 	// Other kinds are not checked: any content.
-	wantOK(t, o.call(t, fileWrite("ssh-principals", "alice", []byte("alice\n"))))
+	wantOK(t, o.call(t, fileWrite("k8s-token", "", []byte("abcdef.0123456789abcdef"))))
 	// Removing takes no content and reads no GPU.
 	wantOK(t, o.call(t, `{"v":1,"op":"file.remove","kind":"cdi","id":"alloc_a-1"}`))
 	if *reads != 2 {

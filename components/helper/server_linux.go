@@ -77,6 +77,11 @@ type seams struct {
 	// openTPM opens the host's TPM for the tpm.* operations, or answers
 	// errNoTPM when the host has none.
 	openTPM func() (*tpm.TPM, error)
+	// sshAccount looks an account up for access.apply (nil: the host's
+	// accounts); sshdTest replaces sshd -t (nil: the real one on
+	// root/etc/ssh/sshd_config).
+	sshAccount func(name string) (int, error)
+	sshdTest   func(ctx context.Context) error
 	// hold, when set, is called once a request holds a slot, before its
 	// operation runs (tests hold requests in flight with it).
 	hold func(op string)

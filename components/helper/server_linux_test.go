@@ -253,10 +253,10 @@ func TestFileWriteAndRemove(t *testing.T) {
 	}
 	assertFile(t, filepath.Join(h.root, "var/lib/bcd-hostconfig/k8s/bootstrap-token"), []byte("abcdef.0123456789abcdef"), 0o600)
 	// An empty file is a file.
-	if err := h.client.WriteFile(ctx, "/etc/ssh/bc_krl", nil); err != nil {
+	if err := h.client.WriteFile(ctx, "/var/lib/bcd-hostconfig/k8s/bootstrap-token", nil); err != nil {
 		t.Fatal(err)
 	}
-	assertFile(t, filepath.Join(h.root, "etc/ssh/bc_krl"), nil, 0o644)
+	assertFile(t, filepath.Join(h.root, "var/lib/bcd-hostconfig/k8s/bootstrap-token"), nil, 0o600)
 
 	if err := h.client.RemoveFile(ctx, "/etc/cdi/bcd-gpu0.json"); err != nil {
 		t.Fatal(err)
@@ -319,7 +319,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(outside, "victim"), []byte("precious"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mkdirs(t, h.root, "etc/cdi", "etc/ssh/sshd_config.d", "run", "var/lib")
+	mkdirs(t, h.root, "etc/cdi", "etc/ssh/sshd_config.d", "run", "var/lib", "etc/cdi/bcd-dir.json")
 	// A symlink planted at a target, one on the way, a directory at a
 	// target, a directory others can write.
 	must(t, os.Symlink(filepath.Join(outside, "victim"), filepath.Join(h.root, "etc/cdi/bcd-planted.json")))
@@ -343,15 +343,18 @@ func TestRefusalsChangeNothing(t *testing.T) {
 		{"two requests", `{"v":1,"op":"file.write","kind":"cdi","id":"x","data":"` + data + `"}{"v":1,"op":"file.write","kind":"cdi","id":"y","data":"` + data + `"}`, "more than one JSON value"},
 		{"kind outside the table", `{"v":1,"op":"file.write","kind":"passwd","data":"` + data + `"}`, "unknown file kind"},
 		{"id with a path", `{"v":1,"op":"file.write","kind":"cdi","id":"../../outside/victim","data":"` + data + `"}`, "does not fit file kind cdi"},
-		{"id on a kind without one", `{"v":1,"op":"file.write","kind":"ssh-ca","id":"x","data":"` + data + `"}`, "takes no id"},
-		{"principal ..", `{"v":1,"op":"file.write","kind":"ssh-principals","id":"..","data":"` + data + `"}`, "does not fit"},
+		{"id on a kind without one", `{"v":1,"op":"file.write","kind":"k8s-token","id":"x","data":"` + data + `"}`, "takes no id"},
+		{"id ..", `{"v":1,"op":"file.write","kind":"cdi","id":"..","data":"` + data + `"}`, "does not fit"},
+		{"sshd drop-in as content", `{"v":1,"op":"file.write","kind":"ssh-dropin","data":"` + data + `"}`, "written only by access.apply"},
+		{"sshd CA as content", `{"v":1,"op":"file.write","kind":"ssh-ca","data":"` + data + `"}`, "written only by access.apply"},
+		{"principals as content", `{"v":1,"op":"file.write","kind":"ssh-principals","id":"alice","data":"` + data + `"}`, "written only by access.apply"},
 		{"symlink at the target", `{"v":1,"op":"file.write","kind":"cdi","id":"planted","data":"` + planted + `"}`, "bcd-planted.json is a symlink"},
 		{"remove a symlink at the target", `{"v":1,"op":"file.remove","kind":"cdi","id":"planted"}`, "bcd-planted.json is a symlink"},
 		{"symlink on the way", `{"v":1,"op":"file.write","kind":"allocation-env","id":"a1","data":"` + env + `"}`, "bcd-alloc is a symlink"},
 		{"remove through a symlink on the way", `{"v":1,"op":"file.remove","kind":"allocation-env","id":"a1"}`, "bcd-alloc is a symlink"},
-		{"directory at the target", `{"v":1,"op":"file.write","kind":"ssh-principals","id":"alice","data":"` + data + `"}`, "is not a regular file"},
+		{"directory at the target", `{"v":1,"op":"file.remove","kind":"cdi","id":"dir"}`, "is not a regular file"},
 		{"directory others can write", `{"v":1,"op":"file.write","kind":"k8s-token","data":"` + data + `"}`, "can be written by group or others"},
-		{"file too large", `{"v":1,"op":"file.write","kind":"ssh-krl","data":"` + base64.StdEncoding.EncodeToString(make([]byte, 1<<20+1)) + `"}`, "more than 1048576"},
+		{"file too large", `{"v":1,"op":"file.write","kind":"k8s-token","data":"` + base64.StdEncoding.EncodeToString(make([]byte, 1<<20+1)) + `"}`, "more than 1048576"},
 		{"CDI spec too large", `{"v":1,"op":"file.write","kind":"cdi","id":"x","data":"` + base64.StdEncoding.EncodeToString(make([]byte, 64<<10+1)) + `"}`, "CDI spec is 65537 bytes; at most 65536"},
 		{"CDI spec that is not one", `{"v":1,"op":"file.write","kind":"cdi","id":"x","data":"` + data + `"}`, "file.write /etc/cdi/bcd-x.json: CDI spec: invalid character"},
 		{"environment file that is not one", `{"v":1,"op":"file.write","kind":"allocation-env","id":"x","data":"` + data + `"}`, "file.write /run/bcd-alloc/x.env: environment file: the last line has no newline"},
@@ -386,11 +389,11 @@ func must(t *testing.T, err error) {
 // TestRequestOfExactly4MiB: 4 MiB is served, 4 MiB and one byte refused.
 func TestRequestOfExactly4MiB(t *testing.T) {
 	h := startHelper(t, nil)
-	req := `{"v":1,"op":"file.write","kind":"ssh-krl","data":"aGk="}`
+	req := `{"v":1,"op":"file.write","kind":"k8s-token","data":"aGk="}`
 	if got := h.raw(t, []byte(req+strings.Repeat(" ", wire.MaxRequest-len(req)))); got != `{"v":1,"ok":true}` {
 		t.Fatalf("answer %s", got)
 	}
-	assertFile(t, filepath.Join(h.root, "etc/ssh/bc_krl"), []byte("hi"), 0o644)
+	assertFile(t, filepath.Join(h.root, "var/lib/bcd-hostconfig/k8s/bootstrap-token"), []byte("hi"), 0o600)
 }
 
 // TestBusy: with 32 requests in flight the 33rd is answered busy, which
@@ -657,7 +660,7 @@ func TestStartsWithGoodConfig(t *testing.T) {
 		must(t, os.Symlink(filepath.Join(s.top, "bcd-a"), c.Entrypoint))
 		s.euid, s.fakeHW = os.Geteuid(), true
 	})
-	if err := h.client.WriteFile(context.Background(), "/etc/ssh/bc_ca.pub", []byte("ssh-ed25519 AAAA")); err != nil {
+	if err := h.client.WriteFile(context.Background(), "/var/lib/bcd-hostconfig/k8s/bootstrap-token", []byte("t")); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/dispatch"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/helper/helperclient"
+	"github.com/better-compute/bcd/components/machine/access"
 	"github.com/better-compute/bcd/components/machine/devices"
 	"github.com/better-compute/bcd/components/machine/fakehw"
 	"github.com/better-compute/bcd/components/machine/fakehw/fakehttp"
@@ -49,6 +50,22 @@ func holdFiles(dataDir string, helper *helperclient.Client) devices.Files {
 		return devices.DirFiles{Root: "/", Helper: helper}
 	}
 	return devices.DirFiles{Root: filepath.Join(dataDir, "fakehw", "root")}
+}
+
+// accessConfig: a fakehw node keeps sshd's files under
+// data_dir/fakehw/root (a test's own sshd reads them there), or applies
+// them through bcd helper when configured.
+func accessConfig(dataDir string, helper *helperclient.Client, systemAccounts []string) access.Config {
+	if helper != nil {
+		// The root end-to-end test's helper (a helpere2e build) keeps the
+		// files under BCD_FAKEHW_ACCESS_ROOT; the node reads them there.
+		root := "/"
+		if d := os.Getenv("BCD_FAKEHW_ACCESS_ROOT"); d != "" {
+			root = d
+		}
+		return access.Config{Root: root, Helper: helper}
+	}
+	return access.Config{Root: filepath.Join(dataDir, "fakehw", "root"), Direct: true, SystemAccounts: systemAccounts}
 }
 
 // holdSlices keeps a fakehw node's slice drop-ins under

@@ -15,6 +15,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/dispatch"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/helper/helperclient"
+	"github.com/better-compute/bcd/components/machine/access"
 	"github.com/better-compute/bcd/components/machine/devices"
 	"github.com/better-compute/bcd/components/machine/nodekinds"
 )
@@ -40,6 +41,13 @@ func holdFiles(_ string, helper *helperclient.Client) devices.Files {
 		return devices.DirFiles{Root: "/"}
 	}
 	return nil
+}
+
+// accessConfig: sshd's files through bcd helper when bcd node runs
+// unprivileged, directly as root, and not at all (a section with SSH fails
+// as node-unprivileged) when it is neither.
+func accessConfig(_ string, helper *helperclient.Client, systemAccounts []string) access.Config {
+	return access.Config{Root: "/", Helper: helper, Direct: helper == nil && os.Geteuid() == 0, SystemAccounts: systemAccounts}
 }
 
 // holdSlices is where holds with limits get their slice: systemd's, as

@@ -9,14 +9,17 @@ import (
 	"github.com/better-compute/bcd/components/agent/update"
 	"log/slog"
 
+	"github.com/better-compute/bcd/components/agent"
 	"github.com/better-compute/bcd/components/agent/agentcmd"
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/report"
 	"github.com/better-compute/bcd/components/agent/status"
+	"github.com/better-compute/bcd/components/agent/tunnel"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/base/roles"
 	"github.com/better-compute/bcd/components/helper/helperclient"
+	"github.com/better-compute/bcd/components/machine/access"
 	"github.com/better-compute/bcd/components/machine/dcgm"
 	"github.com/better-compute/bcd/components/machine/devices"
 	"github.com/better-compute/bcd/components/machine/doctor"
@@ -41,12 +44,15 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	}
 	mon := health.New(health.Config{HW: hw, Pressure: pressure.New("/proc"), Log: log})
 	dev := devicesSection(hw, mon, holdFiles(cfg.DataDir, helper), holdSlices(cfg.DataDir, helper))
+	acc := access.New(accessConfig(cfg.DataDir, helper, cfg.Access.SystemAccounts))
 	m := agentcmd.Machine{
 		Kinds: append(append(nodekinds.Kinds(hw, heldGPU(dev)), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
 		StatusGPUs: statusGPUs(hw, dev),
 		Reboot:     hostReboot(helper),
-		Sections:   append([]converge.Section{dev}, extraSections(cfg.DataDir)...),
+		Sections:   append([]converge.Section{dev, acc}, extraSections(cfg.DataDir)...),
+		Tunnels: agent.Tunnels{JWKS: acc.JWKS, SSHPort: cfg.Access.SSHPort,
+			Console: tunnel.Console(tunnel.ConsoleConfig{RootConsole: cfg.Access.RootConsole})},
 	}
 	withHealth(&m, mon)
 	return m, nil

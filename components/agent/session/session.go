@@ -63,6 +63,9 @@ type Config struct {
 	// OnDesiredState, when set, gets each DesiredState with the working
 	// clock's time on arrival.
 	OnDesiredState func(ds *bcdv1.DesiredState, serverNow time.Time)
+	// OnOpenTunnel, when set, is given each OpenTunnel; it must not block
+	// (components/agent/tunnel opens the tunnel in the background).
+	OnOpenTunnel func(ot *bcdv1.OpenTunnel)
 	// Hello and Heartbeat, when set, add what other components know to
 	// each Hello (generations) and heartbeat (generations, inventory
 	// hashes); beat counts the heartbeats of this session from 0.
@@ -430,6 +433,10 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 				return true, d + backoff.Full(0, time.Second, time.Second), nil
 			case *bcdv1.GatewayFrame_Revocation:
 				return true, 0, ErrRevoked
+			case *bcdv1.GatewayFrame_OpenTunnel:
+				if s.cfg.OnOpenTunnel != nil {
+					s.cfg.OnOpenTunnel(x.OpenTunnel)
+				}
 			default:
 				// Frames of later features (OpenTunnel, SecretAnswer...)
 				// are ignored by this layer.

@@ -169,6 +169,13 @@ func Render(w io.Writer, s Snapshot) {
 			g.Index, or(g.UUID), or(g.Name), g.UtilizationPct, g.TemperatureC, g.PowerW, g.PowerLimitW,
 			gib(g.MemoryUsedMiB), gib(g.MemoryTotalMiB))+heldBy(g.HeldBy)+health(g)))
 	}
+	if len(s.Tunnels) > 0 {
+		line("tunnels", "%d", len(s.Tunnels))
+	}
+	for _, t := range s.Tunnels {
+		fmt.Fprintf(w, "  %s\n", clean(fmt.Sprintf("%s %s as %s, ticket %s, since %s, until %s, %d bytes in, %d out",
+			or(t.ID), or(t.Kind), or(t.Account), or(t.JTI), stamp(t.Opened), stamp(t.Expires), t.BytesIn, t.BytesOut)))
+	}
 }
 
 // health is a GPU line's verdict when it is not ok: "; UNHEALTHY: …" or

@@ -61,6 +61,9 @@ type Snapshot struct {
 
 	GPUs []GPU `json:"gpus"`
 
+	// Tunnels are the open tunnels (components/agent/tunnel).
+	Tunnels []Tunnel `json:"tunnels"`
+
 	// BootLease is a site agent's boot lease (nil on other roles).
 	BootLease *BootLease `json:"boot_lease,omitempty"`
 }
@@ -191,4 +194,16 @@ func (s *Snapshot) normalize() {
 			*t = t.UTC()
 		}
 	}
+}
+
+// Tunnel is one open tunnel.
+type Tunnel struct {
+	ID       string    `json:"id"`
+	Kind     string    `json:"kind"`
+	Account  string    `json:"account"`
+	JTI      string    `json:"jti"`
+	Opened   time.Time `json:"opened"`
+	Expires  time.Time `json:"expires"`
+	BytesIn  int64     `json:"bytes_in"`
+	BytesOut int64     `json:"bytes_out"`
 }

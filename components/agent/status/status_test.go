@@ -487,6 +487,27 @@ gpus        1
 `,
 		},
 		{
+			name: "a tunnel",
+			s: Snapshot{Tunnels: []Tunnel{{ID: "t1", Kind: "ssh", Account: "alice", JTI: "j1",
+				Opened: time.Date(2026, 9, 26, 8, 0, 0, 0, time.UTC), Expires: time.Date(2026, 9, 26, 8, 15, 0, 0, time.UTC), BytesIn: 10, BytesOut: 20}}},
+			want: `node        - (site -, role -)
+boot        -, version -
+gateway     -, not connected
+clock       offset +0ms, time mark -
+trust       bundle version 0; signed intent NOT enforced (no command-signing roots)
+generation  applied 0, observed 0
+lanes       -
+events      backlog 0, dropped 0; results unacked 0
+certificate -
+node key    -
+running     0
+deferred    0
+gpus        0
+tunnels     1
+  t1 ssh as alice, ticket j1, since 2026-09-26T08:00:00Z, until 2026-09-26T08:15:00Z, 10 bytes in, 20 out
+`,
+		},
+		{
 			name: "empty",
 			s:    Snapshot{},
 			want: `node        - (site -, role -)

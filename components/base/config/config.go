@@ -59,6 +59,8 @@ type Config struct {
 	Log Log `toml:"log,omitempty"`
 	// Helper configures privilege separation with bcd helper.
 	Helper Helper `toml:"helper,omitempty"`
+	// Access is root's own word on the access section (break-glass SSH).
+	Access Access `toml:"access,omitempty"`
 	// Boot configures a site agent's boot server.
 	Boot Boot `toml:"boot,omitempty"`
 	// Plugins configures the bcx driver plugins a site agent hosts.
@@ -313,6 +315,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("log.format: must be json or text"))
 	}
 	errs = append(errs, c.Helper.validate()...)
+	errs = append(errs, c.Access.validate()...)
 	errs = append(errs, c.Boot.validate()...)
 	errs = append(errs, c.Plugins.validate()...)
 	errs = append(errs, c.Intent.validate()...)
@@ -445,6 +448,33 @@ func (p *Plugins) validate() []error {
 	}
 	if p.UIDBase < 0 || p.UIDBase != 0 && (p.UIDBase < 1000 || p.UIDBase+0x10000 > 1<<32-1) {
 		errs = append(errs, errors.New("plugins.uid_base: must be at least 1000 and leave room for 65536 ids below 2^32-1"))
+	}
+	return errs
+}
+
+// Access is the [access] section, read by whoever applies the access
+// section as root: bcd helper, or bcd node running as root.
+type Access struct {
+	// SystemAccounts lists root and system accounts (uid below 1000) the
+	// access section may give SSH principals to; by default none.
+	SystemAccounts []string `toml:"system_accounts,omitempty"`
+	// Console lets a console ticket open a shell as root when it names
+	// root; by default a console never runs as root.
+	RootConsole bool `toml:"root_console,omitempty"`
+	// SSHPort is the node's loopback sshd an ssh tunnel reaches (22).
+	SSHPort int `toml:"ssh_port,omitempty,omitzero"`
+}
+
+func (a *Access) validate() []error {
+	var errs []error
+	if a.SSHPort < 0 || a.SSHPort > 65535 {
+		errs = append(errs, errors.New("access.ssh_port: must be a TCP port (1 to 65535; 22 when unset)"))
+	}
+	for _, n := range a.SystemAccounts {
+		if n == "" || strings.ContainsFunc(n, isControlOrSpace) {
+			errs = append(errs, errors.New("access.system_accounts: each must be a user name without spaces or control characters"))
+			break
+		}
 	}
 	return errs
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/helper/filetable"
+	"github.com/better-compute/bcd/components/helper/sshaccess"
 	"github.com/better-compute/bcd/components/helper/wire"
 )
 
@@ -64,6 +65,18 @@ func (c *Client) WriteFile(ctx context.Context, path string, data []byte) error 
 		return fmt.Errorf("writing %s through bcd helper: %w", path, err)
 	}
 	_, err = c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpFileWrite, Kind: t.Kind, ID: t.ID, Data: data})
+	return err
+}
+
+// ApplyAccess asks the helper to apply the access section's SSH fields:
+// it renders and writes sshd's files itself, has sshd -t accept them and
+// reloads sshd when the drop-in changed.
+func (c *Client) ApplyAccess(ctx context.Context, spec sshaccess.Spec) error {
+	b, err := spec.Encode()
+	if err != nil {
+		return err
+	}
+	_, err = c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpAccessApply, Access: b})
 	return err
 }
 

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/better-compute/bcd/components/helper/filetable"
+	"github.com/better-compute/bcd/components/helper/sshaccess"
 )
 
 // Version is the protocol version this build speaks.
@@ -46,6 +47,7 @@ const (
 	OpFirewallCheck = "firewall.check"
 	OpReboot        = "reboot"
 	OpSSHReload     = "ssh.reload"
+	OpAccessApply   = "access.apply"
 	OpGPUReset      = "gpu.reset"
 	OpSliceApply    = "slice.apply"
 	OpSliceRemove   = "slice.remove"
@@ -87,6 +89,9 @@ type Request struct {
 	// tpm.nodekey, tpm.sign, tpm.certify, tpm.release: the 32-byte unique
 	// naming the node key (base64 on the wire).
 	Unique []byte `json:"unique,omitempty"`
+	// access.apply: the access section's SSH fields (sshaccess.Spec), the
+	// one field that is a JSON object; the helper renders every file.
+	Access json.RawMessage `json:"access,omitempty"`
 	// tpm.sign: a SHA-256, -384 or -512 digest (32, 48 or 64 bytes).
 	Digest []byte `json:"digest,omitempty"`
 	// tpm.certify: 32 bytes of qualifying data.
@@ -134,6 +139,7 @@ const (
 	tString valueType = iota
 	tNumber
 	tBool
+	tObject // a JSON object, decoded strictly by its operation's Check
 )
 
 var requestKeys = map[string]valueType{
@@ -141,6 +147,7 @@ var requestKeys = map[string]valueType{
 	"ruleset": tString, "rules": tNumber, "reason": tString, "gpu": tString,
 	"slice": tString, "cpus": tString, "mems": tString,
 	"unique": tString, "digest": tString, "qualifying_data": tString,
+	"access": tObject,
 }
 
 var responseKeys = map[string]valueType{
@@ -282,6 +289,16 @@ func strictObject(data []byte, keys map[string]valueType, required ...string) er
 			return fmt.Errorf("field %q given twice", key)
 		}
 		seen[key] = true
+		if want == tObject {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return fmt.Errorf("not JSON: %w", err)
+			}
+			if len(raw) == 0 || raw[0] != '{' {
+				return fmt.Errorf("field %q has the wrong type", key)
+			}
+			continue
+		}
 		val, err := dec.Token()
 		if err != nil {
 			return fmt.Errorf("not JSON: %w", err)
@@ -344,6 +361,8 @@ func (r *Request) Check() error {
 		allowed = "unique digest"
 	case OpTPMCertify:
 		allowed = "unique qualifying_data"
+	case OpAccessApply:
+		allowed = "access"
 	case OpSSHReload, OpPing, OpTPMAK:
 	default:
 		return fmt.Errorf("unknown operation %q", clip(r.Op))
@@ -353,6 +372,7 @@ func (r *Request) Check() error {
 		"rules": r.Rules != nil, "reason": r.Reason != "", "gpu": r.GPU != "",
 		"slice": r.Slice != "", "cpus": r.CPUs != "", "mems": r.Mems != "", "memory_max": r.MemoryMax != 0,
 		"unique": len(r.Unique) > 0, "digest": len(r.Digest) > 0, "qualifying_data": len(r.QualifyingData) > 0,
+		"access": len(r.Access) > 0,
 	}
 	for f, set := range has {
 		if set && !strings.Contains(" "+allowed+" ", " "+f+" ") {
@@ -366,6 +386,18 @@ func (r *Request) Check() error {
 		}
 		if len(r.Data) > filetable.MaxFileSize {
 			return fmt.Errorf("%s: %d bytes is more than %d", r.Op, len(r.Data), filetable.MaxFileSize)
+		}
+		if strings.HasPrefix(r.Kind, "ssh-") {
+			// sshd's files are rendered by the helper from the access
+			// section's fields (access.apply), never sent as content.
+			return fmt.Errorf("%s: file kind %s is written only by %s", r.Op, r.Kind, OpAccessApply)
+		}
+	case OpAccessApply:
+		if len(r.Access) == 0 {
+			return fmt.Errorf("%s: no access", r.Op)
+		}
+		if _, err := sshaccess.Decode(r.Access); err != nil {
+			return fmt.Errorf("%s: %w", r.Op, err)
 		}
 	case OpFirewallApply:
 		if r.Ruleset == "" {

@@ -73,7 +73,7 @@ func TestCheck(t *testing.T) {
 	}{
 		{name: "file.write", r: Request{Op: OpFileWrite, Kind: "cdi", ID: "a"}},
 		{name: "file.write k8s-token", r: Request{Op: OpFileWrite, Kind: "k8s-token", Data: []byte("t")}},
-		{name: "file.remove", r: Request{Op: OpFileRemove, Kind: "ssh-ca"}},
+		{name: "file.remove", r: Request{Op: OpFileRemove, Kind: "k8s-token"}},
 		{name: "unknown op", r: Request{Op: "file.chmod"}, wantErr: `unknown operation "file.chmod"`},
 		{name: "file kind unknown", r: Request{Op: OpFileWrite, Kind: "passwd"}, wantErr: "not in bcd helper's file table"},
 		{name: "file id outside", r: Request{Op: OpFileWrite, Kind: "cdi", ID: "../x"}, wantErr: "not in bcd helper's file table"},

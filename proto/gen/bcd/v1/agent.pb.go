@@ -2804,10 +2804,15 @@ func (x *RevocationNotice) GetReason() string {
 	return ""
 }
 
+// OpenTunnel asks the agent to open one tunnel: target is the ticket's
+// kind (console, ssh or tcp:<port>) and ticket the exec ticket (a JWT
+// under the access section's JWKS) the agent verifies and spends before it
+// opens the Tunnel stream with tunnel_id.
 type OpenTunnel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TunnelId      string                 `protobuf:"bytes,1,opt,name=tunnel_id,json=tunnelId,proto3" json:"tunnel_id,omitempty"`
 	Target        string                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	Ticket        string                 `protobuf:"bytes,3,opt,name=ticket,proto3" json:"ticket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2852,6 +2857,13 @@ func (x *OpenTunnel) GetTunnelId() string {
 func (x *OpenTunnel) GetTarget() string {
 	if x != nil {
 		return x.Target
+	}
+	return ""
+}
+
+func (x *OpenTunnel) GetTicket() string {
+	if x != nil {
+		return x.Ticket
 	}
 	return ""
 }
@@ -3156,11 +3168,22 @@ func (x *WorkloadTokenAnswer) GetSealed() string {
 	return ""
 }
 
+// TunnelData is one frame of a Tunnel stream. The agent's first frame
+// names tunnel_id (and carries error, with close, when it refused the
+// ticket); data is at most 32 KiB; rows and cols (both set) resize a
+// console's terminal; close ends the tunnel in that direction's sender.
 type TunnelData struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TunnelId      string                 `protobuf:"bytes,1,opt,name=tunnel_id,json=tunnelId,proto3" json:"tunnel_id,omitempty"`
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	Close         bool                   `protobuf:"varint,3,opt,name=close,proto3" json:"close,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TunnelId string                 `protobuf:"bytes,1,opt,name=tunnel_id,json=tunnelId,proto3" json:"tunnel_id,omitempty"`
+	Data     []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Close    bool                   `protobuf:"varint,3,opt,name=close,proto3" json:"close,omitempty"`
+	Error    string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Rows     uint32                 `protobuf:"varint,5,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols     uint32                 `protobuf:"varint,6,opt,name=cols,proto3" json:"cols,omitempty"`
+	// ack is how many data bytes of the other side this side has handed on
+	// (cumulative); a side sends at most a window (512 KiB) beyond the last
+	// ack it got (components/base/flowwin).
+	Ack           uint64 `protobuf:"varint,7,opt,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3214,6 +3237,34 @@ func (x *TunnelData) GetClose() bool {
 		return x.Close
 	}
 	return false
+}
+
+func (x *TunnelData) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *TunnelData) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *TunnelData) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *TunnelData) GetAck() uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return 0
 }
 
 var File_bcd_v1_agent_proto protoreflect.FileDescriptor
@@ -3465,11 +3516,12 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\tsignature\x18\x04 \x01(\fR\tsignature\x12'\n" +
 	"\x0fbase_generation\x18\x05 \x01(\x04R\x0ebaseGeneration\"*\n" +
 	"\x10RevocationNotice\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"A\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"Y\n" +
 	"\n" +
 	"OpenTunnel\x12\x1b\n" +
 	"\ttunnel_id\x18\x01 \x01(\tR\btunnelId\x12\x16\n" +
-	"\x06target\x18\x02 \x01(\tR\x06target\"\xc6\x01\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\x12\x16\n" +
+	"\x06ticket\x18\x03 \x01(\tR\x06ticket\"\xc6\x01\n" +
 	"\rSecretRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
@@ -3497,12 +3549,16 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x16\n" +
-	"\x06sealed\x18\x04 \x01(\tR\x06sealed\"S\n" +
+	"\x06sealed\x18\x04 \x01(\tR\x06sealed\"\xa3\x01\n" +
 	"\n" +
 	"TunnelData\x12\x1b\n" +
 	"\ttunnel_id\x18\x01 \x01(\tR\btunnelId\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x14\n" +
-	"\x05close\x18\x03 \x01(\bR\x05close2\xe5\x01\n" +
+	"\x05close\x18\x03 \x01(\bR\x05close\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x12\n" +
+	"\x04rows\x18\x05 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x06 \x01(\rR\x04cols\x12\x10\n" +
+	"\x03ack\x18\a \x01(\x04R\x03ack2\xe5\x01\n" +
 	"\fAgentGateway\x121\n" +
 	"\x04Join\x12\x13.bcd.v1.JoinRequest\x1a\x14.bcd.v1.JoinResponse\x123\n" +
 	"\x05Renew\x12\x14.bcd.v1.RenewRequest\x1a\x14.bcd.v1.JoinResponse\x127\n" +

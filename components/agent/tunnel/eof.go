@@ -1,0 +1,5 @@
+package tunnel
+
+import "io"
+
+var errEOF = io.EOF

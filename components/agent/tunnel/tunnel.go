@@ -1,0 +1,442 @@
+// Package tunnel is the agent's half of tunnels: on OpenTunnel it verifies
+// the exec ticket (the access section's JWKS, this node, the clock) and
+// spends its jti durably, opens the target (the node's loopback sshd, a
+// loopback TCP port, or a login shell on a pseudo-terminal), then dials
+// the gateway's Tunnel stream and carries the bytes both ways. At most
+// MaxOpen tunnels are open at once; each closes when its ticket expires,
+// its signing key leaves the JWKS, or the session it came in ends. Flow
+// control is HTTP/2's: a side that stops reading stops the other side's
+// sends, and each direction holds at most one frame in this process.
+// docs/access.md describes tunnels.
+package tunnel
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/better-compute/bcd/components/base/flowwin"
+	"github.com/better-compute/bcd/components/trust/ticket"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
+	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
+)
+
+// Limits.
+const (
+	MaxOpen   = 16       // tunnels open at once per node
+	FrameSize = 32 << 10 // bytes of one TunnelData
+	checkTick = time.Second
+)
+
+// Target is an open target: bytes both ways, and a console's resize.
+type Target interface {
+	io.ReadWriteCloser
+	// CloseWrite ends what the tunnel writes to the target (EOF).
+	CloseWrite() error
+	// Resize sets a console's terminal size (others ignore it).
+	Resize(rows, cols uint16) error
+}
+
+// Config is what a Manager needs.
+type Config struct {
+	NodeID  string
+	DataDir string
+	Client  bcdv1connect.AgentGatewayClient
+	// JWKS is the exec-ticket JWKS the access section holds (nil: every
+	// ticket is refused).
+	JWKS func() *jose.JSONWebKeySet
+	// Now is the agent's working clock.
+	Now func() time.Time
+	// Epoch is the session's state: a tunnel closes once the session it
+	// came in ends.
+	Epoch func() (connected bool, epoch uint64)
+	// SSHPort is the node's loopback sshd ([access] ssh_port, 22).
+	SSHPort int
+	// Console opens a login shell of account on a pseudo-terminal (nil:
+	// console tickets are refused).
+	Console func(ctx context.Context, account string) (Target, error)
+	// Event records a journal event (tunnel.opened, tunnel.closed,
+	// tunnel.refused).
+	Event func(typ string, body any)
+	Log   *slog.Logger
+}
+
+// Info is one open tunnel, as bcd status lists it.
+type Info struct {
+	ID       string    `json:"id"`
+	Kind     string    `json:"kind"`
+	Account  string    `json:"account"`
+	JTI      string    `json:"jti"`
+	Opened   time.Time `json:"opened"`
+	Expires  time.Time `json:"expires"`
+	BytesIn  int64     `json:"bytes_in"`  // from the gateway to the target
+	BytesOut int64     `json:"bytes_out"` // from the target to the gateway
+}
+
+type tun struct {
+	info    Info
+	kid     string
+	epoch   uint64
+	cancel  context.CancelCauseFunc
+	in, out atomic.Int64
+}
+
+// Manager runs the node's tunnels.
+type Manager struct {
+	cfg   Config
+	spent *Spent
+	mu    sync.Mutex
+	open  map[string]*tun
+	// opening counts tunnels past the count check not yet in open.
+	opening int
+}
+
+// New returns a manager; its spent set is data_dir/spent-tickets.json.
+func New(cfg Config) *Manager {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.SSHPort == 0 {
+		cfg.SSHPort = 22
+	}
+	if cfg.Event == nil {
+		cfg.Event = func(string, any) {}
+	}
+	return &Manager{cfg: cfg, spent: OpenSpent(cfg.DataDir), open: map[string]*tun{}}
+}
+
+// List is the open tunnels, oldest first.
+func (m *Manager) List() []Info {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Info, 0, len(m.open))
+	for _, t := range m.open {
+		i := t.info
+		i.BytesIn, i.BytesOut = t.in.Load(), t.out.Load()
+		out = append(out, i)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Opened.Before(out[b].Opened) })
+	return out
+}
+
+// Open handles one OpenTunnel in the background; the session goes on.
+func (m *Manager) Open(ctx context.Context, ot *bcdv1.OpenTunnel) {
+	go m.run(ctx, ot)
+}
+
+// Run closes tunnels whose ticket expired, whose key left the JWKS or
+// whose session ended, until ctx ends (then it closes them all).
+func (m *Manager) Run(ctx context.Context) error {
+	tick := time.NewTicker(checkTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			m.closeAll(errors.New("the agent is stopping"))
+			return nil
+		case <-tick.C:
+			m.sweep()
+		}
+	}
+}
+
+func (m *Manager) sweep() {
+	now := m.cfg.Now()
+	connected, epoch := m.cfg.Epoch()
+	jwks := m.cfg.JWKS()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range m.open {
+		switch {
+		case !now.Before(t.info.Expires):
+			t.cancel(errors.New("the ticket expired"))
+		case !connected || epoch != t.epoch:
+			t.cancel(errors.New("the session it came in ended"))
+		case jwks == nil || len(jwks.Key(t.kid)) == 0:
+			t.cancel(errors.New("its ticket's key left the access section's JWKS"))
+		}
+	}
+}
+
+func (m *Manager) closeAll(cause error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range m.open {
+		t.cancel(cause)
+	}
+}
+
+// refuse tells the gateway (a first frame with error and close) and
+// records the refusal.
+func (m *Manager) refuse(ctx context.Context, ot *bcdv1.OpenTunnel, jti string, err error) {
+	m.cfg.Log.Warn("tunnel refused", "tunnel_id", ot.GetTunnelId(), "target", ot.GetTarget(), "jti", jti, "err", err)
+	m.cfg.Event("tunnel.refused", map[string]any{"tunnel_id": ot.GetTunnelId(), "kind": ot.GetTarget(), "jti": jti, "error": err.Error()})
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st := m.cfg.Client.Tunnel(sctx)
+	_ = st.Send(&bcdv1.TunnelData{TunnelId: ot.GetTunnelId(), Close: true, Error: err.Error()})
+	_ = st.CloseRequest()
+	_, _ = st.Receive() // the gateway's close, or the end of the stream
+	_ = st.CloseResponse()
+}
+
+// admit verifies the ticket, takes a place and spends the jti.
+func (m *Manager) admit(ot *bcdv1.OpenTunnel) (ticket.Claims, string, error) {
+	jwks := m.cfg.JWKS()
+	c, err := ticket.Verify(ot.GetTicket(), jwks, m.cfg.NodeID, m.cfg.Now())
+	if err != nil {
+		return c, "", err
+	}
+	if ot.GetTarget() != c.Kind {
+		return c, "", fmt.Errorf("%w: OpenTunnel asks for %q, the ticket is for %q", ticket.ErrRefused, ot.GetTarget(), c.Kind)
+	}
+	if !validID(ot.GetTunnelId()) {
+		return c, "", errors.New("tunnel_id must be 1 to 64 characters of [A-Za-z0-9_-]")
+	}
+	kid := ""
+	if tok, err := jose.ParseSigned(ot.GetTicket(), []jose.SignatureAlgorithm{jose.ES256}); err == nil && len(tok.Signatures) == 1 {
+		kid = tok.Signatures[0].Header.KeyID
+	}
+	m.mu.Lock()
+	if len(m.open)+m.opening >= MaxOpen {
+		m.mu.Unlock()
+		return c, "", fmt.Errorf("%d tunnels are open on this node, the most it allows", MaxOpen)
+	}
+	m.opening++
+	m.mu.Unlock()
+	if err := m.spent.Spend(c.JTI, c.Expiry, m.cfg.Now()); err != nil {
+		m.mu.Lock()
+		m.opening--
+		m.mu.Unlock()
+		return c, "", err
+	}
+	return c, kid, nil
+}
+
+func validID(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// dial opens the ticket's target.
+func (m *Manager) dial(ctx context.Context, c ticket.Claims) (Target, error) {
+	port := 0
+	switch {
+	case c.Kind == ticket.KindSSH:
+		port = m.cfg.SSHPort
+	case c.Kind == ticket.KindConsole:
+		if m.cfg.Console == nil {
+			return nil, errors.New("this node opens no console")
+		}
+		return m.cfg.Console(ctx, c.Account)
+	default:
+		port = c.TCPPort()
+	}
+	var d net.Dialer
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := d.DialContext(dctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return nil, fmt.Errorf("dial 127.0.0.1:%d: %w", port, err)
+	}
+	return tcpTarget{conn.(*net.TCPConn)}, nil
+}
+
+type tcpTarget struct{ *net.TCPConn }
+
+func (tcpTarget) Resize(uint16, uint16) error { return nil }
+
+func (m *Manager) run(ctx context.Context, ot *bcdv1.OpenTunnel) {
+	_, epoch := m.cfg.Epoch()
+	c, kid, err := m.admit(ot)
+	if err != nil {
+		m.refuse(ctx, ot, c.JTI, err)
+		return
+	}
+	tctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	t := &tun{info: Info{ID: ot.GetTunnelId(), Kind: c.Kind, Account: c.Account, JTI: c.JTI, Opened: m.cfg.Now(), Expires: c.Expiry},
+		kid: kid, epoch: epoch, cancel: cancel}
+	target, err := m.dial(tctx, c)
+	m.mu.Lock()
+	m.opening--
+	if err == nil {
+		m.open[t.info.ID] = t
+	}
+	m.mu.Unlock()
+	if err != nil {
+		m.refuse(ctx, ot, c.JTI, err)
+		return
+	}
+	ev := map[string]any{"tunnel_id": t.info.ID, "jti": c.JTI, "kind": c.Kind, "account": c.Account}
+	m.cfg.Event("tunnel.opened", ev)
+	m.cfg.Log.Info("tunnel opened", "tunnel_id", t.info.ID, "kind", c.Kind, "account", c.Account, "jti", c.JTI)
+	reason := m.carry(tctx, t, target)
+	target.Close()
+	m.mu.Lock()
+	delete(m.open, t.info.ID)
+	m.mu.Unlock()
+	closed := map[string]any{"tunnel_id": t.info.ID, "jti": c.JTI, "kind": c.Kind, "account": c.Account,
+		"reason": reason, "bytes_in": t.in.Load(), "bytes_out": t.out.Load()}
+	m.cfg.Event("tunnel.closed", closed)
+	m.cfg.Log.Info("tunnel closed", "tunnel_id", t.info.ID, "reason", reason, "bytes_in", t.in.Load(), "bytes_out", t.out.Load())
+}
+
+// carry opens the Tunnel stream and copies both ways until both
+// directions ended or the tunnel is closed; it returns why it ended. Each
+// direction keeps to a flowwin window: the target's bytes wait for the
+// gateway's acks, and the gateway's bytes are acked once written to the
+// target, so neither side holds more than a window of the other's.
+func (m *Manager) carry(ctx context.Context, t *tun, target Target) string {
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	st := m.cfg.Client.Tunnel(sctx)
+	var sendMu sync.Mutex
+	send := func(f *bcdv1.TunnelData) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return st.Send(f)
+	}
+	if err := send(&bcdv1.TunnelData{TunnelId: t.info.ID}); err != nil {
+		return "opening the Tunnel stream: " + err.Error()
+	}
+	win := flowwin.New()
+	defer win.Close()
+	var wg sync.WaitGroup
+	var once sync.Once
+	reason := "closed by both ends"
+	end := func(r string) { once.Do(func() { reason = r }) }
+	// The gateway's frames: acks at once, data to the writer below (at
+	// most a window of it, as the gateway keeps to the window).
+	in := make(chan *bcdv1.TunnelData, flowwin.Size/FrameSize+4)
+	wg.Add(3)
+	go func() { // target -> gateway
+		defer wg.Done()
+		buf := make([]byte, FrameSize)
+		for {
+			n, err := target.Read(buf)
+			if n > 0 {
+				if werr := win.Take(sctx, n); werr != nil {
+					return
+				}
+				t.out.Add(int64(n))
+				if serr := send(&bcdv1.TunnelData{Data: buf[:n]}); serr != nil {
+					end("sending to the gateway: " + serr.Error())
+					stop()
+					return
+				}
+			}
+			if err != nil {
+				_ = send(&bcdv1.TunnelData{Close: true})
+				if !errors.Is(err, io.EOF) && sctx.Err() == nil {
+					end("reading the target: " + err.Error())
+				}
+				return
+			}
+		}
+	}()
+	go func() { // gateway frames
+		defer wg.Done()
+		defer close(in)
+		for {
+			f, err := st.Receive()
+			if err != nil {
+				if sctx.Err() == nil && !errors.Is(err, io.EOF) {
+					end("the Tunnel stream: " + err.Error())
+				}
+				return
+			}
+			if a := f.GetAck(); a > 0 {
+				win.Ack(a)
+			}
+			if len(f.GetData()) > 0 || f.GetClose() || f.GetRows() > 0 {
+				select {
+				case in <- f:
+				case <-sctx.Done():
+					return
+				}
+			}
+			if f.GetClose() {
+				return
+			}
+		}
+	}()
+	go func() { // -> target
+		defer wg.Done()
+		var consumed flowwin.Consumed
+		for f := range in {
+			if f.GetRows() > 0 && f.GetCols() > 0 && f.GetRows() <= 10000 && f.GetCols() <= 10000 {
+				_ = target.Resize(uint16(f.GetRows()), uint16(f.GetCols()))
+			}
+			if len(f.GetData()) > 0 {
+				t.in.Add(int64(len(f.GetData())))
+				if _, werr := target.Write(f.GetData()); werr != nil {
+					end("writing the target: " + werr.Error())
+					stop()
+					return
+				}
+				ack := consumed.Add(len(f.GetData()))
+				if len(in) == 0 && ack == 0 {
+					ack = consumed.Flush()
+				}
+				if ack > 0 {
+					_ = send(&bcdv1.TunnelData{Ack: ack})
+				}
+			}
+			if f.GetClose() {
+				break
+			}
+		}
+		_ = target.CloseWrite()
+		if t.info.Kind == ticket.KindConsole {
+			stop() // a console has no half-close
+		}
+	}()
+	// Whatever stops the tunnel closes the target, so a read blocked on
+	// it returns.
+	go func() { <-sctx.Done(); win.Close(); target.Close() }()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		end(context.Cause(ctx).Error())
+		stop()
+		<-done
+	}
+	sendMu.Lock()
+	_ = st.CloseRequest()
+	sendMu.Unlock()
+	_ = st.CloseResponse()
+	return reason
+}
+
+// NewID is a random tunnel or ticket id.
+func NewID() string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+var _ = connect.CodeCanceled

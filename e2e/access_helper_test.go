@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/base/testenv"
+	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/helper/sshaccess/sshdtest"
+)
+
+// TestAccessThroughHelper: an unprivileged bcd node applies its access
+// section through the real bcd helper (root): the helper renders sshd's
+// files under its file table root (a helpere2e build's
+// BCD_HELPER_E2E_ROOT), has Debian's sshd -t accept them and reloads the
+// test's sshd, and a certificate from bcgw ssh-sign logs in; a principal
+// for root is refused by the helper and fails the section.
+func TestAccessThroughHelper(t *testing.T) {
+	testenv.NeedRoot(t, "it creates users, runs bcd helper and sshd as root")
+	testenv.NeedTool(t, "sshd", "openssh-server")
+	testenv.NeedTool(t, "useradd", "passwd")
+	l := newLab(t)
+	base := sshdtest.Root(t)
+	for _, d := range []string{"bin", "etc", "hroot"} {
+		if err := os.Mkdir(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := "bcdh" + randHex(t, 4)
+	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+		t.Fatalf("useradd: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("userdel", name).Run(); exec.Command("groupdel", name).Run() })
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	bin := filepath.Join(base, "bin")
+	copyExe(t, filepath.Join(l.bin, "bcd-node"), filepath.Join(bin, "bcd-node"))
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", "fakehw helpere2e", "-o", filepath.Join(bin, "bcd-helper"), "./roles/helper")
+	cmd.Dir, cmd.Env = "..", append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./roles/helper: %v\n%s", err, b)
+	}
+	root := &lab{t: t, bin: bin, root: l.root, out: l.out}
+	asUser := &lab{t: t, bin: bin, root: l.root, out: l.out, cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+
+	// sshd reads the files the helper writes under hroot.
+	hroot := filepath.Join(base, "hroot")
+	port := sshdtest.FreePort(t)
+	sshdtest.Config(t, hroot, port)
+	sshdtest.Start(t, hroot, port)
+	acct := sshdtest.Account(t)
+
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	pins := strings.Fields(l.bcgw(g, "well-known", "--pins"))
+	dataDir := filepath.Join(base, "data")
+	statusDir := filepath.Join(base, "status")
+	os.Mkdir(statusDir, 0o700)
+	os.Chown(statusDir, uid, gid)
+	cfg := filepath.Join(base, "etc", "config.toml")
+	tok := l.token(g, "--uses", "1")
+	args := append([]string{"join", "--config", cfg, "--server", "https://" + g.addr, "--data-dir", dataDir}, pins...)
+	code, out, errOut := root.run(tok+"\n", nil, "bcd-node", args...)
+	m := joinedRe.FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("bcd join: exit %d %q %s", code, out, errOut)
+	}
+	id := m[1]
+	b, _ := os.ReadFile(cfg)
+	b = socketRe.ReplaceAll(b, []byte(fmt.Sprintf("socket_path = %q", filepath.Join(statusDir, "bcd.sock"))))
+	b = append(b, []byte(fmt.Sprintf("\n[helper]\nsocket = %q\nuser = %q\nentrypoint = %q\n",
+		filepath.Join(base, "run", "helper.sock"), name, filepath.Join(bin, "bcd-node")))...)
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(cfg, 0o644) // root's, readable by the node account
+	os.Chmod(dataDir, 0o700)
+	// The identity is the node account's.
+	filepath.Walk(dataDir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil {
+			os.Chown(p, uid, gid)
+		}
+		return nil
+	})
+	helper := root.startEnv([]string{"BCD_HELPER_E2E_ROOT=" + hroot}, "bcd-helper", "helper", "--config", cfg)
+	helper.waitLog(t, "helper: listening", 10*time.Second)
+	asUser.startEnv([]string{"BCD_FAKEHW_ACCESS_ROOT=" + hroot}, "bcd-node", "node", "--config", cfg)
+	l.waitNode(g, id, "connected", func(n nodeView) bool { return n.Connected })
+
+	l.bcgw(g, "ssh-ca", id, "--account", acct)
+	keys := filepath.Join(base, "keys")
+	os.Mkdir(keys, 0o700)
+	key := sshdtest.UserKey(t, keys, "user")
+	l.bcgw(g, "ssh-sign", "--principal", id+":"+acct, "--pubkey", key+".pub")
+	login := func() error {
+		a := sshdtest.SSHArgs(key, key+"-cert.pub", "-p", strconv.Itoa(port), acct+"@127.0.0.1", "id -un")
+		out, err := exec.Command("ssh", a...).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != acct {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	eventually(t, "login with sshd's files from the helper", login)
+	if _, err := os.Stat(filepath.Join(hroot, "etc/ssh/sshd_config.d/10-better-compute.conf")); err != nil {
+		t.Fatalf("the drop-in: %v", err)
+	}
+	st := l.waitStatus(g, id, "the access section converged", func(s gateway.StatusView) bool {
+		for _, x := range s.Sections {
+			if x.Name == "access" && x.State == "CONVERGED" {
+				return true
+			}
+		}
+		return false
+	})
+	_ = st
+	applied := 0
+	for _, o := range helperOps(t, helper.stderr.String()) {
+		if o["op"] == "access.apply" && o["outcome"] == "ok" && o["uid"] == float64(uid) {
+			applied++
+		}
+	}
+	if applied == 0 {
+		t.Fatalf("no access.apply from the node in the helper's log:\n%s", helper.stderr.String())
+	}
+
+	// A principal for root: the helper refuses, the section fails, and
+	// the files stay as they were.
+	l.bcgw(g, "ssh-ca", id, "--account", "root")
+	l.waitStatus(g, id, "the access section failed on root", func(s gateway.StatusView) bool {
+		for _, x := range s.Sections {
+			if x.Name == "access" && x.State == "FAILED" && strings.Contains(x.Message, "root") {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := os.Stat(filepath.Join(hroot, "etc/ssh/bc_principals/root")); !os.IsNotExist(err) {
+		t.Fatalf("a principals file for root: %v", err)
+	}
+	if err := login(); err != nil {
+		t.Fatalf("login after the refused change: %v", err)
+	}
+}
