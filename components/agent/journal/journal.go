@@ -4,6 +4,11 @@
 // before anything runs, marked running before its side effect, and its
 // result is kept and re-sent until the gateway acks it. docs/delivery.md
 // states the rules.
+//
+// Writes go through one writer goroutine that commits them in groups
+// (group commit, commit.go): writes that arrive while a commit is being
+// fsynced share the next commit and its fsyncs, and no write returns to
+// its caller before the commit holding it is on disk.
 package journal
 
 import (
@@ -77,12 +82,14 @@ type Event struct {
 	At   time.Time `json:"at"`
 }
 
-// Journal is safe for concurrent use (bbolt serialises writers).
+// Journal is safe for concurrent use; its writes are committed in groups
+// by one writer goroutine (commit.go).
 type Journal struct {
 	db        *bolt.DB
 	path      string
 	now       func() time.Time
 	maxEvents int
+	w         *writer
 }
 
 // Opened reports what Open found.
@@ -112,6 +119,7 @@ func Open(path, nodeID string) (*Journal, Opened, error) {
 		return nil, op, fmt.Errorf("open %s: %w", path, err)
 	}
 	j := &Journal{db: db, path: path, now: time.Now, maxEvents: MaxUnackedEvents}
+	// Set up before the writer starts, in a transaction of its own.
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bMeta, bCommands, bEvents} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -131,6 +139,7 @@ func Open(path, nodeID string) (*Journal, Opened, error) {
 		db.Close()
 		return nil, op, fmt.Errorf("journal %s: %w", path, err)
 	}
+	j.w = startWriter(db)
 	return j, op, nil
 }
 
@@ -160,8 +169,12 @@ func openDB(path string) (db *bolt.DB, err error) {
 
 func isLockTimeout(err error) bool { return errors.Is(err, bolt.ErrTimeout) }
 
-// Close closes the file.
-func (j *Journal) Close() error { return j.db.Close() }
+// Close lets the writes already handed to the writer commit, then closes
+// the file; writes after Close fail with ErrClosed.
+func (j *Journal) Close() error {
+	j.w.stop()
+	return j.db.Close()
+}
 
 // Path is the journal's file.
 func (j *Journal) Path() string { return j.path }
@@ -197,7 +210,8 @@ func putEntry(tx *bolt.Tx, e *Entry) error {
 func (j *Journal) Accept(id, kind, lane string, command []byte) (*Entry, bool, error) {
 	var out *Entry
 	isNew := false
-	err := j.db.Update(func(tx *bolt.Tx) error {
+	err := j.w.do(func(tx *bolt.Tx) error {
+		out, isNew = nil, false // the writer may run this more than once (commit.go)
 		e, err := getEntry(tx, id)
 		if err != nil || e != nil {
 			out = e
@@ -254,7 +268,7 @@ func (j *Journal) AckResult(id string) error {
 }
 
 func (j *Journal) update(id string, f func(*Entry) error) error {
-	return j.db.Update(func(tx *bolt.Tx) error {
+	return j.w.do(func(tx *bolt.Tx) error {
 		e, err := getEntry(tx, id)
 		if err != nil {
 			return err
@@ -342,7 +356,7 @@ func (j *Journal) Recover(idempotent func(kind string) bool, interrupted func(*E
 func (j *Journal) Sweep(ttl time.Duration) (int, error) {
 	cut := j.now().Add(-ttl)
 	n := 0
-	err := j.db.Update(func(tx *bolt.Tx) error {
+	err := j.w.do(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bCommands)
 		var del [][]byte
 		_ = b.ForEach(func(k, v []byte) error {
@@ -380,7 +394,7 @@ func be(n uint64) []byte {
 // MaxUnackedEvents the oldest unacked event is dropped and counted.
 func (j *Journal) AppendEvent(typ string, body []byte) (uint64, error) {
 	var seq uint64
-	err := j.db.Update(func(tx *bolt.Tx) error {
+	err := j.w.do(func(tx *bolt.Tx) error {
 		m, ev := tx.Bucket(bMeta), tx.Bucket(bEvents)
 		seq = u64(m.Get(kEventSeq)) + 1
 		if err := m.Put(kEventSeq, be(seq)); err != nil {
@@ -413,7 +427,7 @@ func (j *Journal) AppendEvent(typ string, body []byte) (uint64, error) {
 
 // AckEvents drops every event up to and including seq.
 func (j *Journal) AckEvents(seq uint64) error {
-	return j.db.Update(func(tx *bolt.Tx) error {
+	return j.w.do(func(tx *bolt.Tx) error {
 		m, ev := tx.Bucket(bMeta), tx.Bucket(bEvents)
 		if seq <= u64(m.Get(kEventAck)) {
 			return nil
