@@ -150,7 +150,7 @@ func openDB(path string) (db *bolt.DB, err error) {
 			db, err = nil, fmt.Errorf("corrupt journal: %v", r)
 		}
 	}()
-	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true})
 	if err != nil {
 		return nil, err
 	}
