@@ -40,7 +40,7 @@ image: deps
 
 qemu-test: image
 	@mkdir -p bin && $(GO) build -o bin/testreport ./cmd/testreport
-	set -o pipefail; $(GO) test -json -count=1 -timeout 15m ./qemu-tests/ 2>&1 | bin/testreport -v -tier qemu
+	set -o pipefail; $(GO) test -json -count=1 -timeout 15m ./qemu-tests/ 2>&1 | tee bin/qemu-tier.json | bin/testreport -v -tier qemu
 
 # soak runs the fault tests with many kill trials: exactly-once commands
 # (1,000 trials) and desired state converging under kills (200).
@@ -62,18 +62,30 @@ sizes: build image
 	@./build/packages.sh
 
 # bench prints each figure next to its reference measured in the same run:
-# journal commands/s with fsync against the raw fsync rate of the same kind
-# of directory, bcd sim with 1,000 agents (BCD_SIM_NODES) against one
-# agent alone, a signed command through the dispatcher against an unsigned
-# one (and the ES256 verification alone), desired-state reporting's bytes and bcgw CPU with 1,000 sim
-# agents against the same run without reporting, deploy.image against zstd -dc | dd, and a node key's
-# signature through bcd helper against one by the TPM (swtpm) directly.
+# journal commands/s with fsync (1, 4, 16 and 64 commands in flight, with
+# fsyncs per command) against the raw fsync rate of the same kind of
+# directory, bcd sim with 1,000 agents (BCD_SIM_NODES) against one agent
+# alone, a signed command through the dispatcher against an unsigned one
+# (and the ES256 verification alone), desired-state reporting's bytes and
+# bcgw CPU with 1,000 sim agents against the same run without reporting,
+# deploy.image against zstd -dc | dd and gzip -dc | dd, a node key's
+# signature through bcd helper against one by the TPM (swtpm) directly, an
+# idle bcd node against a sleep process, the helper's size against its
+# budget, and PXE start to joined (and to the installed OS joined) from the
+# QEMU tier's last run (bin/qemu-tier.json, kept by make test). It ends
+# with one table of them all (cmd/benchtable), also in bin/bench/bench.txt
+# and bin/bench/bench.json; the raw output is in bin/bench/raw.txt.
+BENCH_OUT := bin/bench
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./components/agent/journal/ | grep -E '^(Benchmark|ok)'
-	$(GO) test -run '^$$' -bench BenchmarkSignedIntent -benchtime 500x ./components/agent/dispatch/ | grep -E '^(Benchmark|ok)'
-	$(GO) test -run '^$$' -bench 'BenchmarkSim|BenchmarkReporting' -benchtime 1x -timeout 40m ./e2e/ | grep -vE '^[[:space:]]*[{]'
-	$(GO) test -run '^$$' -bench BenchmarkDeploy -benchtime 3x ./components/disk/deploy/ | grep -E '^(Benchmark|ok|deploy)'
-	$(GO) test -run '^$$' -bench BenchmarkTPMSign -benchtime 200x ./components/helper/ | grep -E '^(Benchmark|ok)'
+	@mkdir -p $(BENCH_OUT) && cat /proc/loadavg > $(BENCH_OUT)/loadavg-start && : > $(BENCH_OUT)/raw.txt
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./components/agent/journal/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok)'
+	$(GO) test -run '^$$' -bench BenchmarkSignedIntent -benchtime 500x ./components/agent/dispatch/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok)'
+	$(GO) test -run '^$$' -bench 'BenchmarkSim|BenchmarkReporting|BenchmarkIdleNode' -benchtime 1x -timeout 40m ./e2e/ | tee -a $(BENCH_OUT)/raw.txt | grep -vE '^[[:space:]]*[{]'
+	$(GO) test -run '^$$' -bench BenchmarkDeploy -benchtime 3x ./components/disk/deploy/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok|deploy)'
+	$(GO) test -run '^$$' -bench BenchmarkTPMSign -benchtime 200x ./components/helper/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok)'
+	@$(GOBUILD) $(HELPER_GOFLAGS) -o $(BENCH_OUT)/bcd-helper ./roles/helper
+	@$(GO) run ./cmd/benchtable -load-at-start $(BENCH_OUT)/loadavg-start -size bcd-helper=$(BENCH_OUT)/bcd-helper -qemu-log bin/qemu-tier.json \
+		-json $(BENCH_OUT)/bench.json $(BENCH_OUT)/raw.txt | tee $(BENCH_OUT)/bench.txt
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '^proto/gen/')

@@ -116,6 +116,7 @@ func (s sizeFlags) Set(v string) error {
 func main() {
 	jsonOut := flag.String("json", "", "also write the table as JSON to this file")
 	load0 := flag.String("load-at-start", "", "a copy of /proc/loadavg taken when the run began")
+	qemuLog := flag.String("qemu-log", "", "the QEMU tier's go test -json output (make test keeps it in bin/qemu-tier.json), for the PXE figures")
 	sizes := sizeFlags{}
 	flag.Var(sizes, "size", "NAME=PATH: a file whose size is a figure (size/NAME, bytes)")
 	flag.Parse()
@@ -127,6 +128,12 @@ func main() {
 		}
 		parse(f, figs)
 		f.Close()
+	}
+	if *qemuLog != "" {
+		if f, err := os.Open(*qemuLog); err == nil {
+			pxe(f, figs)
+			f.Close()
+		}
 	}
 	for name, p := range sizes {
 		if st, err := os.Stat(p); err == nil {
@@ -189,6 +196,33 @@ func parse(r io.Reader, figs map[metric]float64) {
 					figs[metric{name, f[i+1]}] = v
 				}
 			}
+		}
+	}
+}
+
+// pxeRe is the QEMU tier's PXE line (qemu-tests/pxe_test.go): times since
+// QEMU started.
+var pxeRe = regexp.MustCompile(`PXE: QEMU start -> .* joined bcgw as a ramdisk (\S+) -> .* joined as node \S+ (\S+);`)
+
+// pxe takes PXE start to joined (as a ramdisk) and to the installed OS
+// joined from the QEMU tier's go test -json output.
+func pxe(r io.Reader, figs map[metric]float64) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 4<<20)
+	for sc.Scan() {
+		var ev struct{ Output string }
+		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+			continue
+		}
+		m := pxeRe.FindStringSubmatch(ev.Output)
+		if m == nil {
+			continue
+		}
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			figs[metric{"qemu/pxe-joined", "s"}] = d.Seconds()
+		}
+		if d, err := time.ParseDuration(m[2]); err == nil {
+			figs[metric{"qemu/os-joined", "s"}] = d.Seconds()
 		}
 	}
 }
