@@ -56,8 +56,13 @@ demo: build
 packages: deps
 	./build/packages.sh
 
+# sizes prints every binary's size, then for bcd-node, bcd-site and
+# bcd-helper the 10 packages that take the most of it (cmd/binsize reads
+# the symbols of the same build left unstripped, in bin/sizes/).
 sizes: build image
 	@ls -l bin/ | awk 'NR>1 && $$1 !~ /^d/ {printf "%-20s %10d bytes\n", $$9, $$5}'
+	@mkdir -p bin/sizes && for r in node site helper; do CGO_ENABLED=0 $(GO) build -trimpath $$([ $$r = helper ] && echo '$(HELPER_GOFLAGS)') -o bin/sizes/bcd-$$r ./roles/$$r || exit 1; done
+	@$(GO) run ./cmd/binsize -top 10 bin/sizes/bcd-node=bin/bcd-node bin/sizes/bcd-site=bin/bcd-site bin/sizes/bcd-helper=bin/bcd-helper
 	@printf "%-20s %10d bytes\n" initramfs.cpio.zst $$(stat -c %s images/out/initramfs.cpio.zst)
 	@./build/packages.sh
 

@@ -3,10 +3,12 @@
 // summed by package. make sizes runs it on the node and site binaries; it
 // is how the helper was brought under its budget (docs/decisions.md).
 //
-//	binsize [-top 10] [-json] BINARY...
+//	binsize [-top 10] [-json] BINARY[=SHIPPED]...
 //
-// The binary must not be stripped (the symbol table is what it reads).
-// Symbol sizes leave out the tables that grow with them (pclntab, DWARF).
+// BINARY must not be stripped (the symbol table is what it reads); the
+// size printed is SHIPPED's when given (the same build stripped, as it is
+// shipped). Symbol sizes leave out the tables that grow with them
+// (pclntab, DWARF).
 package main
 
 import (
@@ -42,8 +44,9 @@ func main() {
 		os.Exit(2)
 	}
 	var out []Report
-	for _, bin := range flag.Args() {
-		r, err := measure(bin, *top)
+	for _, arg := range flag.Args() {
+		bin, shipped, _ := strings.Cut(arg, "=")
+		r, err := measure(bin, shipped, *top)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "binsize: %s: %v\n", bin, err)
 			os.Exit(1)
@@ -57,15 +60,18 @@ func main() {
 		return
 	}
 	for _, r := range out {
-		fmt.Printf("%-28s %10d bytes (%.2f MiB)\n", r.Binary, r.Bytes, float64(r.Bytes)/(1<<20))
+		fmt.Printf("%-28s %10d bytes (%.2f MiB); its largest packages (code and data symbols):\n", r.Binary, r.Bytes, float64(r.Bytes)/(1<<20))
 		for i, p := range r.Top {
 			fmt.Printf("  %2d. %-60s %9d bytes\n", i+1, p.Path, p.Bytes)
 		}
 	}
 }
 
-func measure(bin string, top int) (Report, error) {
-	st, err := os.Stat(bin)
+func measure(bin, shipped string, top int) (Report, error) {
+	if shipped == "" {
+		shipped = bin
+	}
+	st, err := os.Stat(shipped)
 	if err != nil {
 		return Report{}, err
 	}
@@ -88,7 +94,7 @@ func measure(bin string, top int) (Report, error) {
 		total += int64(s.Size)
 		by[pkgOf(s.Name)] += int64(s.Size)
 	}
-	r := Report{Binary: bin, Bytes: st.Size(), Symbols: total}
+	r := Report{Binary: shipped, Bytes: st.Size(), Symbols: total}
 	for p, n := range by {
 		r.Top = append(r.Top, Pkg{p, n})
 	}
