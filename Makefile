@@ -79,7 +79,9 @@ sizes: build image
 # budget, and PXE start to joined (and to the installed OS joined) from the
 # QEMU tier's last run (bin/qemu-tier.json, kept by make test). It ends
 # with one table of them all (cmd/benchtable), also in bin/bench/bench.txt
-# and bin/bench/bench.json; the raw output is in bin/bench/raw.txt.
+# and bin/bench/bench.json; the raw output is in bin/bench/raw.txt, and
+# build/benchplot draws the journal and deploy figures over concurrency
+# into bin/bench/journal.png and deploy.png.
 BENCH_OUT := bin/bench
 bench: deps
 	@mkdir -p $(BENCH_OUT) && cat /proc/loadavg > $(BENCH_OUT)/loadavg-start && : > $(BENCH_OUT)/raw.txt
@@ -91,6 +93,7 @@ bench: deps
 	@$(GOBUILD) $(HELPER_GOFLAGS) -o $(BENCH_OUT)/bcd-helper ./roles/helper
 	@$(GO) run ./cmd/benchtable -load-at-start $(BENCH_OUT)/loadavg-start -size bcd-helper=$(BENCH_OUT)/bcd-helper -qemu-log bin/qemu-tier.json \
 		-json $(BENCH_OUT)/bench.json $(BENCH_OUT)/raw.txt | tee $(BENCH_OUT)/bench.txt
+	@cd build/benchplot && $(GO) run . -in ../../$(BENCH_OUT)/raw.txt -out ../../$(BENCH_OUT)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '^proto/gen/')

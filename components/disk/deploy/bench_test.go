@@ -17,7 +17,8 @@ import (
 // image against `zstd -dc | dd`, a gzip image against `gzip -dc | dd`
 // (each skipped when its tool is not installed). It prints both
 // throughputs and CPU times and their ratio (the budget is at least 0.9);
-// make bench's table (cmd/benchtable) reads the benchmark lines.
+// make bench's table (cmd/benchtable) reads the benchmark lines. The zstd
+// image is also written with 1 and 4 decoder goroutines, for the plot.
 //
 // The target is a file in a temp dir, or $BCD_DEPLOY_BENCH_TARGET (a block
 // device or file, overwritten). The image is 256 MiB
@@ -69,8 +70,8 @@ func benchDeploy(b *testing.B, img []byte, c Compression, dir, target string, si
 			rate[name] = float64(len(img)) * float64(b.N) / b.Elapsed().Seconds() / 1e6
 		})
 	}
-	bcd := func() {
-		run("bcd", syscall.RUSAGE_SELF, func() error {
+	bcd := func(name string) {
+		run(name, syscall.RUSAGE_SELF, func() error {
 			f, err := os.Open(imgPath)
 			if err != nil {
 				return err
@@ -86,7 +87,7 @@ func benchDeploy(b *testing.B, img []byte, c Compression, dir, target string, si
 	}
 	if _, err := exec.LookPath(tool); err != nil {
 		b.Logf("%s is not installed: no %s -dc | dd reference figure", tool, tool)
-		bcd()
+		bcd("bcd")
 		fmt.Printf("deploy.image %s: %.0f MB/s; no %s -dc | dd reference (%s not installed)\n", c, rate["bcd"], tool, tool)
 		return
 	}
@@ -101,12 +102,17 @@ func benchDeploy(b *testing.B, img []byte, c Compression, dir, target string, si
 	}
 	// The reference first, then bcd: neither always has the page cache's
 	// leftovers of the other.
-	if os.Getenv("XORDER") != "" {
-		bcd()
-		reference()
-	} else {
-		reference()
-		bcd()
+	reference()
+	bcd("bcd")
+	if c == Zstd {
+		// The curve over decoder goroutines (make bench's deploy.png); "bcd"
+		// is the default, zstdConcurrency.
+		def := zstdConcurrency
+		for _, n := range []int{1, 4} {
+			zstdConcurrency = n
+			bcd(fmt.Sprintf("bcd-goroutines=%d", n))
+		}
+		zstdConcurrency = def
 	}
 	if rate["bcd"] > 0 && rate[ref] > 0 {
 		fmt.Printf("deploy.image %s: %.0f MB/s (%.0f ms CPU), %s -dc | dd: %.0f MB/s (%.0f ms CPU), ratio %.2f (budget >= 0.90), %d MiB image onto %s, %s\n",
