@@ -10,15 +10,15 @@ import (
 )
 
 // Group commit. Every write of the journal is a function of one bbolt
-// transaction handed to a single writer goroutine. The writer takes the
-// first waiting write, then every other write already queued (up to
-// maxGroup), runs them in one transaction and commits it: bbolt fsyncs the
-// pages, then the meta page. Only after that commit returns does any
+// transaction. A write that finds no commit under way commits itself, in
+// its caller's goroutine, with every write queued by then (no handoff, no
+// timer: a write alone goes at once). Writes that arrive while a commit is
+// being fsynced queue; when it ends, the first of them is woken to commit
+// the whole queue (up to maxGroup) in one transaction. bbolt fsyncs the
+// pages, then the meta page, and only after that commit returns does any
 // caller in the group get its answer, so the journal's rules hold as they
 // did with one transaction per write: nothing runs before its acceptance
-// is durable, and no result is acked before it is durable. Writes that
-// arrive while a commit is being fsynced wait for the next one and share
-// it; a write that arrives alone is committed at once (no timer).
+// is durable, and no result is acked before it is durable.
 //
 // A write whose function fails must leave nothing behind, but it may
 // already have changed the shared transaction. So a group with a failed
@@ -46,16 +46,18 @@ func (j *Journal) Stats() Stats {
 
 type write struct {
 	fn    func(*bolt.Tx) error
-	done  chan error
-	errOf error // fn's error in the last run
+	done  chan error    // its answer, once its group is committed
+	lead  chan struct{} // woken to commit the queue
+	errOf error         // fn's error in the last run
 }
 
 type writer struct {
-	db   *bolt.DB
-	mu   sync.RWMutex // held to send on in; stop takes it to close in
-	shut bool
-	in   chan *write
-	gone chan struct{}
+	db    *bolt.DB
+	mu    sync.Mutex
+	idle  *sync.Cond // signalled when busy turns false
+	busy  bool       // a commit is under way
+	shut  bool
+	queue []*write
 
 	writes, commits atomic.Uint64
 
@@ -67,58 +69,69 @@ type writer struct {
 }
 
 func startWriter(db *bolt.DB) *writer {
-	w := &writer{db: db, in: make(chan *write, maxGroup), gone: make(chan struct{})}
-	go w.loop()
+	w := &writer{db: db}
+	w.idle = sync.NewCond(&w.mu)
 	return w
 }
 
-// do hands fn to the writer and returns once the transaction holding it is
-// committed (fsynced), or with fn's error, or the commit's.
+// do runs fn in a committed transaction and returns once that transaction
+// is on disk (fsynced), or with fn's error, or the commit's.
 func (w *writer) do(fn func(*bolt.Tx) error) error {
-	wr := &write{fn: fn, done: make(chan error, 1)}
-	w.mu.RLock()
+	wr := &write{fn: fn, done: make(chan error, 1), lead: make(chan struct{}, 1)}
+	w.mu.Lock()
 	if w.shut {
-		w.mu.RUnlock()
+		w.mu.Unlock()
 		return ErrClosed
 	}
-	w.in <- wr
-	w.mu.RUnlock()
+	w.queue = append(w.queue, wr)
+	if w.busy {
+		w.mu.Unlock()
+		select {
+		case err := <-wr.done: // committed in another caller's group
+			return err
+		case <-wr.lead: // the last commit ended with this write first in the queue
+		}
+		// Writes are arriving together: let the callers the last commit
+		// just answered queue their next writes, so they join this group
+		// rather than the one after.
+		runtime.Gosched()
+		w.mu.Lock()
+	}
+	w.busy = true
+	for len(w.queue) > 0 {
+		n := min(len(w.queue), maxGroup)
+		group := w.queue[:n:n]
+		w.queue = w.queue[n:]
+		w.mu.Unlock()
+		w.commit(group)
+		w.mu.Lock()
+		if len(w.queue) > 0 {
+			select {
+			case err := <-wr.done:
+				// Ours is committed: hand the queue to its first write's
+				// caller rather than keep this caller waiting.
+				w.queue[0].lead <- struct{}{}
+				w.mu.Unlock()
+				return err
+			default:
+			}
+		}
+	}
+	w.busy = false
+	w.idle.Broadcast()
+	w.mu.Unlock()
 	return <-wr.done
 }
 
-// stop lets the queued writes commit and ends the writer.
+// stop refuses new writes and waits for the commit under way, and the
+// queue, to finish.
 func (w *writer) stop() {
 	w.mu.Lock()
-	if !w.shut {
-		w.shut = true
-		close(w.in)
+	w.shut = true
+	for w.busy {
+		w.idle.Wait()
 	}
 	w.mu.Unlock()
-	<-w.gone
-}
-
-func (w *writer) loop() {
-	defer close(w.gone)
-	group := make([]*write, 0, maxGroup)
-	for first := range w.in {
-		group = append(group[:0], first)
-		// Let the callers the last commit just answered queue their next
-		// writes, so they join this group rather than the one after.
-		runtime.Gosched()
-	more:
-		for len(group) < maxGroup {
-			select {
-			case wr, ok := <-w.in:
-				if !ok {
-					break more
-				}
-				group = append(group, wr)
-			default:
-				break more
-			}
-		}
-		w.commit(group)
-	}
 }
 
 // errInGroup marks a group rolled back because one of its writes failed.
