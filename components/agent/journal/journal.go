@@ -5,10 +5,10 @@
 // result is kept and re-sent until the gateway acks it. docs/delivery.md
 // states the rules.
 //
-// Writes go through one writer goroutine that commits them in groups
-// (group commit, commit.go): writes that arrive while a commit is being
-// fsynced share the next commit and its fsyncs, and no write returns to
-// its caller before the commit holding it is on disk.
+// Writes are committed in groups (group commit, commit.go): writes that
+// arrive while a commit is being fsynced share the next commit and its
+// fsyncs, and no write returns to its caller before the commit holding it
+// is on disk.
 package journal
 
 import (
@@ -83,7 +83,7 @@ type Event struct {
 }
 
 // Journal is safe for concurrent use; its writes are committed in groups
-// by one writer goroutine (commit.go).
+// (commit.go).
 type Journal struct {
 	db        *bolt.DB
 	path      string
