@@ -30,6 +30,9 @@ $GO vet -tags fakehw ./... || failed+=(vet-fakehw)
 # its tier (testreport names it by path).
 tier "unit, e2e, packaging" $GO test -json -count=1 -timeout 20m $($GO list ./... | grep -v /qemu-tests)
 
+echo "== build/benchplot (make bench's plots, its own module)"
+(cd build/benchplot && $GO vet ./... && $GO test -count=1 ./...) || failed+=(benchplot)
+
 echo "== go vet build/pkg"
 (cd build/pkg && $GO vet ./...) || failed+=(vet-pkg)
 REPORT_FLAGS="-tier pkg" tier "package builder" bash -c "cd build/pkg && $GO test -json -count=1 ./..."
