@@ -12,9 +12,11 @@ import (
 // Group commit. Every write of the journal is a function of one bbolt
 // transaction. A write that finds no commit under way commits itself, in
 // its caller's goroutine, with every write queued by then (no handoff, no
-// timer: a write alone goes at once). Writes that arrive while a commit is
-// being fsynced queue; when it ends, the first of them is woken to commit
-// the whole queue (up to maxGroup) in one transaction. bbolt fsyncs the
+// timer: a write alone goes at once; after a shared commit it first yields
+// once, so the callers that commit answered can join it). Writes that
+// arrive while a commit is being fsynced queue; when it ends, the first of
+// them is woken to commit the whole queue (up to maxGroup) in one
+// transaction. bbolt fsyncs the
 // pages, then the meta page, and only after that commit returns does any
 // caller in the group get its answer, so the journal's rules hold as they
 // did with one transaction per write: nothing runs before its acceptance
@@ -58,6 +60,9 @@ type writer struct {
 	busy  bool       // a commit is under way
 	shut  bool
 	queue []*write
+	// lastGroup is how many writes the last commit held; more than one
+	// means writes are arriving together.
+	lastGroup int
 
 	writes, commits atomic.Uint64
 
@@ -84,7 +89,15 @@ func (w *writer) do(fn func(*bolt.Tx) error) error {
 		return ErrClosed
 	}
 	w.queue = append(w.queue, wr)
-	if w.busy {
+	if !w.busy && w.lastGroup > 1 {
+		// The last commit was shared: its other callers are about to
+		// write again. Let them queue, so this commit is shared too,
+		// rather than go alone and leave them to the next.
+		w.busy = true
+		w.mu.Unlock()
+		runtime.Gosched()
+		w.mu.Lock()
+	} else if w.busy {
 		w.mu.Unlock()
 		select {
 		case err := <-wr.done: // committed in another caller's group
@@ -102,6 +115,7 @@ func (w *writer) do(fn func(*bolt.Tx) error) error {
 		n := min(len(w.queue), maxGroup)
 		group := w.queue[:n:n]
 		w.queue = w.queue[n:]
+		w.lastGroup = n
 		w.mu.Unlock()
 		w.commit(group)
 		w.mu.Lock()
