@@ -57,6 +57,14 @@ var (
 	kEventAck = []byte("event_ack")
 	kDropped  = []byte("events_dropped")
 	kEventN   = []byte("events_unacked")
+	// The indexes: ids of the entries accepted or running (what a restart
+	// runs or settles), and of the results not acked (what goes out after
+	// each Welcome), so a restart does not decode every entry kept for a
+	// day. kIndexed marks them built (a journal from before them is
+	// indexed once on Open).
+	bOpen    = []byte("open")
+	bUnacked = []byte("unacked")
+	kIndexed = []byte("indexed")
 )
 
 // Entry is one command as the journal holds it.
@@ -121,12 +129,17 @@ func Open(path, nodeID string) (*Journal, Opened, error) {
 	j := &Journal{db: db, path: path, now: time.Now, maxEvents: MaxUnackedEvents}
 	// Set up before the writer starts, in a transaction of its own.
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bMeta, bCommands, bEvents} {
+		for _, b := range [][]byte{bMeta, bCommands, bEvents, bOpen, bUnacked} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
 		}
 		m := tx.Bucket(bMeta)
+		if m.Get(kIndexed) == nil {
+			if err := buildIndexes(tx); err != nil {
+				return err
+			}
+		}
 		if have := m.Get(kNodeID); have != nil {
 			if string(have) != nodeID {
 				return fmt.Errorf("%w (%s, not %s): move it aside with bcd join --reset --yes", ErrOtherNode, have, nodeID)
@@ -201,7 +214,51 @@ func putEntry(tx *bolt.Tx, e *Entry) error {
 	if err != nil {
 		return err
 	}
-	return tx.Bucket(bCommands).Put([]byte(e.ID), b)
+	if err := tx.Bucket(bCommands).Put([]byte(e.ID), b); err != nil {
+		return err
+	}
+	return index(tx, e)
+}
+
+// index keeps e's id in the open and unacked indexes as its state says.
+func index(tx *bolt.Tx, e *Entry) error {
+	id := []byte(e.ID)
+	for _, ix := range []struct {
+		bucket []byte
+		in     bool
+	}{
+		{bOpen, e.State == Accepted || e.State == Running},
+		{bUnacked, e.State == Done && !e.Acked},
+	} {
+		b := tx.Bucket(ix.bucket)
+		var err error
+		if ix.in {
+			err = b.Put(id, []byte{1})
+		} else if b.Get(id) != nil {
+			err = b.Delete(id)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildIndexes indexes every entry, once, for a journal written before
+// the indexes.
+func buildIndexes(tx *bolt.Tx) error {
+	err := tx.Bucket(bCommands).ForEach(func(k, v []byte) error {
+		var e Entry
+		if err := json.Unmarshal(v, &e); err != nil {
+			return fmt.Errorf("journal entry %s: %w", k, err)
+		}
+		e.ID = string(k)
+		return index(tx, &e)
+	})
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bMeta).Put(kIndexed, []byte{1})
 }
 
 // Accept records a command before anything runs. It returns the entry and
@@ -295,14 +352,22 @@ func (j *Journal) Get(id string) (*Entry, error) {
 }
 
 // Entries returns every entry in the given states (all when none given),
-// oldest accepted first.
+// oldest accepted first. Accepted and running entries are found through
+// the open index.
 func (j *Journal) Entries(states ...string) ([]*Entry, error) {
 	want := map[string]bool{}
 	for _, s := range states {
 		want[s] = true
 	}
+	open := len(want) > 0
+	for s := range want {
+		open = open && (s == Accepted || s == Running)
+	}
 	var out []*Entry
 	err := j.db.View(func(tx *bolt.Tx) error {
+		if open {
+			return collect(tx, bOpen, func(e *Entry) bool { return want[e.State] }, &out)
+		}
 		return tx.Bucket(bCommands).ForEach(func(k, v []byte) error {
 			var e Entry
 			if err := json.Unmarshal(v, &e); err != nil {
@@ -318,15 +383,28 @@ func (j *Journal) Entries(states ...string) ([]*Entry, error) {
 	return out, err
 }
 
-// Unacked returns the done entries whose results the gateway has not acked.
-func (j *Journal) Unacked() ([]*Entry, error) {
-	all, err := j.Entries(Done)
-	out := all[:0]
-	for _, e := range all {
-		if !e.Acked {
-			out = append(out, e)
+// collect appends the entries an index names that keep says to keep.
+func collect(tx *bolt.Tx, index []byte, keep func(*Entry) bool, out *[]*Entry) error {
+	return tx.Bucket(index).ForEach(func(k, _ []byte) error {
+		e, err := getEntry(tx, string(k))
+		if err != nil || e == nil {
+			return err
 		}
-	}
+		if keep(e) {
+			*out = append(*out, e)
+		}
+		return nil
+	})
+}
+
+// Unacked returns the done entries whose results the gateway has not
+// acked, oldest accepted first, through the unacked index.
+func (j *Journal) Unacked() ([]*Entry, error) {
+	var out []*Entry
+	err := j.db.View(func(tx *bolt.Tx) error {
+		return collect(tx, bUnacked, func(e *Entry) bool { return e.State == Done && !e.Acked }, &out)
+	})
+	sort.Slice(out, func(a, b int) bool { return out[a].AcceptedAt.Before(out[b].AcceptedAt) })
 	return out, err
 }
 
@@ -368,6 +446,10 @@ func (j *Journal) Sweep(ttl time.Duration) (int, error) {
 		})
 		for _, k := range del {
 			if err := b.Delete(k); err != nil {
+				return err
+			}
+			// An acked entry is in neither index; this keeps it so.
+			if err := index(tx, &Entry{ID: string(k)}); err != nil {
 				return err
 			}
 		}
