@@ -6,6 +6,9 @@ COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X github.com/better-compute/bcd/components/base/buildinfo.Version=$(VERSION) -X github.com/better-compute/bcd/components/base/buildinfo.Commit=$(COMMIT)
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 ROLES := node site ramdisk helper
+# The helper is built without inlining (-l): about 340 kB smaller, toward
+# its 4 MiB budget; its operations are a few a second (docs/decisions.md).
+HELPER_GOFLAGS := -gcflags=all=-l
 
 .PHONY: all build proto deps deps-lists test soak demo sizes bench clean fmt packages image qemu-test
 
@@ -13,7 +16,7 @@ all: build
 
 build: deps
 	@mkdir -p bin
-	@for r in $(ROLES); do $(GOBUILD) -o bin/bcd-$$r ./roles/$$r || exit 1; done
+	@for r in $(ROLES); do $(GOBUILD) $$([ $$r = helper ] && echo '$(HELPER_GOFLAGS)') -o bin/bcd-$$r ./roles/$$r || exit 1; done
 	$(GOBUILD) -o bin/bcgw ./cmd/bcgw
 	$(GOBUILD) -o bin/bcx-ipmi ./cmd/bcx-ipmi
 	$(GOBUILD) -o bin/bcrelease ./cmd/bcrelease
@@ -38,7 +41,7 @@ image: deps
 
 qemu-test: image
 	@mkdir -p bin && $(GO) build -o bin/testreport ./cmd/testreport
-	set -o pipefail; $(GO) test -json -count=1 -timeout 15m ./qemu-tests/ 2>&1 | bin/testreport -v -tier qemu
+	set -o pipefail; $(GO) test -json -count=1 -timeout 15m ./qemu-tests/ 2>&1 | tee bin/qemu-tier.json | bin/testreport -v -tier qemu
 
 # soak runs the fault tests with many kill trials: exactly-once commands
 # (1,000 trials) and desired state converging under kills (200).
@@ -54,27 +57,47 @@ demo: build
 packages: deps
 	./build/packages.sh
 
+# sizes prints every binary's size, then for bcd-node, bcd-site and
+# bcd-helper the 10 packages that take the most of it (cmd/binsize reads
+# the symbols of the same build left unstripped, in bin/sizes/).
 sizes: build image
 	@ls -l bin/ | awk 'NR>1 && $$1 !~ /^d/ {printf "%-20s %10d bytes\n", $$9, $$5}'
+	@mkdir -p bin/sizes && for r in node site helper; do CGO_ENABLED=0 $(GO) build -trimpath $$([ $$r = helper ] && echo '$(HELPER_GOFLAGS)') -o bin/sizes/bcd-$$r ./roles/$$r || exit 1; done
+	@$(GO) run ./cmd/binsize -top 10 bin/sizes/bcd-node=bin/bcd-node bin/sizes/bcd-site=bin/bcd-site bin/sizes/bcd-helper=bin/bcd-helper
 	@printf "%-20s %10d bytes\n" initramfs.cpio.zst $$(stat -c %s images/out/initramfs.cpio.zst)
 	@./build/packages.sh
 
 # bench prints each figure next to its reference measured in the same run:
-# journal commands/s with fsync against the raw fsync rate of the same kind
-# of directory, bcd sim with 1,000 agents (BCD_SIM_NODES) against one
-# agent alone, a signed command through the dispatcher against an unsigned
-# one (and the ES256 verification alone), desired-state reporting's bytes and bcgw CPU with 1,000 sim
-# agents against the same run without reporting, deploy.image against zstd -dc | dd, and a node key's
-# signature through bcd helper against one by the TPM (swtpm) directly, and tunnel throughput through
-# bcgw tunnel --tcp against a direct loopback copy.
+# journal commands/s with fsync (1, 4, 16 and 64 commands in flight, with
+# fsyncs per command) against the raw fsync rate of the same kind of
+# directory, bcd sim with 1,000 agents (BCD_SIM_NODES) against one agent
+# alone, a signed command through the dispatcher against an unsigned one
+# (and the ES256 verification alone), desired-state reporting's bytes and
+# bcgw CPU with 1,000 sim agents against the same run without reporting,
+# deploy.image against zstd -dc | dd and gzip -dc | dd, a node key's
+# signature through bcd helper against one by the TPM (swtpm) directly, an
+# idle bcd node against a sleep process, the helper's size against its
+# budget, the gateway store on bbolt and PostgreSQL, tunnel throughput
+# through bcgw tunnel --tcp against a direct loopback copy, and PXE start to joined (and to the installed OS joined) from the
+# QEMU tier's last run (bin/qemu-tier.json, kept by make test). It ends
+# with one table of them all (cmd/benchtable), also in bin/bench/bench.txt
+# and bin/bench/bench.json; the raw output is in bin/bench/raw.txt, and
+# build/benchplot draws the journal and deploy figures over concurrency
+# into bin/bench/journal.png and deploy.png.
+BENCH_OUT := bin/bench
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./components/agent/journal/ | grep -E '^(Benchmark|ok)'
-	$(GO) test -run '^$$' -bench BenchmarkSignedIntent -benchtime 500x ./components/agent/dispatch/ | grep -E '^(Benchmark|ok)'
-	$(GO) test -run '^$$' -bench 'BenchmarkSim|BenchmarkReporting' -benchtime 1x -timeout 40m ./e2e/ | grep -vE '^[[:space:]]*[{]'
-	$(GO) test -run '^$$' -bench BenchmarkDeploy -benchtime 3x ./components/disk/deploy/ | grep -E '^(Benchmark|ok|deploy)'
-	$(GO) test -run '^$$' -bench BenchmarkTPMSign -benchtime 200x ./components/helper/ | grep -E '^(Benchmark|ok)'
-	$(GO) test -run '^$$' -bench BenchmarkStore -benchtime 2s ./components/gateway/store/ ./components/gateway/store/pgstore/ | grep -E '^(Benchmark|ok)'
-	$(GO) test -run '^$$' -bench BenchmarkTunnel -benchtime 2x ./e2e/ | grep -vE '^[[:space:]]*[{]'
+	@mkdir -p $(BENCH_OUT) && cat /proc/loadavg > $(BENCH_OUT)/loadavg-start && : > $(BENCH_OUT)/raw.txt
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./components/agent/journal/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok)'
+	$(GO) test -run '^$$' -bench BenchmarkSignedIntent -benchtime 500x ./components/agent/dispatch/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok)'
+	$(GO) test -run '^$$' -bench 'BenchmarkSim|BenchmarkReporting|BenchmarkIdleNode' -benchtime 1x -timeout 40m ./e2e/ | tee -a $(BENCH_OUT)/raw.txt | grep -vE '^[[:space:]]*[{]'
+	$(GO) test -run '^$$' -bench BenchmarkDeploy -benchtime 3x ./components/disk/deploy/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok|deploy)'
+	$(GO) test -run '^$$' -bench BenchmarkTPMSign -benchtime 200x ./components/helper/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok)'
+	$(GO) test -run '^$$' -bench BenchmarkStore -benchtime 2s ./components/gateway/store/ ./components/gateway/store/pgstore/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok)'
+	$(GO) test -run '^$$' -bench BenchmarkTunnel -benchtime 2x ./e2e/ | tee -a $(BENCH_OUT)/raw.txt | grep -vE '^[[:space:]]*[{]'
+	@$(GOBUILD) $(HELPER_GOFLAGS) -o $(BENCH_OUT)/bcd-helper ./roles/helper
+	@$(GO) run ./cmd/benchtable -load-at-start $(BENCH_OUT)/loadavg-start -size bcd-helper=$(BENCH_OUT)/bcd-helper -qemu-log bin/qemu-tier.json \
+		-json $(BENCH_OUT)/bench.json $(BENCH_OUT)/raw.txt | tee $(BENCH_OUT)/bench.txt
+	@cd build/benchplot && $(GO) run . -in ../../$(BENCH_OUT)/raw.txt -out ../../$(BENCH_OUT)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '^proto/gen/')

@@ -41,7 +41,8 @@ ldflags="-s -w -X github.com/better-compute/bcd/components/base/buildinfo.Versio
 for arch in $arches; do
   mkdir -p "$bin_dir/$arch"
   for role in node site helper; do
-    CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "$ldflags" \
+    gcflags=""; [ "$role" = helper ] && gcflags="all=-l" # smaller; see HELPER_GOFLAGS in the Makefile
+    CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -gcflags "$gcflags" -ldflags "$ldflags" \
       -o "$bin_dir/$arch/bcd-$role" "./roles/$role"
   done
 done

@@ -30,13 +30,17 @@ $GO vet -tags fakehw ./... || failed+=(vet-fakehw)
 # its tier (testreport names it by path).
 tier "unit, e2e, packaging" $GO test -json -count=1 -timeout 20m $($GO list ./... | grep -v /qemu-tests)
 
+echo "== build/benchplot (make bench's plots, its own module)"
+(cd build/benchplot && $GO vet ./... && $GO test -count=1 ./...) || failed+=(benchplot)
+
 echo "== go vet build/pkg"
 (cd build/pkg && $GO vet ./...) || failed+=(vet-pkg)
 REPORT_FLAGS="-tier pkg" tier "package builder" bash -c "cd build/pkg && $GO test -json -count=1 ./..."
 
 # The QEMU tier prints its VMs' progress as it goes (-v).
 if make --no-print-directory image; then
-  REPORT_FLAGS="-v -tier qemu" tier qemu $GO test -json -count=1 -timeout 15m ./qemu-tests/
+  # Its output is kept in bin/qemu-tier.json: make bench reads the PXE times from it.
+  REPORT_FLAGS="-v -tier qemu" tier qemu bash -c "set -o pipefail; $GO test -json -count=1 -timeout 15m ./qemu-tests/ | tee bin/qemu-tier.json"
 else
   failed+=("qemu (make image)")
 fi

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -130,6 +131,48 @@ func BenchmarkSim(b *testing.B) {
 	b.ReportMetric(rss/float64(n), "KiB/agent")
 	b.ReportMetric(float64(p50.Microseconds()), "p50-us")
 	b.ReportMetric(float64(p99.Microseconds()), "p99-us")
+	// The references, for make bench's table (cmd/benchtable).
+	b.ReportMetric(joins1, "ref-joins/s")
+	b.ReportMetric(rss1, "ref-KiB")
+	b.ReportMetric(float64(p99r.Microseconds()), "ref-p99-us")
+}
+
+// BenchmarkIdleNode is an idle bcd node (fakehw build) joined to bcgw:
+// its resident memory and the CPU it uses over 60 s ($BCD_IDLE_SECONDS),
+// next to a sleep process started beside it as the floor.
+func BenchmarkIdleNode(b *testing.B) {
+	window := 60 * time.Second
+	if v := os.Getenv("BCD_IDLE_SECONDS"); v != "" {
+		s, err := strconv.Atoi(v)
+		if err != nil || s < 1 {
+			b.Fatalf("BCD_IDLE_SECONDS=%q", v)
+		}
+		window = time.Duration(s) * time.Second
+	}
+	l := newLab(b)
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	cfg, id := l.joinNode(g, "n", l.token(g, "--uses", "1"), "node")
+	node := l.start("bcd-node", "node", "--config", cfg)
+	l.waitNode(g, id, "connected", func(n nodeView) bool { return n.Connected })
+	sleep := exec.Command("sleep", "3600")
+	if err := sleep.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = sleep.Process.Kill(); _ = sleep.Wait() }()
+	time.Sleep(5 * time.Second) // the first reports go out
+	np, sp := node.cmd.Process.Pid, sleep.Process.Pid
+	n0, s0 := procCPU(np), procCPU(sp)
+	var nRSS, sRSS float64
+	for end := time.Now().Add(window); time.Now().Before(end); time.Sleep(time.Second) {
+		nRSS, sRSS = max(nRSS, rssKiB(np)), max(sRSS, rssKiB(sp))
+	}
+	perMin := float64(time.Minute) / float64(window)
+	nCPU, sCPU := float64((procCPU(np)-n0).Milliseconds())*perMin, float64((procCPU(sp)-s0).Milliseconds())*perMin
+	fmt.Printf("idle bcd node (fakehw) over %s: peak RSS %.0f KiB, CPU %.0f ms/min   (a sleep process: %.0f KiB, %.0f ms/min)\n", window, nRSS, nCPU, sRSS, sCPU)
+	b.ReportMetric(nRSS, "node-KiB")
+	b.ReportMetric(nCPU, "node-cpu-ms/min")
+	b.ReportMetric(sRSS, "sleep-KiB")
+	b.ReportMetric(sCPU, "sleep-cpu-ms/min")
 }
 
 func numCPU() int { return runtime.NumCPU() }

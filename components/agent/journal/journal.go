@@ -4,6 +4,11 @@
 // before anything runs, marked running before its side effect, and its
 // result is kept and re-sent until the gateway acks it. docs/delivery.md
 // states the rules.
+//
+// Writes are committed in groups (group commit, commit.go): writes that
+// arrive while a commit is being fsynced share the next commit and its
+// fsyncs, and no write returns to its caller before the commit holding it
+// is on disk.
 package journal
 
 import (
@@ -52,6 +57,14 @@ var (
 	kEventAck = []byte("event_ack")
 	kDropped  = []byte("events_dropped")
 	kEventN   = []byte("events_unacked")
+	// The indexes: ids of the entries accepted or running (what a restart
+	// runs or settles), and of the results not acked (what goes out after
+	// each Welcome), so a restart does not decode every entry kept for a
+	// day. kIndexed marks them built (a journal from before them is
+	// indexed once on Open).
+	bOpen    = []byte("open")
+	bUnacked = []byte("unacked")
+	kIndexed = []byte("indexed")
 )
 
 // Entry is one command as the journal holds it.
@@ -77,12 +90,14 @@ type Event struct {
 	At   time.Time `json:"at"`
 }
 
-// Journal is safe for concurrent use (bbolt serialises writers).
+// Journal is safe for concurrent use; its writes are committed in groups
+// (commit.go).
 type Journal struct {
 	db        *bolt.DB
 	path      string
 	now       func() time.Time
 	maxEvents int
+	w         *writer
 }
 
 // Opened reports what Open found.
@@ -112,13 +127,19 @@ func Open(path, nodeID string) (*Journal, Opened, error) {
 		return nil, op, fmt.Errorf("open %s: %w", path, err)
 	}
 	j := &Journal{db: db, path: path, now: time.Now, maxEvents: MaxUnackedEvents}
+	// Set up before the writer starts, in a transaction of its own.
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bMeta, bCommands, bEvents} {
+		for _, b := range [][]byte{bMeta, bCommands, bEvents, bOpen, bUnacked} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
 		}
 		m := tx.Bucket(bMeta)
+		if m.Get(kIndexed) == nil {
+			if err := buildIndexes(tx); err != nil {
+				return err
+			}
+		}
 		if have := m.Get(kNodeID); have != nil {
 			if string(have) != nodeID {
 				return fmt.Errorf("%w (%s, not %s): move it aside with bcd join --reset --yes", ErrOtherNode, have, nodeID)
@@ -131,6 +152,7 @@ func Open(path, nodeID string) (*Journal, Opened, error) {
 		db.Close()
 		return nil, op, fmt.Errorf("journal %s: %w", path, err)
 	}
+	j.w = startWriter(db)
 	return j, op, nil
 }
 
@@ -141,7 +163,7 @@ func openDB(path string) (db *bolt.DB, err error) {
 			db, err = nil, fmt.Errorf("corrupt journal: %v", r)
 		}
 	}()
-	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true})
 	if err != nil {
 		return nil, err
 	}
@@ -160,8 +182,12 @@ func openDB(path string) (db *bolt.DB, err error) {
 
 func isLockTimeout(err error) bool { return errors.Is(err, bolt.ErrTimeout) }
 
-// Close closes the file.
-func (j *Journal) Close() error { return j.db.Close() }
+// Close lets the writes already handed to the writer commit, then closes
+// the file; writes after Close fail with ErrClosed.
+func (j *Journal) Close() error {
+	j.w.stop()
+	return j.db.Close()
+}
 
 // Path is the journal's file.
 func (j *Journal) Path() string { return j.path }
@@ -188,7 +214,51 @@ func putEntry(tx *bolt.Tx, e *Entry) error {
 	if err != nil {
 		return err
 	}
-	return tx.Bucket(bCommands).Put([]byte(e.ID), b)
+	if err := tx.Bucket(bCommands).Put([]byte(e.ID), b); err != nil {
+		return err
+	}
+	return index(tx, e)
+}
+
+// index keeps e's id in the open and unacked indexes as its state says.
+func index(tx *bolt.Tx, e *Entry) error {
+	id := []byte(e.ID)
+	for _, ix := range []struct {
+		bucket []byte
+		in     bool
+	}{
+		{bOpen, e.State == Accepted || e.State == Running},
+		{bUnacked, e.State == Done && !e.Acked},
+	} {
+		b := tx.Bucket(ix.bucket)
+		var err error
+		if ix.in {
+			err = b.Put(id, []byte{1})
+		} else if b.Get(id) != nil {
+			err = b.Delete(id)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildIndexes indexes every entry, once, for a journal written before
+// the indexes.
+func buildIndexes(tx *bolt.Tx) error {
+	err := tx.Bucket(bCommands).ForEach(func(k, v []byte) error {
+		var e Entry
+		if err := json.Unmarshal(v, &e); err != nil {
+			return fmt.Errorf("journal entry %s: %w", k, err)
+		}
+		e.ID = string(k)
+		return index(tx, &e)
+	})
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bMeta).Put(kIndexed, []byte{1})
 }
 
 // Accept records a command before anything runs. It returns the entry and
@@ -197,7 +267,8 @@ func putEntry(tx *bolt.Tx, e *Entry) error {
 func (j *Journal) Accept(id, kind, lane string, command []byte) (*Entry, bool, error) {
 	var out *Entry
 	isNew := false
-	err := j.db.Update(func(tx *bolt.Tx) error {
+	err := j.w.do(func(tx *bolt.Tx) error {
+		out, isNew = nil, false // the writer may run this more than once (commit.go)
 		e, err := getEntry(tx, id)
 		if err != nil || e != nil {
 			out = e
@@ -254,7 +325,7 @@ func (j *Journal) AckResult(id string) error {
 }
 
 func (j *Journal) update(id string, f func(*Entry) error) error {
-	return j.db.Update(func(tx *bolt.Tx) error {
+	return j.w.do(func(tx *bolt.Tx) error {
 		e, err := getEntry(tx, id)
 		if err != nil {
 			return err
@@ -281,14 +352,22 @@ func (j *Journal) Get(id string) (*Entry, error) {
 }
 
 // Entries returns every entry in the given states (all when none given),
-// oldest accepted first.
+// oldest accepted first. Accepted and running entries are found through
+// the open index.
 func (j *Journal) Entries(states ...string) ([]*Entry, error) {
 	want := map[string]bool{}
 	for _, s := range states {
 		want[s] = true
 	}
+	open := len(want) > 0
+	for s := range want {
+		open = open && (s == Accepted || s == Running)
+	}
 	var out []*Entry
 	err := j.db.View(func(tx *bolt.Tx) error {
+		if open {
+			return collect(tx, bOpen, func(e *Entry) bool { return want[e.State] }, &out)
+		}
 		return tx.Bucket(bCommands).ForEach(func(k, v []byte) error {
 			var e Entry
 			if err := json.Unmarshal(v, &e); err != nil {
@@ -304,15 +383,28 @@ func (j *Journal) Entries(states ...string) ([]*Entry, error) {
 	return out, err
 }
 
-// Unacked returns the done entries whose results the gateway has not acked.
-func (j *Journal) Unacked() ([]*Entry, error) {
-	all, err := j.Entries(Done)
-	out := all[:0]
-	for _, e := range all {
-		if !e.Acked {
-			out = append(out, e)
+// collect appends the entries an index names that keep says to keep.
+func collect(tx *bolt.Tx, index []byte, keep func(*Entry) bool, out *[]*Entry) error {
+	return tx.Bucket(index).ForEach(func(k, _ []byte) error {
+		e, err := getEntry(tx, string(k))
+		if err != nil || e == nil {
+			return err
 		}
-	}
+		if keep(e) {
+			*out = append(*out, e)
+		}
+		return nil
+	})
+}
+
+// Unacked returns the done entries whose results the gateway has not
+// acked, oldest accepted first, through the unacked index.
+func (j *Journal) Unacked() ([]*Entry, error) {
+	var out []*Entry
+	err := j.db.View(func(tx *bolt.Tx) error {
+		return collect(tx, bUnacked, func(e *Entry) bool { return e.State == Done && !e.Acked }, &out)
+	})
+	sort.Slice(out, func(a, b int) bool { return out[a].AcceptedAt.Before(out[b].AcceptedAt) })
 	return out, err
 }
 
@@ -342,7 +434,7 @@ func (j *Journal) Recover(idempotent func(kind string) bool, interrupted func(*E
 func (j *Journal) Sweep(ttl time.Duration) (int, error) {
 	cut := j.now().Add(-ttl)
 	n := 0
-	err := j.db.Update(func(tx *bolt.Tx) error {
+	err := j.w.do(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bCommands)
 		var del [][]byte
 		_ = b.ForEach(func(k, v []byte) error {
@@ -354,6 +446,10 @@ func (j *Journal) Sweep(ttl time.Duration) (int, error) {
 		})
 		for _, k := range del {
 			if err := b.Delete(k); err != nil {
+				return err
+			}
+			// An acked entry is in neither index; this keeps it so.
+			if err := index(tx, &Entry{ID: string(k)}); err != nil {
 				return err
 			}
 		}
@@ -380,7 +476,7 @@ func be(n uint64) []byte {
 // MaxUnackedEvents the oldest unacked event is dropped and counted.
 func (j *Journal) AppendEvent(typ string, body []byte) (uint64, error) {
 	var seq uint64
-	err := j.db.Update(func(tx *bolt.Tx) error {
+	err := j.w.do(func(tx *bolt.Tx) error {
 		m, ev := tx.Bucket(bMeta), tx.Bucket(bEvents)
 		seq = u64(m.Get(kEventSeq)) + 1
 		if err := m.Put(kEventSeq, be(seq)); err != nil {
@@ -413,7 +509,7 @@ func (j *Journal) AppendEvent(typ string, body []byte) (uint64, error) {
 
 // AckEvents drops every event up to and including seq.
 func (j *Journal) AckEvents(seq uint64) error {
-	return j.db.Update(func(tx *bolt.Tx) error {
+	return j.w.do(func(tx *bolt.Tx) error {
 		m, ev := tx.Bucket(bMeta), tx.Bucket(bEvents)
 		if seq <= u64(m.Get(kEventAck)) {
 			return nil

@@ -2,11 +2,14 @@ package journal
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 func open(t *testing.T, dir, node string) *Journal {
@@ -179,4 +182,79 @@ func TestEventsCapAndAck(t *testing.T) {
 	if len(evs) != 2 || acked != 6 {
 		t.Fatalf("after ack: %d events, acked %d", len(evs), acked)
 	}
+}
+
+// TestIndexes: after accepts, starts, results, acks and a sweep, the open
+// and unacked indexes give what a full scan gives; a journal written
+// before the indexes is indexed when opened.
+func TestIndexes(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir, "n1")
+	for i := 0; i < 40; i++ {
+		id := fmt.Sprintf("c%02d", i)
+		if _, _, err := j.Accept(id, "k", "control", nil); err != nil {
+			t.Fatal(err)
+		}
+		if i%4 >= 1 {
+			j.Start(id)
+		}
+		if i%4 >= 2 {
+			j.Finish(id, []byte("r"))
+		}
+		if i%4 == 3 {
+			j.AckResult(id)
+		}
+	}
+	j.now = func() time.Time { return time.Now().Add(48 * time.Hour) }
+	if n, err := j.Sweep(time.Hour); err != nil || n != 10 {
+		t.Fatalf("sweep: %d %v", n, err)
+	}
+	check := func(j *Journal) {
+		t.Helper()
+		all, err := j.Entries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var open, unacked []string
+		for _, e := range all {
+			if e.State == Accepted || e.State == Running {
+				open = append(open, e.ID)
+			}
+			if e.State == Done && !e.Acked {
+				unacked = append(unacked, e.ID)
+			}
+		}
+		ids := func(es []*Entry, err error) []string {
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, e := range es {
+				out = append(out, e.ID)
+			}
+			return out
+		}
+		if got := ids(j.Entries(Accepted, Running)); fmt.Sprint(got) != fmt.Sprint(open) || len(open) != 20 {
+			t.Errorf("open: index %v, scan %v", got, open)
+		}
+		if got := ids(j.Unacked()); fmt.Sprint(got) != fmt.Sprint(unacked) || len(unacked) != 10 {
+			t.Errorf("unacked: index %v, scan %v", got, unacked)
+		}
+	}
+	check(j)
+	// As a journal from before the indexes: no index buckets, no marker.
+	if err := j.db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bOpen, bUnacked} {
+			if err := tx.DeleteBucket(b); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bMeta).Delete(kIndexed)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	j = open(t, dir, "n1")
+	defer j.Close()
+	check(j)
 }

@@ -2,7 +2,9 @@
 // deploy.image command: it streams the image through SHA-256 and gzip or
 // zstd decompression (klauspost/compress) straight onto the target block
 // device or file, with no temporary copy, reports progress as it goes and
-// fsyncs at the end.
+// fsyncs at the end. The target is opened O_DIRECT where its file system
+// allows it, so the written bytes skip the page cache (the image's last
+// partial block is written after O_DIRECT is turned off).
 //
 // The digest is of the image as delivered (the compressed bytes the site
 // cache stores by digest), so it is known only once the last byte has been
@@ -24,6 +26,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/better-compute/bcd/components/disk/wipe"
 	"github.com/klauspost/compress/gzip"
@@ -94,8 +97,8 @@ type Writer struct {
 	// ProgressEvery is how many written bytes pass between progress
 	// reports (default 64 MiB).
 	ProgressEvery int64
-	// BufferSize is the size of each write to the target (default 1 MiB);
-	// four buffers are in flight.
+	// BufferSize is the size of each write to the target (default 4 MiB,
+	// rounded up to 4 KiB for O_DIRECT); four buffers are in flight.
 	BufferSize int
 }
 
@@ -126,7 +129,7 @@ func (w *Writer) Write(ctx context.Context, src io.Reader, digest string, c Comp
 	}
 	bufSize := w.BufferSize
 	if bufSize <= 0 {
-		bufSize = 1 << 20
+		bufSize = defaultBuf
 	}
 
 	h := sha256.New()
@@ -153,7 +156,7 @@ func (w *Writer) Write(ctx context.Context, src io.Reader, digest string, c Comp
 	if err != nil {
 		return fail(err)
 	}
-	out := &progressWriter{ctx: ctx, w: t.f, every: every, next: every, report: progress, in: in}
+	out := &progressWriter{ctx: ctx, w: t.f, direct: t.direct, every: every, next: every, report: progress, in: in}
 	bw := newAsyncWriter(out, bufSize, 4)
 	copyErr := decompress(c, br, bw)
 	if copyErr == nil {
@@ -234,11 +237,9 @@ func decompress(c Compression, r io.Reader, w io.Writer) error {
 		}
 		return nil
 	case Zstd:
-		// The stream decoder with concurrency 4 pipelines a frame's block
-		// decoding, sequence decoding and history over goroutines: on the
-		// idle 2-core lab machine it wrote 805 MB/s against 710 MB/s with
-		// one goroutine, for the same CPU time (make bench; 2026-11-29).
-		z, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(4))
+		// The stream decoder pipelines a frame's block decoding, sequence
+		// decoding and history over zstdConcurrency goroutines.
+		z, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(zstdConcurrency), zstd.WithDecoderLowmem(zstdLowMem))
 		if err != nil {
 			return fmt.Errorf("zstd: %w", err)
 		}
@@ -254,6 +255,17 @@ func decompress(c Compression, r io.Reader, w io.Writer) error {
 	return nil
 }
 
+// Tuned with make bench's BenchmarkDeploy on the 2-core lab machine
+// (docs/decisions.md, 2026-12-02): 4 MiB writes; zstd decoding on two
+// goroutines with its larger buffers (lowmem off) spent about a third less
+// CPU than four goroutines with lowmem on; O_DIRECT (openDirect) saves the
+// copy into the page cache.
+var (
+	defaultBuf      = 4 << 20
+	zstdConcurrency = 2
+	zstdLowMem      = false
+)
+
 // wrapStream keeps write errors (already phrased) apart from the
 // decompressor's own.
 func wrapStream(what string, err error) error {
@@ -265,8 +277,32 @@ func wrapStream(what string, err error) error {
 }
 
 type target struct {
-	f     *os.File
-	block bool
+	f      *os.File
+	block  bool
+	direct bool // opened O_DIRECT: writes bypass the page cache
+}
+
+// directIO opens targets O_DIRECT where the file system allows it.
+var directIO = true
+
+// directAlign is the alignment O_DIRECT asks of buffers, offsets and
+// lengths: 4096 covers 512- and 4096-byte logical blocks.
+const directAlign = 4096
+
+// openDirect opens path with flags, adding O_DIRECT when directIO is set
+// and the file system takes it (tmpfs refuses it with EINVAL).
+func openDirect(path string, flags int, perm os.FileMode) (*os.File, bool, error) {
+	if directIO {
+		f, err := os.OpenFile(path, flags|unix.O_DIRECT, perm)
+		if err == nil {
+			return f, true, nil
+		}
+		if !errors.Is(err, unix.EINVAL) {
+			return nil, false, err
+		}
+	}
+	f, err := os.OpenFile(path, flags, perm)
+	return f, false, err
 }
 
 func openTarget(dst string) (*target, error) {
@@ -274,21 +310,21 @@ func openTarget(dst string) (*target, error) {
 	err := unix.Stat(dst, &st)
 	switch {
 	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFBLK:
-		f, err := os.OpenFile(dst, os.O_WRONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+		f, direct, err := openDirect(dst, os.O_WRONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, fmt.Errorf("open(%s, O_WRONLY|O_EXCL) = %w", dst, unwrapPath(err))
 		}
-		return &target{f: f, block: true}, nil
+		return &target{f: f, block: true, direct: direct}, nil
 	case err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG:
 		return nil, fmt.Errorf("%s is neither a block device nor a regular file", dst)
 	case err != nil && !errors.Is(err, unix.ENOENT):
 		return nil, fmt.Errorf("stat(%s) = %w", dst, err)
 	}
-	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o600)
+	f, direct, err := openDirect(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open(%s, O_WRONLY|O_CREAT|O_TRUNC) = %w", dst, unwrapPath(err))
 	}
-	return &target{f: f}, nil
+	return &target{f: f, direct: direct}, nil
 }
 
 // unbootable zeroes the first MiB and the last MiB written of dst and
@@ -337,6 +373,7 @@ func (e writeError) Unwrap() error { return e.err }
 type progressWriter struct {
 	ctx    context.Context
 	w      *os.File
+	direct bool // w is O_DIRECT: a write of an unaligned length turns it off first
 	n      atomic.Int64
 	every  int64
 	next   int64
@@ -347,6 +384,13 @@ type progressWriter struct {
 func (p *progressWriter) Write(b []byte) (int, error) {
 	if err := p.ctx.Err(); err != nil {
 		return 0, err
+	}
+	if p.direct && len(b)%directAlign != 0 {
+		// The image's last bytes: O_DIRECT takes only whole blocks.
+		if err := clearDirect(p.w); err != nil {
+			return 0, writeError{err}
+		}
+		p.direct = false
 	}
 	n, err := p.w.Write(b)
 	written := p.n.Add(int64(n))
@@ -365,6 +409,17 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 	return n, nil
 }
 
+func clearDirect(f *os.File) error {
+	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+	if err == nil {
+		_, err = unix.FcntlInt(f.Fd(), unix.F_SETFL, fl&^unix.O_DIRECT)
+	}
+	if err != nil {
+		return fmt.Errorf("fcntl(%s, F_SETFL, ~O_DIRECT) = %w", f.Name(), err)
+	}
+	return nil
+}
+
 // asyncWriter hands full buffers to a goroutine that writes them, so
 // decompressing the next buffer overlaps writing the last one (as in
 // `zstd -dc | dd`, two processes).
@@ -380,8 +435,15 @@ type asyncWriter struct {
 
 func newAsyncWriter(w io.Writer, size, n int) *asyncWriter {
 	a := &asyncWriter{w: w, free: make(chan []byte, n), work: make(chan []byte, n), done: make(chan struct{})}
+	size = (size + directAlign - 1) / directAlign * directAlign
 	for range n {
-		a.free <- make([]byte, 0, size)
+		// Aligned for O_DIRECT.
+		b := make([]byte, size+directAlign)
+		off := 0
+		if r := int(uintptr(unsafe.Pointer(&b[0])) % directAlign); r != 0 {
+			off = directAlign - r
+		}
+		a.free <- b[off : off : off+size]
 	}
 	go a.loop()
 	return a

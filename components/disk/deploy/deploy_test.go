@@ -238,3 +238,45 @@ func TestSniff(t *testing.T) {
 		t.Error("lz4 accepted")
 	}
 }
+
+// TestDirectIO: on a file system that takes O_DIRECT the target is opened
+// with it, and an image whose length is not a whole number of blocks
+// still lands whole (the tail is written after O_DIRECT is turned off),
+// for odd buffer sizes too; on tmpfs, which refuses O_DIRECT, the write
+// falls back to the page cache.
+func TestDirectIO(t *testing.T) {
+	img := osImage(3*MiB + 1234)
+	src := compress(t, img, Zstd)
+	dir := t.TempDir()
+	probe := filepath.Join(dir, "probe")
+	f, direct, err := openDirect(probe, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if !direct {
+		t.Logf("%s does not take O_DIRECT: the page-cache path is what this tests", dir)
+	}
+	dirs := []string{dir}
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		dirs = append(dirs, "/dev/shm")
+	}
+	for _, d := range dirs {
+		for _, buf := range []int{0, 100 << 10, 4096 + 1} {
+			dst, err := os.CreateTemp(d, "deploy-direct-*.img")
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst.Close()
+			defer os.Remove(dst.Name())
+			w := &Writer{BufferSize: buf}
+			if _, err := w.Write(context.Background(), bytes.NewReader(src), sum(src), Zstd, dst.Name(), nil); err != nil {
+				t.Fatalf("%s, buffer %d: %v", d, buf, err)
+			}
+			got, _ := os.ReadFile(dst.Name())
+			if !bytes.Equal(got, img) {
+				t.Fatalf("%s, buffer %d: the target holds %d bytes that differ from the %d-byte image", d, buf, len(got), len(img))
+			}
+		}
+	}
+}

@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -89,9 +91,19 @@ func OpenTransport(tr transport.TPMCloser) *TPM {
 
 // OpenTCP connects to a TPM simulator's command port (swtpm socket --server
 // type=tcp), which carries raw TPM commands and responses. The simulator must
-// already be started up (swtpm --flags not-need-init,startup-clear).
+// already be started up (swtpm --flags not-need-init,startup-clear). addr
+// is IP:port (localhost:port is taken as 127.0.0.1): dialling a parsed
+// address keeps net's resolver out of the binaries that link this, the
+// helper among them (docs/decisions.md).
 func OpenTCP(addr string) (*TPM, error) {
-	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if rest, ok := strings.CutPrefix(addr, "localhost:"); ok {
+		addr = "127.0.0.1:" + rest
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("TPM simulator address %q: %w (want IP:port, e.g. 127.0.0.1:2321)", addr, err)
+	}
+	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(ap))
 	if err != nil {
 		return nil, fmt.Errorf("connect to TPM simulator %s = %w", addr, err)
 	}

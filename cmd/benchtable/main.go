@@ -1,0 +1,306 @@
+// Command benchtable reads the output of make bench's benchmarks (go test
+// -bench lines) and prints the one table make bench ends with: each
+// figure, its reference measured in the same run, their ratio and the
+// budget, in a stable plain-text format; -json writes the same rows for
+// scripts (make bench: bin/bench/bench.json).
+//
+//	benchtable [-json FILE] [-size NAME=PATH]... OUTPUT.txt...
+//
+// A figure whose benchmark did not run (a tool missing, a tier not run)
+// is printed as "not measured", never left out.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Row is one figure of the table.
+type Row struct {
+	Figure    string   `json:"figure"`
+	Value     *float64 `json:"value"` // nil: not measured
+	Unit      string   `json:"unit"`
+	Reference string   `json:"reference,omitempty"`
+	RefValue  *float64 `json:"reference_value,omitempty"`
+	Ratio     *float64 `json:"ratio,omitempty"`
+	Budget    string   `json:"budget,omitempty"`
+	// Verdict is "ok", "missed", "not measured" or "" (no budget).
+	Verdict string `json:"verdict"`
+}
+
+// Table is what -json writes.
+type Table struct {
+	At      time.Time `json:"at"`
+	CPUs    int       `json:"cpus"`
+	LoadAvg string    `json:"loadavg_at_end"`
+	LoadAt0 string    `json:"loadavg_at_start,omitempty"`
+	Rows    []Row     `json:"rows"`
+}
+
+// metric names one figure in the benchmark output: the benchmark's name
+// (without the -GOMAXPROCS suffix) and the unit of the value.
+type metric struct{ bench, unit string }
+
+// spec is one row: the figure and its reference, and the budget on
+// value/reference (min for throughputs, max for costs; 0 for none).
+type spec struct {
+	figure      string
+	value       metric
+	reference   string
+	ref         metric
+	budget      string
+	min, max    float64
+	refConstant float64 // a fixed reference (a size budget) instead of ref
+}
+
+var specs = []spec{
+	{figure: "journal commands/s, 16 in flight", value: metric{"BenchmarkCommand/c=16", "commands/s"},
+		reference: "raw write+fsync/s, same kind of dir", ref: metric{"BenchmarkRawFsync", "fsyncs/s"}, budget: ">= 1.00x", min: 1},
+	{figure: "journal commands/s, 1 in flight", value: metric{"BenchmarkCommand/c=1", "commands/s"},
+		reference: "raw write+fsync/s, same kind of dir", ref: metric{"BenchmarkRawFsync", "fsyncs/s"}},
+	{figure: "journal commands/s, 64 in flight", value: metric{"BenchmarkCommand/c=64", "commands/s"},
+		reference: "raw write+fsync/s, same kind of dir", ref: metric{"BenchmarkRawFsync", "fsyncs/s"}},
+	{figure: "journal fsyncs/command, 16 in flight", value: metric{"BenchmarkCommand/c=16", "fsyncs/command"},
+		reference: "the same, 1 in flight", ref: metric{"BenchmarkCommand/c=1", "fsyncs/command"}},
+	{figure: "deploy.image zstd, MB/s", value: metric{"BenchmarkDeploy/zstd/bcd", "MB/s"},
+		reference: "zstd -dc | dd, MB/s", ref: metric{"BenchmarkDeploy/zstd/zstd-dc-dd", "MB/s"}, budget: ">= 0.90x", min: 0.9},
+	{figure: "deploy.image zstd, CPU ms", value: metric{"BenchmarkDeploy/zstd/bcd", "cpu-ms/op"},
+		reference: "zstd -dc | dd, CPU ms", ref: metric{"BenchmarkDeploy/zstd/zstd-dc-dd", "cpu-ms/op"}},
+	{figure: "deploy.image gzip, MB/s", value: metric{"BenchmarkDeploy/gzip/bcd", "MB/s"},
+		reference: "gzip -dc | dd, MB/s", ref: metric{"BenchmarkDeploy/gzip/gzip-dc-dd", "MB/s"}, budget: ">= 0.90x", min: 0.9},
+	{figure: "deploy.image gzip, CPU ms", value: metric{"BenchmarkDeploy/gzip/bcd", "cpu-ms/op"},
+		reference: "gzip -dc | dd, CPU ms", ref: metric{"BenchmarkDeploy/gzip/gzip-dc-dd", "cpu-ms/op"}},
+	{figure: "bcd-helper binary, bytes", value: metric{"size/bcd-helper", "bytes"},
+		reference: "4 MiB", refConstant: 4 << 20, budget: "<= 1.00x", max: 1},
+	{figure: "signed command in dispatcher, ns", value: metric{"BenchmarkSignedIntent/signed", "ns/op"},
+		reference: "unsigned command, ns", ref: metric{"BenchmarkSignedIntent/unsigned", "ns/op"}},
+	{figure: "node key signature via helper, ns", value: metric{"BenchmarkTPMSign/through_the_helper", "ns/op"},
+		reference: "by the TPM directly, ns", ref: metric{"BenchmarkTPMSign/directly", "ns/op"}},
+	{figure: "bcd sim joins/s, 1,000 agents", value: metric{"BenchmarkSim", "joins/s"},
+		reference: "one agent alone", ref: metric{"BenchmarkSim", "ref-joins/s"}},
+	{figure: "bcd sim RSS KiB/agent, 1,000 agents", value: metric{"BenchmarkSim", "KiB/agent"},
+		reference: "one-agent process, KiB", ref: metric{"BenchmarkSim", "ref-KiB"}},
+	{figure: "control round trip p99 us, 1,000 agents", value: metric{"BenchmarkSim", "p99-us"},
+		reference: "one agent alone", ref: metric{"BenchmarkSim", "ref-p99-us"}},
+	{figure: "reporting bytes/agent/min at bcgw", value: metric{"BenchmarkReporting", "B/agent/min"},
+		reference: "without reporting", ref: metric{"BenchmarkReporting", "ref-B/agent/min"}},
+	{figure: "idle bcd node (fakehw) RSS KiB", value: metric{"BenchmarkIdleNode", "node-KiB"},
+		reference: "a sleep process, KiB", ref: metric{"BenchmarkIdleNode", "sleep-KiB"}},
+	{figure: "idle bcd node (fakehw) CPU ms/min", value: metric{"BenchmarkIdleNode", "node-cpu-ms/min"},
+		reference: "a sleep process, ms/min", ref: metric{"BenchmarkIdleNode", "sleep-cpu-ms/min"}},
+	{figure: "PXE start to joined, s", value: metric{"qemu/pxe-joined", "s"}},
+	{figure: "PXE start to installed OS joined, s", value: metric{"qemu/os-joined", "s"}},
+}
+
+type sizeFlags map[string]string
+
+func (s sizeFlags) String() string { return fmt.Sprint(map[string]string(s)) }
+func (s sizeFlags) Set(v string) error {
+	name, path, ok := strings.Cut(v, "=")
+	if !ok {
+		return fmt.Errorf("want NAME=PATH, got %q", v)
+	}
+	s[name] = path
+	return nil
+}
+
+func main() {
+	jsonOut := flag.String("json", "", "also write the table as JSON to this file")
+	load0 := flag.String("load-at-start", "", "a copy of /proc/loadavg taken when the run began")
+	qemuLog := flag.String("qemu-log", "", "the QEMU tier's go test -json output (make test keeps it in bin/qemu-tier.json), for the PXE figures")
+	sizes := sizeFlags{}
+	flag.Var(sizes, "size", "NAME=PATH: a file whose size is a figure (size/NAME, bytes)")
+	flag.Parse()
+	figs := map[metric]float64{}
+	for _, p := range flag.Args() {
+		f, err := os.Open(p)
+		if err != nil {
+			fail(err)
+		}
+		parse(f, figs)
+		f.Close()
+	}
+	if *qemuLog != "" {
+		if f, err := os.Open(*qemuLog); err == nil {
+			pxe(f, figs)
+			f.Close()
+		}
+	}
+	for name, p := range sizes {
+		if st, err := os.Stat(p); err == nil {
+			figs[metric{"size/" + name, "bytes"}] = float64(st.Size())
+		}
+	}
+	t := Table{At: time.Now().UTC().Truncate(time.Second), CPUs: runtime.NumCPU(), LoadAvg: loadavg("/proc/loadavg")}
+	if *load0 != "" {
+		t.LoadAt0 = loadavg(*load0)
+	}
+	t.Rows = rows(figs)
+	print(os.Stdout, t)
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(t, "", "  ")
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			fail(err)
+		}
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "benchtable:", err)
+	os.Exit(1)
+}
+
+func loadavg(p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+var procSuffix = regexp.MustCompile(`-\d+$`)
+
+// parse reads go test -bench lines ("BenchmarkX/sub-2  N  v unit  v unit
+// ...") and "figure NAME VALUE UNIT" lines into figs; a benchmark printed
+// twice keeps its last figures.
+func parse(r io.Reader, figs map[metric]float64) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) == 4 && f[0] == "figure":
+			if v, err := strconv.ParseFloat(f[2], 64); err == nil {
+				figs[metric{f[1], f[3]}] = v
+			}
+		case len(f) >= 4 && strings.HasPrefix(f[0], "Benchmark"):
+			if _, err := strconv.Atoi(f[1]); err != nil {
+				continue
+			}
+			name := procSuffix.ReplaceAllString(f[0], "")
+			for i := 2; i+1 < len(f); i += 2 {
+				if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+					figs[metric{name, f[i+1]}] = v
+				}
+			}
+		}
+	}
+}
+
+// pxeRe is the QEMU tier's PXE line (qemu-tests/pxe_test.go): times since
+// QEMU started.
+var pxeRe = regexp.MustCompile(`PXE: QEMU start -> .* joined bcgw as a ramdisk (\S+) -> .* joined as node \S+ (\S+);`)
+
+// pxe takes PXE start to joined (as a ramdisk) and to the installed OS
+// joined from the QEMU tier's go test -json output.
+func pxe(r io.Reader, figs map[metric]float64) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 4<<20)
+	for sc.Scan() {
+		var ev struct{ Output string }
+		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+			continue
+		}
+		m := pxeRe.FindStringSubmatch(ev.Output)
+		if m == nil {
+			continue
+		}
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			figs[metric{"qemu/pxe-joined", "s"}] = d.Seconds()
+		}
+		if d, err := time.ParseDuration(m[2]); err == nil {
+			figs[metric{"qemu/os-joined", "s"}] = d.Seconds()
+		}
+	}
+}
+
+func rows(figs map[metric]float64) []Row {
+	var out []Row
+	for _, s := range specs {
+		r := Row{Figure: s.figure, Unit: s.value.unit, Reference: s.reference, Budget: s.budget}
+		if v, ok := figs[s.value]; ok {
+			r.Value = &v
+		}
+		if s.refConstant != 0 {
+			c := s.refConstant
+			r.RefValue = &c
+		} else if v, ok := figs[s.ref]; ok && s.ref.bench != "" {
+			r.RefValue = &v
+		}
+		if r.Value != nil && r.RefValue != nil && *r.RefValue != 0 {
+			ratio := *r.Value / *r.RefValue
+			r.Ratio = &ratio
+		}
+		switch {
+		case r.Value == nil:
+			r.Verdict = "not measured"
+		case s.budget == "":
+		case r.Ratio == nil:
+			r.Verdict = "not measured"
+		case s.min != 0 && *r.Ratio >= s.min, s.max != 0 && *r.Ratio <= s.max:
+			r.Verdict = "ok"
+		default:
+			r.Verdict = "missed"
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func num(v *float64) string {
+	switch {
+	case v == nil:
+		return "-"
+	case *v >= 100:
+		return strconv.FormatFloat(*v, 'f', 0, 64)
+	case *v >= 10:
+		return strconv.FormatFloat(*v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(*v, 'f', 2, 64)
+}
+
+func print(w io.Writer, t Table) {
+	fmt.Fprintf(w, "\nbcd bench, %s, %d CPUs, load average at end %s", t.At.Format(time.RFC3339), t.CPUs, t.LoadAvg)
+	if t.LoadAt0 != "" {
+		fmt.Fprintf(w, " (at start %s)", t.LoadAt0)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%-40s %12s  %-36s %12s  %7s  %-9s %s\n", "figure", "value", "reference (same run)", "reference", "ratio", "budget", "verdict")
+	missed := 0
+	for _, r := range t.Rows {
+		ratio := "-"
+		if r.Ratio != nil {
+			ratio = strconv.FormatFloat(*r.Ratio, 'f', 2, 64) + "x"
+		}
+		ref := r.Reference
+		if ref == "" {
+			ref = "-"
+		}
+		budget := r.Budget
+		if budget == "" {
+			budget = "-"
+		}
+		verdict := r.Verdict
+		if verdict == "" {
+			verdict = "-"
+		}
+		if verdict == "missed" {
+			missed++
+		}
+		fmt.Fprintf(w, "%-40s %12s  %-36s %12s  %7s  %-9s %s\n", r.Figure, num(r.Value), ref, num(r.RefValue), ratio, budget, verdict)
+	}
+	fmt.Fprintf(w, "budgets missed: %d\n", missed)
+}

@@ -1,0 +1,207 @@
+package journal
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// crashChildEnv makes the test binary the child of TestAckedWritesSurviveCrash.
+const crashChildEnv = "BCD_JOURNAL_CRASH_CHILD"
+
+// TestAckedWritesSurviveCrash kills a process that writes to the journal
+// from many goroutines at a random commit, after the group's writes are in
+// the transaction and before it is committed (where a crash or power cut
+// loses the group). Every write the child saw return (it prints each one
+// at once) must be in the journal when it is opened again: an accept that
+// returned, a start, a result. A writer that answered before the commit
+// fails this.
+func TestAckedWritesSurviveCrash(t *testing.T) {
+	if os.Getenv(crashChildEnv) != "" {
+		return
+	}
+	rng := rand.New(rand.NewSource(1))
+	for trial := 0; trial < 12; trial++ {
+		dir := t.TempDir()
+		at := 2 + rng.Intn(40)
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestCrashChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, "BCD_JOURNAL_CRASH_AT="+strconv.Itoa(at))
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("trial %d: the child was not killed at commit %d: %v\n%s%s", trial, at, err, out.String(), errb.String())
+		}
+		j := open(t, dir, "crash")
+		seen := map[string]int{}
+		sc := bufio.NewScanner(&out)
+		for sc.Scan() {
+			op, id, ok := strings.Cut(sc.Text(), " ")
+			if !ok {
+				t.Fatalf("trial %d: child said %q", trial, sc.Text())
+			}
+			seen[id] = max(seen[id], map[string]int{"accepted": 1, "started": 2, "finished": 3}[op])
+		}
+		if len(seen) == 0 {
+			t.Fatalf("trial %d: the child acked nothing before commit %d", trial, at)
+		}
+		for id, step := range seen {
+			e, err := j.Get(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"", Accepted, Running, Done}[step]
+			switch {
+			case e == nil:
+				t.Errorf("trial %d: %s was acked %s but is not in the journal after the crash", trial, id, want)
+			case step == 2 && e.State == Accepted, step == 3 && e.State != Done:
+				t.Errorf("trial %d: %s was acked %s but the journal holds it %s after the crash", trial, id, want, e.State)
+			}
+		}
+		j.Close()
+	}
+}
+
+// TestCrashChild is the child process of TestAckedWritesSurviveCrash.
+func TestCrashChild(t *testing.T) {
+	dir := os.Getenv(crashChildEnv)
+	if dir == "" {
+		return // only as the child
+	}
+	at, _ := strconv.Atoi(os.Getenv("BCD_JOURNAL_CRASH_AT"))
+	j, _, err := Open(filepath.Join(dir, File), "crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	j.w.beforeCommit = func(int) error {
+		if n++; n == at {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+		return nil
+	}
+	var mu sync.Mutex
+	say := func(op, id string) { // one write(2) per line, so a kill loses no line that was said
+		mu.Lock()
+		defer mu.Unlock()
+		_, _ = os.Stdout.WriteString(op + " " + id + "\n")
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				id := fmt.Sprintf("g%d_%d", g, i)
+				if _, _, err := j.Accept(id, "k", "control", []byte("cmd")); err != nil {
+					return
+				}
+				say("accepted", id)
+				if err := j.Start(id); err != nil {
+					return
+				}
+				say("started", id)
+				if err := j.Finish(id, []byte("result")); err != nil {
+					return
+				}
+				say("finished", id)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Fatal("the writers stopped before the crash")
+}
+
+// TestFailedCommitAcksNothing fails one commit (as an fsync's EIO would):
+// every write in its group gets the error and none of them is in the
+// journal afterwards; the writes before and after it are.
+func TestFailedCommitAcksNothing(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir, "n1")
+	eio := errors.New("fdatasync: input/output error")
+	var mu sync.Mutex
+	n := 0
+	j.w.beforeCommit = func(int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if n++; n == 1 {
+			return eio
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	failed := make(chan string, 100)
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("c%d", g)
+			if _, _, err := j.Accept(id, "k", "control", nil); err != nil {
+				if !errors.Is(err, eio) {
+					t.Errorf("Accept %s: %v", id, err)
+				}
+				failed <- id
+			}
+		}()
+	}
+	wg.Wait()
+	close(failed)
+	j.Close()
+	j = open(t, dir, "n1")
+	defer j.Close()
+	nfailed := 0
+	for id := range failed {
+		nfailed++
+		if e, _ := j.Get(id); e != nil {
+			t.Errorf("%s: its commit failed, yet it is in the journal", id)
+		}
+	}
+	if nfailed == 0 {
+		t.Fatal("no write saw the failed commit")
+	}
+	all, _ := j.Entries()
+	if len(all)+nfailed != 16 {
+		t.Fatalf("%d entries and %d failed writes, want 16 in all", len(all), nfailed)
+	}
+}
+
+// TestFailedWriteInGroup: a write that fails (a start of an unknown
+// command) in a group with good writes fails alone; the others commit.
+func TestFailedWriteInGroup(t *testing.T) {
+	j := open(t, t.TempDir(), "n1")
+	defer j.Close()
+	var wg sync.WaitGroup
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("c%d", g)
+			if g%4 == 0 {
+				if err := j.Start(id); !errors.Is(err, ErrUnknown) {
+					t.Errorf("Start of unknown %s: %v", id, err)
+				}
+				return
+			}
+			if _, isNew, err := j.Accept(id, "k", "control", nil); err != nil || !isNew {
+				t.Errorf("Accept %s: new=%v %v", id, isNew, err)
+			}
+		}()
+	}
+	wg.Wait()
+	all, _ := j.Entries()
+	if len(all) != 24 {
+		t.Fatalf("%d entries, want 24", len(all))
+	}
+}
