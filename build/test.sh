@@ -34,9 +34,10 @@ echo "== go vet build/pkg"
 (cd build/pkg && $GO vet ./...) || failed+=(vet-pkg)
 REPORT_FLAGS="-tier pkg" tier "package builder" bash -c "cd build/pkg && $GO test -json -count=1 ./..."
 
-# The QEMU tier prints its VMs' progress as it goes (-v).
+# The QEMU tier prints its VMs' progress as it goes (-v); it includes the
+# systemd tier (TestSystemd, make systemd-test).
 if make --no-print-directory image; then
-  REPORT_FLAGS="-v -tier qemu" tier qemu $GO test -json -count=1 -timeout 15m ./qemu-tests/
+  REPORT_FLAGS="-v -tier qemu" tier qemu $GO test -json -count=1 -timeout 25m ./qemu-tests/
 else
   failed+=("qemu (make image)")
 fi
