@@ -30,7 +30,7 @@ const guestSuite = "bookworm"
 // disk), iproute2 and procps for the tests.
 var guestPackages = []string{
 	"systemd", "systemd-sysv", "udev", "dbus", "linux-image-amd64",
-	"iproute2", "kmod", "procps",
+	"iproute2", "kmod", "procps", "zstd",
 }
 
 // The guest's static network: the host side of the namespace is
@@ -46,7 +46,7 @@ var guestFiles = map[string]string{
 	"etc/hosts":    "127.0.0.1 localhost\n127.0.1.1 bcd-guest\n",
 	"etc/fstab": "/dev/vda / ext4 rw,errors=remount-ro 0 1\n" +
 		// The test's data disk: the agent, built by each run.
-		"LABEL=BCDTEST /media/bcdtest ext4 ro,nofail,x-systemd.device-timeout=30s 0 0\n",
+		"LABEL=BCDTEST /media/bcdtest ext4 ro,nofail,x-systemd.device-timeout=10min 0 0\n",
 	"etc/systemd/network/10-test.network": "[Match]\nName=eth0\n\n[Network]\nAddress=" + guestIP + "/24\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n",
 	// The test's agent (qemu-tests/guestagent) on a virtio-serial port,
 	// up as early as its disk is mounted so a boot that hangs later can
@@ -69,24 +69,35 @@ WantedBy=sysinit.target
 `,
 	// Nothing in the guest reaches out: no apt timers.
 	"etc/apt/apt.conf.d/99-bcd-test": "APT::Periodic::Enable \"0\";\n",
+	// A small initrd: only the modules that find the root disk (Debian's
+	// default, MODULES=most, is 36 MB and slow to unpack under TCG).
+	"etc/initramfs-tools/conf.d/bcd-test": "MODULES=list\nCOMPRESS=zstd\n",
+	"etc/initramfs-tools/modules":         "virtio_pci\nvirtio_blk\next4\n",
 }
 
 // guestSetup runs in the root (chroot) after the files are written.
 var guestSetup = []string{
 	"systemctl enable systemd-networkd.service bcd-test-agent.service",
-	"systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer",
+	"systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer getty@tty1.service dpkg-db-backup.timer",
 	"passwd -d root",
-	"apt-get clean",
+	"update-initramfs -u -k all",
 	"rm -f /etc/machine-id /var/lib/dbus/machine-id && touch /etc/machine-id",
 }
 
 // guestImage is a built guest: its root disk (raw ext4), kernel and initrd.
 type guestImage struct{ disk, kernel, initrd string }
 
-// guestCacheKey names the cached guest by what goes into it.
-func guestCacheKey() string {
+// The cache has two levels: the debootstrap root, keyed by the suite and
+// the package list alone (debootstrap is the slow part, minutes), and the
+// image made from a copy of it, keyed by everything that goes into it.
+func rootCacheKey() string {
+	h := sha256.Sum256([]byte(fmt.Sprintf("suite %s\npackages %s\n", guestSuite, strings.Join(guestPackages, ","))))
+	return "root-" + guestSuite + "-" + hex.EncodeToString(h[:])[:16]
+}
+
+func imageCacheKey() string {
 	h := sha256.New()
-	fmt.Fprintf(h, "suite %s\npackages %s\n", guestSuite, strings.Join(guestPackages, ","))
+	fmt.Fprintf(h, "root %s\n", rootCacheKey())
 	keys := make([]string, 0, len(guestFiles))
 	for k := range guestFiles {
 		keys = append(keys, k)
@@ -98,7 +109,7 @@ func guestCacheKey() string {
 	for _, c := range guestSetup {
 		fmt.Fprintf(h, "setup %s\n", c)
 	}
-	return guestSuite + "-" + hex.EncodeToString(h.Sum(nil))[:16]
+	return "image-" + guestSuite + "-" + hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 func guestCacheBase() string {
@@ -112,29 +123,30 @@ func guestCacheBase() string {
 	return filepath.Join(c, "bcd-systemd-guest")
 }
 
-// cachedGuest returns the cached guest, building it when missing (another
-// process building it at the same time is waited for on a lock). Without
-// debootstrap or the mirror it skips, which fails under CI.
+// cachedGuest returns the cached guest image, building what is missing
+// (another process building at the same time is waited for on a lock).
+// Without root, debootstrap or the mirror it skips, which fails under CI.
 func cachedGuest(t *testing.T) guestImage {
 	t.Helper()
-	base := filepath.Join(guestCacheBase(), guestCacheKey())
+	cache := guestCacheBase()
+	base := filepath.Join(cache, imageCacheKey())
 	img := guestImage{disk: filepath.Join(base, "root.img"), kernel: filepath.Join(base, "vmlinuz"), initrd: filepath.Join(base, "initrd.img")}
 	if _, err := os.Stat(filepath.Join(base, "ok")); err == nil {
-		t.Logf("guest: cached in %s", base)
+		t.Logf("guest: image cached in %s", base)
 		return img
 	}
 	if os.Geteuid() != 0 {
-		need(t, "root (debootstrap, chroot)", fmt.Errorf("not root"))
+		need(t, "root (debootstrap, chroot)", errNotRoot)
 	}
 	for _, tool := range [][2]string{{"debootstrap", "debootstrap"}, {"mkfs.ext4", "e2fsprogs"}, {"chroot", "coreutils"}} {
 		if _, err := exec.LookPath(tool[0]); err != nil {
 			need(t, tool[0]+" (apt-get install "+tool[1]+")", err)
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+	if err := os.MkdirAll(cache, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	lock, err := os.OpenFile(base+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err := os.OpenFile(filepath.Join(cache, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,26 +157,18 @@ func cachedGuest(t *testing.T) guestImage {
 	if _, err := os.Stat(filepath.Join(base, "ok")); err == nil {
 		return img
 	}
-	mirror := debianMirror()
-	if err := mirrorReachable(mirror); err != nil {
-		need(t, "the Debian mirror "+mirror+" to build the guest (none cached in "+guestCacheBase()+")", err)
-	}
+	cachedRoot := debootstrapRoot(t, cache)
+	start := time.Now()
 	tmp := base + ".tmp"
 	os.RemoveAll(tmp)
 	defer os.RemoveAll(tmp)
-	root := filepath.Join(tmp, "root")
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	args := []string{"--variant=minbase", "--include=" + strings.Join(guestPackages, ","), guestSuite, root, mirror}
-	t.Logf("guest: debootstrap %s (once; cached in %s)", strings.Join(args, " "), base)
-	cmd := exec.Command("debootstrap", args...)
-	cmd.Env = append(os.Environ(), "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("debootstrap %s: %v\n%s", strings.Join(args, " "), err, tail(string(out), 4000))
+	root := filepath.Join(tmp, "root")
+	if out, err := exec.Command("cp", "-a", cachedRoot, root).CombinedOutput(); err != nil {
+		t.Fatalf("cp -a %s: %v\n%s", cachedRoot, err, out)
 	}
-	t.Logf("guest: debootstrap took %s", time.Since(start).Round(time.Second))
 	for p, content := range guestFiles {
 		full := filepath.Join(root, p)
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
@@ -175,7 +179,9 @@ func cachedGuest(t *testing.T) guestImage {
 		}
 	}
 	for _, c := range guestSetup {
-		if out, err := exec.Command("chroot", root, "/bin/sh", "-c", c).CombinedOutput(); err != nil {
+		cmd := exec.Command("chroot", root, "/bin/sh", "-c", c)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive"}
+		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("in the guest root: %s: %v\n%s", c, err, out)
 		}
 	}
@@ -202,22 +208,68 @@ func cachedGuest(t *testing.T) guestImage {
 	if err := os.RemoveAll(root); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(tmp, "ok"), []byte(mirror+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, "ok"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	os.RemoveAll(base)
 	if err := os.Rename(tmp, base); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("guest: built in %s (%s image), cached in %s", time.Since(start).Round(time.Second), size, base)
-	// Guests of other keys are not needed any more.
-	entries, _ := os.ReadDir(guestCacheBase())
+	t.Logf("guest: image made in %s (%s, ext4 by mkfs.ext4 -d), cached in %s", time.Since(start).Round(time.Second), size, base)
+	pruneCache(cache, filepath.Base(base), filepath.Base(filepath.Dir(cachedRoot)))
+	return img
+}
+
+// pruneCache removes cached roots and images other than the ones in use.
+func pruneCache(cache string, keep ...string) {
+	entries, _ := os.ReadDir(cache)
 	for _, e := range entries {
-		if e.IsDir() && e.Name() != filepath.Base(base) && strings.HasPrefix(e.Name(), guestSuite+"-") {
-			os.RemoveAll(filepath.Join(guestCacheBase(), e.Name()))
+		if e.IsDir() && (strings.HasPrefix(e.Name(), "root-") || strings.HasPrefix(e.Name(), "image-") || strings.HasPrefix(e.Name(), guestSuite+"-")) && !slices.Contains(keep, e.Name()) {
+			os.RemoveAll(filepath.Join(cache, e.Name()))
 		}
 	}
-	return img
+}
+
+// debootstrapRoot returns the cached debootstrap root for guestPackages,
+// making it when missing (the caller holds the cache's lock).
+func debootstrapRoot(t *testing.T, cache string) string {
+	t.Helper()
+	dir := filepath.Join(cache, rootCacheKey())
+	if _, err := os.Stat(filepath.Join(dir, "ok")); err == nil {
+		t.Logf("guest: debootstrap root cached in %s", dir)
+		return filepath.Join(dir, "root")
+	}
+	mirror := debianMirror()
+	if err := mirrorReachable(mirror); err != nil {
+		need(t, "the Debian mirror "+mirror+" to build the guest (none cached in "+cache+")", err)
+	}
+	tmp := dir + ".tmp"
+	os.RemoveAll(tmp)
+	root := filepath.Join(tmp, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	args := []string{"--variant=minbase", "--include=" + strings.Join(guestPackages, ","), guestSuite, root, mirror}
+	t.Logf("guest: debootstrap %s (once; cached in %s)", strings.Join(args, " "), dir)
+	cmd := exec.Command("debootstrap", args...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(tmp)
+		t.Fatalf("debootstrap %s: %v\n%s", strings.Join(args, " "), err, tail(string(out), 4000))
+	}
+	if out, err := exec.Command("chroot", root, "apt-get", "clean").CombinedOutput(); err != nil {
+		t.Fatalf("apt-get clean in the guest root: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "ok"), []byte(mirror+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(dir)
+	if err := os.Rename(tmp, dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("guest: debootstrap took %s", time.Since(start).Round(time.Second))
+	return filepath.Join(dir, "root")
 }
 
 func tail(s string, n int) string {
