@@ -394,28 +394,52 @@ func (e *systemdEnv) checkLiveConfinement(t *testing.T, unit, user string) {
 
 var exposureRe = regexp.MustCompile(`Overall exposure level for (\S+): ([0-9.]+) (\S+)`)
 
+// exposure is systemd-analyze security's overall score of a unit.
+func (e *systemdEnv) exposure(t *testing.T, unit string) (float64, string, string) {
+	t.Helper()
+	out, _, _ := e.g.Run("systemd-analyze security --no-pager " + unit + " 2>&1")
+	m := exposureRe.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("systemd-analyze security %s printed no overall exposure:\n%s", unit, out)
+	}
+	score, _ := strconv.ParseFloat(m[2], 64)
+	return score, m[3], out
+}
+
 // checkExposure prints systemd-analyze security's score of each unit and
 // holds it to its budget in docs/packages.md.
 func (e *systemdEnv) checkExposure(t *testing.T, setup string, units ...string) {
 	t.Helper()
 	budgets := exposureBudgets(t, e.repo)
 	for _, unit := range units {
-		out, _, _ := e.g.Run("systemd-analyze security --no-pager " + unit + " 2>&1")
-		m := exposureRe.FindStringSubmatch(out)
-		if m == nil {
-			t.Errorf("systemd-analyze security %s printed no overall exposure:\n%s", unit, out)
-			continue
-		}
-		score, _ := strconv.ParseFloat(m[2], 64)
+		score, rating, out := e.exposure(t, unit)
 		key := unit + " " + setup
 		budget, ok := budgets[key]
-		t.Logf("systemd-analyze security %s (%s): %s %s, budget %v", unit, setup, m[2], m[3], budget)
+		t.Logf("systemd-analyze security %s (%s): %.1f %s, budget %.1f", unit, setup, score, rating, budget)
 		switch {
 		case !ok:
 			t.Errorf("docs/packages.md has no exposure budget for %q", key)
 		case score > budget:
 			t.Errorf("%s (%s) exposure %.1f is over its budget %.1f in docs/packages.md:\n%s", unit, setup, score, budget, out)
 		}
+	}
+}
+
+// checkBudgetCatchesLoosening loosens bcd.service with a runtime drop-in
+// (what a careless unit change would do) and checks its score goes over
+// the budget, so the check above can fail; then takes the drop-in away.
+func (e *systemdEnv) checkBudgetCatchesLoosening(t *testing.T, setup string) {
+	t.Helper()
+	budget := exposureBudgets(t, e.repo)["bcd.service "+setup]
+	e.g.Must(`mkdir -p /run/systemd/system/bcd.service.d && printf '[Service]\nProtectSystem=no\nProtectHome=no\nPrivateTmp=no\nCapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYS_MODULE CAP_SYS_PTRACE\n' > /run/systemd/system/bcd.service.d/zz-loosened.conf && systemctl daemon-reload`)
+	score, rating, _ := e.exposure(t, "bcd.service")
+	e.g.Must("rm /run/systemd/system/bcd.service.d/zz-loosened.conf && systemctl daemon-reload")
+	t.Logf("systemd-analyze security bcd.service loosened (no ProtectSystem, ProtectHome, PrivateTmp; CAP_SYS_ADMIN): %.1f %s, budget %.1f", score, rating, budget)
+	if score <= budget {
+		t.Errorf("a loosened bcd.service scores %.1f, within its budget %.1f: the budget would not catch it", score, budget)
+	}
+	if after, _, _ := e.exposure(t, "bcd.service"); after > budget {
+		t.Errorf("bcd.service still scores %.1f after the loosening drop-in was removed", after)
 	}
 }
 
@@ -442,6 +466,7 @@ func exposureBudgets(t *testing.T, repo string) map[string]float64 {
 
 func stepHardeningRoot(t *testing.T, e *systemdEnv) {
 	e.checkExposure(t, "root", "bcd.service", "bcd-join.service", "bcd-helper.service")
+	e.checkBudgetCatchesLoosening(t, "root")
 	e.checkLiveConfinement(t, "bcd.service", "root")
 }
 
@@ -464,7 +489,8 @@ func stepUnprivileged(t *testing.T, e *systemdEnv) {
 	out, _, err := e.g.Run("runuser -u bcd -- bcd doctor --config /etc/bcd/config.toml 2>&1")
 	t.Logf("bcd doctor as bcd (%v):\n%s", err, out)
 	if !regexp.MustCompile(`(?m)helper.*answers in`).MatchString(out) {
-		t.Errorf("bcd doctor as bcd did not get an answer from the helper:\n%s", out)
+		t.Errorf("bcd doctor as bcd did not get an answer from the helper:\n%s\njournal of bcd-helper.service:\n%s", out,
+			e.g.Must("journalctl --no-pager -o cat -n 30 -u bcd-helper.service"))
 	}
 	e.g.Must("systemctl restart bcd.service")
 	e.g.WaitActive("bcd.service", 60*time.Second)
@@ -474,6 +500,7 @@ func stepUnprivileged(t *testing.T, e *systemdEnv) {
 
 func stepHardeningUnprivileged(t *testing.T, e *systemdEnv) {
 	e.checkExposure(t, "unprivileged", "bcd.service", "bcd-helper.service")
+	e.checkBudgetCatchesLoosening(t, "unprivileged")
 	e.checkLiveConfinement(t, "bcd.service", "bcd")
 	st := e.procStatus(t, e.mainPID(t, "bcd.service"))
 	if st["CapEff"] != "0000000000000000" || st["CapPrm"] != "0000000000000000" {
@@ -532,8 +559,15 @@ func stepPurge(t *testing.T, e *systemdEnv) {
 			t.Errorf("%s is gone after apt purge; docs/packages.md says it stays", p)
 		}
 	}
-	acct, code, _ := e.g.Run("getent passwd bcd")
-	t.Logf("after apt purge: bcd account %q (exit %d)", strings.TrimSpace(acct), code)
+	// The account stays with the data it owns (docs/packages.md).
+	if acct, _, err := e.g.Run("getent passwd bcd"); err != nil {
+		t.Errorf("the bcd account is gone after apt purge while /var/lib/bcd, which it owns, stays: %v", err)
+	} else if owner := strings.TrimSpace(e.g.Must("stat -c %U /var/lib/bcd/node.key")); owner != "bcd" {
+		t.Errorf("/var/lib/bcd/node.key is owned by %s after apt purge, want bcd (%s)", owner, strings.TrimSpace(acct))
+	}
+	if _, code, _ := e.g.Run("test -e /usr/share/bcd"); code == 0 {
+		t.Error("/usr/share/bcd is still there after apt purge")
+	}
 }
 
 // stepSite repurposes the guest as a site (after the node's purge): apt

@@ -2,8 +2,10 @@
 // (qemu-tests/systemd_test.go): it lets the test run commands in the guest
 // and copy files in, over a virtio-serial port, without a network or a
 // login. It speaks one JSON object per line each way: a request
-// {"id","op":"run","cmd","timeoutMs"} or {"id","op":"put","path","mode","data"}
-// is answered by {"id","stdout","stderr","exit","error"}; when it opens
+// {"id","op":"run","cmd","timeoutMs"}, {"id","op":"put","path","mode","data"} or
+// {"id","op":"fetch","url","path","mode"} (a large file from the test's
+// HTTP server on the host side of the guest's network, much faster than
+// the serial port under TCG) is answered by {"id","stdout","stderr","exit","error"}; when it opens
 // the port it says {"hello": BOOT_ID}. It is test code: it runs as root
 // whatever it is sent, on a port only the test's QEMU process holds.
 package main
@@ -15,6 +17,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +35,7 @@ type request struct {
 	Path      string `json:"path,omitempty"`
 	Mode      uint32 `json:"mode,omitempty"`
 	Data      []byte `json:"data,omitempty"`
+	URL       string `json:"url,omitempty"`
 }
 
 type response struct {
@@ -103,6 +108,22 @@ func handle(req request) response {
 		case err != nil:
 			r.Exit, r.Error = -1, err.Error()
 		}
+	case "fetch":
+		resp, err := (&http.Client{Timeout: 5 * time.Minute}).Get(req.URL)
+		if err != nil {
+			r.Exit, r.Error = -1, err.Error()
+			break
+		}
+		req.Data, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("GET %s: %s", req.URL, resp.Status)
+		}
+		if err != nil {
+			r.Exit, r.Error = -1, err.Error()
+			break
+		}
+		fallthrough
 	case "put":
 		if !filepath.IsAbs(req.Path) {
 			r.Exit, r.Error = -1, "put: path must be absolute"
