@@ -130,7 +130,7 @@ func (g *guest) boot() {
 	args := []string{
 		"-machine", "q35", "-accel", accel(t), "-cpu", "max", "-smp", "2", "-m", "1024",
 		"-nographic", "-no-reboot",
-		"-kernel", g.img.kernel, "-initrd", g.img.initrd,
+		"-kernel", g.img.bootKernel(), "-initrd", g.img.initrd,
 		"-append", "root=/dev/vda rw console=ttyS0 panic=-1 net.ifnames=0 quiet systemd.show_status=1",
 		"-drive", "file=" + g.disk + ",if=virtio,format=" + g.diskFormat + ",cache=unsafe",
 		"-drive", "file=" + g.data + ",if=virtio,format=raw,readonly=on",
@@ -388,6 +388,30 @@ func (g *guest) Show(unit string, props ...string) map[string]string {
 		}
 	}
 	return m
+}
+
+// SliceLimits reads back what systemd holds for a slice (or any unit):
+// its CPU quota, CPU set and memory limit, and whether it is active.
+func (g *guest) SliceLimits(unit string) map[string]string {
+	g.t.Helper()
+	return g.Show(unit, "CPUQuotaPerSecUSec", "AllowedCPUs", "MemoryMax", "ActiveState")
+}
+
+// WaitState waits until the unit's ActiveState is state (e.g. "failed"
+// for a unit that crash-loops into its start limit).
+func (g *guest) WaitState(unit, state string, within time.Duration) map[string]string {
+	g.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		p := g.Show(unit, "ActiveState", "SubState", "Result", "NRestarts")
+		if p["ActiveState"] == state {
+			return p
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("%s is %v after %v, want ActiveState=%s", unit, p, within, state)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // WaitActive waits until systemctl is-active UNIT says active.

@@ -2,6 +2,7 @@ package qemutests
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -84,8 +85,17 @@ var guestSetup = []string{
 	"rm -f /etc/machine-id /var/lib/dbus/machine-id && touch /etc/machine-id",
 }
 
-// guestImage is a built guest: its root disk (raw ext4), kernel and initrd.
-type guestImage struct{ disk, kernel, initrd string }
+// guestImage is a built guest: its root disk (raw ext4), kernel (and the
+// same kernel uncompressed, when it could be extracted) and initrd.
+type guestImage struct{ disk, kernel, vmlinux, initrd string }
+
+// bootKernel is what QEMU's -kernel gets: the vmlinux when there is one.
+func (i guestImage) bootKernel() string {
+	if _, err := os.Stat(i.vmlinux); err == nil {
+		return i.vmlinux
+	}
+	return i.kernel
+}
 
 // The cache has two levels: the debootstrap root, keyed by the suite and
 // the package list alone (debootstrap is the slow part, minutes), and the
@@ -97,7 +107,7 @@ func rootCacheKey() string {
 
 func imageCacheKey() string {
 	h := sha256.New()
-	fmt.Fprintf(h, "root %s\n", rootCacheKey())
+	fmt.Fprintf(h, "root %s\nkernel vmlinux for PVH\n", rootCacheKey())
 	keys := make([]string, 0, len(guestFiles))
 	for k := range guestFiles {
 		keys = append(keys, k)
@@ -130,7 +140,7 @@ func cachedGuest(t *testing.T) guestImage {
 	t.Helper()
 	cache := guestCacheBase()
 	base := filepath.Join(cache, imageCacheKey())
-	img := guestImage{disk: filepath.Join(base, "root.img"), kernel: filepath.Join(base, "vmlinuz"), initrd: filepath.Join(base, "initrd.img")}
+	img := guestImage{disk: filepath.Join(base, "root.img"), kernel: filepath.Join(base, "vmlinuz"), vmlinux: filepath.Join(base, "vmlinux"), initrd: filepath.Join(base, "initrd.img")}
 	if _, err := os.Stat(filepath.Join(base, "ok")); err == nil {
 		t.Logf("guest: image cached in %s", base)
 		return img
@@ -193,6 +203,12 @@ func cachedGuest(t *testing.T) guestImage {
 		if out, err := exec.Command("cp", m[0], filepath.Join(tmp, filepath.Base(f.dst))).CombinedOutput(); err != nil {
 			t.Fatalf("cp %s: %v\n%s", m[0], err, out)
 		}
+	}
+	// The kernel uncompressed (vmlinux), booted by its PVH entry: it
+	// skips the bzImage's xz decompression, which under TCG costs seconds
+	// (tens of seconds on a loaded machine). Without xz, the bzImage.
+	if err := extractVmlinux(img.kernel, filepath.Join(tmp, "vmlinux")); err != nil {
+		t.Logf("guest: no vmlinux (booting the bzImage): %v", err)
 	}
 	// The image: the root's size plus room for the tests, sparse.
 	du, err := exec.Command("du", "-sm", root).Output()
@@ -270,6 +286,29 @@ func debootstrapRoot(t *testing.T, cache string) string {
 	}
 	t.Logf("guest: debootstrap took %s", time.Since(start).Round(time.Second))
 	return filepath.Join(dir, "root")
+}
+
+// extractVmlinux writes the ELF kernel inside a bzImage whose payload is
+// xz-compressed (Debian's), or fails.
+func extractVmlinux(bzImage, out string) error {
+	b, err := os.ReadFile(bzImage)
+	if err != nil {
+		return err
+	}
+	i := bytes.Index(b, []byte("\xfd7zXZ\x00"))
+	if i < 0 {
+		return fmt.Errorf("%s: no xz payload", bzImage)
+	}
+	cmd := exec.Command("xz", "-dc", "--single-stream")
+	cmd.Stdin = bytes.NewReader(b[i:])
+	elf, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("xz -dc of %s's payload: %w", bzImage, err)
+	}
+	if !bytes.HasPrefix(elf, []byte("\x7fELF")) {
+		return fmt.Errorf("%s's payload is not an ELF kernel", bzImage)
+	}
+	return os.WriteFile(out, elf, 0o644)
 }
 
 func tail(s string, n int) string {

@@ -44,20 +44,23 @@ type wellKnownDoc struct {
 type systemdStep struct {
 	name string
 	run  func(t *testing.T, e *systemdEnv)
+	// check: a step that only looks (scores, a throwaway unit), so the
+	// steps after it still run when it fails.
+	check bool
 }
 
 var systemdSteps = []systemdStep{
-	{"apt install", stepAptInstall},
-	{"join through bcd-join.service", stepJoin},
-	{"agent.ping", func(t *testing.T, e *systemdEnv) { e.ping(t) }},
-	{"systemctl restart bcd", stepRestart},
-	{"reboot", stepReboot},
-	{"hardening as root", stepHardeningRoot},
-	{"install.sh --unprivileged", stepUnprivileged},
-	{"hardening unprivileged", stepHardeningUnprivileged},
-	{"a crash-looping unit is failed", stepCrashLoop},
-	{"apt purge", stepPurge},
-	{"bcd-site", stepSite},
+	{"apt install", stepAptInstall, false},
+	{"join through bcd-join.service", stepJoin, false},
+	{"agent.ping", func(t *testing.T, e *systemdEnv) { e.ping(t) }, false},
+	{"systemctl restart bcd", stepRestart, false},
+	{"reboot", stepReboot, false},
+	{"hardening as root", stepHardeningRoot, true},
+	{"install.sh --unprivileged", stepUnprivileged, false},
+	{"hardening unprivileged", stepHardeningUnprivileged, true},
+	{"a crash-looping unit is failed", stepCrashLoop, true},
+	{"apt purge", stepPurge, false},
+	{"bcd-site", stepSite, false},
 }
 
 // TestSystemd is the systemd tier (make systemd-test): one guest with
@@ -109,7 +112,7 @@ func TestSystemd(t *testing.T) {
 		line := fmt.Sprintf("step %-32s %6.1fs", s.name, time.Since(start).Seconds())
 		t.Log(line)
 		times = append(times, line)
-		if !ok {
+		if !ok && !s.check {
 			t.Fatalf("step %q failed; the steps after it build on it", s.name)
 		}
 	}
@@ -500,7 +503,6 @@ func stepUnprivileged(t *testing.T, e *systemdEnv) {
 
 func stepHardeningUnprivileged(t *testing.T, e *systemdEnv) {
 	e.checkExposure(t, "unprivileged", "bcd.service", "bcd-helper.service")
-	e.checkBudgetCatchesLoosening(t, "unprivileged")
 	e.checkLiveConfinement(t, "bcd.service", "bcd")
 	st := e.procStatus(t, e.mainPID(t, "bcd.service"))
 	if st["CapEff"] != "0000000000000000" || st["CapPrm"] != "0000000000000000" {
@@ -526,10 +528,7 @@ Restart=always
 RestartSec=100ms
 UNIT
 systemctl daemon-reload && systemctl start bcd-crashloop.service || true`)
-	waitFor(t, "bcd-crashloop.service failed", 30*time.Second, func() bool {
-		return e.g.Show("bcd-crashloop.service", "ActiveState")["ActiveState"] == "failed"
-	})
-	p := e.g.Show("bcd-crashloop.service", "ActiveState", "Result", "NRestarts")
+	p := e.g.WaitState("bcd-crashloop.service", "failed", time.Minute)
 	t.Logf("bcd-crashloop.service: %v", p)
 	if p["Result"] != "start-limit-hit" {
 		t.Errorf("bcd-crashloop.service Result=%s, want start-limit-hit", p["Result"])
