@@ -44,7 +44,7 @@ qemu-test: image
 # a QEMU guest with systemd as PID 1. make test runs it in the qemu tier.
 systemd-test: deps
 	@mkdir -p bin && $(GO) build -o bin/testreport ./cmd/testreport
-	set -o pipefail; $(GO) test -json -count=1 -timeout 15m -run '^TestSystemd$$' ./qemu-tests/ 2>&1 | bin/testreport -v -tier qemu
+	set -o pipefail; $(GO) test -json -count=1 -timeout 25m -run '^TestSystemd$$' ./qemu-tests/ 2>&1 | bin/testreport -v -tier qemu
 
 # soak runs the fault tests with many kill trials: exactly-once commands
 # (1,000 trials) and desired state converging under kills (200).

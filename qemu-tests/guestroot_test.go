@@ -143,6 +143,14 @@ func cachedGuest(t *testing.T) guestImage {
 	img := guestImage{disk: filepath.Join(base, "root.img"), kernel: filepath.Join(base, "vmlinuz"), vmlinux: filepath.Join(base, "vmlinux"), initrd: filepath.Join(base, "initrd.img")}
 	if _, err := os.Stat(filepath.Join(base, "ok")); err == nil {
 		t.Logf("guest: image cached in %s", base)
+		if _, err := os.Stat(img.vmlinux); err != nil {
+			// An image cached before its vmlinux could be extracted.
+			tmp := fmt.Sprintf("%s.%d", img.vmlinux, os.Getpid())
+			if err := extractVmlinux(img.kernel, tmp); err == nil {
+				os.Rename(tmp, img.vmlinux)
+			}
+			os.Remove(tmp)
+		}
 		return img
 	}
 	if os.Geteuid() != 0 {
@@ -207,7 +215,7 @@ func cachedGuest(t *testing.T) guestImage {
 	// The kernel uncompressed (vmlinux), booted by its PVH entry: it
 	// skips the bzImage's xz decompression, which under TCG costs seconds
 	// (tens of seconds on a loaded machine). Without xz, the bzImage.
-	if err := extractVmlinux(img.kernel, filepath.Join(tmp, "vmlinux")); err != nil {
+	if err := extractVmlinux(filepath.Join(tmp, "vmlinuz"), filepath.Join(tmp, "vmlinux")); err != nil {
 		t.Logf("guest: no vmlinux (booting the bzImage): %v", err)
 	}
 	// The image: the root's size plus room for the tests, sparse.
