@@ -559,6 +559,7 @@ systemctl daemon-reload && systemctl start bcd-crashloop.service || true`)
 func stepPurge(t *testing.T, e *systemdEnv) {
 	out := e.g.Must("apt-get purge -y bcd-node 2>&1")
 	t.Logf("apt purge bcd-node:\n%s", tail(out, 1500))
+	t.Logf("the units' journal around the purge:\n%s", e.g.Must("journalctl --no-pager -o short-monotonic -n 25 -u bcd.service -u bcd-helper.service -u bcd-join.service"))
 	for _, p := range []string{"/usr/bin/bcd", "/usr/libexec/bcd", "/lib/systemd/system/bcd.service", "/lib/systemd/system/bcd-join.service", "/lib/systemd/system/bcd-helper.service",
 		"/etc/systemd/system/multi-user.target.wants/bcd.service", "/etc/systemd/system/multi-user.target.wants/bcd-helper.service"} {
 		if _, code, _ := e.g.Run("test -e " + p + " -o -L " + p); code == 0 {
