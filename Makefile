@@ -16,6 +16,7 @@ build: deps
 	@for r in $(ROLES); do $(GOBUILD) -o bin/bcd-$$r ./roles/$$r || exit 1; done
 	$(GOBUILD) -o bin/bcgw ./cmd/bcgw
 	$(GOBUILD) -o bin/bcx-ipmi ./cmd/bcx-ipmi
+	$(GOBUILD) -o bin/bcrelease ./cmd/bcrelease
 	$(GOBUILD) -tags fakehw -o bin/bcd-node-fakehw ./roles/node
 
 # deps installs what the build and tests need on a Debian machine.

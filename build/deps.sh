@@ -27,6 +27,9 @@ want ip iproute2
 want ipmi_sim openipmi
 want ipmitool ipmitool
 want mkfs.ext4 e2fsprogs
+want podman podman
+want crun crun
+want busybox busybox-static
 [ -e /usr/lib/ipxe/qemu/pxe-e1000.rom ] || need+=(ipxe-qemu)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 

@@ -58,7 +58,7 @@ func TestGPUHolds(t *testing.T) {
 	gpu1 := st.GPUs[1].UUID
 	spec := `{"devices":{"holds":[
 		{"allocation":"alloc_a","gpus":["0"]},
-		{"allocation":"alloc_b","gpus":["` + gpu1 + `"],"limits":{"cpus":"0-3","memory_bytes":1048576}},
+		{"allocation":"alloc_b","gpus":["` + gpu1 + `"],"limits":{"cpus":"0-3","memory_bytes":1073741824}},
 		{"allocation":"alloc_c","gpus":["0"]},
 		{"allocation":"alloc_d","gpus":["99"]},
 		{"allocation":"alloc_e","gpus":["2"],"limits":{"cpus":"0-4000"}}]}}`

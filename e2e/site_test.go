@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"github.com/better-compute/bcd/components/gateway"
 	"io"
 	"net"
 	"net/http"
@@ -40,12 +41,15 @@ func freePort(t *testing.T) string {
 // an unknown MAC and a cleaned-up one get `exit`.
 func TestSiteBootServer(t *testing.T) {
 	kernel, initrd := []byte(strings.Repeat("kernel", 5000)), []byte(strings.Repeat("initrd", 7000))
+	iso := []byte(strings.Repeat("CD001", 9000))
 	src := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/vmlinuz":
 			w.Write(kernel)
 		case "/initrd":
 			w.Write(initrd)
+		case "/installer.iso":
+			w.Write(iso)
 		default:
 			http.NotFound(w, r)
 		}
@@ -97,7 +101,8 @@ func TestSiteBootServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bc.* parameters do not parse: %v", err)
 	}
-	if p.MAC.String() != mac || p.Site != "ams1" || !strings.HasPrefix(p.DiscoveryToken, "bcjt_") || p.CacheURL != "http://"+addr {
+	grantURL := regexp.MustCompile(`^http://` + regexp.QuoteMeta(addr) + `/cache/t/[0-9a-f]{32}$`)
+	if p.MAC.String() != mac || p.Site != "ams1" || !strings.HasPrefix(p.DiscoveryToken, "bcjt_") || !grantURL.MatchString(p.CacheURL) {
 		t.Fatalf("parameters %+v", p)
 	}
 	// The assertion is signed by the site agent's key.
@@ -120,11 +125,42 @@ func TestSiteBootServer(t *testing.T) {
 		t.Fatalf("assertion: %v %s", err, payload)
 	}
 	ramdiskJoins(t, l, g, m[2], mac)
-	if got := get(m[1]); got != string(kernel) {
-		t.Fatalf("kernel from the site's cache: %d bytes, want %d", len(got), len(kernel))
+	if got := get(m[1]); got != string(kernel) || !strings.HasPrefix(m[1], p.CacheURL+"/images/") {
+		t.Fatalf("kernel from the site's cache at %s: %d bytes, want %d under the machine's grant %s", m[1], len(got), len(kernel), p.CacheURL)
 	}
-	if s := get("http://" + addr + "/boot/ipxe?mac=52:54:00:00:00:01"); !strings.Contains(s, "exit") || strings.Contains(s, "kernel") {
+	// Nothing is served without a grant: not the old path, not another
+	// grant.
+	status := func(u string) int {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, u := range []string{"http://" + addr + "/images/" + sum(kernel), "http://" + addr + "/cache/t/" + strings.Repeat("0", 32) + "/images/" + sum(kernel),
+		"http://" + addr + "/cache/t/x/images/" + sum(kernel)} {
+		if c := status(u); c != http.StatusNotFound {
+			t.Errorf("GET %s = %d, want 404 (no grant)", u, c)
+		}
+	}
+	if s := get("http://" + addr + "/boot/ipxe?mac=52:54:00:00:00:01"); !strings.Contains(s, "exit") || strings.Contains(s, "kernel") || strings.Contains(s, "/cache/") {
 		t.Fatalf("unknown MAC got:\n%s", s)
+	}
+	// The site reports it, and bcgw discovered lists it.
+	var disc []gateway.DiscoveredView
+	end := time.Now().Add(20 * time.Second)
+	for time.Now().Before(end) && len(disc) == 0 {
+		if code, out, _ := l.run("", nil, "bcgw", "discovered", site, "--json", "--data-dir", g.dataDir); code == 0 {
+			json.Unmarshal([]byte(out), &disc)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(disc) != 1 || disc[0].MAC != "52:54:00:00:00:01" || disc[0].Count != 1 {
+		t.Errorf("bcgw discovered: %+v", disc)
+	}
+	if code, out, _ := l.run("", nil, "bcgw", "discovered", site, "--data-dir", g.dataDir); code != 0 || !strings.Contains(out, "52:54:00:00:00:01") {
+		t.Errorf("bcgw discovered (text): %d %s", code, out)
 	}
 	// Another machine's assertion (validly signed, for another token and
 	// MAC) does not admit this one.
@@ -142,11 +178,28 @@ func TestSiteBootServer(t *testing.T) {
 	if code, _, errOut := l.run("", nil, "bcd-ramdisk", "ramdisk", "--cmdline", cl, "--data-dir", filepath.Join(l.root, "r5")); code != 1 || !strings.Contains(errOut, "discovery assertion") {
 		t.Fatalf("another machine's assertion: exit %d %q", code, errOut)
 	}
+	// boot.prepareISO: the machine sanboots an ISO from the cache, under
+	// its own grant.
+	mac3 := "52:54:00:aa:bb:cc"
+	if code, v := l.runKind(g, site, "boot.prepareISO", fmt.Sprintf(`{"mac":%q,"iso":{"sha256":%q,"url":%q}}`, mac3, sum(iso), src.URL+"/installer.iso")); code != 0 {
+		t.Fatalf("boot.prepareISO: %+v", v)
+	}
+	isoScript := get("http://" + addr + "/boot/ipxe?mac=" + mac3)
+	mi := regexp.MustCompile(`(?m)^sanboot --no-describe (http://\S+/cache/t/[0-9a-f]{32}/images/` + sum(iso) + `) `).FindStringSubmatch(isoScript)
+	if mi == nil || strings.Contains(isoScript, "bc.") {
+		t.Fatalf("the ISO machine's script:\n%s", isoScript)
+	}
+	if got := get(mi[1]); got != string(iso) {
+		t.Errorf("the ISO from the cache: %d bytes, want %d", len(got), len(iso))
+	}
 	if code, v := l.runKind(g, site, "boot.cleanUp", `{"mac":"`+mac+`"}`); code != 0 {
 		t.Fatalf("boot.cleanUp: %+v", v)
 	}
 	if s := get(out.ScriptURL); strings.Contains(s, "kernel") {
 		t.Fatalf("cleaned-up MAC still boots:\n%s", s)
+	}
+	if c := status(m[1]); c != http.StatusNotFound {
+		t.Errorf("the cleaned-up machine's grant still reads the cache: %d", c)
 	}
 	// A wrong digest is never cached nor served.
 	bad := fmt.Sprintf(`{"mac":"52:54:00:00:00:02","kernel":{"sha256":%q,"url":%q},"initrd":{"sha256":%q,"url":%q}}`,
@@ -154,11 +207,9 @@ func TestSiteBootServer(t *testing.T) {
 	if code, v := l.runKind(g, site, "boot.prepareRamdisk", bad); code != 1 || !strings.Contains(v.Error, "pull") {
 		t.Fatalf("wrong digest: %d %+v", code, v)
 	}
-	resp, err := http.Get("http://" + addr + "/images/" + sum([]byte("other")))
-	if err != nil || resp.StatusCode != http.StatusNotFound {
-		t.Fatalf("a mismatched image is served: %v %v", err, resp.Status)
+	if c := status(m2[1][:strings.Index(m2[1], "/images/")] + "/images/" + sum([]byte("other"))); c != http.StatusNotFound {
+		t.Fatalf("a mismatched image is served: %d", c)
 	}
-	resp.Body.Close()
 	// cache_images: the site warms what its desired state names and
 	// reports the images section and READY (or the failure).
 	if code, _, errOut := l.run("", nil, "bcgw", "cache-images", site, "--image", sum(initrd)+"="+src.URL+"/initrd", "--data-dir", g.dataDir); code != 0 {

@@ -31,7 +31,7 @@ func TestStatusAndDoctor(t *testing.T) {
 		KeyHolder string `json:"key_holder"`
 		ValidFor  string `json:"certificate_valid_for"`
 		Lanes     []struct{ Lane string }
-		GPUs      []struct{ UUID string }
+		GPUs      []struct{ UUID, Health string }
 	}
 	if err := json.Unmarshal([]byte(out), &st); err != nil || code != 0 {
 		t.Fatalf("status --json: exit %d %v %s %s", code, err, out, errOut)
@@ -39,6 +39,13 @@ func TestStatusAndDoctor(t *testing.T) {
 	if st.NodeID != id || st.Site != "fsn1" || st.Role != "node" || !st.Connected || st.Epoch != 1 ||
 		st.KeyHolder != "a file" || st.ValidFor == "" || len(st.Lanes) != 3 || len(st.GPUs) != 8 {
 		t.Fatalf("status: %+v", st)
+	}
+	for _, gpu := range st.GPUs {
+		// The fake machine's GPUs are healthy: the health checks judge
+		// each, and none fails.
+		if gpu.Health != "ok" && gpu.Health != "warn" {
+			t.Errorf("status: GPU %s health %q", gpu.UUID, gpu.Health)
+		}
 	}
 	if code, out, _ := l.run("", nil, "bcd-node", "status", "--config", cfg); code != 0 || !strings.Contains(out, id) {
 		t.Fatalf("status text: exit %d %q", code, out)
@@ -50,7 +57,14 @@ func TestStatusAndDoctor(t *testing.T) {
 		t.Fatalf("doctor --json: %v %s %s", err, out, errOut)
 	}
 	want := map[string]string{"config": "", "identity": id, "gateway": "reachable", "nvml": "8 GPUs", "hardware": "fakehw"}
+	gpuLines := 0
 	for _, r := range results {
+		if r.Name == "gpu" {
+			gpuLines++
+			if r.Status == "fail" || !strings.Contains(r.Detail, "% busy") {
+				t.Errorf("doctor gpu: %s %q", r.Status, r.Detail)
+			}
+		}
 		if w, ok := want[r.Name]; ok {
 			if r.Status == "fail" || !strings.Contains(r.Detail, w) {
 				t.Errorf("doctor %s: %s %q (want ok/warn mentioning %q)", r.Name, r.Status, r.Detail, w)
@@ -60,5 +74,8 @@ func TestStatusAndDoctor(t *testing.T) {
 	}
 	if len(want) > 0 {
 		t.Errorf("doctor lacks checks %v: %s", want, out)
+	}
+	if gpuLines != 8 {
+		t.Errorf("doctor printed %d gpu lines, want one per GPU (8): %s", gpuLines, out)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,24 +61,29 @@ var ErrGoModLacksInit = errors.New("go.mod lacks what u-root's init (" + UrootIn
 // a cached base from an older recipe is not reused.
 const baseFormat = "bcd-ramdisk-base-1"
 
-// DefaultModules are the modules the ramdisk loads: virtio disks, network
-// and entropy, e1000 (QEMU's PXE NIC), NVMe, and the TPM interfaces
-// (built into Debian's kernel, so nothing to copy there; listed for a
-// kernel that has them as modules). Dependencies and softdeps come from
-// the kernel's own modules.dep and modules.softdep.
-var DefaultModules = []string{
-	"virtio_pci", "virtio_blk", "virtio_net", "virtio_rng", "e1000", "nvme", "tpm_tis", "tpm_crb",
-	// ext4: deploy.image mounts an installed OS's partition to configure
-	// it, and boot.kexec reads its kernel from there.
-	"ext4",
-}
+// DefaultModules are the modules the ramdisk always loads, whatever the
+// machine: the TPM interfaces (built into Debian's kernel, so nothing to
+// copy there; listed for a kernel that has them as modules), ext4
+// (deploy.image mounts an installed OS's partition to configure it, and
+// boot.kexec reads its kernel from there) and sd_mod (the disks behind
+// any SATA, SAS or SCSI controller, which appear asynchronously after
+// the controller's driver loads). The hardware drivers are DefaultDrivers,
+// loaded only for the devices present. Dependencies and softdeps come
+// from the kernel's own modules.dep and modules.softdep.
+var DefaultModules = []string{"tpm_tis", "tpm_crb", "ext4", "sd_mod"}
 
 // Config is one build.
 type Config struct {
 	Repo          string   // the bcd module root (holds go.mod)
 	KernelRelease string   // whose modules to copy
 	ModulesRoot   string   // default /lib/modules
-	Modules       []string // default DefaultModules
+	Modules       []string // loaded at every boot; default DefaultModules
+	// Drivers are carried and loaded only when a device's modalias
+	// matches one of their aliases; nil: DefaultDrivers' names.
+	Drivers []string
+	// FirmwareRoot is where the firmware files the modules ask for are
+	// copied from: /lib/firmware when "".
+	FirmwareRoot string
 	// BCD is a built ramdisk role binary to put in the image; empty builds
 	// RolePackage with LDFlags.
 	BCD     string
@@ -100,13 +106,17 @@ type Config struct {
 
 // Result describes what was built.
 type Result struct {
-	Output     string
-	Size       int64 // compressed bytes
-	CPIOSize   int64 // uncompressed archive bytes
-	Plan       kmod.Plan
-	BaseCached bool
-	Sizes      map[string]int64 // bytes of bin/init, bin/ramdisk-init, bin/bcd and lib/modules
-	Took       time.Duration
+	Output   string
+	Size     int64 // compressed bytes
+	CPIOSize int64 // uncompressed archive bytes
+	Plan     kmod.Plan
+	// Firmware lists the firmware files copied; FirmwareMissing those the
+	// modules ask for that the build machine does not have, by module.
+	Firmware        []string
+	FirmwareMissing map[string][]string
+	BaseCached      bool
+	Sizes           map[string]int64 // bytes of bin/init, bin/ramdisk-init, bin/bcd and lib/modules
+	Took            time.Duration
 }
 
 // Build writes cfg.Output.
@@ -117,6 +127,12 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Modules == nil {
 		cfg.Modules = DefaultModules
+	}
+	if cfg.Drivers == nil {
+		cfg.Drivers = DriverNames(DefaultDrivers)
+	}
+	if cfg.FirmwareRoot == "" {
+		cfg.FirmwareRoot = "/lib/firmware"
 	}
 	if cfg.LDFlags == "" {
 		cfg.LDFlags = "-s -w"
@@ -221,6 +237,15 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	res.Sizes["lib/modules"] = modBytes
 	logf("%d modules for %s: %s (built in: %s)", len(plan.Modules), cfg.KernelRelease,
 		strings.Join(plan.Names(), " "), strings.Join(plan.Builtin, " "))
+	fw, fwBytes, err := stageFirmware(cfg, stage, plan)
+	if err != nil {
+		return nil, err
+	}
+	res.Firmware, res.FirmwareMissing, res.Sizes["lib/firmware"] = fw.copied, fw.missing, fwBytes
+	logf("firmware: %d files (%d bytes) copied from %s", len(fw.copied), fwBytes, cfg.FirmwareRoot)
+	for _, m := range slices.Sorted(maps.Keys(fw.missing)) {
+		logf("firmware: %s asks for %s, not on this machine (Debian's non-free-firmware packages ship most)", m, strings.Join(fw.missing[m], ", "))
+	}
 	for _, f := range []string{"ramdisk-init", "bcd"} {
 		if st, err := os.Stat(filepath.Join(bin, f)); err == nil {
 			res.Sizes["bin/"+f] = st.Size()
@@ -366,7 +391,7 @@ func stageModules(cfg Config, stage string) (kmod.Plan, int64, error) {
 	if err != nil {
 		return kmod.Plan{}, 0, fmt.Errorf("initramfs: %w", err)
 	}
-	plan, err := ix.Resolve(cfg.Modules...)
+	plan, err := ix.Resolve(append(slices.Clone(cfg.Modules), cfg.Drivers...)...)
 	if err != nil {
 		return kmod.Plan{}, 0, fmt.Errorf("initramfs: %w", err)
 	}
@@ -395,6 +420,10 @@ func stageModules(cfg Config, stage string) (kmod.Plan, int64, error) {
 	}
 	list := "# Loaded by /bin/ramdisk-init in this order, with their dependencies.\n" + strings.Join(cfg.Modules, "\n") + "\n"
 	if err := os.WriteFile(filepath.Join(etc, "modules"), []byte(list), 0o644); err != nil {
+		return plan, 0, err
+	}
+	drivers := "# Loaded by /bin/ramdisk-init when a device's modalias matches their aliases.\n" + strings.Join(cfg.Drivers, "\n") + "\n"
+	if err := os.WriteFile(filepath.Join(etc, "drivers"), []byte(drivers), 0o644); err != nil {
 		return plan, 0, err
 	}
 	return plan, total, nil

@@ -83,6 +83,17 @@ func TestStageModules(t *testing.T) {
 	if !strings.HasSuffix(string(list), "\ndrv\ntpm_tis\n") {
 		t.Errorf("module list:\n%s", list)
 	}
+	// Drivers are carried beside the modules and listed apart.
+	stage = t.TempDir()
+	if _, _, err := stageModules(Config{ModulesRoot: root, KernelRelease: rel, Modules: []string{"drv"}, Drivers: []string{"other"}}, stage); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(stage, "lib/modules", rel, "kernel/b/other.ko")); err != nil {
+		t.Errorf("the driver's module: %v", err)
+	}
+	if list, _ := os.ReadFile(filepath.Join(stage, "etc/bcd-ramdisk/drivers")); !strings.HasSuffix(string(list), "\nother\n") {
+		t.Errorf("driver list:\n%s", list)
+	}
 	if _, _, err := stageModules(Config{ModulesRoot: root, KernelRelease: rel, Modules: []string{"nosuch"}}, t.TempDir()); err == nil {
 		t.Error("an unknown module was accepted")
 	}
@@ -103,7 +114,7 @@ func TestBuild(t *testing.T) {
 	bundle := filepath.Join(t.TempDir(), "ca.pem")
 	os.WriteFile(bundle, []byte("a CA bundle\n"), 0o600)
 	res, err := Build(context.Background(), Config{
-		Repo: "..", KernelRelease: rel, ModulesRoot: root, Modules: []string{"drv"},
+		Repo: "..", KernelRelease: rel, ModulesRoot: root, Modules: []string{"drv"}, Drivers: []string{},
 		BCD: bcd, Output: out, CacheDir: filepath.Join(cache, "bcd-ramdisk"), CABundle: bundle,
 	})
 	if errors.Is(err, ErrGoModLacksInit) {
@@ -135,7 +146,7 @@ func TestBuild(t *testing.T) {
 	if got := link("bin/uinit"); got != "ramdisk-init" {
 		t.Errorf("bin/uinit -> %q", got)
 	}
-	for _, name := range []string{"bin/init", "bin/ramdisk-init", "bin/bcd", "dev/console", "etc/bcd-ramdisk/modules",
+	for _, name := range []string{"bin/init", "bin/ramdisk-init", "bin/bcd", "dev/console", "etc/bcd-ramdisk/modules", "etc/bcd-ramdisk/drivers",
 		"lib/modules/" + rel + "/kernel/a/drv.ko", "lib/modules/" + rel + "/kernel/a/core.ko", "lib/modules/" + rel + "/modules.dep"} {
 		if _, ok := byName[name]; !ok {
 			t.Errorf("the archive lacks %s", name)

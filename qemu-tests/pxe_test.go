@@ -189,8 +189,10 @@ func TestPXEBoot(t *testing.T) {
 	}
 	_, err := exec.LookPath("dnsmasq")
 	need(t, "dnsmasq (apt-get install dnsmasq-base)", err)
-	if _, err := os.Stat("/usr/lib/ipxe/qemu/pxe-e1000.rom"); err != nil {
-		need(t, "QEMU's iPXE ROM (apt-get install ipxe-qemu)", err)
+	for _, rom := range []string{"pxe-e1000.rom", "efi-e1000e.rom"} {
+		if _, err := os.Stat("/usr/lib/ipxe/qemu/" + rom); err != nil {
+			need(t, "QEMU's iPXE ROMs (apt-get install ipxe-qemu)", err)
+		}
 	}
 	repo := repoRoot(t)
 	bin := buildBins(t, repo)
@@ -310,9 +312,14 @@ func TestPXEBoot(t *testing.T) {
 	// The VM: diskless, its NIC's iPXE ROM boots from the network.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	// Two disks with partition-table signatures at both ends.
+	// Four disks with partition-table signatures at both ends: virtio
+	// (the installed OS boots from it), NVMe, SATA on the machine's AHCI
+	// controller, and one behind an LSI MegaRAID SAS controller. The
+	// machine's NIC is an e1000e. The ramdisk finds them by the drivers
+	// their devices ask for.
 	vda, nvme := sparseDisk(t, "vda.img", 128<<20), sparseDisk(t, "nvme.img", 64<<20)
-	for _, d := range []string{vda, nvme} {
+	sata, raid := sparseDisk(t, "sata.img", 48<<20), sparseDisk(t, "raid.img", 112<<20)
+	for _, d := range []string{vda, nvme, sata, raid} {
 		f, _ := os.OpenFile(d, os.O_RDWR, 0)
 		st, _ := f.Stat()
 		f.WriteAt([]byte("EFI PART"), 512)
@@ -324,7 +331,10 @@ func TestPXEBoot(t *testing.T) {
 		"-nographic", "-no-reboot", "-boot", "n",
 		"-drive", "file="+vda+",if=virtio,format=raw",
 		"-drive", "file="+nvme+",if=none,id=nvm0,format=raw", "-device", "nvme,serial=bcdpxe0,drive=nvm0",
-		"-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no", "-device", "e1000,netdev=n0,mac="+pxeMAC)
+		"-drive", "file="+sata+",if=none,id=sata0,format=raw", "-device", "ide-hd,drive=sata0,bus=ide.0,serial=bcdsata0",
+		"-device", "megasas,id=raid",
+		"-drive", "file="+raid+",if=none,id=raid0,format=raw", "-device", "scsi-hd,drive=raid0,bus=raid.0,serial=bcdraid0",
+		"-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no", "-device", "e1000e,netdev=n0,mac="+pxeMAC)
 	stdout, _ := vm.StdoutPipe()
 	vm.Stderr = vm.Stdout
 	start := time.Now()
@@ -363,6 +373,36 @@ func TestPXEBoot(t *testing.T) {
 	// The ramdisk joins bcgw with the site's discovery assertion.
 	tJoined := until(90*time.Second, func(c string) bool { return strings.Contains(c, `"msg":"joined"`) })
 	var tKexec, tOSJoined time.Duration
+	// The disks behind the AHCI and MegaRAID controllers, as the init
+	// names them with the driver of the controller they sit behind.
+	var sataDev, raidDev string
+	if tJoined != 0 {
+		blk := ""
+		for _, l := range strings.Split(consoleText(), "\n") {
+			if i := strings.Index(l, "bcd-ramdisk: block devices: "); i >= 0 {
+				blk = l[i:]
+			}
+		}
+		if m := regexp.MustCompile(`(sd[a-z]+) \(48 MiB\) \[ahci@`).FindStringSubmatch(blk); m != nil {
+			sataDev = "/dev/" + m[1]
+		}
+		if m := regexp.MustCompile(`(sd[a-z]+) \(112 MiB\) \[megaraid_sas@`).FindStringSubmatch(blk); m != nil {
+			raidDev = "/dev/" + m[1]
+		}
+		if sataDev == "" || raidDev == "" {
+			t.Logf("serial console:\n%s", consoleText())
+			t.Fatalf("the init did not find the AHCI and MegaRAID disks: %s", blk)
+		}
+		for _, d := range []string{"e1000e", "ahci", "megaraid_sas", "virtio_pci", "virtio_blk", "nvme"} {
+			if !strings.Contains(consoleText(), "bcd-ramdisk: driver "+d+" for ") {
+				t.Errorf("the init did not name the driver %s it loaded", d)
+			}
+		}
+		if !strings.Contains(consoleText(), "eth0 (e1000e)") {
+			t.Errorf("the e1000e NIC is not eth0 with its driver")
+		}
+		t.Logf("SATA disk %s, MegaRAID disk %s", sataDev, raidDev)
+	}
 	// The joined ramdisk answers a command, then the VM goes.
 	if tJoined != 0 {
 		var nodes []struct {
@@ -390,7 +430,7 @@ func TestPXEBoot(t *testing.T) {
 			}
 			// disk.wipe quick on both disks, then deploy.image from the
 			// site's cache onto the virtio disk.
-			if out := bcgw("run", n.ID, "disk.wipe", "--body", `{"devices":["/dev/vda","/dev/nvme0n1"],"mode":"quick"}`, "--wait", "--timeout", "120s"); !strings.Contains(out, `"SUCCEEDED"`) {
+			if out := bcgw("run", n.ID, "disk.wipe", "--body", `{"devices":["/dev/vda","/dev/nvme0n1","`+sataDev+`","`+raidDev+`"],"mode":"quick"}`, "--wait", "--timeout", "120s"); !strings.Contains(out, `"SUCCEEDED"`) {
 				t.Fatalf("disk.wipe: %s", out)
 			}
 			osSum := sha256.Sum256(osZst.Bytes())
@@ -410,6 +450,25 @@ func TestPXEBoot(t *testing.T) {
 				}
 				return false
 			})
+			// The image onto the disk behind the MegaRAID controller.
+			tRaid := time.Now()
+			if out := bcgw("run", n.ID, "deploy.image", "--body", `{"target":"`+raidDev+`","sha256":"`+osDigest+`"}`, "--wait", "--timeout", "180s"); !strings.Contains(out, `"SUCCEEDED"`) {
+				t.Fatalf("deploy.image onto the MegaRAID disk %s: %s", raidDev, out)
+			}
+			t.Logf("deploy.image onto the MegaRAID disk %s: %v", raidDev, time.Since(tRaid).Round(10*time.Millisecond))
+			// QEMU's emulated SATA and SAS disks offer no secure erase (no
+			// ATA Security feature set, no SANITIZE): disk.wipe secure-erase
+			// refuses each, naming what it tried, and changes nothing (the
+			// MegaRAID disk still holds the image at the end).
+			// QEMU's IDE disk has no Security feature set; its MegaRAID
+			// emulation answers SANITIZE with a hardware error.
+			for dev, want := range map[string]string{sataDev: "the drive has no ATA Security feature set", raidDev: "SANITIZE BLOCK ERASE"} {
+				out := bcgwFail("run", n.ID, "disk.wipe", "--body", `{"devices":["`+dev+`"],"mode":"secure-erase"}`, "--wait", "--timeout", "120s")
+				if !strings.Contains(out, `"FAILED"`) || !strings.Contains(out, want) {
+					t.Errorf("disk.wipe secure-erase of %s: %s", dev, out)
+				}
+				t.Logf("disk.wipe secure-erase of %s refused: %s", dev, firstLine(out, `"error"`))
+			}
 			// The cache's copy goes bad (one byte of the image changed): the
 			// deploy writes it all, finds the digest wrong, fails, and
 			// leaves the disk unbootable.
@@ -500,6 +559,14 @@ func TestPXEBoot(t *testing.T) {
 			t.Fatal("the virtio disk does not start with the deployed image's partition table (or its last MiB was not wiped)")
 		}
 		checkInstalledOS(t, vb, provisionedID)
+		sb, _ := os.ReadFile(sata)
+		if !allZero(sb[:1<<20]) || !allZero(sb[len(sb)-1<<20:]) {
+			t.Fatal("the SATA disk still has data in its first or last MiB after disk.wipe quick")
+		}
+		rb, _ := os.ReadFile(raid)
+		if !bytes.Equal(rb[:len(osRaw)], osRaw) || !allZero(rb[len(rb)-1<<20:]) {
+			t.Fatal("the MegaRAID disk does not hold the deployed image (or its last MiB was not wiped)")
+		}
 	}
 	if tJoined == 0 {
 		t.Logf("serial console:\n%s", c)
@@ -529,7 +596,7 @@ func TestPXEBoot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the printed bc.* parameters do not parse: %v\n%s", err, strings.Join(words, "\n"))
 	}
-	if p.MAC.String() != pxeMAC || p.Site != "pxe" || p.CacheURL != "http://"+pxeBridgeIP+":8080" || p.Gateway != "https://"+pxeBridgeIP+":8443" {
+	if p.MAC.String() != pxeMAC || p.Site != "pxe" || !strings.HasPrefix(p.CacheURL, "http://"+pxeBridgeIP+":8080/cache/t/") || p.Gateway != "https://"+pxeBridgeIP+":8443" {
 		t.Fatalf("parameters %+v\nwords:\n%s", p, strings.Join(words, "\n"))
 	}
 	if !strings.Contains(site.String(), `"msg":"iPXE script served"`) {
@@ -552,6 +619,12 @@ func TestPXEBoot(t *testing.T) {
 	if !strings.Contains(site.String(), `"mac":"`+unknown+`"`) || strings.Count(site.String(), `"msg":"iPXE script served"`) != 1 {
 		t.Fatalf("the site did not note the unknown MAC, or served it a script:\n%s", site.String())
 	}
+	// bcgw discovered lists it, with the architecture its PXE ROM gave.
+	waitFor(t, "bcgw discovered to list the unknown MAC", 30*time.Second, func() bool {
+		var list []struct{ MAC, Arch string }
+		json.Unmarshal([]byte(bcgw("discovered", siteID, "--json")), &list)
+		return slices.ContainsFunc(list, func(d struct{ MAC, Arch string }) bool { return d.MAC == unknown && d.Arch == "bios" })
+	})
 	// Without the boot lease the site answers no machine, not even a
 	// prepared one: the gateway goes away, the lease lapses.
 	_ = gw.cmd.Process.Kill()
@@ -568,6 +641,16 @@ func TestPXEBoot(t *testing.T) {
 		t.Fatalf("a machine booted while the site did not hold the lease:\n%s", out3.String())
 	}
 	t.Logf("PXE: QEMU start -> ramdisk init %v -> bc.* printed %v -> joined bcgw as a ramdisk %v -> installed OS's init (kexec) %v -> joined as node %s %v; initramfs %d bytes", tInit.Round(100*time.Millisecond), tParams.Round(100*time.Millisecond), tJoined.Round(100*time.Millisecond), tKexec.Round(100*time.Millisecond), provisionedID, tOSJoined.Round(100*time.Millisecond), len(initrdImage))
+}
+
+// firstLine is the first line of s holding sub, or "".
+func firstLine(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }
 
 // findBlob finds the site cache's file of an image.

@@ -8,8 +8,8 @@ import (
 	"github.com/better-compute/bcd/components/gateway"
 )
 
-// hold is `bcgw hold NODE --alloc ID --gpu N|UUID ... [--cpus L]
-// [--memory BYTES]`: a hold added to (or replaced in) the node's devices
+// hold is `bcgw hold NODE --alloc ID --gpu N|UUID|MIG-UUID|N/giG/ciC|N/slotS
+// ... [--cpus L] [--memory BYTES] [--hugepages-2m N]`: a hold added to (or replaced in) the node's devices
 // section, as a new spec generation.
 func hold(ctx context.Context, env *cli.Env, args []string) int {
 	fs := cli.NewFlagSet(env, "bcgw", "hold")
@@ -17,10 +17,11 @@ func hold(ctx context.Context, env *cli.Env, args []string) int {
 	a.register(fs)
 	alloc := fs.String("alloc", "", "the allocation id ([A-Za-z0-9_-], 1 to 128)")
 	var gpus stringsFlag
-	fs.Var(&gpus, "gpu", "a GPU to hold, by index or UUID; repeat for each")
+	fs.Var(&gpus, "gpu", "what to hold: a whole GPU (index or GPU-UUID), a MIG instance (MIG-UUID or GPU/giG/ciC) or a slot of a shared GPU (GPU/slotS); repeat for each")
 	cpus := fs.String("cpus", "", "limit the allocation to these CPUs (a cpulist, e.g. 0-7)")
 	memory := fs.Uint64("memory", 0, "limit the allocation's memory, in bytes")
-	const usage = "bcgw hold NODE --alloc ID --gpu N|UUID ... [--cpus LIST] [--memory BYTES]"
+	huge := fs.Int64("hugepages-2m", 0, "huge pages of 2 MiB the allocation needs (admitted against the host's)")
+	const usage = "bcgw hold NODE --alloc ID --gpu N|UUID|MIG-UUID|N/giG/ciC|N/slotS ... [--cpus LIST] [--memory BYTES] [--hugepages-2m N]"
 	pos, code, ok := parseInterleaved(fs, env, args, 1, usage)
 	if !ok {
 		return code
@@ -29,8 +30,8 @@ func hold(ctx context.Context, env *cli.Env, args []string) int {
 		return cli.Usagef(env, "bcgw hold: --alloc and at least one --gpu are needed\nusage: %s", usage)
 	}
 	h := gateway.HoldRequest{Allocation: *alloc, GPUs: gpus}
-	if *cpus != "" || *memory != 0 {
-		h.Limits = &gateway.HoldLimits{CPUs: *cpus, MemoryBytes: *memory}
+	if *cpus != "" || *memory != 0 || *huge != 0 {
+		h.Limits = &gateway.HoldLimits{CPUs: *cpus, MemoryBytes: *memory, HugePages2M: *huge}
 	}
 	c, err := a.client()
 	if err != nil {

@@ -45,9 +45,10 @@ func program() *cli.Program {
 			{Name: "batch", Summary: "batch create|approve|submit: destructive commands as a batch the approvers approve", Run: batchCmd},
 			{Name: "revoke", Summary: "revoke NODE: revoke a node's certificate", Run: revoke},
 			{Name: "cancel", Summary: "cancel COMMAND: cancel a command", Run: cancel},
+			{Name: "discovered", Summary: "discovered SITE [--json]: the machines that asked the site to boot and that nobody prepared", Run: discovered},
 			{Name: "status", Summary: "status NODE [--json]: the node's connection, spec generations, sections and latest status report", Run: nodeStatus},
 			{Name: "spec", Summary: "spec set|patch|get|prepare|submit: a node's desired spec", Run: specCmd},
-			{Name: "hold", Summary: "hold NODE --alloc ID --gpu N|UUID ...: add a GPU hold to the node's devices section", Run: hold},
+			{Name: "hold", Summary: "hold NODE --alloc ID --gpu N|UUID|MIG-UUID|N/slotS ...: add a GPU hold to the node's devices section", Run: hold},
 			{Name: "release", Summary: "release NODE --alloc ID: remove a GPU hold", Run: release},
 			{Name: "events", Summary: "events NODE [--follow] [--json]: the node's stored events", Run: events},
 			{Name: "cache-images", Summary: "cache-images SITE --image SHA256=URL ...: what a site keeps in its image cache", Run: cacheImages},
@@ -229,6 +230,8 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 	timeout := fs.Duration("timeout", 5*time.Minute, "with --wait, how long to wait")
 	deadline := fs.Duration("deadline", 10*time.Minute, "the command's deadline")
 	userData := fs.String("user-data", "", "deploy.image: a file of user data (cloud-init NoCloud or Ignition), sent as a secret bound to the command, never in its body")
+	var secretHeaders stringsFlag
+	fs.Var(&secretHeaders, "secret-header", "site.httpProxy: NAME=FILE, a header whose value is read from FILE and sent as a secret bound to the command, never in its body or argv; repeat for each (name it in the body's secret_headers)")
 	prepare := fs.Bool("prepare", false, "print the command as JSON, to sign with bcgw sign; nothing is stored or sent")
 	submit := fs.String("submit", "", "send this prepared command (bcgw run --prepare, signed or not) as it is")
 	pos, code, ok := parseInterleaved(fs, env, args, -1, runUsage)
@@ -240,7 +243,7 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 		return cli.Usagef(env, "bcgw run: --submit takes no NODE, KIND, --body or --prepare: the file holds the command\nusage: %s", runUsage)
 	case *submit == "" && len(pos) != 2:
 		return cli.Usagef(env, "usage: %s", runUsage)
-	case *prepare && (*wait || *userData != ""):
+	case *prepare && (*wait || *userData != "" || len(secretHeaders) > 0):
 		return cli.Usagef(env, "bcgw run: --prepare sends nothing, so no --wait; give --user-data to bcgw run --submit\nusage: %s", runUsage)
 	}
 	if *body != "" && !json.Valid([]byte(*body)) {
@@ -252,6 +255,21 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 		if ud, err = readSmallFile(*userData, gateway.MaxUserData); err != nil {
 			return cli.Usagef(env, "bcgw run: --user-data: %v", err)
 		}
+	}
+	headers := map[string]string{}
+	for _, sh := range secretHeaders {
+		name, file, ok := strings.Cut(sh, "=")
+		if !ok || name == "" || file == "" {
+			return cli.Usagef(env, "bcgw run: --secret-header takes NAME=FILE (the value is read from FILE)")
+		}
+		b, err := readSmallFile(file, 8192)
+		if err != nil {
+			return cli.Usagef(env, "bcgw run: --secret-header %s: %v", name, err)
+		}
+		headers[name] = strings.TrimRight(string(b), "\r\n")
+	}
+	if len(headers) == 0 {
+		headers = nil
 	}
 	var prepared *gateway.PreparedCommand
 	if *submit != "" {
@@ -281,14 +299,14 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 		}
 		return printJSON(env, p)
 	case prepared != nil:
-		if cmd, err = c.SubmitCommand(ctx, gateway.SubmitCommandRequest{Command: *prepared, UserData: ud}); err != nil {
+		if cmd, err = c.SubmitCommand(ctx, gateway.SubmitCommandRequest{Command: *prepared, UserData: ud, SecretHeaders: headers}); err != nil {
 			return cli.Fail(env, "bcgw run --submit", err)
 		}
 		if cmd.Warning != "" {
 			fmt.Fprintf(env.Stderr, "bcgw run: warning: %s\n", cmd.Warning)
 		}
 	default:
-		req := gateway.CommandRequest{Node: pos[0], Kind: pos[1], Body: json.RawMessage(*body), DeadlineSeconds: int(deadline.Seconds()), UserData: ud}
+		req := gateway.CommandRequest{Node: pos[0], Kind: pos[1], Body: json.RawMessage(*body), DeadlineSeconds: int(deadline.Seconds()), UserData: ud, SecretHeaders: headers}
 		if cmd, err = c.Send(ctx, req); err != nil {
 			return cli.Fail(env, "bcgw run", err)
 		}

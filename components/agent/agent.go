@@ -62,6 +62,10 @@ type Config struct {
 	// FakeReboot adds the fakehw node.reboot kind: Run then returns
 	// ErrRebooted and the caller starts the agent again.
 	FakeReboot bool
+	// Reboot, when set (and FakeReboot is not), adds the host's
+	// node.reboot kind: it asks the host to reboot (through bcd helper
+	// when unprivileged) and waits to be stopped by it.
+	Reboot func(ctx context.Context, reason string) error
 	// RenewAfter, when set, renews the certificate this soon after start
 	// (BCD_RENEW_AFTER, fakehw builds), then at 60% of each lifetime.
 	RenewAfter time.Duration
@@ -157,8 +161,11 @@ func Run(ctx context.Context, c Config) error {
 		{Name: "agent.ping", Idempotent: true, Run: ping(a, bootID, c.Version, clk)},
 		{Name: "agent.converge", Idempotent: true, Run: convergeNow(engine)},
 	}, c.Kinds...)
-	if c.FakeReboot {
+	switch {
+	case c.FakeReboot:
 		kinds = append(kinds, fakeReboot(cfg.DataDir, bootID, func() { rebooting.Store(true); stopS() }))
+	case c.Reboot != nil:
+		kinds = append(kinds, hostReboot(cfg.DataDir, bootID, c.Reboot))
 	}
 	ledger, err := quorum.OpenLedger(cfg.DataDir)
 	if err != nil {

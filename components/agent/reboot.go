@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -30,18 +31,55 @@ type rebootRecord struct {
 // journal marked it running before it acted, so after the "reboot" its
 // Recover reports SUCCEEDED when the boot id changed.
 func fakeReboot(dataDir, bootID string, stop func()) dispatch.Kind {
-	p := filepath.Join(dataDir, rebootFile)
+	return rebootKind(dataDir, bootID, filepath.Join(dataDir, rebootFile), func(context.Context, string) error {
+		if err := identity.WriteFileAtomic(filepath.Join(dataDir, "fakehw", "boot_id"), []byte(hostinfo.NewBootID()+"\n"), 0o600); err != nil {
+			return err
+		}
+		stop()
+		return nil
+	})
+}
+
+// hostRebootFile records the boot a host's node.reboot leaves.
+const hostRebootFile = "reboot.json"
+
+// hostReboot is node.reboot on a host: it records the boot it leaves,
+// asks the host to reboot (reboot: systemctl reboot as root, the
+// helper's reboot unprivileged), and waits for the shutdown to stop it.
+// The command is self-terminating: its result comes from Recover after
+// the restart, SUCCEEDED when the boot id changed, FAILED when bcd
+// started again in the same boot.
+func hostReboot(dataDir, bootID string, reboot func(ctx context.Context, reason string) error) dispatch.Kind {
+	return rebootKind(dataDir, bootID, filepath.Join(dataDir, hostRebootFile), reboot)
+}
+
+// rebootBody is node.reboot's body.
+type rebootBody struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// rebootKind records {command, boot id} in p, then runs do and waits.
+func rebootKind(dataDir, bootID, p string, do func(ctx context.Context, reason string) error) dispatch.Kind {
 	return dispatch.Kind{
 		Name: "node.reboot",
 		Run: func(ctx context.Context, body []byte) (json.RawMessage, error) {
+			var rb rebootBody
+			if len(body) > 0 {
+				if err := dispatch.DecodeBody(body, &rb); err != nil {
+					return nil, fmt.Errorf("node.reboot: %w", err)
+				}
+			}
+			if rb.Reason == "" {
+				rb.Reason = "node.reboot " + dispatch.CommandID(ctx)
+			}
 			b, _ := json.Marshal(rebootRecord{CommandID: dispatch.CommandID(ctx), BootID: bootID})
 			if err := identity.WriteFileAtomic(p, b, 0o600); err != nil {
 				return nil, err
 			}
-			if err := identity.WriteFileAtomic(filepath.Join(dataDir, "fakehw", "boot_id"), []byte(hostinfo.NewBootID()+"\n"), 0o600); err != nil {
-				return nil, err
+			if err := do(ctx, rb.Reason); err != nil {
+				os.Remove(p)
+				return nil, fmt.Errorf("node.reboot: %w", err)
 			}
-			stop()
 			<-ctx.Done()
 			return nil, ctx.Err()
 		},

@@ -71,6 +71,10 @@ type CommandRequest struct {
 	// Ignition): a secret bound to the command, fetched by the ramdisk
 	// with a SecretRequest, never part of the body.
 	UserData []byte `json:"user_data,omitempty"`
+	// SecretHeaders are site.httpProxy's secret header values by name
+	// (a BMC's Authorization): secrets bound to the command, fetched by
+	// the site agent, never part of the body.
+	SecretHeaders map[string]string `json:"secret_headers,omitempty"`
 }
 
 // CommandView is a command and its result as the admin API shows it.
@@ -387,7 +391,7 @@ func (s *Server) adminSend(w http.ResponseWriter, r *http.Request) {
 		adminErr(w, http.StatusBadRequest, errors.New("body is not JSON"))
 		return
 	}
-	secrets, err := userDataSecrets(req.Kind, req.UserData)
+	secrets, err := commandSecrets(req.Kind, req.UserData, req.SecretHeaders)
 	if err != nil {
 		adminErr(w, http.StatusBadRequest, err)
 		return
@@ -402,19 +406,46 @@ func (s *Server) adminSend(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, v)
 }
 
-// userDataSecrets checks deploy.image's user data and makes it the
-// command's secrets (nil without user data).
-func userDataSecrets(kind string, userData []byte) (map[string][]byte, error) {
-	if len(userData) == 0 {
+// commandSecrets checks deploy.image's user data and site.httpProxy's
+// secret headers and makes them the command's secrets (nil without
+// either). Errors name what is wrong, never a value.
+func commandSecrets(kind string, userData []byte, headers map[string]string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	if len(userData) > 0 {
+		if kind != "deploy.image" {
+			return nil, errors.New("user data goes with deploy.image only")
+		}
+		if len(userData) > MaxUserData {
+			return nil, fmt.Errorf("user data is larger than %d bytes", MaxUserData)
+		}
+		out[SecretUserData] = userData
+	}
+	if len(headers) > 0 && kind != "site.httpProxy" {
+		return nil, errors.New("secret headers go with site.httpProxy only")
+	}
+	if len(headers) > 16 {
+		return nil, errors.New("at most 16 secret headers")
+	}
+	for name, v := range headers {
+		if name == "" || len(name) > 64 || strings.ContainsAny(name, " :\r\n\t\x00") {
+			return nil, fmt.Errorf("secret header name %q is not an HTTP header name", clipName(name))
+		}
+		if len(v) > 8192 || strings.ContainsAny(v, "\r\n\x00") {
+			return nil, fmt.Errorf("secret header %s: the value has a line break or NUL, or is over 8 KiB", http.CanonicalHeaderKey(name))
+		}
+		out[SecretHTTPHeader+http.CanonicalHeaderKey(name)] = []byte(v)
+	}
+	if len(out) == 0 {
 		return nil, nil
 	}
-	if kind != "deploy.image" {
-		return nil, errors.New("user data goes with deploy.image only")
+	return out, nil
+}
+
+func clipName(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
 	}
-	if len(userData) > MaxUserData {
-		return nil, fmt.Errorf("user data is larger than %d bytes", MaxUserData)
-	}
-	return map[string][]byte{SecretUserData: userData}, nil
+	return s
 }
 
 func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {

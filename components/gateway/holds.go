@@ -23,6 +23,7 @@ type HoldRequest struct {
 type HoldLimits struct {
 	CPUs        string `json:"cpus,omitempty"`
 	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
+	HugePages2M int64  `json:"hugepages_2m,omitempty"`
 }
 
 type devicesSection struct {

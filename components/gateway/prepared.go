@@ -301,8 +301,9 @@ func (s *Server) SubmitCommand(p PreparedCommand, secrets map[string][]byte) (st
 // SubmitCommandRequest is a prepared command to send, with deploy.image's
 // user data (a secret bound to the command, not part of what is signed).
 type SubmitCommandRequest struct {
-	Command  PreparedCommand `json:"command"`
-	UserData []byte          `json:"user_data,omitempty"`
+	Command       PreparedCommand   `json:"command"`
+	UserData      []byte            `json:"user_data,omitempty"`
+	SecretHeaders map[string]string `json:"secret_headers,omitempty"`
 }
 
 func (s *Server) adminPrepareCommand(w http.ResponseWriter, r *http.Request) {
@@ -329,7 +330,7 @@ func (s *Server) adminSubmitCommand(w http.ResponseWriter, r *http.Request) {
 		adminErr(w, http.StatusBadRequest, err)
 		return
 	}
-	secrets, err := userDataSecrets(req.Command.Kind, req.UserData)
+	secrets, err := commandSecrets(req.Command.Kind, req.UserData, req.SecretHeaders)
 	if err != nil {
 		adminErr(w, http.StatusBadRequest, err)
 		return

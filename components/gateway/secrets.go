@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway/store"
@@ -16,6 +17,10 @@ import (
 // boot.prepareRamdisk: a one-use join token of role ramdisk, bound to the
 // machine's MAC and to that command.
 const SecretDiscoveryToken = "discovery-token"
+
+// SecretHTTPHeader prefixes site.httpProxy's secret headers:
+// http-header/<Canonical-Name>.
+const SecretHTTPHeader = "http-header/"
 
 // DiscoveryTokenTTL is how long a discovery token stays usable.
 const DiscoveryTokenTTL = time.Hour
@@ -49,6 +54,9 @@ func (s *Server) secret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
 	if req.GetName() == SecretProvisionedToken || req.GetName() == SecretUserData {
 		return s.provisionSecret(l, req)
 	}
+	if strings.HasPrefix(req.GetName(), SecretHTTPHeader) {
+		return s.headerSecret(l, req)
+	}
 	if req.GetName() != SecretDiscoveryToken {
 		return nil, fmt.Errorf("no secret %q", req.GetName())
 	}
@@ -77,6 +85,23 @@ func (s *Server) secret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
 		return nil, err
 	}
 	return []byte(tok), nil
+}
+
+// headerSecret answers a site.httpProxy's secret header: only to the site
+// agent running that command, only a header sent with it.
+func (s *Server) headerSecret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
+	if l.role != "site" {
+		return nil, errors.New("only a site agent may ask for a secret header")
+	}
+	c, err := s.store.Command(req.GetCommandId())
+	if err != nil || c.NodeID != l.nodeID || c.Kind != "site.httpProxy" || c.State == store.StateDone {
+		return nil, errors.New("a secret header is bound to a running site.httpProxy command of this site agent")
+	}
+	v, _ := s.store.Meta(commandKey(c.ID, "secret/"+req.GetName()))
+	if len(v) == 0 {
+		return nil, fmt.Errorf("the command was sent without the secret header %s", strings.TrimPrefix(req.GetName(), SecretHTTPHeader))
+	}
+	return v, nil
 }
 
 // commandKey names state the gateway keeps for one command in its meta

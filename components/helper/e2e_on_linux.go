@@ -4,6 +4,7 @@ package helper
 
 import (
 	"context"
+	"github.com/better-compute/bcd/components/helper/cdispec"
 	"os"
 
 	"github.com/better-compute/bcd/components/trust/tpm"
@@ -45,6 +46,7 @@ func e2eSeams(s *seams) {
 	}
 	if d := os.Getenv(e2eProcEnv); d != "" {
 		s.gpuMinors = func() ([]int, error) { return hostGPUMinors(d) }
+		s.migCaps = func() (cdispec.MIGCaps, error) { return hostMIGCaps(d) }
 	}
 	if addr := os.Getenv(e2eSWTPMEnv); addr != "" {
 		s.openTPM = func() (*tpm.TPM, error) { return tpm.OpenTCP(addr) }

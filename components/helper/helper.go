@@ -2,6 +2,7 @@ package helper
 
 import (
 	"context"
+	"github.com/better-compute/bcd/components/helper/cdispec"
 	"log/slog"
 	"path/filepath"
 
@@ -31,13 +32,23 @@ type Config struct {
 
 // FakeMachine is what the helper of a fakehw build needs of its fake
 // machine: the GPU UUIDs gpu.reset may name, the CPUs and memory nodes
-// slice.apply checks cpulists against, and the GPUs' device minors a CDI
-// spec's device nodes may name (/dev/nvidia<minor>). The machine domain
-// sits above the helper's, so the role's main builds it.
+// slice.apply checks cpulists against, the GPUs' device minors a CDI
+// spec's device nodes may name (/dev/nvidia<minor>), and its nvidia-caps
+// table (mig-minors) for MIG instances' capability nodes. The machine
+// domain sits above the helper's, so the role's main builds it.
 type FakeMachine struct {
 	GPUs     func() []string
 	Topology func() (cpus, mems string, err error)
 	Minors   func() []int
+	MIGCaps  func() []byte
+}
+
+// migCaps is the fake machine's nvidia-caps table; none without MIGCaps.
+func (f *FakeMachine) migCaps() (cdispec.MIGCaps, error) {
+	if f.MIGCaps == nil {
+		return cdispec.MIGCaps{}, nil
+	}
+	return cdispec.ParseMIGCaps(f.MIGCaps())
 }
 
 // minors is the fake machine's GPU minors; a FakeMachine without Minors

@@ -39,9 +39,14 @@ func (srv *server) checkHoldFile(t filetable.Target, data []byte) (*wire.Respons
 		for i, m := range minors {
 			nodes[i] = "/dev/nvidia" + strconv.Itoa(m)
 		}
+		caps, rerr := srv.hostMIGCaps()
+		if rerr != nil {
+			return failed(fmt.Errorf("file.write %s: reading this host's MIG capabilities: %w", t.Path(), rerr), true)
+		}
+		capNodes := caps.Allowed(minors)
 		asked := false // a GPU device node the host does not have
 		err = cdispec.Check(t.ID, data, func(p string) bool {
-			ok := slices.Contains(nodes, p)
+			ok := slices.Contains(nodes, p) || slices.Contains(capNodes, p)
 			asked = asked || !ok
 			return ok
 		})
@@ -70,6 +75,29 @@ func (srv *server) hostMinors() ([]int, error) {
 		return nil, errors.New("no GPU inventory")
 	}
 	return srv.s.gpuMinors()
+}
+
+// hostMIGCaps is this host's nvidia-caps table (a fakehw build: its fake
+// machine's); none without a reader.
+func (srv *server) hostMIGCaps() (cdispec.MIGCaps, error) {
+	if srv.s.migCaps == nil {
+		return cdispec.MIGCaps{}, nil
+	}
+	return srv.s.migCaps()
+}
+
+// hostMIGCaps reads proc's driver/nvidia-caps/mig-minors; a host without
+// the nvidia-caps driver has an empty table, so no MIG capability node
+// passes.
+func hostMIGCaps(proc string) (cdispec.MIGCaps, error) {
+	b, err := os.ReadFile(filepath.Join(proc, strings.TrimPrefix(cdispec.MIGMinorsFile, "/proc/")))
+	if errors.Is(err, fs.ErrNotExist) {
+		return cdispec.MIGCaps{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cdispec.ParseMIGCaps(b)
 }
 
 // cutMsg cuts a check's error to maxCheckError bytes.

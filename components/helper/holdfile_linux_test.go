@@ -115,9 +115,9 @@ func TestHoldFileRefusals(t *testing.T) {
 		}), wantErr: `unknown field \"mounts\"`},
 		{name: "a device node of another path", kind: "cdi", id: "a1", data: specEdit(t, "a1", func(_, _, e map[string]any) {
 			e["deviceNodes"] = append(e["deviceNodes"].([]any), map[string]any{"path": "/dev/sda"})
-		}), wantErr: `device node \"/dev/sda\" is neither a GPU of this host nor an NVIDIA control device"`},
+		}), wantErr: `device node \"/dev/sda\" is neither a GPU of this host, a MIG instance's capability of one, nor an NVIDIA control device"`},
 		{name: "a GPU minor this host does not have", kind: "cdi", id: "a1", data: holdSpec(t, "a1", "/dev/nvidia2"),
-			wantErr: `device node \"/dev/nvidia2\" is neither a GPU of this host nor an NVIDIA control device (this host has the GPU device nodes /dev/nvidia0, /dev/nvidia1)`},
+			wantErr: `device node \"/dev/nvidia2\" is neither a GPU of this host, a MIG instance's capability of one, nor an NVIDIA control device (this host has the GPU device nodes /dev/nvidia0, /dev/nvidia1)`},
 		{name: "an extra top-level key", kind: "cdi", id: "a1", data: specEdit(t, "a1", func(s, _, _ map[string]any) {
 			s["containerEdits"] = map[string]any{"env": []any{"BCD_ALLOCATION=a1"}}
 		}), wantErr: `unknown field \"containerEdits\"`},
@@ -193,7 +193,7 @@ func TestHoldFileInventory(t *testing.T) {
 		"file.write /etc/cdi/bcd-a1.json: reading this host's GPUs: /proc/driver/nvidia/gpus/0000:18:00.0/information: no Device Minor line", true)
 	readErr = nil
 	wantFailed(t, o.call(t, fileWrite("cdi", "a1", holdSpec(t, "a1", "/dev/nvidia0"))),
-		`device node "/dev/nvidia0" is neither a GPU of this host nor an NVIDIA control device (this host has no NVIDIA GPU)`, false)
+		`device node "/dev/nvidia0" is neither a GPU of this host, a MIG instance's capability of one, nor an NVIDIA control device (this host has no NVIDIA GPU)`, false)
 	sameSnapshot(t, before, snapshot(t, o.root))
 	wantOK(t, o.call(t, fileWrite("allocation-env", "a1", []byte("BCD_ALLOCATION=a1\n"))))
 	minors = []int{7}
@@ -287,5 +287,68 @@ func TestHostGPUMinors(t *testing.T) {
 	// This host's own /proc reads (no NVIDIA driver: no GPU).
 	if _, err := hostGPUMinors("/proc"); err != nil {
 		t.Errorf("this host's /proc: %v", err)
+	}
+}
+
+// TestHoldFileMIG: a MIG instance's spec names its capability nodes; the
+// helper allows the GPU and compute instance access nodes of its own GPUs
+// from its own nvidia-caps table, and refuses those of another GPU, the
+// config capability, and any capability on a host without the table.
+func TestHoldFileMIG(t *testing.T) {
+	caps, err := cdispec.ParseMIGCaps(cdispec.RenderMIGCaps())
+	must(t, err)
+	table := true
+	o := newOpServer(t, func(s *seams, _ *execLog) {
+		s.gpuMinors = func() ([]int, error) { return []int{0, 1}, nil }
+		s.migCaps = func() (cdispec.MIGCaps, error) {
+			if !table {
+				return cdispec.MIGCaps{}, nil
+			}
+			return caps, nil
+		}
+	})
+	mig := func(id string, gpu int, capNodes []string) []byte {
+		b, err := cdispec.Render(id, []cdispec.GPU{{UUID: "MIG-11112222-3333-4444-5555-666677778888",
+			Node: "/dev/nvidia" + string(rune('0'+gpu)), Caps: capNodes}})
+		must(t, err)
+		return b
+	}
+	own, _ := caps.Nodes(1, 2, 0)
+	wantOK(t, o.call(t, fileWrite("cdi", "m1", mig("m1", 1, own))))
+	other, _ := caps.Nodes(3, 2, 0)
+	for name, data := range map[string][]byte{
+		"another GPU's instance": mig("m2", 1, other),
+		"the config capability":  mig("m2", 1, []string{cdispec.CapNode(1)}),
+		"the monitor capability": mig("m2", 1, []string{cdispec.CapNode(2)}),
+	} {
+		if resp := o.call(t, fileWrite("cdi", "m2", data)); resp.OK || !strings.Contains(resp.Error, "capability") {
+			t.Errorf("%s: answered %+v, want a refusal of the capability node", name, resp)
+		}
+	}
+	table = false
+	if resp := o.call(t, fileWrite("cdi", "m3", mig("m3", 1, own))); resp.OK || !strings.Contains(resp.Error, "capability") {
+		t.Error("a capability node was written on a host without an nvidia-caps table")
+	}
+	for _, id := range []string{"m2", "m3"} {
+		if _, err := os.Stat(filepath.Join(o.root, "etc/cdi/bcd-"+id+".json")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("refused spec %s is on disk: %v", id, err)
+		}
+	}
+}
+
+// TestHostMIGCaps reads the table from a proc tree; none there is empty.
+func TestHostMIGCaps(t *testing.T) {
+	proc := t.TempDir()
+	if c, err := hostMIGCaps(proc); err != nil || len(c) != 0 {
+		t.Errorf("no table: %v, %v", c, err)
+	}
+	must(t, os.MkdirAll(filepath.Join(proc, "driver/nvidia-caps"), 0o755))
+	must(t, os.WriteFile(filepath.Join(proc, "driver/nvidia-caps/mig-minors"), cdispec.RenderMIGCaps(), 0o444))
+	if c, err := hostMIGCaps(proc); err != nil || c["gpu0/gi0/access"] != 3 {
+		t.Errorf("table: %v", err)
+	}
+	must(t, os.WriteFile(filepath.Join(proc, "driver/nvidia-caps/mig-minors"), []byte("config one\n"), 0o444))
+	if _, err := hostMIGCaps(proc); err == nil {
+		t.Error("a malformed table gave no error")
 	}
 }

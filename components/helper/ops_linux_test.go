@@ -329,11 +329,11 @@ func TestSliceApplyAndRemove(t *testing.T) {
 	dropin := filepath.Join(o.root, "run/systemd/system/bcd-alloc-a1.slice.d/50-bcd.conf")
 
 	wantOK(t, o.call(t, `{"v":1,"op":"slice.apply","slice":"bcd-alloc-a1.slice","cpus":"0-1,3","mems":"0"}`))
-	assertFile(t, dropin, []byte("# Written by bcd helper (slice.apply); slice.remove removes it.\n[Slice]\nAllowedCPUs=0-1,3\nAllowedMemoryNodes=0\n"), 0o644)
+	assertFile(t, dropin, []byte("# Written by bcd (slice.apply); slice.remove removes it.\n[Slice]\nAllowedCPUs=0-1,3\nAllowedMemoryNodes=0\n"), 0o644)
 	wantCalls(t, o.exec, "systemctl daemon-reload", "systemctl start bcd-alloc-a1.slice")
 
 	wantOK(t, o.call(t, `{"v":1,"op":"slice.apply","slice":"bcd-alloc-a1.slice","cpus":"2"}`))
-	assertFile(t, dropin, []byte("# Written by bcd helper (slice.apply); slice.remove removes it.\n[Slice]\nAllowedCPUs=2\n"), 0o644)
+	assertFile(t, dropin, []byte("# Written by bcd (slice.apply); slice.remove removes it.\n[Slice]\nAllowedCPUs=2\n"), 0o644)
 	wantCalls(t, o.exec, "systemctl daemon-reload", "systemctl start bcd-alloc-a1.slice")
 
 	// Still running a process: refused, retryable, nothing run or removed.
@@ -380,7 +380,7 @@ func TestSliceRefusalsChangeNothing(t *testing.T) {
 		{"a cpulist out of order", `{"v":1,"op":"slice.apply","slice":"bcd-alloc-a1.slice","cpus":"3,1"}`, "items must go up"},
 		{"a cpulist with a stride", `{"v":1,"op":"slice.apply","slice":"bcd-alloc-a1.slice","cpus":"0-3:2"}`, "not a cpulist"},
 		{"a cpulist with a newline", `{"v":1,"op":"slice.apply","slice":"bcd-alloc-a1.slice","cpus":"0\nExecStart=/bin/sh"}`, "not a cpulist"},
-		{"neither cpus nor mems", `{"v":1,"op":"slice.apply","slice":"bcd-alloc-a1.slice"}`, "no cpus and no mems"},
+		{"neither cpus nor mems", `{"v":1,"op":"slice.apply","slice":"bcd-alloc-a1.slice"}`, "no cpus, no mems and no memory_max"},
 		{"another slice", `{"v":1,"op":"slice.apply","slice":"system.slice","cpus":"0"}`, "is not bcd-alloc-<id>.slice"},
 		{"a path in the slice", `{"v":1,"op":"slice.apply","slice":"bcd-alloc-../../etc.slice","cpus":"0"}`, "may hold only"},
 		{"a unit that is not a slice", `{"v":1,"op":"slice.remove","slice":"bcd-alloc-a1.service"}`, "is not bcd-alloc-<id>.slice"},
@@ -487,7 +487,7 @@ func TestSliceCgroup(t *testing.T) {
 		"bcd-alloc-a1.slice":  "bcd.slice/bcd-alloc.slice/bcd-alloc-a1.slice",
 		"bcd-alloc-a-b.slice": "bcd.slice/bcd-alloc.slice/bcd-alloc-a.slice/bcd-alloc-a-b.slice",
 	} {
-		if got := sliceCgroup(slice); got != want {
+		if got := wire.SliceCgroup(slice); got != want {
 			t.Errorf("sliceCgroup(%s) = %s, want %s", slice, got, want)
 		}
 	}
@@ -510,12 +510,12 @@ func TestSliceThroughTheSocket(t *testing.T) {
 	})
 	mkdirs(t, h.root, "run/systemd/system")
 	ctx := context.Background()
-	if err := h.client.ApplySlice(ctx, "a1", "0-1", "0"); err != nil {
+	if err := h.client.ApplySlice(ctx, "a1", "0-1", "0", 0); err != nil {
 		t.Fatal(err)
 	}
 	assertFile(t, filepath.Join(h.root, "run/systemd/system/bcd-alloc-a1.slice.d/50-bcd.conf"),
-		[]byte("# Written by bcd helper (slice.apply); slice.remove removes it.\n[Slice]\nAllowedCPUs=0-1\nAllowedMemoryNodes=0\n"), 0o644)
-	err := h.client.ApplySlice(ctx, "a1", "0-9", "")
+		[]byte("# Written by bcd (slice.apply); slice.remove removes it.\n[Slice]\nAllowedCPUs=0-1\nAllowedMemoryNodes=0\n"), 0o644)
+	err := h.client.ApplySlice(ctx, "a1", "0-9", "", 0)
 	var herr *helperclient.Error
 	if !errors.As(err, &herr) || !strings.Contains(herr.Msg, "CPU 4 is not one of this host's") {
 		t.Fatalf("cpus beyond the host: %v", err)

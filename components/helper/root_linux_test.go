@@ -178,7 +178,7 @@ func TestRootEndToEnd(t *testing.T) {
 	}
 	for data, want := range map[string]string{
 		hooked:        `CDI spec: json: unknown field \"hooks\"`,
-		string(other): `device node \"/dev/nvidia1\" is neither a GPU of this host nor an NVIDIA control device (this host has the GPU device nodes /dev/nvidia0)`,
+		string(other): `device node \"/dev/nvidia1\" is neither a GPU of this host, a MIG instance's capability of one, nor an NVIDIA control device (this host has the GPU device nodes /dev/nvidia0)`,
 	} {
 		req := `{"v":1,"op":"file.write","kind":"cdi","id":"` + id + `","data":"` + base64.StdEncoding.EncodeToString([]byte(data)) + `"}`
 		if out, code := call(t, bin, socket, asUser, req); !strings.Contains(out, want) || !strings.HasSuffix(out, `"retryable":false}`) || code != 1 {
@@ -408,7 +408,7 @@ func (sl *sliceEnv) roundTrip(t *testing.T, bin, socket string, asUser *syscall.
 	if st := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 || st.Uid != 0 {
 		t.Errorf("%s: %v uid %d, want a 0644 file of root's", dropin, fi.Mode(), st.Uid)
 	}
-	want := "# Written by bcd helper (slice.apply); slice.remove removes it.\n[Slice]\nAllowedCPUs=0\nAllowedMemoryNodes=0\n"
+	want := "# Written by bcd (slice.apply); slice.remove removes it.\n[Slice]\nAllowedCPUs=0\nAllowedMemoryNodes=0\n"
 	if b, _ := os.ReadFile(dropin); string(b) != want {
 		t.Errorf("%s = %q, want %q", dropin, b, want)
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/better-compute/bcd/components/helper/cdispec"
 	"io"
 	"log/slog"
 	"net"
@@ -65,6 +66,10 @@ type seams struct {
 	// (/dev/nvidia<minor>), read at each request (a fakehw build: its
 	// fake machine's).
 	gpuMinors func() ([]int, error)
+	// migCaps returns the nvidia-caps table (mig-minors), read at each
+	// request; empty where the driver has none (a fakehw build: its fake
+	// machine's).
+	migCaps func() (cdispec.MIGCaps, error)
 	// unitRoot is where /run/systemd/system is looked for: "/".
 	unitRoot string
 	// cgroup is the cgroup v2 mount: /sys/fs/cgroup.
@@ -91,6 +96,7 @@ func hostSeams() seams {
 		fakeGPUs:  func() []string { return nil },
 		topology:  func() (string, string, error) { return hostTopology("/sys") },
 		gpuMinors: func() ([]int, error) { return hostGPUMinors("/proc") },
+		migCaps:   func() (cdispec.MIGCaps, error) { return hostMIGCaps("/proc") },
 		unitRoot:  "/",
 		cgroup:    "/sys/fs/cgroup",
 		openTPM:   openHostTPM(buildinfo.FakeHW),
@@ -130,7 +136,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, s seams) error {
 	}
 	if cfg.Fake != nil {
 		s.fakeGPUs, s.topology = cfg.Fake.GPUs, cfg.Fake.Topology
-		s.gpuMinors = cfg.Fake.minors
+		s.gpuMinors, s.migCaps = cfg.Fake.minors, cfg.Fake.migCaps
 	}
 	srv, err := start(cfg, log, s)
 	if err != nil {

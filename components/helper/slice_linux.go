@@ -3,12 +3,10 @@
 package helper
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 
@@ -22,7 +20,7 @@ import (
 // also how a host shows systemd runs (sd_booted).
 const (
 	unitDir    = "/run/systemd/system"
-	dropinName = "50-bcd.conf"
+	dropinName = wire.SliceDropinName
 )
 
 // errNoSystemd is slices on a host systemd does not run.
@@ -51,7 +49,7 @@ func (srv *server) sliceApply(ctx context.Context, req *wire.Request) (*wire.Res
 		return refused(fmt.Errorf("slice.apply: mems: %w", err))
 	}
 	if srv.s.fakeHW {
-		srv.log.Info("helper: slice.apply (a fakehw build only logs it)", "slice", req.Slice, "cpus", req.CPUs, "mems", req.Mems)
+		srv.log.Info("helper: slice.apply (a fakehw build only logs it)", "slice", req.Slice, "cpus", req.CPUs, "mems", req.Mems, "memory_max", req.MemoryMax)
 		return ok()
 	}
 	if err := srv.systemdRuns(); err != nil {
@@ -86,7 +84,7 @@ func (srv *server) sliceRemove(ctx context.Context, req *wire.Request) (*wire.Re
 	if err := srv.systemdRuns(); err != nil {
 		return failed(fmt.Errorf("slice.remove: %w", err), false)
 	}
-	populated, err := slicePopulated(srv.s.cgroup, req.Slice)
+	populated, err := wire.SlicePopulated(srv.s.cgroup, req.Slice)
 	if err != nil {
 		return failed(fmt.Errorf("slice.remove: %w", err), true)
 	}
@@ -136,15 +134,7 @@ func (srv *server) systemdRuns() error {
 
 // renderDropin is the slice's drop-in: only what the request set.
 func renderDropin(req *wire.Request) []byte {
-	var b bytes.Buffer
-	b.WriteString("# Written by bcd helper (slice.apply); slice.remove removes it.\n[Slice]\n")
-	if req.CPUs != "" {
-		b.WriteString("AllowedCPUs=" + req.CPUs + "\n")
-	}
-	if req.Mems != "" {
-		b.WriteString("AllowedMemoryNodes=" + req.Mems + "\n")
-	}
-	return b.Bytes()
+	return wire.SliceDropin(req.CPUs, req.Mems, req.MemoryMax)
 }
 
 // within checks that every number of list (a cpulist; "" passes) is in
@@ -194,42 +184,6 @@ func hostTopology(sys string) (cpus, mems string, err error) {
 		}
 	}
 	return cpus, mems, nil
-}
-
-// sliceCgroup is the cgroup of a slice under systemd's layout, where each
-// '-' of the name steps down: bcd-alloc-a1.slice is
-// bcd.slice/bcd-alloc.slice/bcd-alloc-a1.slice.
-func sliceCgroup(slice string) string {
-	name := strings.TrimSuffix(slice, ".slice")
-	parts := strings.Split(name, "-")
-	var dirs []string
-	for i := range parts {
-		dirs = append(dirs, strings.Join(parts[:i+1], "-")+".slice")
-	}
-	return path.Join(dirs...)
-}
-
-// slicePopulated reads the slice's cgroup.events: populated 1 when a
-// process is in the slice or below it. A slice without a cgroup (never
-// started, or stopped) is empty.
-func slicePopulated(cgroupRoot, slice string) (bool, error) {
-	p := filepath.Join(cgroupRoot, sliceCgroup(slice), "cgroup.events")
-	b, err := os.ReadFile(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reading %s: %w", p, err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		switch strings.TrimSpace(line) {
-		case "populated 0":
-			return false, nil
-		case "populated 1":
-			return true, nil
-		}
-	}
-	return false, fmt.Errorf("%s has no populated line", p)
 }
 
 // removeEmptyDir removes dir/name under root when it is an empty

@@ -41,7 +41,8 @@ func main() {
 	var cfg initramfs.Config
 	out := flag.String("out", "images/out", "output directory")
 	boot := flag.String("boot", "/boot", "where the installed kernels are")
-	modules := flag.String("modules", strings.Join(initramfs.DefaultModules, ","), "modules the ramdisk loads, comma-separated")
+	modules := flag.String("modules", strings.Join(initramfs.DefaultModules, ","), "modules the ramdisk loads at every boot, comma-separated")
+	drivers := flag.String("drivers", strings.Join(initramfs.DriverNames(initramfs.DefaultDrivers), ","), "hardware drivers the ramdisk carries and loads for the devices it finds, comma-separated")
 	noCache := flag.Bool("no-cache", false, "rebuild the initramfs base layer (u-root init)")
 	withOS := flag.Bool("os", true, "also build os.img.zst, the test installed OS the QEMU tests deploy (images/osimage)")
 	cache, _ := os.UserCacheDir()
@@ -60,6 +61,7 @@ func main() {
 		cfg.CacheDir = ""
 	}
 	cfg.Modules = strings.Split(*modules, ",")
+	cfg.Drivers = strings.Split(*drivers, ",")
 	cfg.Log = os.Stderr
 	if cfg.KernelRelease == "" {
 		rel, err := initramfs.KernelRelease(*boot, cfg.ModulesRoot)
@@ -94,9 +96,10 @@ func main() {
 		}
 		fmt.Printf("%-20s %10d bytes  sha256 %s\n", name, size, sum)
 	}
-	fmt.Printf("initramfs: cpio %d bytes: bin/init %d, bin/ramdisk-init %d, bin/bcd %d, %d modules %d; base layer cached: %v; built in %.1fs\n",
+	fmt.Printf("initramfs: cpio %d bytes: bin/init %d, bin/ramdisk-init %d, bin/bcd %d, %d modules %d, %d firmware files %d (%d drivers miss theirs); base layer cached: %v; built in %.1fs\n",
 		res.CPIOSize, res.Sizes["bin/init"], res.Sizes["bin/ramdisk-init"], res.Sizes["bin/bcd"],
-		len(res.Plan.Modules), res.Sizes["lib/modules"], res.BaseCached, res.Took.Seconds())
+		len(res.Plan.Modules), res.Sizes["lib/modules"], len(res.Firmware), res.Sizes["lib/firmware"], len(res.FirmwareMissing),
+		res.BaseCached, res.Took.Seconds())
 
 	if !*withOS {
 		return
@@ -106,6 +109,7 @@ func main() {
 	osCfg := cfg
 	osCfg.RolePackage, osCfg.InitPackage = "./roles/node", "./initramfs/cmd/os-init"
 	osCfg.BCD = ""
+	osCfg.Drivers = initramfs.VMDrivers
 	osCfg.Output = filepath.Join(*out, "os-initramfs.cpio.zst")
 	osRes, err := initramfs.Build(context.Background(), osCfg)
 	if err != nil {

@@ -36,6 +36,10 @@ const NotBuilt = Prefix + "ramdisk agent not built yet"
 // ModulesList is where the image lists the modules to load, one per line.
 const ModulesList = "/etc/bcd-ramdisk/modules"
 
+// DriversList is where the image lists its hardware drivers, loaded only
+// for the devices present.
+const DriversList = "/etc/bcd-ramdisk/drivers"
+
 // Config says where things are; DefaultConfig is the image's layout.
 type Config struct {
 	Out         io.Writer
@@ -43,6 +47,8 @@ type Config struct {
 	ModulesRoot string // /lib/modules
 	Release     string // uname -r
 	ModulesList string // ModulesList
+	DriversList string // DriversList
+	SysBus      string // /sys/bus: the devices whose modalias picks drivers
 	SysBlock    string // /sys/class/block
 	SysNet      string // /sys/class/net
 	BCD         string // /bin/bcd
@@ -51,8 +57,11 @@ type Config struct {
 	Settle, Quiet time.Duration
 
 	// Seams.
-	Mount    func() []error // mounts what is missing
-	Load     func(names []string) ([]kmod.Result, error)
+	Mount func() []error // mounts what is missing
+	Load  func(names []string) ([]kmod.Result, error)
+	// Match returns the modules whose device aliases match a modalias
+	// (the image's modules.alias); nil: none.
+	Match    func(modalias string) []string
 	HasAgent func(bcd string) bool // bcd has the ramdisk command
 	// RunAgent runs `bcd ramdisk` on the console and returns its exit
 	// status when it ends.
@@ -106,6 +115,8 @@ func Run(c Config) error {
 			p("modules: %v", err)
 		}
 	}
+
+	loadDrivers(c, p)
 
 	disks := settle(c, func() []string { return blockDevices(c.SysBlock) })
 	p("block devices: %s", orNone(disks))
@@ -252,9 +263,35 @@ func blockDevices(sys string) []string {
 				desc += fmt.Sprintf(" (%d MiB)", sectors*512>>20)
 			}
 		}
+		if ctl := controller(filepath.Join(sys, n, "device")); ctl != "" {
+			desc += " [" + ctl + "]"
+		}
 		out = append(out, desc)
 	}
 	return out
+}
+
+// controller names the PCI device a block device sits behind and its
+// driver, "megaraid_sas@0000:00:04.0": the nearest ancestor of dev (a
+// sysfs device link) on the pci bus. "" when there is none.
+func controller(dev string) string {
+	dir, err := filepath.EvalSymlinks(dev)
+	if err != nil {
+		return ""
+	}
+	for range 12 {
+		sub, err1 := os.Readlink(filepath.Join(dir, "subsystem"))
+		drv, err2 := os.Readlink(filepath.Join(dir, "driver"))
+		if err1 == nil && err2 == nil && filepath.Base(sub) == "pci" {
+			return filepath.Base(drv) + "@" + filepath.Base(dir)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	return ""
 }
 
 // netInterfaces lists interfaces other than lo as "name (driver)".

@@ -21,6 +21,9 @@ func DefaultConfig() Config {
 		ModulesRoot: "/lib/modules",
 		Release:     release(),
 		ModulesList: ModulesList,
+		DriversList: DriversList,
+		SysBus:      "/sys/bus",
+		Match:       matcher("/lib/modules", release()),
 		SysBlock:    "/sys/class/block",
 		SysNet:      "/sys/class/net",
 		BCD:         "/bin/bcd",
@@ -52,6 +55,21 @@ func DefaultConfig() Config {
 			}
 			return nil
 		},
+	}
+}
+
+// matcher reads the image's module index once, on the first match.
+func matcher(root, release string) func(string) []string {
+	var ix *kmod.Index
+	var err error
+	return func(modalias string) []string {
+		if ix == nil && err == nil {
+			ix, err = kmod.ReadIndex(filepath.Join(root, release))
+		}
+		if err != nil {
+			return nil
+		}
+		return ix.Match(modalias)
 	}
 }
 

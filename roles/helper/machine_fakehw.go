@@ -16,7 +16,7 @@ import (
 // checks gpu.reset, slice.apply and the device nodes of CDI specs
 // against.
 func fakeMachine() *helper.FakeMachine {
-	return &helper.FakeMachine{GPUs: fakeGPUs, Topology: topology, Minors: minors}
+	return &helper.FakeMachine{GPUs: fakeGPUs, Topology: topology, Minors: minors, MIGCaps: fakehw.MIGCaps}
 }
 
 // fakeSeed is the fake machine of BCD_FAKEHW_SEED (default 1), as bcd node

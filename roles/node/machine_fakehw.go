@@ -3,6 +3,8 @@
 package main
 
 import (
+	"context"
+	"github.com/better-compute/bcd/components/helper/cdispec"
 	"log/slog"
 	"net/http"
 	"os"
@@ -49,6 +51,25 @@ func holdFiles(dataDir string, helper *helperclient.Client) devices.Files {
 	return devices.DirFiles{Root: filepath.Join(dataDir, "fakehw", "root")}
 }
 
+// holdSlices keeps a fakehw node's slice drop-ins under
+// data_dir/fakehw/root, with no systemd to start them: the fake machine
+// has none (a fakehw helper only logs slice.apply). With
+// BCD_FAKEHW_HOST_SLICES=1 (the systemd tier: fake GPUs on a machine
+// where systemd is PID 1) they are the host's real slices.
+func holdSlices(dataDir string, helper *helperclient.Client) devices.Slices {
+	if os.Getenv("BCD_FAKEHW_HOST_SLICES") == "1" {
+		return devices.HostSlices(helper)
+	}
+	return devices.DirSlices{Root: filepath.Join(dataDir, "fakehw", "root"), Cgroup: filepath.Join(dataDir, "fakehw", "cgroup"),
+		Systemctl: func(context.Context, ...string) error { return nil }}
+}
+
+// migCaps is the fake machine's nvidia-caps table.
+func migCaps() (cdispec.MIGCaps, error) { return cdispec.ParseMIGCaps(fakehw.MIGCaps()) }
+
+// hostReboot: a fakehw node simulates node.reboot (agent.Config.FakeReboot).
+func hostReboot(*helperclient.Client) func(context.Context, string) error { return nil }
+
 // extraSections is the fakehw test section.
 func extraSections(dataDir string) []converge.Section {
 	return []converge.Section{fakekinds.Section(dataDir)}
@@ -59,7 +80,7 @@ func fakeCommands() []cli.Command {
 	return []cli.Command{agentcmd.Sim(func(dataDir string, seed int64) agentcmd.Machine {
 		hw := fakehw.Hardware{Seed: seed, DataDir: dataDir}
 		mon := health.New(health.Config{HW: hw, Log: slog.New(slog.DiscardHandler)})
-		dev := devicesSection(hw, mon, holdFiles(dataDir, nil))
+		dev := devicesSection(hw, mon, holdFiles(dataDir, nil), holdSlices(dataDir, nil))
 		m := agentcmd.Machine{Kinds: append(nodekinds.Kinds(hw, heldGPU(dev)), fakekinds.Kinds(dataDir)...), StatusGPUs: statusGPUs(hw, dev),
 			Sections: append([]converge.Section{dev}, extraSections(dataDir)...)}
 		// BCD_SIM_NO_REPORT=1: no health monitor (conditions, pressure,

@@ -3,8 +3,13 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
+	"strings"
 
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/dispatch"
@@ -35,6 +40,33 @@ func holdFiles(_ string, helper *helperclient.Client) devices.Files {
 		return devices.DirFiles{Root: "/"}
 	}
 	return nil
+}
+
+// holdSlices is where holds with limits get their slice: systemd's, as
+// root or through bcd helper; none where systemd is not PID 1.
+func holdSlices(_ string, helper *helperclient.Client) devices.Slices {
+	return devices.HostSlices(helper)
+}
+
+// migCaps is the host's nvidia-caps table.
+var migCaps = devices.HostMIGCaps
+
+// hostReboot is node.reboot on this host: through bcd helper when bcd
+// node runs unprivileged, systemctl reboot as root, refused otherwise.
+func hostReboot(helper *helperclient.Client) func(ctx context.Context, reason string) error {
+	return func(ctx context.Context, reason string) error {
+		switch {
+		case helper != nil:
+			return helper.Reboot(ctx, reason)
+		case os.Geteuid() != 0:
+			return errors.New("bcd node runs unprivileged without [helper]: it cannot reboot the host (configure [helper], or run it as root)")
+		}
+		out, err := exec.CommandContext(ctx, "systemctl", "reboot", "--message="+reason).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("systemctl reboot = %w: %s", err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
 }
 
 // extraSections: a host build converges no test section.

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"github.com/better-compute/bcd/components/agent/update"
 	"log/slog"
 
 	"github.com/better-compute/bcd/components/agent/agentcmd"
@@ -39,11 +40,12 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 		hw = nodekinds.WithHelper(hw, helper)
 	}
 	mon := health.New(health.Config{HW: hw, Pressure: pressure.New("/proc"), Log: log})
-	dev := devicesSection(hw, mon, holdFiles(cfg.DataDir, helper))
+	dev := devicesSection(hw, mon, holdFiles(cfg.DataDir, helper), holdSlices(cfg.DataDir, helper))
 	m := agentcmd.Machine{
 		Kinds: append(append(nodekinds.Kinds(hw, heldGPU(dev)), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
 		StatusGPUs: statusGPUs(hw, dev),
+		Reboot:     hostReboot(helper),
 		Sections:   append([]converge.Section{dev}, extraSections(cfg.DataDir)...),
 	}
 	withHealth(&m, mon)
@@ -57,17 +59,11 @@ func withHealth(m *agentcmd.Machine, mon *health.Monitor) {
 	m.Watch = mon.Run
 }
 
-// devicesSection is the GPU holds section over hw: a GPU with an Xid
-// condition takes no new hold.
-func devicesSection(hw nodekinds.Hardware, mon *health.Monitor, files devices.Files) *devices.Section {
-	return devices.New(devices.Config{Inventory: hw.Inventory, Files: files, Unhealthy: func(uuid string) bool {
-		for _, c := range mon.Conditions() {
-			if c.GetSubject() == uuid {
-				return true
-			}
-		}
-		return false
-	}})
+// devicesSection is the GPU holds section over hw: a GPU the health
+// monitor finds unhealthy (an Xid NVIDIA counts as a failure, or a failed
+// health check) takes no new hold; one with warnings does.
+func devicesSection(hw nodekinds.Hardware, mon *health.Monitor, files devices.Files, sl devices.Slices) *devices.Section {
+	return devices.New(devices.Config{Inventory: hw.Inventory, MIGCaps: migCaps, Files: files, Slices: sl, Unhealthy: mon.Unhealthy})
 }
 
 // heldGPU is gpu.reset's hold check: a held GPU is never reset.
@@ -105,5 +101,6 @@ func main() {
 		status.Command(),
 		doctor.Command(doctorChecks),
 		nodekinds.HardwareCommand(hardware),
+		update.Command(),
 	}, fakeCommands()...), nil)
 }

@@ -6,8 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/better-compute/bcd/components/agent/session"
+	"github.com/better-compute/bcd/components/boot/httpproxy"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -45,6 +48,12 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 		return m, &agentcmd.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("[site] bmc_networks: %w", err)}
 	}
 	bc := bmckinds.Config{Networks: networks}
+	proxy := httpproxy.Config{Secret: session.CommandSecret}
+	for _, n := range networks {
+		if p, ok := netipPrefix(n); ok {
+			proxy.Networks = append(proxy.Networks, p)
+		}
+	}
 	// beside runs what the site runs next to the agent: the plugin host
 	// and, with [boot] listen, the boot server.
 	var beside []func(context.Context) error
@@ -59,7 +68,7 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 		m.Drivers = func() []*bcdv1.Driver { host.WaitStarted(15 * time.Second); return host.Drivers() }
 		beside = append(beside, host.Run)
 	}
-	bmc := bmckinds.Kinds(bc)
+	bmc := append(bmckinds.Kinds(bc), proxy.Kind())
 	m.Kinds = bmc
 	m.Beside = besideAll(beside)
 	b := cfg.Boot
@@ -105,9 +114,12 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 			(*k)()
 		}
 	}
+	found := &bootserver.Discoveries{Changed: warmer.Report}
+	warmer.Discoveries = found
 	srv := &bootserver.Server{Boot: b, Entries: entries, Cache: cache, Lease: lease, Log: log.With("component", "bootserver"),
-		Discovered: func(mac net.HardwareAddr) {
-			log.Info("an unprepared machine asked to boot", "component", "bootserver", "mac", mac.String())
+		Discovered: func(mac net.HardwareAddr, arch string) {
+			log.Info("an unprepared machine asked to boot", "component", "bootserver", "mac", mac.String(), "arch", arch)
+			found.Saw(mac, arch)
 		}}
 	m.Kinds = append(bmc, sitekinds.Kinds(sitekinds.Config{Config: cfg, Entries: entries, Cache: cache, Keep: warmer.Keep})...)
 	m.ReportSections = warmer.SetPublish
@@ -117,6 +129,16 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	})
 	m.Beside = besideAll(beside)
 	return m, nil
+}
+
+// netipPrefix is n as a netip.Prefix.
+func netipPrefix(n *net.IPNet) (netip.Prefix, bool) {
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones), true
 }
 
 // besideAll runs every function of fs until ctx ends or one fails; it

@@ -43,6 +43,9 @@ type Machine struct {
 	Beside func(ctx context.Context) error
 	// Drivers, when set, lists the hosted bcx drivers for Hello.
 	Drivers func() []*bcdv1.Driver
+	// Reboot, when set, reboots the host for node.reboot (a fakehw node
+	// simulates it instead).
+	Reboot func(ctx context.Context, reason string) error
 }
 
 // ExitError is a machine's refusal to start with the exit code to use.
@@ -85,7 +88,7 @@ func Agent(name, role, summary string, machine func(*config.Config, *slog.Logger
 		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, Sections: m.Sections,
 			Machine: m.Report, Watch: m.Watch, ReportSections: m.ReportSections, Kicker: m.Kicker,
 			BootLease: m.BootLease, Drivers: m.Drivers, Version: buildinfo.Version, Log: log,
-			FakeReboot: buildinfo.FakeHW && role == "node"}
+			FakeReboot: buildinfo.FakeHW && role == "node", Reboot: m.Reboot}
 		if v := env.Getenv("BCD_RENEW_AFTER"); v != "" && buildinfo.FakeHW {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {

@@ -167,8 +167,22 @@ func Render(w io.Writer, s Snapshot) {
 	for _, g := range s.GPUs {
 		fmt.Fprintf(w, "  %s\n", clean(fmt.Sprintf("%d %s %s: %.0f%% %.0f C %.0f/%.0f W %.1f/%.1f GiB",
 			g.Index, or(g.UUID), or(g.Name), g.UtilizationPct, g.TemperatureC, g.PowerW, g.PowerLimitW,
-			gib(g.MemoryUsedMiB), gib(g.MemoryTotalMiB))+heldBy(g.HeldBy)))
+			gib(g.MemoryUsedMiB), gib(g.MemoryTotalMiB))+heldBy(g.HeldBy)+health(g)))
 	}
+}
+
+// health is a GPU line's verdict when it is not ok: "; UNHEALTHY: …" or
+// "; warn: …" with the problems.
+func health(g GPU) string {
+	switch g.Health {
+	case "", HealthOK:
+		return ""
+	}
+	s := "; " + g.Health
+	if len(g.Problems) > 0 {
+		s += ": " + strings.Join(g.Problems, "; ")
+	}
+	return s
 }
 
 func gib(mib int64) float64 { return float64(mib) / 1024 }

@@ -137,7 +137,20 @@ type GPU struct {
 	MemoryTotalMiB int64   `json:"memory_total_mib"`
 	// HeldBy is the allocation holding the GPU ("" when free).
 	HeldBy string `json:"held_by,omitempty"`
+	// Health is the verdict of the GPU health checks (the diag.nvml
+	// checks): HealthOK, HealthWarn, or HealthUnhealthy when a check
+	// failed; "" when the node did not judge its GPUs. Problems are the
+	// reasons of the checks that did not pass, each with its action.
+	Health   string   `json:"health,omitempty"`
+	Problems []string `json:"problems,omitempty"`
 }
+
+// GPU health verdicts, GPU.Health.
+const (
+	HealthOK        = "ok"
+	HealthWarn      = "warn"
+	HealthUnhealthy = "UNHEALTHY"
+)
 
 // ValidFor formats how long a certificate ending at notAfter has left at
 // now, for Snapshot.CertificateValidFor: rounded to the minute ("14h12m0s"),

@@ -65,6 +65,8 @@ type Config struct {
 	Plugins Plugins `toml:"plugins,omitempty"`
 	// Intent configures signed intent's destructive-batch quorum.
 	Intent Intent `toml:"intent,omitempty"`
+	// Update configures self-update: the release keys and the slots.
+	Update Update `toml:"update,omitempty"`
 
 	// Path is the file the configuration was loaded from; it is not a key.
 	Path string `toml:"-"`
@@ -275,6 +277,17 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	for i, p := range c.Update.ReleasePins {
+		if err := checkPin(p); err != nil {
+			errs = append(errs, fmt.Errorf("update.release_pins[%d]: %w", i, err))
+		}
+	}
+	if n := len(c.Update.ReleasePins); c.Update.ReleaseThreshold < 0 || c.Update.ReleaseThreshold > n && n > 0 {
+		errs = append(errs, fmt.Errorf("update.release_threshold: %d is not between 1 and the %d release pins", c.Update.ReleaseThreshold, n))
+	}
+	if c.Update.SlotsDir != "" && !filepath.IsAbs(c.Update.SlotsDir) {
+		errs = append(errs, errors.New("update.slots_dir: must be an absolute path, e.g. /usr/local/lib/bcd"))
+	}
 	if strings.ContainsFunc(c.Site.Name, isControl) {
 		errs = append(errs, errors.New("site.name: must not contain control characters"))
 	}
@@ -321,6 +334,27 @@ func (e invalidError) Error() string {
 }
 
 func (e invalidError) Unwrap() []error { return e }
+
+// Update is the [update] section (docs/update.md).
+type Update struct {
+	// ReleasePins are the SPKI pins (sha256/<base64>) of the release keys
+	// whose signatures a release manifest needs; none turns self-update
+	// off.
+	ReleasePins []string `toml:"release_pins,omitempty"`
+	// ReleaseThreshold is how many of them must sign (default 1).
+	ReleaseThreshold int `toml:"release_threshold,omitempty"`
+	// SlotsDir holds the A/B binary slots (default data_dir/bin; under
+	// [helper], root's /usr/local/lib/bcd).
+	SlotsDir string `toml:"slots_dir,omitempty"`
+}
+
+// Threshold is the release threshold with its default.
+func (u Update) Threshold() int {
+	if u.ReleaseThreshold == 0 && len(u.ReleasePins) > 0 {
+		return 1
+	}
+	return u.ReleaseThreshold
+}
 
 // Site is the [site] section.
 type Site struct {

@@ -1,12 +1,18 @@
 // Package bootserver is a site agent's boot server: the boot entries the
 // gateway prepared (boot-entries.json), the HTTP side (iPXE scripts per
-// MAC at /boot/ipxe, verified images at /images/<digest>), and, when
-// configured, proxy DHCP and read-only TFTP. It answers a machine only
-// while the site holds the boot lease.
+// MAC at /boot/ipxe, verified images at /cache/t/<grant>/images/<digest>),
+// and, when configured, proxy DHCP and read-only TFTP. It answers a
+// machine only while the site holds the boot lease, and serves the image
+// cache only under a grant: each prepared machine gets its own (in its
+// script's URLs and its bc.cache), so a machine nobody prepared, or one
+// whose entry is gone, reads nothing from the cache.
 package bootserver
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,13 +40,30 @@ const EntriesFile = "boot-entries.json"
 
 // Entry is one prepared machine.
 type Entry struct {
-	MAC     string    `json:"mac"`
-	Kernel  string    `json:"kernel_sha256"`
-	Initrd  string    `json:"initrd_sha256"`
+	MAC    string `json:"mac"`
+	Kernel string `json:"kernel_sha256,omitempty"`
+	Initrd string `json:"initrd_sha256,omitempty"`
+	// ISO, when set, is an ISO the machine boots with sanboot instead of
+	// a kernel and initrd (boot.prepareISO).
+	ISO     string    `json:"iso_sha256,omitempty"`
 	Cmdline string    `json:"cmdline"` // console arguments and the rendered bc.* parameters
 	Command string    `json:"command_id"`
 	Created time.Time `json:"created"`
+	// Grant names the machine in its cache URLs (/cache/t/<grant>/):
+	// 128 random bits, hex.
+	Grant string `json:"grant"`
 }
+
+// NewGrant makes a cache grant.
+func NewGrant() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // it never fails (Go 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+// CachePath is the cache URL path of a grant: bc.cache is the boot URL
+// with it, and images are at CachePath(grant)/images/<digest>.
+func CachePath(grant string) string { return "/cache/t/" + grant }
 
 // Entries are the boot entries, kept in memory and in data_dir.
 type Entries struct {
@@ -64,9 +87,26 @@ func OpenEntries(dataDir string) (*Entries, error) {
 		return nil, fmt.Errorf("parse %s: %w", e.path, err)
 	}
 	for _, x := range list {
+		if x.Grant == "" { // an entry from before grants: it gets one now
+			x.Grant = NewGrant()
+		}
 		e.by[strings.ToLower(x.MAC)] = x
 	}
 	return e, nil
+}
+
+// ByGrant returns the entry holding grant, comparing in constant time.
+func (e *Entries) ByGrant(grant string) (Entry, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var found Entry
+	ok := false
+	for _, x := range e.by {
+		if len(x.Grant) == len(grant) && subtle.ConstantTimeCompare([]byte(x.Grant), []byte(grant)) == 1 {
+			found, ok = x, true
+		}
+	}
+	return found, ok
 }
 
 func (e *Entries) saveLocked() error {
@@ -82,11 +122,14 @@ func (e *Entries) saveLocked() error {
 	return atomicfile.Write(e.path, b, 0o600)
 }
 
-// Put adds or replaces a machine's entry.
+// Put adds or replaces a machine's entry (one without a grant gets one).
 func (e *Entries) Put(x Entry) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	x.MAC = strings.ToLower(x.MAC)
+	if x.Grant == "" {
+		x.Grant = NewGrant()
+	}
 	e.by[x.MAC] = x
 	return e.saveLocked()
 }
@@ -117,7 +160,11 @@ func (e *Entries) Digests() []string {
 	defer e.mu.Unlock()
 	var out []string
 	for _, x := range e.by {
-		out = append(out, x.Kernel, x.Initrd)
+		for _, d := range []string{x.Kernel, x.Initrd, x.ISO} {
+			if d != "" {
+				out = append(out, d)
+			}
+		}
 	}
 	return out
 }
@@ -132,16 +179,37 @@ type Server struct {
 	Cache   *imagecache.Cache
 	Lease   Lease
 	Log     *slog.Logger
-	// Discovered is told the MACs of PXE clients nobody prepared.
-	Discovered func(mac net.HardwareAddr)
+	// Discovered is told the MACs of PXE clients nobody prepared (and
+	// their architecture, when proxy DHCP read it).
+	Discovered func(mac net.HardwareAddr, arch string)
 }
 
-// Handler serves /boot/ipxe?mac= and /images/<digest>.
+// Handler serves /boot/ipxe?mac= and /cache/t/<grant>/images/<digest>.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/images/", s.Cache.Handler())
+	mux.HandleFunc("/cache/t/{grant}/images/{digest}", s.cached)
 	mux.HandleFunc("GET /boot/ipxe", s.script)
 	return mux
+}
+
+// cached serves an image of the cache to the machine holding the grant;
+// an unknown grant is 404, as an image not cached is.
+func (s *Server) cached(w http.ResponseWriter, r *http.Request) {
+	grant := r.PathValue("grant")
+	if len(grant) != 32 || strings.Contains(r.URL.RawPath, "%") {
+		http.NotFound(w, r)
+		return
+	}
+	e, ok := s.Entries.ByGrant(grant)
+	if !ok {
+		s.Log.Info("image cache: a request without a valid grant", "remote", r.RemoteAddr)
+		http.NotFound(w, r)
+		return
+	}
+	r2 := r.Clone(r.Context())
+	r2.URL.Path, r2.URL.RawPath = "/images/"+r.PathValue("digest"), ""
+	s.Log.Debug("image cache: served under a grant", "mac", e.MAC, "digest", r.PathValue("digest"))
+	s.Cache.Handler().ServeHTTP(w, r2)
 }
 
 func (s *Server) script(w http.ResponseWriter, r *http.Request) {
@@ -161,13 +229,18 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 	case !ok:
 		log.Info("iPXE script for an unknown machine: exit")
 		if s.Discovered != nil {
-			s.Discovered(mac)
+			s.Discovered(mac, "")
 		}
 		fmt.Fprint(w, ipxe.Exit())
 		return
 	}
-	base := strings.TrimRight(s.Boot.URL, "/")
-	sc, err := ipxe.Script(ipxe.Boot{Kernel: base + "/images/" + e.Kernel, Initrd: base + "/images/" + e.Initrd, Cmdline: e.Cmdline})
+	base := strings.TrimRight(s.Boot.URL, "/") + CachePath(e.Grant)
+	var sc string
+	if e.ISO != "" {
+		sc, err = ipxe.Sanboot(base + "/images/" + e.ISO)
+	} else {
+		sc, err = ipxe.Script(ipxe.Boot{Kernel: base + "/images/" + e.Kernel, Initrd: base + "/images/" + e.Initrd, Cmdline: e.Cmdline})
+	}
 	if err != nil {
 		log.Error("iPXE script", "err", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)
@@ -205,7 +278,7 @@ func (s *Server) Run(ctx context.Context) error {
 			ScriptURL: strings.TrimRight(s.Boot.URL, "/") + "/boot/ipxe", Backend: s, Log: s.Log,
 			Discovered: func(_ context.Context, d proxydhcp.Discovery) {
 				if s.Discovered != nil {
-					s.Discovered(d.MAC)
+					s.Discovered(d.MAC, string(d.Arch))
 				}
 			}})
 		if err != nil {

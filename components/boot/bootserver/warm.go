@@ -29,6 +29,8 @@ type Warmer struct {
 	Cache   *imagecache.Cache
 	Entries *Entries
 	Log     *slog.Logger
+	// Discoveries, when set, are reported as the "discovered" section.
+	Discoveries *Discoveries
 
 	// Changed, when set, is called after each pull round ends (the site
 	// section's engine checks again then).
@@ -116,9 +118,14 @@ func (w *Warmer) Report() {
 	for _, im := range w.Cache.List() {
 		images = append(images, image{Digest: im.Digest, Source: im.Source, Size: im.Size, State: string(im.State)})
 	}
+	discovered := []Discovered{}
+	if w.Discoveries != nil {
+		discovered = w.Discoveries.List()
+	}
 	b, err := json.Marshal(map[string]any{
-		"images": images,
-		"site":   map[string]string{"cache_images": state},
+		"images":     images,
+		"site":       map[string]string{"cache_images": state},
+		"discovered": discovered,
 	})
 	if err == nil {
 		pub(b)

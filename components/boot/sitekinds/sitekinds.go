@@ -74,10 +74,11 @@ type Assertion struct {
 	Expires     int64  `json:"exp"`
 }
 
-// Kinds returns boot.prepareRamdisk and boot.cleanUp.
+// Kinds returns boot.prepareRamdisk, boot.prepareISO and boot.cleanUp.
 func Kinds(c Config) []dispatch.Kind {
 	return []dispatch.Kind{
 		{Name: "boot.prepareRamdisk", Lane: dispatch.LaneProvision, Resources: macResource, Run: c.prepare},
+		{Name: "boot.prepareISO", Lane: dispatch.LaneProvision, Resources: macResource, Run: c.prepareISO},
 		{Name: "boot.cleanUp", Lane: dispatch.LaneControl, Idempotent: true, Resources: macResource, Run: c.cleanUp},
 	}
 }
@@ -100,6 +101,44 @@ func macResource(b []byte) ([]string, error) {
 		return nil, err
 	}
 	return []string{"boot:" + mac.String()}, nil
+}
+
+// prepareISOBody is boot.prepareISO's body: the machine and the ISO it
+// boots (an installer, a vendor's diagnostics) from the site's cache.
+type prepareISOBody struct {
+	MAC string `json:"mac"`
+	ISO image  `json:"iso"`
+}
+
+// prepareISO pulls an ISO into the cache and makes the machine's entry
+// boot it with iPXE's sanboot over HTTP, under the machine's grant. The
+// ISO gets no bc.* parameters: it is not bcd's ramdisk, and it joins
+// nothing.
+func (c Config) prepareISO(ctx context.Context, b []byte) (json.RawMessage, error) {
+	var body prepareISOBody
+	if err := dispatch.DecodeBody(b, &body); err != nil {
+		return nil, err
+	}
+	mac, err := parseMAC(body.MAC)
+	if err != nil {
+		return nil, err
+	}
+	if !imagecache.ValidDigest(body.ISO.SHA256) {
+		return nil, errors.New(`body: "iso.sha256" must be 64 lower-case hex digits`)
+	}
+	if c.Config.Boot.URL == "" {
+		return nil, errors.New("[boot] url is not configured: machines could not fetch their script")
+	}
+	c.keep(body.ISO.SHA256)
+	if err := c.Cache.Pull(ctx, body.ISO.SHA256, body.ISO.URL); err != nil {
+		return nil, fmt.Errorf("pull %s: %w", body.ISO.SHA256, err)
+	}
+	if err := c.Entries.Put(bootserver.Entry{MAC: mac.String(), ISO: body.ISO.SHA256, Command: dispatch.CommandID(ctx), Created: time.Now().UTC()}); err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]string{
+		"mac": mac.String(), "script_url": strings.TrimRight(c.Config.Boot.URL, "/") + "/boot/ipxe?mac=" + mac.String(),
+	})
 }
 
 func (c Config) prepare(ctx context.Context, b []byte) (json.RawMessage, error) {
@@ -142,10 +181,11 @@ func (c Config) prepare(ctx context.Context, b []byte) (json.RawMessage, error) 
 	if err != nil {
 		return nil, fmt.Errorf("the ramdisk needs join-encryption.jwk: %w", err)
 	}
+	grant := bootserver.NewGrant()
 	params, err := bootparams.Render(bootparams.Params{
 		Gateway: c.Config.Gateway, ServerName: c.Config.GatewayServerName, ServingCAPin: c.Config.ServingCASPKIPin,
 		JoinSigningPin: c.Config.JoinSigningKeyPin, JoinEncryptionPin: c.Config.JoinEncryptionKeyPin, JWK: []byte(strings.TrimSpace(string(jwk))),
-		DiscoveryToken: string(tok), Assertion: assertion, Site: a.Site, MAC: mac, CacheURL: c.Config.Boot.URL,
+		DiscoveryToken: string(tok), Assertion: assertion, Site: a.Site, MAC: mac, CacheURL: strings.TrimRight(c.Config.Boot.URL, "/") + bootserver.CachePath(grant),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("boot parameters: %w", err)
@@ -158,7 +198,7 @@ func (c Config) prepare(ctx context.Context, b []byte) (json.RawMessage, error) 
 		return nil, errors.New(`body: "console" must be one word such as ttyS0,115200`)
 	}
 	if err := c.Entries.Put(bootserver.Entry{MAC: mac.String(), Kernel: body.Kernel.SHA256, Initrd: body.Initrd.SHA256,
-		Cmdline: "console=" + console + " panic=-1 " + params, Command: dispatch.CommandID(ctx), Created: time.Now().UTC()}); err != nil {
+		Cmdline: "console=" + console + " panic=-1 " + params, Command: dispatch.CommandID(ctx), Created: time.Now().UTC(), Grant: grant}); err != nil {
 		return nil, err
 	}
 	// The token stays in the entry (served to that machine only); the

@@ -61,8 +61,13 @@ type Index struct {
 	pre     map[string][]string // softdep pre: names (or aliases)
 	post    map[string][]string // softdep post: names (or aliases)
 	aliases map[string][]string // exact alias -> module names
+	globs   []glob              // device aliases (patterns), modules.alias order
 	builtin map[string]bool
 }
+
+// glob is a device alias: a modalias pattern (pci:v00008086d*...) and
+// the module that drives what it matches.
+type glob struct{ pattern, module string }
 
 // Canonical is a module name as the kernel knows it: the file name without
 // .ko and compression suffix, '-' written as '_'.
@@ -191,9 +196,9 @@ func (ix *Index) parseSoftdep(r io.Reader) error {
 	})
 }
 
-// parseAlias reads "alias pattern module" lines. Only exact (glob-free)
-// aliases are kept: they are what softdeps name (crct10dif, crypto-...);
-// device aliases (pci:v...*) need a modalias to match and are not used here.
+// parseAlias reads "alias pattern module" lines: exact (glob-free)
+// aliases, which softdeps name (crct10dif, crypto-...), and device
+// aliases (pci:v...*), which Match tries against a device's modalias.
 func (ix *Index) parseAlias(r io.Reader) error {
 	return lines(r, func(n int, line string) error {
 		f := strings.Fields(line)
@@ -201,6 +206,7 @@ func (ix *Index) parseAlias(r io.Reader) error {
 			return fmt.Errorf("line %d: not \"alias pattern module\"", n)
 		}
 		if strings.ContainsAny(f[1], "*?[") {
+			ix.globs = append(ix.globs, glob{pattern: f[1], module: Canonical(f[2])})
 			return nil
 		}
 		a := canonicalAlias(f[1])
@@ -223,6 +229,20 @@ func (ix *Index) parseBuiltin(r io.Reader) error {
 // canonicalAlias writes '-' as '_' like module names, so "crc64-rocksoft"
 // and "crc64_rocksoft" meet.
 func canonicalAlias(s string) string { return strings.ReplaceAll(s, "-", "_") }
+
+// Match returns the modules whose device aliases match modalias (a
+// device's /sys/.../modalias, e.g. pci:v00008086d000010D3sv...), sorted.
+// Patterns are fnmatch globs; a malformed one matches nothing.
+func (ix *Index) Match(modalias string) []string {
+	var out []string
+	for _, g := range ix.globs {
+		if ok, err := path.Match(g.pattern, modalias); ok && err == nil && !slices.Contains(out, g.module) {
+			out = append(out, g.module)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // Path returns the relative path of a module, if the index has it.
 func (ix *Index) Path(name string) (string, bool) {
@@ -394,6 +414,11 @@ func (ix *Index) WriteSubset(dir string, plan Plan) error {
 			if in[m] {
 				fmt.Fprintf(&alias, "alias %s %s\n", a, m)
 			}
+		}
+	}
+	for _, g := range ix.globs {
+		if in[g.module] {
+			fmt.Fprintf(&alias, "alias %s %s\n", g.pattern, g.module)
 		}
 	}
 	var builtin strings.Builder

@@ -438,3 +438,43 @@ func TestRealTree(t *testing.T) {
 		t.Logf("%s: %v (builtin %v, missing softdeps %v)", filepath.Base(filepath.Dir(m)), p.Names(), p.Builtin, p.Missing)
 	}
 }
+
+// TestMatch: device aliases match a modalias as fnmatch globs, and the
+// subset written for an image keeps those of its modules.
+func TestMatch(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("modules.dep", "kernel/e1000e.ko:\nkernel/ahci.ko: kernel/libahci.ko\nkernel/libahci.ko:\nkernel/igb.ko:\n")
+	write("modules.alias", "alias pci:v00008086d000010D3sv*sd*bc*sc*i* e1000e\n"+
+		"alias pci:v*d*sv*sd*bc01sc06i01* ahci\nalias pci:v00008086d000010C9sv*sd*bc*sc*i* igb\nalias pci:v0000[ab* igb\nalias crc32 crc32_generic\n")
+	ix, err := ReadIndex(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for modalias, want := range map[string]string{
+		"pci:v00008086d000010D3sv00008086sd00000000bc02sc00i00": "e1000e",
+		"pci:v00008086d00002922sv00001AF4sd00001100bc01sc06i01": "ahci",
+		"pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00": "",
+		"virtio:d00000001v00001AF4":                             "",
+	} {
+		if got := strings.Join(ix.Match(modalias), " "); got != want {
+			t.Errorf("Match(%s) = %q, want %q", modalias, got, want)
+		}
+	}
+	plan, err := ix.Resolve("ahci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := t.TempDir()
+	if err := ix.WriteSubset(sub, plan); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(sub, "modules.alias"))
+	if string(b) != "alias pci:v*d*sv*sd*bc01sc06i01* ahci\n" {
+		t.Errorf("subset aliases %q", b)
+	}
+}

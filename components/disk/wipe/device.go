@@ -1,6 +1,9 @@
 package wipe
 
-import "io"
+import (
+	"io"
+	"time"
+)
 
 // Device is one disk as a wipe sees it. Open gives the real one (a block
 // device with its ioctls, or a regular file); tests give a fake with a
@@ -31,8 +34,23 @@ type Device interface {
 	// completion status other than success is a StatusError. data is the
 	// command's buffer (Addr and DataLen are set from it).
 	Admin(cmd *AdminCmd, data []byte) error
+	// SCSI runs a SCSI command (ioctl(SG_IO)) with data moving as dir
+	// says; CHECK CONDITION is a *CheckCondition with the sense. A
+	// device that is no SCSI device (virtio, a file) answers an error
+	// that is not one.
+	SCSI(cdb []byte, dir Dir, data []byte, timeout time.Duration) error
 	Close() error
 }
+
+// Dir is the direction of a SCSI command's data.
+type Dir int
+
+// The directions.
+const (
+	DirNone Dir = iota
+	DirIn       // from the device
+	DirOut      // to the device
+)
 
 // Span is a byte range of a device.
 type Span struct {

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -230,6 +231,80 @@ func (d *realDevice) Admin(cmd *AdminCmd, data []byte) error {
 		return fmt.Errorf("ioctl(%s, NVME_IOCTL_ADMIN_CMD, %v) = %w", d.path, cmd, errno)
 	case r1 != 0:
 		return fmt.Errorf("ioctl(%s, NVME_IOCTL_ADMIN_CMD, %v) = %w", d.path, cmd, StatusError{Status: uint32(r1)})
+	}
+	return nil
+}
+
+// SG_IO and its header (struct sg_io_hdr, <scsi/sg.h>); Go lays the
+// fields out as C does on 64-bit Linux.
+const (
+	sgIO          = 0x2285
+	sgDxferNone   = -1
+	sgDxferToDev  = -2
+	sgDxferFromDv = -3
+	scsiCheckCond = 0x02
+)
+
+type sgIOHdr struct {
+	InterfaceID    int32
+	DxferDirection int32
+	CmdLen         uint8
+	MxSbLen        uint8
+	IovecCount     uint16
+	DxferLen       uint32
+	Dxferp         uintptr
+	Cmdp           uintptr
+	Sbp            uintptr
+	Timeout        uint32
+	Flags          uint32
+	PackID         int32
+	UsrPtr         uintptr
+	Status         uint8
+	MaskedStatus   uint8
+	MsgStatus      uint8
+	SbLenWr        uint8
+	HostStatus     uint16
+	DriverStatus   uint16
+	Resid          int32
+	Duration       uint32
+	Info           uint32
+}
+
+func (d *realDevice) SCSI(cdb []byte, dir Dir, data []byte, timeout time.Duration) error {
+	op := fmt.Sprintf("ioctl(%s, SG_IO, %s)", d.path, cdbName(cdb))
+	if !d.block {
+		return fmt.Errorf("%s = %w (not a block device)", op, unix.ENOTTY)
+	}
+	sense := make([]byte, 64)
+	h := sgIOHdr{InterfaceID: 'S', CmdLen: uint8(len(cdb)), MxSbLen: uint8(len(sense)),
+		Cmdp: uintptr(unsafe.Pointer(&cdb[0])), Sbp: uintptr(unsafe.Pointer(&sense[0])),
+		Timeout: uint32(min(timeout.Milliseconds(), 1<<32-1))}
+	switch dir {
+	case DirIn:
+		h.DxferDirection = sgDxferFromDv
+	case DirOut:
+		h.DxferDirection = sgDxferToDev
+	default:
+		h.DxferDirection = sgDxferNone
+	}
+	if len(data) > 0 {
+		h.Dxferp, h.DxferLen = uintptr(unsafe.Pointer(&data[0])), uint32(len(data))
+	}
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, d.f.Fd(), sgIO, uintptr(unsafe.Pointer(&h)))
+	runtime.KeepAlive(cdb)
+	runtime.KeepAlive(data)
+	runtime.KeepAlive(sense)
+	switch {
+	case errno != 0:
+		return fmt.Errorf("%s = %w", op, errno)
+	case h.Status == scsiCheckCond:
+		s, err := ParseSense(sense[:h.SbLenWr])
+		if err != nil {
+			return fmt.Errorf("%s: CHECK CONDITION with sense it cannot read: %w", op, err)
+		}
+		return &CheckCondition{Op: op, Sense: s}
+	case h.Status != 0 || h.HostStatus != 0 || h.DriverStatus&0xf != 0:
+		return fmt.Errorf("%s: status %02xh, host status %04xh, driver status %04xh", op, h.Status, h.HostStatus, h.DriverStatus)
 	}
 	return nil
 }

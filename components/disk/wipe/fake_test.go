@@ -20,6 +20,8 @@ type fakeDevice struct {
 	ctrl       fakeController
 	admin      []AdminCmd
 	writes     int
+	ata        *fakeATA // a SATA drive: it takes ATA PASS-THROUGH
+	sas        *fakeSAS // a SAS disk
 }
 
 type fakeController struct {

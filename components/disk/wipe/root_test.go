@@ -182,8 +182,8 @@ func TestRootEraseLoopFails(t *testing.T) {
 	b, _ := os.ReadFile(file)
 	sum := sha256.Sum256(b)
 	for mode, want := range map[Mode]string{
-		SecureErase: "BLKSECDISCARD, [0, 67108864]) = operation not supported; ATA Security Erase is not implemented in this build",
-		CryptoErase: "is a block device, not an NVMe namespace",
+		SecureErase: "takes neither ATA nor SCSI commands, and ioctl(/dev/loop0, BLKSECDISCARD, [0, 67108864]) = operation not supported",
+		CryptoErase: "is a block device that takes no SCSI commands, not an NVMe namespace",
 	} {
 		r, err := Wipe(context.Background(), dev, Options{Mode: mode})
 		if err == nil || !strings.Contains(err.Error(), want) {

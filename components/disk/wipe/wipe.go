@@ -337,6 +337,8 @@ func checkCanaries(d Device, cs []canary, r *Report) error {
 			return err
 		}
 		if bytes.Equal(got, c.data) {
+			// Nothing was erased: the device is put back as it was.
+			restoreCanaries(d, cs, r)
 			return fmt.Errorf("the erase reported success but the canary at %d survived (%s)", c.off, d.ReadBackMethod())
 		}
 		if nonZero(got) >= 0 {
@@ -360,7 +362,7 @@ func erase(ctx context.Context, d Device, opts Options, r *Report) error {
 		return fmt.Errorf("%s: %s is a regular file: there is no device to ask for an erase", opts.Mode, d.Path())
 	}
 	if d.NSID() == 0 {
-		return eraseBlock(d, opts, r)
+		return eraseBlock(ctx, d, opts, r)
 	}
 	caps, ns, err := identify(d, r)
 	if err != nil {
@@ -493,10 +495,27 @@ func sanitize(ctx context.Context, d Device, opts Options, r *Report, accepted *
 }
 
 // eraseBlock is secure-erase or crypto-erase on a device that is not an
-// NVMe namespace.
-func eraseBlock(d Device, opts Options, r *Report) error {
+// NVMe namespace: a SATA drive (it answers IDENTIFY DEVICE through ATA
+// PASS-THROUGH) gets ATA Security Erase; a SCSI device SANITIZE, else
+// (secure-erase) FORMAT UNIT; a device that takes no SCSI command
+// (virtio) ioctl(BLKSECDISCARD). A device that can do none of them is
+// refused, each attempt named, and keeps its data.
+func eraseBlock(ctx context.Context, d Device, opts Options, r *Report) error {
+	s, err := ataIdentify(d)
+	if err == nil {
+		r.step("IDENTIFY DEVICE: %s, security supported %v, enabled %v, locked %v, frozen %v, enhanced erase %v",
+			s.Model, s.Supported, s.Enabled, s.Locked, s.Frozen, s.Enhanced)
+		if opts.Mode == CryptoErase {
+			return fmt.Errorf("crypto-erase: %s is an ATA drive; ATA and Opal cryptographic erase are not implemented (secure-erase runs ATA Security Erase)", d.Path())
+		}
+		return ataErase(d, s, r)
+	}
+	r.step("IDENTIFY DEVICE through ATA PASS-THROUGH(16): %v", err)
+	if !notSCSI(err) {
+		return scsiErase(ctx, d, opts, r)
+	}
 	if opts.Mode == CryptoErase {
-		return fmt.Errorf("crypto-erase: %s is a %s, not an NVMe namespace; ATA and Opal cryptographic erase are not implemented", d.Path(), d.Kind())
+		return fmt.Errorf("crypto-erase: %s is a %s that takes no SCSI commands, not an NVMe namespace: no cryptographic erase to ask for", d.Path(), d.Kind())
 	}
 	r.Method = "ioctl(BLKSECDISCARD) over the whole device"
 	cs, err := plantCanaries(d, r)
@@ -505,7 +524,7 @@ func eraseBlock(d Device, opts Options, r *Report) error {
 	}
 	if err := d.SecureDiscard(0, d.Size()); err != nil {
 		restoreCanaries(d, cs, r)
-		return fmt.Errorf("secure-erase: %w; ATA Security Erase is not implemented in this build", err)
+		return fmt.Errorf("secure-erase: %s takes neither ATA nor SCSI commands, and %w", d.Path(), err)
 	}
 	r.step("ioctl(BLKSECDISCARD, [0, %d]) = 0", d.Size())
 	return checkCanaries(d, cs, r)

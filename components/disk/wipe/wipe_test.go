@@ -335,12 +335,12 @@ func TestErase(t *testing.T) {
 		{
 			name: "block device without BLKSECDISCARD fails secure-erase",
 			mode: SecureErase, secDisc: syscall.EOPNOTSUPP,
-			wantErr: "ioctl(/dev/fake, BLKSECDISCARD, [0, 67108864]) = operation not supported; ATA Security Erase is not implemented in this build",
+			wantErr: "takes neither ATA nor SCSI commands, and ioctl(/dev/fake, BLKSECDISCARD, [0, 67108864]) = operation not supported",
 		},
 		{
 			name:    "block device crypto-erase fails",
 			mode:    CryptoErase,
-			wantErr: "is a block device, not an NVMe namespace; ATA and Opal cryptographic erase are not implemented",
+			wantErr: "is a block device that takes no SCSI commands, not an NVMe namespace: no cryptographic erase to ask for",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -25,8 +25,11 @@ import (
 	"strings"
 )
 
-// Version is the CDI specification version written.
-const Version = "0.6.0"
+// Version is the CDI specification version written: the oldest that has
+// everything a hold uses, so that older runtimes read it too (Debian 12's
+// podman 4.3 reads specs up to 0.5.0 and calls a 0.6.0 one
+// unresolvable).
+const Version = "0.5.0"
 
 // Kind is the CDI kind of a bcd GPU hold: --device bcd.dev/gpu=<allocation>.
 const Kind = "bcd.dev/gpu"
@@ -37,8 +40,10 @@ const MaxSpec = 64 << 10
 // ControlDevices are the NVIDIA devices every GPU container needs.
 var ControlDevices = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
 
-// EnvKeys are the variables a spec or environment file may set.
-var EnvKeys = []string{"BCD_ALLOCATION", "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}
+// EnvKeys are the variables a spec or environment file may set: a slot
+// hold on a GPU shared through MPS also gets its share of the GPU's
+// threads.
+var EnvKeys = []string{"BCD_ALLOCATION", "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"}
 
 // Spec is the subset of a CDI spec bcd writes.
 type Spec struct {
@@ -65,11 +70,13 @@ type DeviceNode struct {
 	Path string `json:"path"`
 }
 
-// GPU is one held device: its UUID (GPU-... or MIG-...) and its device
-// node (/dev/nvidia<minor>).
+// GPU is one held device: its UUID (GPU-... or MIG-...), its device
+// node (/dev/nvidia<minor>, a MIG instance's parent GPU's) and, for a MIG
+// instance, its capability device nodes (/dev/nvidia-caps/nvidia-cap<n>).
 type GPU struct {
 	UUID string
 	Node string
+	Caps []string
 }
 
 // The shapes below are checked by hand, not with regexp: bcd helper links
@@ -115,18 +122,23 @@ func validValue(v string) bool {
 	return len(v) <= 1024 && all(v, func(c byte) bool { return alnum(c) || strings.IndexByte("_,.:-", c) >= 0 })
 }
 
-// env is the environment of a hold, in EnvKeys order.
-func env(alloc string, gpus []GPU) []string {
-	uuids := make([]string, len(gpus))
-	for i, g := range gpus {
-		uuids[i] = g.UUID
+// env is the environment of a hold, in EnvKeys order; extra are further
+// KEY=value lines (a slot's MPS share).
+func env(alloc string, gpus []GPU, extra []string) []string {
+	var uuids []string
+	for _, g := range gpus {
+		if !slices.Contains(uuids, g.UUID) {
+			uuids = append(uuids, g.UUID)
+		}
 	}
 	list := strings.Join(uuids, ",")
-	return []string{"BCD_ALLOCATION=" + alloc, "NVIDIA_VISIBLE_DEVICES=" + list, "CUDA_VISIBLE_DEVICES=" + list}
+	return append([]string{"BCD_ALLOCATION=" + alloc, "NVIDIA_VISIBLE_DEVICES=" + list, "CUDA_VISIBLE_DEVICES=" + list}, extra...)
 }
 
-// Render returns the CDI spec of a hold of gpus by allocation alloc.
-func Render(alloc string, gpus []GPU) ([]byte, error) {
+// Render returns the CDI spec of a hold of gpus by allocation alloc;
+// extra are environment lines beyond the GPU list (RenderEnv takes the
+// same).
+func Render(alloc string, gpus []GPU, extra ...string) ([]byte, error) {
 	if !ValidAllocation(alloc) {
 		return nil, fmt.Errorf("allocation %q is not [A-Za-z0-9_-], 1 to 128", alloc)
 	}
@@ -138,15 +150,26 @@ func Render(alloc string, gpus []GPU) ([]byte, error) {
 		if !validUUID(g.UUID) || !gpuNode(g.Node) {
 			return nil, fmt.Errorf("GPU %q at %q is not a GPU or MIG UUID with a /dev/nvidiaN node", g.UUID, g.Node)
 		}
-		if !slices.Contains(nodes, DeviceNode{Path: g.Node}) {
-			nodes = append(nodes, DeviceNode{Path: g.Node})
+		for _, p := range append([]string{g.Node}, g.Caps...) {
+			if p != g.Node && !capNode(p) {
+				return nil, fmt.Errorf("GPU %q: %q is not an nvidia-caps device node", g.UUID, p)
+			}
+			if !slices.Contains(nodes, DeviceNode{Path: p}) {
+				nodes = append(nodes, DeviceNode{Path: p})
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, l := range extra {
+		if err := checkEnvLine(l, seen); err != nil {
+			return nil, err
 		}
 	}
 	for _, c := range ControlDevices {
 		nodes = append(nodes, DeviceNode{Path: c})
 	}
 	b, err := json.MarshalIndent(Spec{CDIVersion: Version, Kind: Kind, Devices: []Device{{Name: alloc,
-		ContainerEdits: Edits{Env: env(alloc, gpus), DeviceNodes: nodes}}}}, "", "  ")
+		ContainerEdits: Edits{Env: env(alloc, gpus, extra), DeviceNodes: nodes}}}}, "", "  ")
 	if err != nil {
 		return nil, err
 	}
@@ -154,8 +177,8 @@ func Render(alloc string, gpus []GPU) ([]byte, error) {
 }
 
 // RenderEnv returns the environment file of a hold.
-func RenderEnv(alloc string, gpus []GPU) []byte {
-	return []byte(strings.Join(env(alloc, gpus), "\n") + "\n")
+func RenderEnv(alloc string, gpus []GPU, extra ...string) []byte {
+	return []byte(strings.Join(env(alloc, gpus, extra), "\n") + "\n")
 }
 
 // checkEnvLine checks one KEY=value of a spec or environment file.
@@ -218,8 +241,9 @@ func Check(alloc string, data []byte, deviceOK func(path string) bool) error {
 		case slices.Contains(ControlDevices, n.Path):
 		case gpuNode(n.Path) && deviceOK != nil && deviceOK(n.Path):
 			gpus++
+		case capNode(n.Path) && deviceOK != nil && deviceOK(n.Path):
 		default:
-			return fmt.Errorf("CDI spec: device node %q is neither a GPU of this host nor an NVIDIA control device", n.Path)
+			return fmt.Errorf("CDI spec: device node %q is neither a GPU of this host, a MIG instance's capability of one, nor an NVIDIA control device", n.Path)
 		}
 	}
 	if gpus == 0 {

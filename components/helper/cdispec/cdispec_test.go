@@ -144,7 +144,7 @@ func TestCheckRefuses(t *testing.T) {
 		}), wantErr: `unknown field "major"`},
 		{name: "another device node", data: edit(t, func(_, _, e map[string]any) {
 			e["deviceNodes"] = append(e["deviceNodes"].([]any), map[string]any{"path": "/dev/sda"})
-		}), wantErr: `device node "/dev/sda" is neither a GPU of this host nor an NVIDIA control device`},
+		}), wantErr: `device node "/dev/sda" is neither a GPU of this host, a MIG instance's capability of one, nor an NVIDIA control device`},
 		{name: "a GPU the host does not have", data: edit(t, func(_, _, e map[string]any) {
 			e["deviceNodes"].([]any)[1].(map[string]any)["path"] = "/dev/nvidia7"
 		}), wantErr: `device node "/dev/nvidia7" is neither`},
@@ -160,7 +160,7 @@ func TestCheckRefuses(t *testing.T) {
 			}
 		}), wantErr: "65 device nodes"},
 		{name: "an extra top-level key", data: edit(t, func(s, _, _ map[string]any) { s["annotations"] = map[string]any{"x": "y"} }), wantErr: `unknown field "annotations"`},
-		{name: "another version", data: edit(t, func(s, _, _ map[string]any) { s["cdiVersion"] = "0.7.0" }), wantErr: `cdiVersion "0.7.0", want 0.6.0`},
+		{name: "another version", data: edit(t, func(s, _, _ map[string]any) { s["cdiVersion"] = "0.7.0" }), wantErr: `cdiVersion "0.7.0", want 0.5.0`},
 		{name: "another kind", data: edit(t, func(s, _, _ map[string]any) { s["kind"] = "nvidia.com/gpu" }), wantErr: `kind "nvidia.com/gpu", want bcd.dev/gpu`},
 		{name: "a device named other than the allocation", data: edit(t, func(_, d, _ map[string]any) { d["name"] = "a2" }), wantErr: `device "a2" is not the allocation "a1"`},
 		{name: "two devices", data: edit(t, func(s, d, _ map[string]any) {
@@ -426,7 +426,7 @@ func FuzzCheck(f *testing.F) {
 	f.Add("a2", v)
 	f.Add("a1", []byte(strings.Replace(string(v), `"path": "/dev/nvidia0"`, `"path": "/dev/sda", "Path": "/dev/nvidia0"`, 1)))
 	f.Add("a1", []byte(strings.Replace(string(v), `"deviceNodes"`, `"hooks": [{"hookName": "createContainer", "path": "/bin/sh"}], "deviceNodes"`, 1)))
-	f.Add("", []byte(`{"cdiVersion":"0.6.0","kind":"bcd.dev/gpu","devices":[{"name":"","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}}]}`))
+	f.Add("", []byte(`{"cdiVersion":"0.5.0","kind":"bcd.dev/gpu","devices":[{"name":"","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}}]}`))
 	f.Add("a1", []byte(`{"devices":null}`))
 	f.Fuzz(func(t *testing.T, alloc string, data []byte) {
 		if err := Check(alloc, data, hostOK); err != nil {

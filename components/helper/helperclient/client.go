@@ -92,6 +92,13 @@ func (c *Client) ResetGPU(ctx context.Context, uuid string) error {
 	return err
 }
 
+// Reboot asks the helper to reboot the host, saying why (cut to 200
+// bytes by the helper).
+func (c *Client) Reboot(ctx context.Context, reason string) error {
+	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpReboot, Reason: reason})
+	return err
+}
+
 // ReloadSSH asks the helper to reload sshd.
 func (c *Client) ReloadSSH(ctx context.Context) error {
 	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpSSHReload})
@@ -100,9 +107,10 @@ func (c *Client) ReloadSSH(ctx context.Context) error {
 
 // ApplySlice asks the helper to confine allocation id's slice
 // (bcd-alloc-<id>.slice) to cpus and mems, cpulists in the form
-// wire.FormatCPUList writes; either may be "" (not both).
-func (c *Client) ApplySlice(ctx context.Context, id, cpus, mems string) error {
-	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpSliceApply, Slice: wire.SliceName(id), CPUs: cpus, Mems: mems})
+// wire.FormatCPUList writes, and to memoryMax bytes; "" and 0 leave one
+// out (not all three).
+func (c *Client) ApplySlice(ctx context.Context, id, cpus, mems string, memoryMax uint64) error {
+	_, err := c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpSliceApply, Slice: wire.SliceName(id), CPUs: cpus, Mems: mems, MemoryMax: memoryMax})
 	return err
 }
 

@@ -204,9 +204,9 @@ func TestOperationsSend(t *testing.T) {
 		{"ping", func() error { return c.Ping(ctx) }, `{"v":1,"op":"ping"}`},
 		{"gpu.reset", func() error { return c.ResetGPU(ctx, gpu) }, `{"v":1,"op":"gpu.reset","gpu":"` + gpu + `"}`},
 		{"ssh.reload", func() error { return c.ReloadSSH(ctx) }, `{"v":1,"op":"ssh.reload"}`},
-		{"slice.apply", func() error { return c.ApplySlice(ctx, "alloc_01", "0-3,8", "0") },
+		{"slice.apply", func() error { return c.ApplySlice(ctx, "alloc_01", "0-3,8", "0", 0) },
 			`{"v":1,"op":"slice.apply","slice":"bcd-alloc-alloc_01.slice","cpus":"0-3,8","mems":"0"}`},
-		{"slice.apply cpus only", func() error { return c.ApplySlice(ctx, "a1", "2", "") },
+		{"slice.apply cpus only", func() error { return c.ApplySlice(ctx, "a1", "2", "", 0) },
 			`{"v":1,"op":"slice.apply","slice":"bcd-alloc-a1.slice","cpus":"2"}`},
 		{"slice.remove", func() error { return c.RemoveSlice(ctx, "a1") }, `{"v":1,"op":"slice.remove","slice":"bcd-alloc-a1.slice"}`},
 	}
@@ -222,11 +222,11 @@ func TestOperationsSend(t *testing.T) {
 	before := f.accepted.Load()
 	for name, call := range map[string]func() error{
 		"gpu by index":       func() error { return c.ResetGPU(ctx, "0") },
-		"slice id with /":    func() error { return c.ApplySlice(ctx, "../x", "0", "") },
+		"slice id with /":    func() error { return c.ApplySlice(ctx, "../x", "0", "", 0) },
 		"slice id with --":   func() error { return c.RemoveSlice(ctx, "a--b") },
-		"no cpus or mems":    func() error { return c.ApplySlice(ctx, "a1", "", "") },
-		"cpus not canonical": func() error { return c.ApplySlice(ctx, "a1", "1,2", "") },
-		"mems with a space":  func() error { return c.ApplySlice(ctx, "a1", "0", "0, 1") },
+		"no limit at all":    func() error { return c.ApplySlice(ctx, "a1", "", "", 0) },
+		"cpus not canonical": func() error { return c.ApplySlice(ctx, "a1", "1,2", "", 0) },
+		"mems with a space":  func() error { return c.ApplySlice(ctx, "a1", "0", "0, 1", 0) },
 	} {
 		if err := call(); err == nil {
 			t.Errorf("%s: sent", name)

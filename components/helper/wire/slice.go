@@ -3,6 +3,9 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -16,6 +19,35 @@ const (
 	sliceSuffix  = ".slice"
 	sliceIDChars = "[A-Za-z0-9_-]"
 )
+
+// MinMemoryMax is the smallest memory limit a slice takes (16 MiB): less
+// cannot run a process, and 1 is more likely a unit mistake.
+const MinMemoryMax = 16 << 20
+
+// SliceDropinName is the drop-in of an allocation's slice, in
+// /run/systemd/system/<slice>.d/.
+const SliceDropinName = "50-bcd.conf"
+
+// SliceDropinDir is the directory of slice's drop-in.
+func SliceDropinDir(slice string) string { return "/run/systemd/system/" + slice + ".d" }
+
+// SliceDropin is the content of a slice's drop-in: only what is set. The
+// helper writes exactly this, and the node reads it back to tell whether
+// a slice already runs with a hold's limits.
+func SliceDropin(cpus, mems string, memoryMax uint64) []byte {
+	var b strings.Builder
+	b.WriteString("# Written by bcd (slice.apply); slice.remove removes it.\n[Slice]\n")
+	if cpus != "" {
+		b.WriteString("AllowedCPUs=" + cpus + "\n")
+	}
+	if mems != "" {
+		b.WriteString("AllowedMemoryNodes=" + mems + "\n")
+	}
+	if memoryMax != 0 {
+		b.WriteString("MemoryMax=" + strconv.FormatUint(memoryMax, 10) + "\n")
+	}
+	return []byte(b.String())
+}
 
 // SliceName is the systemd slice of allocation id: bcd-alloc-<id>.slice.
 func SliceName(id string) string { return slicePrefix + id + sliceSuffix }
@@ -127,4 +159,40 @@ func cpuNumber(s string) (int, error) {
 		return 0, fmt.Errorf("not a number from 0 to %d: %w", MaxCPU, ErrCPUList)
 	}
 	return n, nil
+}
+
+// SliceCgroup is the cgroup of a slice under systemd's layout, where each
+// '-' of the name steps down: bcd-alloc-a1.slice is
+// bcd.slice/bcd-alloc.slice/bcd-alloc-a1.slice.
+func SliceCgroup(slice string) string {
+	name := strings.TrimSuffix(slice, ".slice")
+	parts := strings.Split(name, "-")
+	var dirs []string
+	for i := range parts {
+		dirs = append(dirs, strings.Join(parts[:i+1], "-")+".slice")
+	}
+	return path.Join(dirs...)
+}
+
+// SlicePopulated reads the slice's cgroup.events: populated 1 when a
+// process is in the slice or below it. A slice without a cgroup (never
+// started, or stopped) is empty.
+func SlicePopulated(cgroupRoot, slice string) (bool, error) {
+	p := filepath.Join(cgroupRoot, SliceCgroup(slice), "cgroup.events")
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading %s: %w", p, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		switch strings.TrimSpace(line) {
+		case "populated 0":
+			return false, nil
+		case "populated 1":
+			return true, nil
+		}
+	}
+	return false, fmt.Errorf("%s has no populated line", p)
 }

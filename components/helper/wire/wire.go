@@ -82,6 +82,8 @@ type Request struct {
 	Slice   string `json:"slice,omitempty"`   // slice.*: bcd-alloc-<id>.slice
 	CPUs    string `json:"cpus,omitempty"`    // slice.apply: a cpulist (AllowedCPUs)
 	Mems    string `json:"mems,omitempty"`    // slice.apply: a cpulist of memory nodes (AllowedMemoryNodes)
+	// slice.apply: the slice's memory limit in bytes (MemoryMax); 0: none.
+	MemoryMax uint64 `json:"memory_max,omitempty"`
 	// tpm.nodekey, tpm.sign, tpm.certify, tpm.release: the 32-byte unique
 	// naming the node key (base64 on the wire).
 	Unique []byte `json:"unique,omitempty"`
@@ -333,7 +335,7 @@ func (r *Request) Check() error {
 	case OpGPUReset:
 		allowed = "gpu"
 	case OpSliceApply:
-		allowed = "slice cpus mems"
+		allowed = "slice cpus mems memory_max"
 	case OpSliceRemove:
 		allowed = "slice"
 	case OpTPMNodeKey, OpTPMRelease:
@@ -349,7 +351,7 @@ func (r *Request) Check() error {
 	has := map[string]bool{
 		"kind": r.Kind != "", "id": r.ID != "", "data": len(r.Data) > 0, "ruleset": r.Ruleset != "",
 		"rules": r.Rules != nil, "reason": r.Reason != "", "gpu": r.GPU != "",
-		"slice": r.Slice != "", "cpus": r.CPUs != "", "mems": r.Mems != "",
+		"slice": r.Slice != "", "cpus": r.CPUs != "", "mems": r.Mems != "", "memory_max": r.MemoryMax != 0,
 		"unique": len(r.Unique) > 0, "digest": len(r.Digest) > 0, "qualifying_data": len(r.QualifyingData) > 0,
 	}
 	for f, set := range has {
@@ -385,8 +387,11 @@ func (r *Request) Check() error {
 			return fmt.Errorf("%s: %w", r.Op, err)
 		}
 		if r.Op == OpSliceApply {
-			if r.CPUs == "" && r.Mems == "" {
-				return fmt.Errorf("%s: no cpus and no mems: give either or both", r.Op)
+			if r.CPUs == "" && r.Mems == "" && r.MemoryMax == 0 {
+				return fmt.Errorf("%s: no cpus, no mems and no memory_max: give at least one", r.Op)
+			}
+			if r.MemoryMax != 0 && r.MemoryMax < MinMemoryMax {
+				return fmt.Errorf("%s: memory_max %d is below %d bytes", r.Op, r.MemoryMax, MinMemoryMax)
 			}
 			for _, f := range []struct{ name, v string }{{"cpus", r.CPUs}, {"mems", r.Mems}} {
 				if f.v == "" {

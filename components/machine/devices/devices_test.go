@@ -13,7 +13,7 @@ import (
 	"github.com/better-compute/bcd/components/machine/inventory"
 )
 
-func machine(n int) func(context.Context) (*inventory.Inventory, error) {
+func testMachine(n int) func(context.Context) (*inventory.Inventory, error) {
 	return func(context.Context) (*inventory.Inventory, error) {
 		inv := &inventory.Inventory{CPU: inventory.CPU{Threads: 16}, Memory: inventory.Memory{TotalBytes: 1 << 30}}
 		for i := range n {
@@ -28,8 +28,12 @@ type recorded struct{ typ, alloc string }
 
 func section(t *testing.T, files Files, unhealthy string) (*Section, *[]recorded) {
 	var evs []recorded
-	s := New(Config{Inventory: machine(4), Files: files,
-		Unhealthy: func(u string) bool { return u == unhealthy },
+	var sl Slices
+	if files != nil {
+		sl = testSlices(t, nil)
+	}
+	s := New(Config{Inventory: testMachine(4), Files: files, Slices: sl,
+		Unhealthy: func(u string) (bool, string) { return u == unhealthy, "Xid 79 this boot: GPU has fallen off the bus" },
 		Event: func(typ string, body any) {
 			evs = append(evs, recorded{typ, body.(map[string]any)["allocation"].(string)})
 		}})
@@ -51,7 +55,7 @@ func run(t *testing.T, s *Section, body string) error {
 
 func TestAdmission(t *testing.T) {
 	files := DirFiles{Root: t.TempDir()}
-	inv, _ := machine(4)(context.Background())
+	inv, _ := testMachine(4)(context.Background())
 	bad := inv.GPUs[3].UUID
 	s, evs := section(t, files, bad)
 	err := run(t, s, `{"holds":[

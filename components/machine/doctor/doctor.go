@@ -36,10 +36,13 @@ type Result struct {
 	Detail string `json:"detail"`
 }
 
-// Check is one named check.
+// Check is one named check. Run gives its one result; a check with one
+// result per item (one gpu line per GPU) sets Many instead, which may give
+// none.
 type Check struct {
 	Name string
 	Run  func(ctx context.Context) Result
+	Many func(ctx context.Context) []Result
 }
 
 // Column widths of the printed lines.
@@ -52,9 +55,10 @@ const (
 // it is known, and reports whether any failed.
 func Run(ctx context.Context, checks []Check, w io.Writer) (failed bool) {
 	for _, c := range checks {
-		r := runOne(ctx, c)
-		fmt.Fprint(w, Format(r))
-		failed = failed || r.Status == Fail
+		for _, r := range runOne(ctx, c) {
+			fmt.Fprint(w, Format(r))
+			failed = failed || r.Status == Fail
+		}
 	}
 	return failed
 }
@@ -63,18 +67,29 @@ func Run(ctx context.Context, checks []Check, w io.Writer) (failed bool) {
 func Collect(ctx context.Context, checks []Check) []Result {
 	out := make([]Result, 0, len(checks))
 	for _, c := range checks {
-		out = append(out, runOne(ctx, c))
+		out = append(out, runOne(ctx, c)...)
 	}
 	return out
 }
 
-// runOne runs c, names its result after it and keeps the detail on one
-// line. A check without Run fails, as does an unknown status.
-func runOne(ctx context.Context, c Check) Result {
-	if c.Run == nil {
-		return Result{Name: c.Name, Status: Fail, Detail: "check has nothing to run"}
+// runOne runs c and returns its results, each named after it and kept
+// on one line. A check with neither Run nor Many fails, as does an
+// unknown status.
+func runOne(ctx context.Context, c Check) []Result {
+	switch {
+	case c.Many != nil:
+		rs := c.Many(ctx)
+		for i := range rs {
+			rs[i] = normalize(c, rs[i])
+		}
+		return rs
+	case c.Run == nil:
+		return []Result{{Name: c.Name, Status: Fail, Detail: "check has nothing to run"}}
 	}
-	r := c.Run(ctx)
+	return []Result{normalize(c, c.Run(ctx))}
+}
+
+func normalize(c Check, r Result) Result {
 	if r.Name == "" {
 		r.Name = c.Name
 	}

@@ -231,7 +231,7 @@ func TestBase(t *testing.T) {
 // each gives a valid status and a detail.
 func TestRealHost(t *testing.T) {
 	for _, c := range []Check{KVM(), IOMMU(), Clock(), Cgroups(), HugePages(), VFIO()} {
-		r := runOne(context.Background(), c)
+		r := runOne(context.Background(), c)[0]
 		if r.Name != c.Name || r.Detail == "" || (r.Status != OK && r.Status != Warn && r.Status != Fail) {
 			t.Errorf("%s: %+v", c.Name, r)
 		}
@@ -260,5 +260,30 @@ func TestSignedIntentCheck(t *testing.T) {
 	otherPin, _ := pki.Pin(other.Public())
 	if r := SignedIntent(dir, otherPin).Run(context.Background()); r.Status != Fail {
 		t.Errorf("a bundle that does not verify: %+v", r)
+	}
+}
+
+// TestGPULines: one gpu line per GPU in the documented shape, its status
+// the verdict with the problems after it; none without GPUs.
+func TestGPULines(t *testing.T) {
+	list := func(context.Context) []GPU {
+		return []GPU{
+			{UUID: "GPU-5f1caaaa-0000", Name: "NVIDIA H100 80GB HBM3", BusyPct: 87, TemperatureC: 61, PowerW: 540, PowerLimitW: 700,
+				MemoryUsedMiB: 72909, MemoryTotalMiB: 81559, Status: OK},
+			{UUID: "GPU-9a02aaaa-0000", Name: "NVIDIA H100 80GB HBM3", TemperatureC: 34, PowerW: 72, PowerLimitW: 700,
+				MemoryTotalMiB: 81559, Status: Warn, Problems: []string{"a row remap waits for a GPU reset (reset the GPU when idle)"}},
+			{UUID: "GPU-77", Name: "Tesla T4", Status: Fail, Problems: []string{"NVLinks 3, 5 inactive", "Xid 79"}},
+		}
+	}
+	var b strings.Builder
+	failed := Run(context.Background(), []Check{GPUs(list)}, &b)
+	want := "ok    gpu       GPU-5f1c… NVIDIA H100 80GB HBM3: 87% busy, 61 C, 540/700 W, 71.2/79.6 GiB\n" +
+		"warn  gpu       GPU-9a02… NVIDIA H100 80GB HBM3: 0% busy, 34 C, 72/700 W, 0.0/79.6 GiB; a row remap waits for a GPU reset (reset the GPU when idle)\n" +
+		"fail  gpu       GPU-77 Tesla T4: 0% busy, 0 C, 0/0 W, 0.0/0.0 GiB; NVLinks 3, 5 inactive; Xid 79\n"
+	if b.String() != want || !failed {
+		t.Errorf("got (failed %v)\n%s\nwant\n%s", failed, b.String(), want)
+	}
+	if rs := Collect(context.Background(), []Check{GPUs(func(context.Context) []GPU { return nil })}); len(rs) != 0 {
+		t.Errorf("no GPUs: %+v", rs)
 	}
 }

@@ -59,3 +59,49 @@ func plural(n int, what string) string {
 	}
 	return fmt.Sprintf("%d %ss", n, what)
 }
+
+// GPU is one GPU for its doctor line: what it is, what it is doing, and
+// the verdict of the health checks with the problems, worst first.
+type GPU struct {
+	UUID, Name                    string
+	BusyPct, TemperatureC         float64
+	PowerW, PowerLimitW           float64
+	MemoryUsedMiB, MemoryTotalMiB int64
+	Status                        Status
+	Problems                      []string
+}
+
+// GPUs prints one gpu line per GPU list returns: its UUID (shortened) and
+// name, how busy it is, its temperature, power draw of its limit and
+// memory used of its total; a warning or failure adds its problems. The
+// verdicts come from the same checks as diag.nvml. No GPU, no line.
+func GPUs(list func(ctx context.Context) []GPU) Check {
+	return Check{Name: "gpu", Many: func(ctx context.Context) []Result {
+		if list == nil {
+			return nil
+		}
+		var out []Result
+		for _, g := range list(ctx) {
+			d := fmt.Sprintf("%s %s: %.0f%% busy, %.0f C, %.0f/%.0f W, %.1f/%.1f GiB",
+				shortUUID(g.UUID), g.Name, g.BusyPct, g.TemperatureC, g.PowerW, g.PowerLimitW,
+				float64(g.MemoryUsedMiB)/1024, float64(g.MemoryTotalMiB)/1024)
+			st := g.Status
+			if st == "" {
+				st = OK
+			}
+			if st != OK && len(g.Problems) > 0 {
+				d += "; " + strings.Join(g.Problems, "; ")
+			}
+			out = append(out, Result{Name: "gpu", Status: st, Detail: d})
+		}
+		return out
+	}}
+}
+
+// shortUUID keeps "GPU-" and the first four hex digits: "GPU-5f1c…".
+func shortUUID(u string) string {
+	if len(u) <= 8 {
+		return u
+	}
+	return u[:8] + "…"
+}

@@ -87,7 +87,7 @@ func TestHelperCheck(t *testing.T) {
 			h := cfg
 			tt.setup(t, top, &h)
 			c := &helperclient.Client{Socket: filepath.Join(top, "run/helper.sock")}
-			r := runOne(context.Background(), helperCheck(h, top, owner, c.Ping))
+			r := runOne(context.Background(), helperCheck(h, top, owner, c.Ping))[0]
 			if r.Status != tt.status || !strings.Contains(r.Detail, tt.detail) || r.Name != "helper" {
 				t.Errorf("got %s %q, want %s containing %q", r.Status, r.Detail, tt.status, tt.detail)
 			}

@@ -40,7 +40,7 @@ func TestTSSCheck(t *testing.T) {
 			if len(cs) != 1 {
 				t.Fatalf("%d checks", len(cs))
 			}
-			r := runOne(context.Background(), cs[0])
+			r := runOne(context.Background(), cs[0])[0]
 			if r.Status != tc.want || r.Name != "tpm" {
 				t.Fatalf("%+v", r)
 			}
@@ -52,7 +52,7 @@ func TestTSSCheck(t *testing.T) {
 	if cs := tssChecks(config.Helper{}, passwd, passwd); cs != nil {
 		t.Error("a tpm check without [helper]")
 	}
-	if cs := tssChecks(h, passwd, filepath.Join(dir, "missing")); len(cs) != 1 || runOne(context.Background(), cs[0]).Status != Warn {
+	if cs := tssChecks(h, passwd, filepath.Join(dir, "missing")); len(cs) != 1 || runOne(context.Background(), cs[0])[0].Status != Warn {
 		t.Error("an unreadable group file is not a warning")
 	}
 }

@@ -202,7 +202,8 @@ func nics(seed int64) []nic {
 }
 
 // GPUs returns the eight GPUs of the node made from seed as nvidia-smi
-// reports them: ECC on and clean, row remapper clean, MIG off, PCIe Gen5
+// reports them: ECC on and clean, row remapper clean, MIG off unless the
+// seed says otherwise (MIGSeed), PCIe Gen5
 // x16, 18 NVLinks each, all to all over the NVSwitches.
 func GPUs(seed int64) []nvsmi.GPU {
 	ns := nics(seed)
@@ -214,7 +215,7 @@ func GPUs(seed int64) []nvsmi.GPU {
 			PCIBusID: busID(bus, 0), PCIDeviceID: "233010DE",
 			Serial: "165" + digits(seed, label+"serial", 10), VBIOS: gpuVBIOS, BoardPart: "692-2G520-0200-000",
 			DriverVersion: DriverVersion, CUDAVersion: CUDAVersion, ComputeCap: "9.0",
-			MIG:         nvsmi.MIG{Current: "Disabled", Pending: "Disabled"},
+			MIG:         migOf(seed, i),
 			Persistence: "Enabled", ComputeMode: "Default",
 			PowerLimitW: 700, DefaultPowerLimitW: 700, MaxPowerLimitW: 700,
 			MemoryTotalMiB: gpuMemoryMiB,

@@ -97,7 +97,7 @@ func TestMachineShape(t *testing.T) {
 // TestNvidiaSMIRoundTrip: nvsmi parses the fake nvidia-smi's output back to
 // the same GPUs, and an inventory completed from it hashes like Machine.
 func TestNvidiaSMIRoundTrip(t *testing.T) {
-	for _, seed := range []int64{1, 42, -3} {
+	for _, seed := range []int64{1, 42, -3, MIGSeed(5, 0, 6)} {
 		run := NvidiaSMI(seed)
 		got, err := nvsmi.Collect(context.Background(), run)
 		if err != nil {
@@ -131,6 +131,12 @@ func TestNvidiaSMIRoundTrip(t *testing.T) {
 		driver, n, err := nvsmi.Probe(context.Background(), run)
 		if err != nil || driver != DriverVersion || n != GPUCount {
 			t.Errorf("Probe = %q, %d, %v", driver, n, err)
+		}
+	}
+	mig := GPUs(MIGSeed(5, 0, 6))
+	for i, g := range mig {
+		if n := len(g.MIG.Devices); (i == 0 || i == 6) != (n == 3 && g.MIG.Current == "Enabled") || (n > 0 && g.MIG.Devices[1].UUID != MIGUUID(MIGSeed(5, 0, 6), i, 1)) {
+			t.Errorf("MIGSeed(5, 0, 6): GPU %d has MIG %s with %d devices", i, g.MIG.Current, n)
 		}
 	}
 	if _, err := NvidiaSMI(1)(context.Background(), "--bogus"); err == nil {

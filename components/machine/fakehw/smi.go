@@ -14,8 +14,8 @@ import (
 // NvidiaSMI returns a Runner that answers like nvidia-smi on the node made
 // from seed: `-q -x`, `-L`, `--query-gpu=uuid,compute_cap`,
 // `--query-gpu=driver_version`, `topo -m` and `nvlink -s`. Anything else
-// fails as nvidia-smi does for a bad argument; `mig -lgip` fails as on a
-// node without MIG.
+// fails as nvidia-smi does for a bad argument; `mig -lgip` lists the MIG
+// GPUs' profiles, or fails as on a node without MIG.
 func NvidiaSMI(seed int64) nvsmi.Runner {
 	return func(ctx context.Context, args ...string) ([]byte, error) {
 		if err := ctx.Err(); err != nil {
@@ -29,6 +29,9 @@ func NvidiaSMI(seed int64) nvsmi.Runner {
 			var b bytes.Buffer
 			for _, g := range gpus {
 				fmt.Fprintf(&b, "GPU %d: %s (UUID: %s)\n", g.Index, g.Name, g.UUID)
+				for _, d := range g.MIG.Devices {
+					fmt.Fprintf(&b, "  MIG %-13s Device %2d: (UUID: %s)\n", d.Profile, d.Index, d.UUID)
+				}
 			}
 			return b.Bytes(), nil
 		case "--query-gpu=uuid,compute_cap --format=csv,noheader":
@@ -51,7 +54,7 @@ func NvidiaSMI(seed int64) nvsmi.Runner {
 			}
 			return b.Bytes(), nil
 		case "mig -lgip":
-			return []byte("No MIG-enabled devices found.\n"), fmt.Errorf("exit status 6")
+			return migProfiles(gpus)
 		}
 		return nil, fmt.Errorf("exit status 2: invalid combination of input arguments: %s", strings.Join(args, " "))
 	}
@@ -170,9 +173,7 @@ func smiXML(gpus []nvsmi.GPU) []byte {
 		w(3, "<current_mig>%s</current_mig>", na(g.MIG.Current))
 		w(3, "<pending_mig>%s</pending_mig>", na(g.MIG.Pending))
 		w(2, "</mig_mode>")
-		w(2, "<mig_devices>")
-		w(3, "None")
-		w(2, "</mig_devices>")
+		migXML(w, g)
 		w(2, "<serial>%s</serial>", na(g.Serial))
 		w(2, "<uuid>%s</uuid>", na(g.UUID))
 		w(2, "<minor_number>%d</minor_number>", g.Index)

@@ -29,6 +29,7 @@ import (
 	"github.com/better-compute/bcd/components/machine/nodekinds"
 	"github.com/better-compute/bcd/components/machine/nvsmi"
 	"github.com/better-compute/bcd/components/machine/pressure"
+	"github.com/better-compute/bcd/components/machine/xid"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -47,8 +48,14 @@ const (
 	inventoryTimeout = 5 * time.Minute
 )
 
-// ConditionXid is the type of the condition a GPU with Xid errors has.
-const ConditionXid = "Xid"
+// The types of the conditions a Monitor reports: a GPU with Xid errors
+// this boot, a GPU health check that failed (the GPU takes no new work
+// until the action is done) and one that warned.
+const (
+	ConditionXid          = "Xid"
+	ConditionCheckFailed  = "GPUCheckFailed"
+	ConditionCheckWarning = "GPUCheckWarning"
+)
 
 // Config is what a Monitor watches and how often.
 type Config struct {
@@ -74,14 +81,16 @@ type Monitor struct {
 	cfg Config
 	log *slog.Logger
 
-	mu       sync.Mutex
-	conds    []*bcdv1.Condition
-	since    map[string]int64 // condition subject -> first seen (unix ms)
-	xids     []nvsmi.XID      // the last XIDs read, to resolve again after an inventory
-	press    *bcdv1.Pressure
-	gpus     []inventory.GPU
-	sections map[string]json.RawMessage
-	hashes   map[string]string
+	mu    sync.Mutex
+	conds []*bcdv1.Condition
+	since map[string]int64 // condition subject -> first seen (unix ms)
+	// checkSince: "subject/check" -> first seen, for the check conditions.
+	checkSince map[string]int64
+	xids       []nvsmi.XID // the last XIDs read, to resolve again after an inventory
+	press      *bcdv1.Pressure
+	gpus       []inventory.GPU
+	sections   map[string]json.RawMessage
+	hashes     map[string]string
 
 	// Run's own state.
 	seen    map[nvsmi.XID]int // the XIDs of the last poll, counted
@@ -178,12 +187,15 @@ func (m *Monitor) Run(ctx context.Context, changed func()) error {
 	}
 }
 
-// Conditions returns one "Xid" condition per GPU with XIDs this boot,
-// sorted by subject: Subject the GPU's UUID (from the latest inventory,
-// matched by PCI bus id; the bus id when the inventory does not know it),
-// Reason "Xid <code>" and Message of its latest XID, SinceUnixMs when this
-// Monitor first saw the GPU with XIDs (kept while it has them), Count its
-// XIDs. The conditions are copies.
+// Conditions returns one "Xid" condition per GPU with XIDs this boot:
+// Subject the GPU's UUID (from the latest inventory, matched by PCI bus
+// id; the bus id when the inventory does not know it), Reason "Xid <code>"
+// and Message of its latest XID with what NVIDIA documents it to mean and
+// recommends (XIDMessage), SinceUnixMs when this Monitor first saw the GPU
+// with XIDs (kept while it has them), Count its XIDs; and one
+// GPUCheckFailed or GPUCheckWarning condition per health check (nvsmi) that
+// failed or warned on a GPU of the latest inventory, with the action. They
+// are sorted by subject, type and reason, and are copies.
 func (m *Monitor) Conditions() []*bcdv1.Condition {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -192,6 +204,30 @@ func (m *Monitor) Conditions() []*bcdv1.Condition {
 		out[i] = proto.Clone(c).(*bcdv1.Condition)
 	}
 	return out
+}
+
+// Unhealthy reports whether the GPU uuid takes no new work, and why: an Xid
+// this boot that NVIDIA's table counts as a failure (xid.Lookup), or a
+// failed health check. Xids that only warn (an application's fault) leave
+// it in service.
+func (m *Monitor) Unhealthy(uuid string) (bool, string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range m.conds {
+		if c.GetSubject() != uuid {
+			continue
+		}
+		if c.GetType() == ConditionCheckFailed {
+			return true, c.GetReason() + ": " + c.GetMessage()
+		}
+	}
+	for _, x := range m.xids {
+		subject, _ := resolve(x, m.gpus)
+		if info, _ := xid.Lookup(x.Code); subject == uuid && info.Severity == xid.Fail {
+			return true, info.Describe()
+		}
+	}
+	return false, ""
 }
 
 // Pressure returns a copy of the latest sample, or nil (no Sampler, or
@@ -287,7 +323,14 @@ func (m *Monitor) pollXIDs(ctx context.Context) (arrived, changed bool) {
 // updateConditions rebuilds the conditions from the last XIDs and GPUs and
 // reports whether they changed. The caller holds m.mu.
 func (m *Monitor) updateConditions() bool {
-	conds, since := buildConditions(m.xids, m.gpus, m.since, m.cfg.Now().UnixMilli())
+	now := m.cfg.Now().UnixMilli()
+	conds, since := buildConditions(m.xids, m.gpus, m.since, now)
+	checks, checkSince := checkConditions(m.gpus, m.checkSince, now)
+	conds = append(conds, checks...)
+	slices.SortStableFunc(conds, func(a, b *bcdv1.Condition) int {
+		return cmp.Or(cmp.Compare(a.Subject, b.Subject), cmp.Compare(a.Type, b.Type), cmp.Compare(a.Reason, b.Reason))
+	})
+	m.checkSince = checkSince
 	changed := len(conds) != len(m.conds)
 	for i := 0; !changed && i < len(conds); i++ {
 		changed = !proto.Equal(conds[i], m.conds[i])
@@ -355,7 +398,7 @@ func buildConditions(xids []nvsmi.XID, gpus []inventory.GPU, since map[string]in
 			}
 		}
 		g.cond.Reason = fmt.Sprintf("Xid %d", x.Code)
-		g.cond.Message = x.Message
+		g.cond.Message = XIDMessage(x)
 		if g.cond.Count < ^uint32(0) {
 			g.cond.Count++
 		}
@@ -378,6 +421,55 @@ func buildConditions(xids []nvsmi.XID, gpus []inventory.GPU, since map[string]in
 		out = append(out, g.cond)
 	}
 	slices.SortFunc(out, func(a, b *bcdv1.Condition) int { return cmp.Compare(a.Subject, b.Subject) })
+	return out, next
+}
+
+// XIDMessage is an Xid condition's message: the driver's text, then what
+// NVIDIA documents the Xid to mean and the action it recommends (package
+// xid's table), so the condition says what to do.
+func XIDMessage(x nvsmi.XID) string {
+	info, _ := xid.Lookup(x.Code)
+	what := fmt.Sprintf("%s; action: %s", info.Meaning, info.Action)
+	if x.Message == "" {
+		return what
+	}
+	return x.Message + " (" + what + ")"
+}
+
+// checkConditions are the conditions of the GPU health checks other than
+// xid.recent (the Xid conditions say that): one per check that warned or
+// failed on a GPU the inventory knows, Type ConditionCheckFailed or
+// ConditionCheckWarning, Subject the GPU, Reason the check, Message its
+// reason and the action. since maps "subject/check" to when it was first
+// seen; it returns the conditions and the times of their keys.
+func checkConditions(gpus []inventory.GPU, since map[string]int64, now int64) ([]*bcdv1.Condition, map[string]int64) {
+	var smi []nvsmi.GPU
+	for _, g := range gpus {
+		if g.SMI != nil {
+			smi = append(smi, nvsmi.GPU{Info: *g.SMI})
+		}
+	}
+	var out []*bcdv1.Condition
+	next := map[string]int64{}
+	for _, f := range nvsmi.CheckAll(smi, nil) {
+		if f.Status == nvsmi.StatusPass || f.Check == nvsmi.CheckXIDRecent {
+			continue
+		}
+		c := &bcdv1.Condition{Type: ConditionCheckWarning, Subject: f.GPU, Reason: f.Check, Message: f.Reason, Count: 1}
+		if f.Status == nvsmi.StatusFail {
+			c.Type = ConditionCheckFailed
+		}
+		if f.Action != "" {
+			c.Message += "; action: " + f.Action
+		}
+		key := f.GPU + "/" + f.Check
+		at, ok := since[key]
+		if !ok {
+			at = now
+		}
+		c.SinceUnixMs, next[key] = at, at
+		out = append(out, c)
+	}
 	return out, next
 }
 

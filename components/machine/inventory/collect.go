@@ -20,6 +20,9 @@ type Options struct {
 	// SMI runs nvidia-smi to complete the GPUs (nvsmi.ExecRunner("") on a
 	// host build); nil leaves the GPUs as /proc/driver/nvidia shows them.
 	SMI nvsmi.Runner
+	// CompleteGPUs, when set, completes nvidia-smi's records before they
+	// are merged (the host's PCIe slot widths, see package pcielink).
+	CompleteGPUs func([]nvsmi.GPU)
 }
 
 // Collect reads this machine's inventory and seals it. Unreadable pieces
@@ -66,6 +69,9 @@ func collect(ctx context.Context, root string, opts Options) *Inventory {
 		gpus, err := nvsmi.Collect(ctx, opts.SMI)
 		if err != nil {
 			r.note("%v", err)
+		}
+		if opts.CompleteGPUs != nil {
+			opts.CompleteGPUs(gpus)
 		}
 		inv.MergeSMI(gpus)
 	}

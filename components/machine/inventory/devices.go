@@ -170,7 +170,8 @@ func (r *reader) gpus() []GPU {
 			if !ok {
 				continue
 			}
-			v = strings.TrimSpace(v)
+			// The driver writes N/A and the like where it has no value.
+			v = nvsmi.Value(v)
 			switch strings.TrimSpace(k) {
 			case "Model":
 				g.Model = v

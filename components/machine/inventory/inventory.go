@@ -180,11 +180,46 @@ type Live struct {
 	GPUs []GPUSample `json:"gpus,omitempty"`
 }
 
-// GPUSample is one GPU's sample, keyed like the GPU section.
+// GPUSample is one GPU's sample, keyed like the GPU section, with the
+// health checks' findings when the caller judged the GPUs (SetFindings).
 type GPUSample struct {
-	UUID     string       `json:"uuid"`
-	PCIBusID string       `json:"pci_bus_id"`
-	Sample   nvsmi.Sample `json:"sample"`
+	UUID     string          `json:"uuid"`
+	PCIBusID string          `json:"pci_bus_id"`
+	Sample   nvsmi.Sample    `json:"sample"`
+	Findings []nvsmi.Finding `json:"findings,omitempty"`
+}
+
+// SMIGPUs returns the GPUs nvidia-smi completed, as nvsmi records: their
+// Info and their sample from Live, in the inventory's order.
+func (inv *Inventory) SMIGPUs() []nvsmi.GPU {
+	var out []nvsmi.GPU
+	for _, g := range inv.GPUs {
+		if g.SMI == nil {
+			continue
+		}
+		r := nvsmi.GPU{Info: *g.SMI}
+		for _, s := range inv.Live.GPUs {
+			if s.UUID == g.UUID && s.PCIBusID == g.PCIBusID {
+				r.Sample = s.Sample
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// SetFindings puts each finding on the Live sample of its GPU (named by
+// UUID, or by PCI address when it has none).
+func (inv *Inventory) SetFindings(fs []nvsmi.Finding) {
+	for i := range inv.Live.GPUs {
+		s := &inv.Live.GPUs[i]
+		s.Findings = nil
+		for _, f := range fs {
+			if (s.UUID != "" && f.GPU == s.UUID) || (s.UUID == "" && nvsmi.NormalizeBusID(f.GPU) == nvsmi.NormalizeBusID(s.PCIBusID)) {
+				s.Findings = append(s.Findings, f)
+			}
+		}
+	}
 }
 
 // MergeSMI completes the GPUs with nvidia-smi's records, matched by UUID

@@ -112,6 +112,9 @@ func TestCollectOtherLayouts(t *testing.T) {
 				tr.link("sys/devices/pci0000:00/0000:00:03.0/virtio0/driver", "sys/bus/virtio/drivers/virtio_net")
 				tr.file("proc/driver/nvidia/gpus/0000:3b:00.0/information",
 					"Model: \t\t Tesla T4\nGPU UUID: \t GPU-????????-????-????-????-????????????\nVideo BIOS: \t ??.??.??.??.??\nBus Location: \t 0000:3b:00.0\n")
+				// A driver that cannot read a value prints a word for it.
+				tr.file("proc/driver/nvidia/gpus/0000:3c:00.0/information",
+					"Model: \t\t Unknown Error\nGPU UUID: \t Not Found\nVideo BIOS: \t [N/A]\nBus Location: \t 0000:3c:00.0\n")
 				tr.file("proc/cpuinfo", "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\nphysical id\t: 0\ncore id\t: 0\nflags\t: svm sev avx2\n\n"+
 					"processor\t: 1\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\nphysical id\t: 0\ncore id\t: 1\nflags\t: svm sev avx2\n")
 			},
@@ -119,7 +122,7 @@ func TestCollectOtherLayouts(t *testing.T) {
 				diff(t, "cgroups", inv.Cgroups, Cgroups{Version: "hybrid", Controllers: []string{"cpu,cpuacct", "memory", "pids"}})
 				diff(t, "disks", inv.Disks, []Disk{{Name: "vda", SizeBytes: 41943040 * 512, Serial: "disk-1", Transport: "virtio"}})
 				diff(t, "nics", inv.NICs, []NIC{{Name: "ens3", MAC: "52:54:00:12:34:56", Driver: "virtio_net", PCIAddress: "0000:00:03.0"}})
-				diff(t, "gpus", inv.GPUs, []GPU{{PCIBusID: "0000:3b:00.0", Model: "Tesla T4"}})
+				diff(t, "gpus", inv.GPUs, []GPU{{PCIBusID: "0000:3b:00.0", Model: "Tesla T4"}, {PCIBusID: "0000:3c:00.0"}})
 				diff(t, "cpu", inv.CPU, CPU{Vendor: "AuthenticAMD", Model: "AMD EPYC", Sockets: 1, Cores: 2, Threads: 2,
 					Flags: []string{"avx2", "sev", "svm"}})
 				if inv.System.UEFI || inv.System.SecureBoot != "" {

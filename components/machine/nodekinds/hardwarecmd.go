@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
+	"github.com/better-compute/bcd/components/machine/nvsmi"
 )
 
 // HardwareCommand is `bcd hardware [--json]`: what this machine is, as the
@@ -30,6 +32,13 @@ func HardwareCommand(hardware func(dataDir string) (Hardware, string)) cli.Comma
 		if err != nil {
 			return cli.Fail(env, "bcd hardware", err)
 		}
+		// The GPUs' verdicts, from the same checks as diag.nvml, ride in
+		// the unhashed live part of the inventory.
+		findings, xerr := Judge(ctx, hw, inv.SMIGPUs())
+		inv.SetFindings(findings)
+		if xerr != nil {
+			inv.Notes = append(inv.Notes, fmt.Sprintf("reading this boot's Xids: %v", xerr))
+		}
 		if *asJSON {
 			enc := json.NewEncoder(env.Stdout)
 			enc.SetIndent("", "  ")
@@ -47,7 +56,15 @@ func HardwareCommand(hardware func(dataDir string) (Hardware, string)) cli.Comma
 		fmt.Fprintf(tw, "nics\t%d\n", len(inv.NICs))
 		fmt.Fprintf(tw, "gpus\t%d\n", len(inv.GPUs))
 		for _, g := range inv.GPUs {
-			fmt.Fprintf(tw, "  gpu\t%s %s %s\n", g.PCIBusID, g.UUID, g.Model)
+			line := fmt.Sprintf("%s %s %s", g.PCIBusID, g.UUID, g.Model)
+			if g.SMI != nil {
+				verdict, problems := Verdict(Of(findings, nvsmi.GPU{Info: *g.SMI}))
+				line += ": " + string(verdict)
+				if len(problems) > 0 {
+					line += ": " + strings.Join(problems, "; ")
+				}
+			}
+			fmt.Fprintf(tw, "  gpu\t%s\n", line)
 		}
 		fmt.Fprintf(tw, "os\t%s, kernel %s\n", inv.OS.PrettyName, inv.OS.Kernel)
 		fmt.Fprintf(tw, "kvm\t%v\n", inv.KVM.Present)

@@ -76,32 +76,25 @@ type DiagResult struct {
 func diagNVML(hw Hardware) func(context.Context, []byte) (json.RawMessage, error) {
 	return func(ctx context.Context, _ []byte) (json.RawMessage, error) {
 		res := DiagResult{Pass: true}
-		init := nvsmi.Finding{Check: "nvml.init", Pass: true}
-		var gpus []nvsmi.GPU
-		var err error
-		if run := hw.SMI(); run == nil {
-			err = nvsmi.ErrNotFound
-		} else {
-			gpus, err = nvsmi.Collect(ctx, run)
-		}
-		if err != nil && len(gpus) == 0 {
-			init.Pass, init.Reason = false, err.Error()
+		j := Health(ctx, hw)
+		init := nvsmi.Finding{Check: "nvml.init", Pass: true, Status: nvsmi.StatusPass}
+		if j.CollectErr != nil && len(j.GPUs) == 0 {
+			init.Pass, init.Status, init.Reason = false, nvsmi.StatusFail, j.CollectErr.Error()
 		}
 		res.Findings = append(res.Findings, init)
-		xids, xerr := hw.XIDs(ctx)
-		if xerr != nil {
-			res.Findings = append(res.Findings, nvsmi.Finding{Check: "xid.read", Pass: false, Reason: xerr.Error()})
+		if j.XIDErr != nil {
+			res.Findings = append(res.Findings, nvsmi.Finding{Check: "xid.read", Status: nvsmi.StatusFail, Reason: j.XIDErr.Error()})
 		}
-		for _, g := range gpus {
+		for _, g := range j.GPUs {
 			if res.Driver == "" {
 				res.Driver = g.DriverVersion
 			}
-			res.Findings = append(res.Findings, nvsmi.Check(g, xids)...)
 		}
-		res.GPUs = len(gpus)
+		res.Findings = append(res.Findings, j.Findings...)
+		res.GPUs = len(j.GPUs)
 		var failed []string
 		for _, f := range res.Findings {
-			if !f.Pass {
+			if f.Status == nvsmi.StatusFail {
 				res.Pass = false
 				failed = append(failed, strings.TrimSpace(f.GPU+" "+f.Check+": "+f.Reason))
 			}
@@ -181,15 +174,14 @@ func gpuReset(hw Hardware, holds Holds) func(context.Context, []byte) (json.RawM
 			return nil, fmt.Errorf("reset GPU %s: %w", g.UUID, err)
 		}
 		// Read the health back: the reset is done only when the GPU answers.
-		after, err := nvsmi.Collect(ctx, run)
-		g2, ok := findGPU(after, g.UUID)
+		after := Health(ctx, hw)
+		g2, ok := findGPU(after.GPUs, g.UUID)
 		if !ok {
-			return nil, fmt.Errorf("GPU %s did not come back after the reset: %v", g.UUID, err)
+			return nil, fmt.Errorf("GPU %s did not come back after the reset: %v", g.UUID, after.CollectErr)
 		}
-		xids, _ := hw.XIDs(ctx)
-		res := ResetResult{GPU: g.UUID, Healthy: true, Findings: nvsmi.Check(g2, xids)}
+		res := ResetResult{GPU: g.UUID, Healthy: true, Findings: Of(after.Findings, g2)}
 		for _, f := range res.Findings {
-			if !f.Pass {
+			if f.Status == nvsmi.StatusFail {
 				res.Healthy = false
 			}
 		}
@@ -243,9 +235,10 @@ func (h Host) SMI() nvsmi.Runner {
 	return nvsmi.ExecRunner(p)
 }
 
-// Inventory collects the real machine.
+// Inventory collects the real machine, its GPUs' links completed from
+// sysfs (CompleteLinks).
 func (h Host) Inventory(ctx context.Context) (*inventory.Inventory, error) {
-	return inventory.Collect(ctx, inventory.Options{SMI: h.SMI()})
+	return inventory.Collect(ctx, inventory.Options{SMI: h.SMI(), CompleteGPUs: h.CompleteLinks})
 }
 
 // XIDs reads this boot's NVIDIA Xid errors from /dev/kmsg into

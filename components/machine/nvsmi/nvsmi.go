@@ -179,6 +179,11 @@ func applyNVLink(gpus []GPU, st []NVLinkStatus) {
 	for _, s := range st {
 		if g := byIndexOrUUID(gpus, s.Index, s.UUID); g != nil {
 			g.NVLinks = append([]NVLink(nil), s.Links...)
+			// nvidia-smi lists no links of a GPU in MIG mode and says so;
+			// where -q -x did not say the mode, this does.
+			if g.MIG.Current == "" && strings.Contains(s.Note, "MIG mode") {
+				g.MIG.Current = "Enabled"
+			}
 		}
 	}
 }

@@ -254,11 +254,11 @@ func ParseTopo(r io.Reader) (Topology, error) {
 			}
 			switch extra[i] {
 			case "CPU Affinity":
-				row.CPUAffinity = v
+				row.CPUAffinity = value(v)
 			case "NUMA Affinity":
-				row.NUMAAffinity = v
+				row.NUMAAffinity = value(v)
 			case "GPU NUMA ID":
-				row.GPUNUMAID = v
+				row.GPUNUMAID = value(v)
 			}
 		}
 		t.Rows = append(t.Rows, row)

@@ -145,7 +145,7 @@ func TestParseTopo(t *testing.T) {
 		diff(t, got, Topology{
 			Columns: []string{"GPU0"},
 			Rows: []TopoRow{{Device: "GPU0", Links: map[string]string{"GPU0": "X"},
-				CPUAffinity: "0-19", NUMAAffinity: "0", GPUNUMAID: "N/A"}},
+				CPUAffinity: "0-19", NUMAAffinity: "0", GPUNUMAID: ""}},
 		})
 	})
 	t.Run("four GPUs and two NICs", func(t *testing.T) {
@@ -159,7 +159,7 @@ func TestParseTopo(t *testing.T) {
 		diff(t, got.NICs, map[string]string{"NIC0": "mlx5_0", "NIC1": "mlx5_1"})
 		diff(t, got.Rows[2], TopoRow{Device: "GPU2",
 			Links:       map[string]string{"GPU0": "NV18", "GPU1": "NV18", "GPU2": "X", "GPU3": "NV18", "NIC0": "SYS", "NIC1": "PIX"},
-			CPUAffinity: "32-63,96-127", NUMAAffinity: "1", GPUNUMAID: "N/A"})
+			CPUAffinity: "32-63,96-127", NUMAAffinity: "1", GPUNUMAID: ""})
 		diff(t, got.Rows[4], TopoRow{Device: "NIC0",
 			Links: map[string]string{"GPU0": "PIX", "GPU1": "NODE", "GPU2": "SYS", "GPU3": "SYS", "NIC0": "X", "NIC1": "SYS"}})
 
@@ -183,8 +183,8 @@ func TestParseTopo(t *testing.T) {
 		diff(t, got, Topology{
 			Columns: []string{"GPU0", "GPU1"},
 			Rows: []TopoRow{
-				{Device: "GPU0", Links: map[string]string{"GPU0": "X", "GPU1": "PHB"}, CPUAffinity: "0-11", NUMAAffinity: "N/A"},
-				{Device: "GPU1", Links: map[string]string{"GPU0": "PHB", "GPU1": "X"}, CPUAffinity: "0-11", NUMAAffinity: "N/A"},
+				{Device: "GPU0", Links: map[string]string{"GPU0": "X", "GPU1": "PHB"}, CPUAffinity: "0-11", NUMAAffinity: ""},
+				{Device: "GPU1", Links: map[string]string{"GPU0": "PHB", "GPU1": "X"}, CPUAffinity: "0-11", NUMAAffinity: ""},
 			},
 		})
 	})

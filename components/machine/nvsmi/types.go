@@ -46,6 +46,13 @@ type Info struct {
 	PCIe     PCIe      `json:"pcie"`
 	Fabric   Fabric    `json:"fabric"`
 
+	// RecoveryAction is what the driver (550 and later) says the GPU
+	// needs: Reset, Reboot, Drain P2P or Drain and Reset; empty for None
+	// and where the driver does not say.
+	RecoveryAction string `json:"recovery_action,omitempty"`
+	// Repair is the state of the GPU's own repairs (drivers 575 and later).
+	Repair Repair `json:"repair"`
+
 	NVLinks      []NVLink   `json:"nvlinks,omitempty"`
 	Topology     []TopoLink `json:"topology,omitempty"`
 	CPUAffinity  string     `json:"cpu_affinity,omitempty"`
@@ -110,6 +117,15 @@ type RetiredPages struct {
 	Pending   bool  `json:"pending"`
 }
 
+// Repair is what newer drivers report of the GPU's in-field repairs: a
+// channel or TPC repair that waits for a reset, and memory the GPU can no
+// longer repair.
+type Repair struct {
+	ChannelPending     bool `json:"channel_repair_pending,omitempty"`
+	TPCPending         bool `json:"tpc_repair_pending,omitempty"`
+	UnrepairableMemory bool `json:"unrepairable_memory,omitempty"`
+}
+
 // RowRemap is the row remapper state of Ampere and later GPUs.
 type RowRemap struct {
 	Correctable   int64 `json:"correctable"`
@@ -119,12 +135,19 @@ type RowRemap struct {
 }
 
 // PCIe is the GPU's PCIe link. The current generation is a sample (it drops
-// when the GPU idles); the current width stays, and narrower than the
-// maximum means a degraded link.
+// when the GPU idles); the current width stays. GenMax and WidthMax are
+// what the GPU supports, which the slot may not: many servers and cloud
+// instances wire a x16 GPU at x8. The Slot fields come from sysfs, not
+// nvidia-smi (see package pcielink): what the port upstream of the GPU
+// supports, and the width first seen this boot; zero when unknown.
 type PCIe struct {
 	GenMax       int `json:"gen_max,omitempty"`
 	WidthMax     int `json:"width_max,omitempty"`
 	WidthCurrent int `json:"width_current,omitempty"`
+
+	SlotWidthMax int `json:"slot_width_max,omitempty"`
+	SlotGenMax   int `json:"slot_gen_max,omitempty"`
+	FirstWidth   int `json:"first_width_this_boot,omitempty"`
 }
 
 // Fabric is the NVLink fabric state of NVSwitch systems.

@@ -65,10 +65,7 @@ type xmlGPU struct {
 		Current string `xml:"current_ecc"`
 		Pending string `xml:"pending_ecc"`
 	} `xml:"ecc_mode"`
-	ECCErrors struct {
-		Volatile  xmlECC `xml:"volatile"`
-		Aggregate xmlECC `xml:"aggregate"`
-	} `xml:"ecc_errors"`
+	ECCErrors    xmlECCErrors `xml:"ecc_errors"`
 	RetiredPages struct {
 		SingleBit struct {
 			Count string `xml:"retired_count"`
@@ -76,9 +73,13 @@ type xmlGPU struct {
 		DoubleBit struct {
 			Count string `xml:"retired_count"`
 		} `xml:"double_bit_retirement"`
-		Pending string `xml:"pending_retirement"`
+		// Drivers wrote <pending_blacklist> before they wrote
+		// <pending_retirement>; many write both.
+		Pending    string `xml:"pending_retirement"`
+		PendingOld string `xml:"pending_blacklist"`
 	} `xml:"retired_pages"`
-	RemappedRows struct {
+	RecoveryAction string `xml:"gpu_recovery_action"`
+	RemappedRows   struct {
 		Corr    string `xml:"remapped_row_corr"`
 		Unc     string `xml:"remapped_row_unc"`
 		Pending string `xml:"remapped_row_pending"`
@@ -133,6 +134,16 @@ type xmlECC struct {
 	SRAMUncSECDED     string      `xml:"sram_uncorrectable_secded"`
 	DRAMCorrectable   string      `xml:"dram_correctable"`
 	DRAMUncorrectable string      `xml:"dram_uncorrectable"`
+}
+
+// xmlECCErrors is <ecc_errors>: the counters, and since driver 575 the
+// repair state the driver keeps beside them.
+type xmlECCErrors struct {
+	Volatile           xmlECC `xml:"volatile"`
+	Aggregate          xmlECC `xml:"aggregate"`
+	ChannelRepair      string `xml:"channel_repair_pending"`
+	TPCRepair          string `xml:"tpc_repair_pending"`
+	UnrepairableMemory string `xml:"unrepairable_memory"`
 }
 
 type xmlECCBits struct {
@@ -238,7 +249,16 @@ func fromXML(index int, log *xmlLog, x *xmlGPU) GPU {
 		g.RetiredPages.Supported = true
 		g.RetiredPages.DoubleBit = c
 	}
-	g.RetiredPages.Pending = yes(x.RetiredPages.Pending)
+	g.RetiredPages.Pending = yes(x.RetiredPages.Pending) || yes(x.RetiredPages.PendingOld)
+	if value(x.RetiredPages.Pending) != "" || value(x.RetiredPages.PendingOld) != "" {
+		g.RetiredPages.Supported = true
+	}
+	g.RecoveryAction = value(x.RecoveryAction)
+	g.Repair = Repair{
+		ChannelPending:     yes(x.ECCErrors.ChannelRepair),
+		TPCPending:         yes(x.ECCErrors.TPCRepair),
+		UnrepairableMemory: yes(x.ECCErrors.UnrepairableMemory),
+	}
 
 	rr := x.RemappedRows
 	if value(rr.Pending) != "" || value(rr.Failure) != "" {
@@ -328,18 +348,38 @@ func isZeroPower(p xmlPower) bool {
 	return p == xmlPower{}
 }
 
-// value trims an element's text and maps nvidia-smi's words for "no value"
-// (N/A, [N/A], [Not Supported], Requested functionality has been
-// deprecated, …) to "".
+// absentWords are what nvidia-smi prints, across drivers, where a field has
+// no value: the field does not apply (N/A, None), the GPU or driver does
+// not support it, NVML failed to read it, or the caller may not. Compared
+// without regard to case, with any brackets around them removed.
+var absentWords = []string{
+	"n/a", "na", "none", "not found", "not supported", "unknown error", "unknown",
+	"insufficient permissions", "no permission", "not available", "gpu is lost",
+	"gpu requires reset", "requested functionality has been deprecated",
+}
+
+// Value trims a value nvidia-smi printed and maps its words for "no value"
+// (N/A, [N/A], Not Found, [Not Supported], Unknown Error, Requested
+// functionality has been deprecated, …) to "", so no record, inventory
+// section or check ever carries them as a string.
+func Value(s string) string { return value(s) }
+
 func value(s string) string {
 	s = strings.TrimSpace(s)
-	switch {
-	case s == "", s == "N/A", s == "None":
+	if s == "" {
 		return ""
-	case strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]"):
+	}
+	inner := s
+	if strings.HasPrefix(inner, "[") && strings.HasSuffix(inner, "]") {
+		// "[N/A]", "[Not Supported]", "[Unknown Error]", "[Insufficient
+		// Permissions]": nvidia-smi brackets every value it could not read.
 		return ""
-	case strings.HasPrefix(s, "Requested functionality has been deprecated"):
-		return ""
+	}
+	inner = strings.ToLower(inner)
+	for _, w := range absentWords {
+		if inner == w || (len(w) > 12 && strings.HasPrefix(inner, w)) {
+			return ""
+		}
 	}
 	return s
 }

@@ -340,3 +340,47 @@ func TestValueAndNumber(t *testing.T) {
 		}
 	}
 }
+
+// TestAbsentValues: every word a driver prints for "no value" reads as
+// absent, in a record and in its JSON (the inventory's), never as a
+// string.
+func TestAbsentValues(t *testing.T) {
+	for _, s := range []string{"N/A", "[N/A]", "Not Found", "[Not Found]", "Not Supported", "[Not Supported]",
+		"Unknown Error", "[Unknown Error]", "[Insufficient Permissions]", "None", " n/a ", "",
+		"Requested functionality has been deprecated"} {
+		if got := Value(s); got != "" {
+			t.Errorf("Value(%q) = %q, want absent", s, got)
+		}
+	}
+	for _, s := range []string{"NVIDIA A10G", "Enabled", "0-63", "Hopper", "GPU-5f1c"} {
+		if got := Value(s); got != s {
+			t.Errorf("Value(%q) = %q", s, got)
+		}
+	}
+	const x = `<nvidia_smi_log><driver_version>[Unknown Error]</driver_version><cuda_version>Not Found</cuda_version>
+<gpu id="00000000:17:00.0"><product_name>NVIDIA A10G</product_name><product_architecture>Unknown Error</product_architecture>
+<persistence_mode>[Not Supported]</persistence_mode><serial>Not Found</serial><uuid>GPU-1</uuid><vbios_version>[N/A]</vbios_version>
+<board_part_number>Not Supported</board_part_number><mig_mode><current_mig>[N/A]</current_mig><pending_mig>Not Found</pending_mig></mig_mode>
+<compute_mode>Unknown Error</compute_mode><gpu_recovery_action>Unknown Error</gpu_recovery_action>
+<ecc_mode><current_ecc>[Unknown Error]</current_ecc></ecc_mode>
+<fabric><state>Not Supported</state><status>[Not Found]</status><cliqueId>N/A</cliqueId></fabric>
+<pci><pci_gpu_link_info><link_widths><max_link_width>[Unknown Error]</max_link_width><current_link_width>Not Found</current_link_width></link_widths></pci_gpu_link_info></pci>
+<temperature><gpu_temp>[Unknown Error]</gpu_temp></temperature><performance_state>Unknown Error</performance_state>
+</gpu></nvidia_smi_log>`
+	gpus, err := ParseXML(strings.NewReader(x))
+	if err != nil || len(gpus) != 1 {
+		t.Fatalf("ParseXML: %v, %d GPUs", err, len(gpus))
+	}
+	b, err := json.Marshal(gpus[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"N/A", "Not Found", "Not Supported", "Unknown Error", "[", "None"} {
+		if strings.Contains(string(b), w) {
+			t.Errorf("the record's JSON carries %q: %s", w, b)
+		}
+	}
+	if gpus[0].Name != "NVIDIA A10G" || gpus[0].UUID != "GPU-1" {
+		t.Errorf("name %q uuid %q", gpus[0].Name, gpus[0].UUID)
+	}
+}

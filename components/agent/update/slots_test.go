@@ -1,0 +1,208 @@
+package update
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/trust/release"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func newSlots(t *testing.T) (*Slots, *clock) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bcd-installed")
+	os.WriteFile(bin, []byte("bcd 0.1.0"), 0o755)
+	c := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	s := &Slots{Dir: filepath.Join(dir, "slots"), Now: c.now}
+	if err := s.Init(bin, "0.1.0", 1); err != nil {
+		t.Fatal(err)
+	}
+	return s, c
+}
+
+func build(version string, seq uint64) (release.Manifest, release.Artifact, []byte) {
+	bin := []byte("bcd " + version)
+	sum := sha256.Sum256(bin)
+	a := release.Artifact{Role: "node", Arch: "amd64", Size: int64(len(bin)), SHA256: hex.EncodeToString(sum[:]), URL: "https://r.example/" + version}
+	return release.Manifest{Type: release.Type, Version: version, Sequence: seq}, a, bin
+}
+
+// running is the binary current names.
+func running(t *testing.T, s *Slots) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.Dir, Current))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func upgrade(t *testing.T, s *Slots, version string, seq uint64) (Upgrade, error) {
+	t.Helper()
+	m, a, bin := build(version, seq)
+	staged, err := s.Stage(bytes.NewReader(bin), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Swap(staged, m, a)
+}
+
+func TestUpgradeConfirmRollback(t *testing.T) {
+	s, c := newSlots(t)
+	if got := running(t, s); got != "bcd 0.1.0" {
+		t.Fatalf("running %q", got)
+	}
+	u, err := upgrade(t, s, "0.2.0", 2)
+	if err != nil || u.To != SlotB || running(t, s) != "bcd 0.2.0" {
+		t.Fatalf("swap: %+v %v, running %q", u, err, running(t, s))
+	}
+	if ok, err := s.Confirm(); !ok || err != nil {
+		t.Fatalf("Confirm = %v %v", ok, err)
+	}
+	r, cur, up, _ := s.Read()
+	if r.Floor != 2 || cur != SlotB || up != nil {
+		t.Errorf("after confirm: floor %d, current %s, pending %v", r.Floor, cur, up)
+	}
+	// 0.3.0 never confirms: at the deadline Settle swaps back and
+	// records it failed; it is not tried again until cleared.
+	if _, err := upgrade(t, s, "0.3.0", 3); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Settle(); v != "" || err != nil || running(t, s) != "bcd 0.3.0" {
+		t.Errorf("Settle before the deadline: %q %v", v, err)
+	}
+	c.t = c.t.Add(ConfirmWindow + time.Second)
+	if v, err := s.Settle(); v != "0.3.0" || err != nil || running(t, s) != "bcd 0.2.0" {
+		t.Errorf("Settle past the deadline: %q %v, running %q", v, err, running(t, s))
+	}
+	if _, err := upgrade(t, s, "0.3.0", 3); err == nil || !strings.Contains(err.Error(), "--clear-failed") {
+		t.Errorf("a failed release again: %v", err)
+	}
+	s.ClearFailed()
+	if _, err := upgrade(t, s, "0.3.0", 3); err != nil {
+		t.Errorf("after clear-failed: %v", err)
+	}
+	// The crash-loop unit rolls back at once.
+	if v, err := s.Rollback(); v != "0.3.0" || err != nil || running(t, s) != "bcd 0.2.0" {
+		t.Errorf("Rollback: %q %v", v, err)
+	}
+	// Below the floor: refused, nothing swapped.
+	if _, err := upgrade(t, s, "0.1.1", 1); err == nil || !strings.Contains(err.Error(), "below the release floor 2") || running(t, s) != "bcd 0.2.0" {
+		t.Errorf("below the floor: %v", err)
+	}
+}
+
+func TestStageRefuses(t *testing.T) {
+	s, _ := newSlots(t)
+	_, a, bin := build("0.2.0", 2)
+	for name, body := range map[string][]byte{"short": bin[:3], "long": append(bytes.Clone(bin), 'x'), "other": bytes.Repeat([]byte("y"), len(bin))} {
+		if _, err := s.Stage(bytes.NewReader(body), a); err == nil {
+			t.Errorf("%s: staged", name)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(s.Dir, StagingDir)); len(ents) != 0 {
+		t.Errorf("refused downloads left %d files", len(ents))
+	}
+}
+
+// TestConfirmRefusesAClaim: a confirmation while current does not name
+// the new slot (a node claiming to run what it does not) moves nothing.
+func TestConfirmRefusesAClaim(t *testing.T) {
+	s, _ := newSlots(t)
+	if _, err := upgrade(t, s, "0.2.0", 2); err != nil {
+		t.Fatal(err)
+	}
+	s.point(SlotA)
+	if ok, err := s.Confirm(); ok || err == nil {
+		t.Errorf("Confirm = %v %v", ok, err)
+	}
+	if r, _, _, _ := s.Read(); r.Floor != 1 {
+		t.Errorf("the floor moved to %d", r.Floor)
+	}
+}
+
+type crashed struct{ point string }
+
+// TestKillAtEachStep: a kill at each point of a swap, a confirmation and
+// a rollback leaves current naming a complete binary whose hash is the
+// one recorded for its slot, and the next start (Settle) brings the
+// records in line.
+func TestKillAtEachStep(t *testing.T) {
+	points := []string{"before-copy", "after-copy", "after-upgrade-record", "after-point", "after-floor", "after-point-back"}
+	for _, p := range points {
+		t.Run(p, func(t *testing.T) {
+			s, c := newSlots(t)
+			s.crash = func(at string) {
+				if at == p {
+					panic(crashed{at})
+				}
+			}
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						if _, ok := r.(crashed); !ok {
+							panic(r)
+						}
+					}
+				}()
+				if _, err := upgrade(t, s, "0.2.0", 2); err != nil {
+					t.Fatal(err)
+				}
+				if p == "after-point-back" {
+					s.Rollback()
+				} else {
+					s.Confirm()
+				}
+			}()
+			s.crash = nil
+			check := func(when string) {
+				r, cur, _, err := s.Read()
+				if err != nil {
+					t.Fatalf("%s: %v", when, err)
+				}
+				b, err := os.ReadFile(filepath.Join(s.Dir, cur))
+				sum := sha256.Sum256(b)
+				if err != nil || hex.EncodeToString(sum[:]) != r.Slots[cur].SHA256 {
+					t.Fatalf("%s: current names %s, which is not the binary recorded for it (%v)", when, cur, err)
+				}
+			}
+			check("after the kill")
+			c.t = c.t.Add(ConfirmWindow + time.Second)
+			if _, err := s.Settle(); err != nil {
+				t.Fatal(err)
+			}
+			check("after Settle")
+			if _, _, up, _ := s.Read(); up != nil {
+				t.Errorf("an upgrade still pending after Settle past its deadline: %+v", up)
+			}
+		})
+	}
+}
+
+func FuzzReadUpgrade(f *testing.F) {
+	f.Add([]byte(`{"from":"bcd-a","to":"bcd-b","version":"0.2.0","sequence":2,"deadline":"2026-12-01T12:02:00Z"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := t.TempDir()
+		s := &Slots{Dir: dir}
+		os.WriteFile(filepath.Join(dir, SlotsFile), []byte(`{"slots":{"bcd-a":{"version":"0.1.0","sequence":1,"sha256":"x"}},"floor":1}`), 0o644)
+		os.Symlink(SlotA, filepath.Join(dir, Current))
+		os.WriteFile(filepath.Join(dir, UpgradeFile), b, 0o644)
+		_, cur, _, _ := s.Read()
+		if cur != "" && cur != SlotA {
+			t.Fatalf("current %q", cur)
+		}
+		s.Settle() // must not panic, whatever upgrade.json holds
+		if _, cur, _, _ := s.Read(); cur != SlotA && cur != SlotB && cur != "" {
+			t.Fatalf("current %q after Settle", cur)
+		}
+	})
+}
