@@ -386,7 +386,12 @@ func (e *systemdEnv) checkLiveConfinement(t *testing.T, unit, user string) {
 		t.Errorf("%s runs as %s, want %s", unit, u, user)
 	}
 	// Tried from inside the unit's own mount namespace (as root, so only
-	// the namespace stops it).
+	// the namespace stops it). The same probe through the test agent's
+	// namespace (an unconfined unit) writes /usr, so it can tell.
+	agent := e.g.Show("bcd-test-agent.service", "MainPID")["MainPID"]
+	if out, code, _ := e.g.Run("nsenter -t " + agent + " -m -- touch /usr/bcd-probe 2>&1 && rm /usr/bcd-probe"); code != 0 {
+		t.Fatalf("the write probe fails even in an unconfined unit's namespace (exit %d: %s)", code, strings.TrimSpace(out))
+	}
 	in := "nsenter -t " + pid + " -m -- "
 	for _, p := range []string{"/usr/bcd-probe", "/etc/bcd-probe", "/var/tmp/../bcd-probe"} {
 		if out, code, _ := e.g.Run(in + "touch " + p + " 2>&1"); code == 0 || !strings.Contains(out, "Read-only file system") {
