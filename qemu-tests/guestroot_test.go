@@ -82,6 +82,9 @@ var guestSetup = []string{
 	"systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer getty@tty1.service dpkg-db-backup.timer",
 	"passwd -d root",
 	"update-initramfs -u -k all",
+	// apt's package cache, which the first apt install would otherwise
+	// build in the guest (about 50 s of the step under TCG).
+	"apt-cache gencaches",
 	"rm -f /etc/machine-id /var/lib/dbus/machine-id && touch /etc/machine-id",
 }
 
