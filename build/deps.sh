@@ -17,6 +17,8 @@ want lintian lintian
 want debootstrap debootstrap
 want shellcheck shellcheck
 want qemu-system-x86_64 qemu-system-x86
+# qemu-img: the systemd tier's guest disk is an overlay on its cached image.
+want qemu-img qemu-utils
 want zstd zstd
 want wipefs util-linux
 ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
