@@ -65,6 +65,7 @@ var systemdSteps = []systemdStep{
 	{"hardening as root", stepHardeningRoot, true},
 	{"install.sh --unprivileged", stepUnprivileged, false},
 	{"hardening unprivileged", stepHardeningUnprivileged, true},
+	{"GPU hold slices", stepSlices, true},
 	{"a crash-looping unit is failed", stepCrashLoop, true},
 	{"apt purge", stepPurge, false},
 	{"bcd-site", stepSite, false},
