@@ -141,7 +141,7 @@ func TestWipeInVM(t *testing.T) {
 	}
 	expect("vda quick", true, `"kind":"block device"`, `"read_back":"O_DIRECT"`,
 		"MBR/boot sector signature at 510 (disk)", "GPT header at 512 (disk)", "GPT backup header at 67108352 (disk)")
-	expect("vda secure-erase", false, "ioctl(/dev/vda, BLKSECDISCARD, [0, 67108864]) = operation not supported", "ATA Security Erase is not implemented")
+	expect("vda secure-erase", false, "ioctl(/dev/vda, BLKSECDISCARD, [0, 67108864]) = operation not supported", "takes neither ATA nor SCSI commands")
 	expect("vda crypto-erase", false, "not an NVMe namespace")
 	expect("nvme crypto-erase", false, "QEMU NVMe Ctrl", "advertises no cryptographic erase")
 	expect("nvme secure-erase", true, `"kind":"NVMe namespace 1"`, "NVMe Format NVM, Secure Erase Settings 1", "cdw10=0x200", "all gone, zeros")
