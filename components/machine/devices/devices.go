@@ -264,29 +264,32 @@ func (s *Section) admit(ctx context.Context, b Body) ([]admitted, map[string]str
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing CDI specs: %w", err)
 	}
-	order := slices.Clone(b.Holds)
-	sort.SliceStable(order, func(i, j int) bool {
-		return slices.Contains(bound, order[i].Allocation) && !slices.Contains(bound, order[j].Allocation)
-	})
 	m := newMachine(inv, caps, b.Sharing)
 	taken := claims{whole: map[string]string{}, mig: map[string]map[string]string{}, slot: map[string]map[int]string{}}
-	var out []admitted
-	for _, h := range order {
-		a, why := s.admitOne(h, m, taken)
-		if why != "" {
-			failed[h.Allocation] = why
-			continue
+	// Two passes, bound holds first; results kept at their spec position.
+	byPos := make([]*admitted, len(b.Holds))
+	for _, boundPass := range []bool{true, false} {
+		for i, h := range b.Holds {
+			if slices.Contains(bound, h.Allocation) != boundPass {
+				continue
+			}
+			a, why := s.admitOne(h, m, taken)
+			if why != "" {
+				failed[h.Allocation] = why
+				continue
+			}
+			for _, u := range a.units {
+				taken.take(u, h.Allocation)
+			}
+			byPos[i] = &a
 		}
-		for _, u := range a.units {
-			taken.take(u, h.Allocation)
-		}
-		out = append(out, a)
 	}
-	// Back in the spec's order, for stable plans and events.
-	sort.SliceStable(out, func(i, j int) bool {
-		return slices.IndexFunc(b.Holds, func(h Hold) bool { return h.Allocation == out[i].hold.Allocation }) <
-			slices.IndexFunc(b.Holds, func(h Hold) bool { return h.Allocation == out[j].hold.Allocation })
-	})
+	var out []admitted
+	for _, a := range byPos {
+		if a != nil {
+			out = append(out, *a)
+		}
+	}
 	return out, failed, nil
 }
 
@@ -312,11 +315,18 @@ func (s *Section) admitOne(h Hold, m *machine, taken claims) (admitted, string) 
 			return a, why
 		}
 		g := u.gpu.UUID
+		var sick, vm string
+		if s.cfg.Unhealthy != nil {
+			sick = unhealthy(s.cfg.Unhealthy, g)
+		}
+		if s.cfg.InVM != nil {
+			vm = s.cfg.InVM(g)
+		}
 		switch {
-		case s.cfg.Unhealthy != nil && unhealthy(s.cfg.Unhealthy, g) != "":
-			return a, fmt.Sprintf("GPU %s is UNHEALTHY (%s)", g, unhealthy(s.cfg.Unhealthy, g))
-		case s.cfg.InVM != nil && s.cfg.InVM(g) != "":
-			return a, fmt.Sprintf("resources-exhausted: GPU %s is passed through to instance %s", g, s.cfg.InVM(g))
+		case sick != "":
+			return a, fmt.Sprintf("GPU %s is UNHEALTHY (%s)", g, sick)
+		case vm != "":
+			return a, fmt.Sprintf("resources-exhausted: GPU %s is passed through to instance %s", g, vm)
 		case slices.ContainsFunc(a.units, func(x unit) bool { return x.overlaps(u) }):
 			return a, fmt.Sprintf("%s is named twice (or inside another entry of the same hold)", r)
 		}
