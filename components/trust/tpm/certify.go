@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-
-	"github.com/google/go-tpm/tpm2"
 )
 
 // QualifyingDataSize is the size of the qualifying data a certification
@@ -46,17 +44,10 @@ func (t *TPM) Certify(key, ak *Key, qualifyingData [QualifyingDataSize]byte) (at
 	if err != nil {
 		return nil, nil, err
 	}
-	rsp, err := tpm2.Certify{
-		ObjectHandle:   tpm2.AuthHandle{Handle: ks.handle, Name: ks.name, Auth: tpm2.PasswordAuth(nil)},
-		SignHandle:     tpm2.AuthHandle{Handle: as.handle, Name: as.name, Auth: tpm2.PasswordAuth(nil)},
-		QualifyingData: tpm2.TPM2BData{Buffer: qualifyingData[:]},
-		InScheme:       tpm2.TPMTSigScheme{Scheme: tpm2.TPMAlgNull},
-	}.Execute(t.tr)
+	attest, sig, err = t.certify(uint32(ks.handle), uint32(as.handle), qualifyingData[:])
 	if err != nil {
 		return nil, nil, fmt.Errorf("TPM2_Certify(node key, AK) = %w", err)
 	}
-	attest = append([]byte(nil), rsp.CertifyInfo.Bytes()...)
-	sig = tpm2.Marshal(rsp.Signature)
 	if err := VerifyCertify(ak.obj.public, attest, sig, key.obj.public, qualifyingData); err != nil {
 		return nil, nil, fmt.Errorf("TPM2_Certify(node key, AK) answered a certification that does not verify: %w", err)
 	}
@@ -169,11 +160,7 @@ func VerifyCertify(akPub, attest, sig, keyPub []byte, qualifyingData [Qualifying
 	if !bytes.Equal(a.ExtraData, qualifyingData[:]) {
 		return errors.New("verify certification: the attestation carries other qualifying data")
 	}
-	name, err := Name(keyPub)
-	if err != nil {
-		return fmt.Errorf("verify certification: %w", err)
-	}
-	if !bytes.Equal(a.Name, name) {
+	if !bytes.Equal(a.Name, sha256Name(keyPub)) { // keyPub is a node key: its name algorithm is SHA-256
 		return errors.New("verify certification: the attestation certifies another key")
 	}
 	return nil

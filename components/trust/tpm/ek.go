@@ -124,7 +124,8 @@ func (t *TPM) ekObject() (*object, error) {
 			cert = cert[:len(cert)-len(rest)]
 		}
 	}
-	t.ek = newObject("EK template", tpm2.TPMRHEndorsement, tmpl)
+	t.ek = newObject("EK template", tpm2.TPMRHEndorsement, tpm2.Marshal(tmpl))
+	t.ek.policy = len(tmpl.AuthPolicy.Buffer) != 0
 	t.ekCert, t.ekIdx = cert, idx
 	return t.ek, nil
 }
@@ -255,12 +256,12 @@ func (t *TPM) ActivateCredential(ak *Key, credBlob, encSecret []byte) ([]byte, e
 		}.Execute(tr)
 		return err
 	})
-	if len(ek.template.AuthPolicy.Buffer) == 0 {
+	if !ek.policy {
 		ekAuth = tpm2.PasswordAuth(nil)
 	}
 	rsp, err := tpm2.ActivateCredential{
-		ActivateHandle: tpm2.AuthHandle{Handle: as.handle, Name: as.name, Auth: tpm2.PasswordAuth(nil)},
-		KeyHandle:      tpm2.AuthHandle{Handle: es.handle, Name: es.name, Auth: ekAuth},
+		ActivateHandle: tpm2.AuthHandle{Handle: as.handle, Name: tpm2.TPM2BName{Buffer: as.name}, Auth: tpm2.PasswordAuth(nil)},
+		KeyHandle:      tpm2.AuthHandle{Handle: es.handle, Name: tpm2.TPM2BName{Buffer: es.name}, Auth: ekAuth},
 		CredentialBlob: tpm2.TPM2BIDObject{Buffer: credBlob},
 		Secret:         tpm2.TPM2BEncryptedSecret{Buffer: encSecret},
 	}.Execute(t.tr)

@@ -54,7 +54,8 @@ type TPM struct {
 type object struct {
 	what      string // "node-key template", "AK template", "EK template"
 	hierarchy tpm2.TPMHandle
-	template  tpm2.TPMTPublic
+	tb        []byte // the marshalled TPMT_PUBLIC template
+	policy    bool   // the template has an authPolicy (an EK's)
 	id        string // hierarchy and marshalled template: the object's identity
 
 	mu     sync.Mutex
@@ -65,14 +66,13 @@ type object struct {
 type slot struct {
 	obj    *object
 	handle tpm2.TPMHandle
-	name   tpm2.TPM2BName
+	name   []byte // TPM2B_NAME contents
 }
 
-func newObject(what string, hierarchy tpm2.TPMHandle, template tpm2.TPMTPublic) *object {
-	tb := tpm2.Marshal(template)
+func newObject(what string, hierarchy tpm2.TPMHandle, tb []byte) *object {
 	id := make([]byte, 4, 4+len(tb))
 	binary.BigEndian.PutUint32(id, uint32(hierarchy))
-	return &object{what: what, hierarchy: hierarchy, template: template, id: string(append(id, tb...))}
+	return &object{what: what, hierarchy: hierarchy, tb: tb, id: string(append(id, tb...))}
 }
 
 // Open opens the TPM device at path (DefaultPath on a host).
@@ -159,13 +159,10 @@ func (t *TPM) loadLocked(obj *object) (*slot, error) {
 			return nil, err
 		}
 	}
-	var rsp *tpm2.CreatePrimaryResponse
+	var rsp *createPrimaryRsp
 	for {
 		var err error
-		rsp, err = tpm2.CreatePrimary{
-			PrimaryHandle: tpm2.AuthHandle{Handle: obj.hierarchy, Auth: tpm2.PasswordAuth(nil)},
-			InPublic:      tpm2.New2B(obj.template),
-		}.Execute(t.tr)
+		rsp, err = t.createPrimary(uint32(obj.hierarchy), obj.tb)
 		if err == nil {
 			break
 		}
@@ -179,8 +176,8 @@ func (t *TPM) loadLocked(obj *object) (*slot, error) {
 		}
 		return nil, fmt.Errorf("TPM2_CreatePrimary(%s, %s) = %w", hierarchyName(obj.hierarchy), obj.what, err)
 	}
-	s := &slot{obj: obj, handle: rsp.ObjectHandle, name: rsp.Name}
-	pub := rsp.OutPublic.Bytes()
+	s := &slot{obj: obj, handle: tpm2.TPMHandle(rsp.handle), name: rsp.name}
+	pub := rsp.public
 	obj.mu.Lock()
 	known := obj.public
 	if known == nil {
@@ -204,7 +201,7 @@ func (t *TPM) flushLocked(i int) error {
 }
 
 func (t *TPM) flushSlot(s *slot) error {
-	if _, err := (tpm2.FlushContext{FlushHandle: s.handle}).Execute(t.tr); err != nil {
+	if err := t.flushContext(uint32(s.handle)); err != nil {
 		return fmt.Errorf("TPM2_FlushContext(%#x, %s) = %w", uint32(s.handle), s.obj.what, err)
 	}
 	return nil
