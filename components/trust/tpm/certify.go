@@ -44,7 +44,7 @@ func (t *TPM) Certify(key, ak *Key, qualifyingData [QualifyingDataSize]byte) (at
 	if err != nil {
 		return nil, nil, err
 	}
-	attest, sig, err = t.certify(uint32(ks.handle), uint32(as.handle), qualifyingData[:])
+	attest, sig, err = t.certify(ks.handle, as.handle, qualifyingData[:])
 	if err != nil {
 		return nil, nil, fmt.Errorf("TPM2_Certify(node key, AK) = %w", err)
 	}

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-
-	"github.com/google/go-tpm/tpm2"
 )
 
 // UniqueSize is the size of the value that names a node key.
@@ -21,40 +19,6 @@ const UniqueSize = 32
 // akLabel is hashed into the AK template's unique field, so the AK differs
 // from any other primary key made under the endorsement hierarchy.
 const akLabel = "bcd attestation key v1"
-
-// eccSigningTemplate is the template both the node key and the AK start
-// from: ECDSA P-256 with SHA-256, fixed to this TPM, generated inside it,
-// used with an empty password and exempt from dictionary-attack lockout
-// (the password is empty, so failures say nothing about guessing).
-func eccSigningTemplate(restricted bool, x []byte) tpm2.TPMTPublic {
-	return tpm2.TPMTPublic{
-		Type:    tpm2.TPMAlgECC,
-		NameAlg: tpm2.TPMAlgSHA256,
-		ObjectAttributes: tpm2.TPMAObject{
-			FixedTPM:            true,
-			FixedParent:         true,
-			SensitiveDataOrigin: true,
-			UserWithAuth:        true,
-			NoDA:                true,
-			Restricted:          restricted,
-			SignEncrypt:         true,
-		},
-		Parameters: tpm2.NewTPMUPublicParms(tpm2.TPMAlgECC, &tpm2.TPMSECCParms{
-			Symmetric: tpm2.TPMTSymDefObject{Algorithm: tpm2.TPMAlgNull},
-			Scheme: tpm2.TPMTECCScheme{
-				Scheme: tpm2.TPMAlgECDSA,
-				Details: tpm2.NewTPMUAsymScheme(tpm2.TPMAlgECDSA,
-					&tpm2.TPMSSigSchemeECDSA{HashAlg: tpm2.TPMAlgSHA256}),
-			},
-			CurveID: tpm2.TPMECCNistP256,
-			KDF:     tpm2.TPMTKDFScheme{Scheme: tpm2.TPMAlgNull},
-		}),
-		Unique: tpm2.NewTPMUPublicID(tpm2.TPMAlgECC, &tpm2.TPMSECCPoint{
-			X: tpm2.TPM2BECCParameter{Buffer: x},
-			Y: tpm2.TPM2BECCParameter{Buffer: nil},
-		}),
-	}
-}
 
 // akUnique is the AK template's unique.ecc.x: sha256 of akLabel.
 func akUnique() []byte {
@@ -75,10 +39,31 @@ const (
 	attrSign     = 1 << 18
 )
 
-// eccSigningTemplateBytes is eccSigningTemplate(restricted, x) marshalled
-// as a TPMT_PUBLIC, written field by field (TestTemplateBytesMatchGoTPM
-// checks them against tpm2.Marshal): the node key and the AK are derived
-// from these bytes, so bcd helper needs no reflection-based marshalling.
+// NodeKeyTemplate is the node-key template for unique, a marshalled
+// TPMT_PUBLIC: an unrestricted ECDSA P-256 (SHA-256) signing key, fixed to
+// this TPM, generated inside it, used with an empty password and exempt
+// from dictionary-attack lockout, created as a primary key under the owner
+// hierarchy with the 32 bytes of unique as unique.ecc.x (unique.ecc.y
+// empty). The TPM derives the same key from the same template for as long
+// as the owner hierarchy is not cleared. Changing this template changes
+// every node key; never do so.
+func NodeKeyTemplate(unique [UniqueSize]byte) []byte {
+	return eccSigningTemplateBytes(false, unique[:])
+}
+
+// AKTemplate is the attestation key's template, a marshalled TPMT_PUBLIC:
+// a restricted ECDSA P-256 (SHA-256) signing key, otherwise as the node
+// key's, created as a primary key under the endorsement hierarchy with
+// sha256("bcd attestation key v1") as unique.ecc.x. Being restricted, it
+// signs only structures the TPM made itself (TPMS_ATTEST) or digests the
+// TPM hashed and checked do not start with TPM_GENERATED_VALUE.
+func AKTemplate() []byte {
+	return eccSigningTemplateBytes(true, akUnique())
+}
+
+// eccSigningTemplateBytes is the template both the node key and the AK
+// start from, written field by field (TestTemplateBytesMatchGoTPM checks
+// them against go-tpm's marshalling).
 func eccSigningTemplateBytes(restricted bool, x []byte) []byte {
 	attrs := uint32(attrFixedTPM | attrFixedPar | attrSensOrig | attrUserAuth | attrNoDA | attrSign)
 	if restricted {
@@ -97,25 +82,6 @@ func eccSigningTemplateBytes(restricted bool, x []byte) []byte {
 	c.tpm2b(x)     // unique.ecc.x
 	c.tpm2b(nil)   // unique.ecc.y
 	return c.b
-}
-
-// NodeKeyTemplate is the node-key template for unique: an unrestricted
-// ECDSA P-256 (SHA-256) signing key, created as a primary key under the owner
-// hierarchy with the 32 bytes of unique as unique.ecc.x (unique.ecc.y empty).
-// The TPM derives the same key from the same template for as long as the
-// owner hierarchy is not cleared. Changing this template changes every node
-// key; never do so.
-func NodeKeyTemplate(unique [UniqueSize]byte) tpm2.TPMTPublic {
-	return eccSigningTemplate(false, append([]byte(nil), unique[:]...))
-}
-
-// AKTemplate is the attestation key's template: a restricted ECDSA P-256
-// (SHA-256) signing key, created as a primary key under the endorsement
-// hierarchy with sha256("bcd attestation key v1") as unique.ecc.x. Being
-// restricted, it signs only structures the TPM made itself (TPMS_ATTEST) or
-// digests the TPM hashed and checked do not start with TPM_GENERATED_VALUE.
-func AKTemplate() tpm2.TPMTPublic {
-	return eccSigningTemplate(true, akUnique())
 }
 
 // Key is a TPM-held ECDSA P-256 key: a node key (NodeKey) or the AK (AK).
@@ -142,14 +108,14 @@ func NewUnique() ([UniqueSize]byte, error) {
 // (NodeKeyTemplate). The same unique gives the same key every time on the
 // same TPM; the caller records unique (node.key) to use the key again.
 func (t *TPM) NodeKey(unique [UniqueSize]byte) (*Key, error) {
-	return t.key(newObject("node-key template", tpm2.TPMRHOwner, eccSigningTemplateBytes(false, unique[:])), false)
+	return t.key(newObject("node-key template", RHOwner, NodeKeyTemplate(unique)), false)
 }
 
 // AK derives the attestation key under the endorsement hierarchy
 // (AKTemplate). There is one AK per TPM; it changes only when the
 // endorsement seed does, as the EK does.
 func (t *TPM) AK() (*Key, error) {
-	return t.key(newObject("AK template", tpm2.TPMRHEndorsement, eccSigningTemplateBytes(true, akUnique())), true)
+	return t.key(newObject("AK template", RHEndorsement, AKTemplate()), true)
 }
 
 func (t *TPM) key(obj *object, ak bool) (*Key, error) {
@@ -178,6 +144,9 @@ func (k *Key) PublicArea() []byte { return append([]byte(nil), k.obj.public...) 
 
 // Name returns the key's TPM name (TPM2B_NAME contents: nameAlg || digest).
 func (k *Key) Name() []byte { return append([]byte(nil), k.name...) }
+
+// IsAK reports whether the key is the AK.
+func (k *Key) IsAK() bool { return k.ak }
 
 // Release unloads the key from the TPM. The Key stays usable: it is derived
 // again at its next use.
@@ -215,7 +184,7 @@ func (k *Key) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	sig, err := t.sign(uint32(s.handle), digest[:32])
+	sig, err := t.sign(s.handle, digest[:32])
 	if err != nil {
 		return nil, fmt.Errorf("TPM2_Sign(node key, %d-byte digest) = %w", len(digest), err)
 	}
@@ -231,32 +200,6 @@ func (k *Key) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, 
 		return nil, fmt.Errorf("encode ECDSA signature = %w", err)
 	}
 	return der, nil
-}
-
-// Name computes the TPM name of the object whose TPMT_PUBLIC is pub: its
-// nameAlg followed by the nameAlg digest of pub. Only SHA-256 names are
-// accepted.
-func Name(pub []byte) ([]byte, error) {
-	p, err := parsePublic(pub)
-	if err != nil {
-		return nil, err
-	}
-	if p.NameAlg != tpm2.TPMAlgSHA256 {
-		return nil, fmt.Errorf("public area's name algorithm is %#x, want SHA-256", uint16(p.NameAlg))
-	}
-	return sha256Name(pub), nil
-}
-
-// parsePublic decodes a TPMT_PUBLIC that must re-encode to exactly pub.
-func parsePublic(pub []byte) (*tpm2.TPMTPublic, error) {
-	p, err := tpm2.Unmarshal[tpm2.TPMTPublic](pub)
-	if err != nil {
-		return nil, fmt.Errorf("parse TPMT_PUBLIC = %w", err)
-	}
-	if string(tpm2.Marshal(p)) != string(pub) {
-		return nil, errors.New("parse TPMT_PUBLIC: trailing or non-canonical bytes")
-	}
-	return p, nil
 }
 
 // CheckNodeKeyPublic checks that pub (a TPMT_PUBLIC) is a node key: the
