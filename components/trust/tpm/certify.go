@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/big"
 )
 
 // QualifyingDataSize is the size of the qualifying data a certification
@@ -150,7 +149,7 @@ func VerifyCertify(akPub, attest, sig, keyPub []byte, qualifyingData [Qualifying
 		return fmt.Errorf("verify certification: %w", err)
 	}
 	d := sha256.Sum256(attest)
-	if !ecdsa.Verify(ak, d[:], r, s) {
+	if !ecdsa.VerifyASN1(ak, d[:], ecdsaDER(r, s)) {
 		return errors.New("verify certification: the AK's signature does not match the attestation")
 	}
 	a, err := ParseAttest(attest)
@@ -167,8 +166,8 @@ func VerifyCertify(akPub, attest, sig, keyPub []byte, qualifyingData [Qualifying
 }
 
 // parseECDSASignature parses a TPMT_SIGNATURE that must be ECDSA with
-// SHA-256 and return r and s.
-func parseECDSASignature(b []byte) (r, s *big.Int, err error) {
+// SHA-256 and returns r and s (big-endian, at most 32 bytes each).
+func parseECDSASignature(b []byte) (r, s []byte, err error) {
 	rd := reader{b: b}
 	alg, hash := rd.u16(), rd.u16()
 	rb := rd.tpm2b(32, "signatureR")
@@ -183,7 +182,7 @@ func parseECDSASignature(b []byte) (r, s *big.Int, err error) {
 		return nil, nil, fmt.Errorf("parse TPMT_SIGNATURE: algorithm %#04x with hash %#04x, want ECDSA (%#04x) with SHA-256 (%#04x)",
 			alg, hash, algECDSA, algSHA256)
 	}
-	return new(big.Int).SetBytes(rb), new(big.Int).SetBytes(sb), nil
+	return rb, sb, nil
 }
 
 // reader decodes big-endian TPM structures; the first error sticks and

@@ -2,9 +2,15 @@ package tpm
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/asn1"
 	"encoding/binary"
 	"errors"
+	"math/big"
+	mrand "math/rand/v2"
 	"strings"
 	"testing"
 
@@ -296,4 +302,46 @@ func parsePublic(pub []byte) (*tpm2.TPMTPublic, error) {
 		return nil, errors.New("non-canonical")
 	}
 	return p, nil
+}
+
+// TestECDSADERMatchesASN1: ecdsaDER writes what encoding/asn1 marshals for
+// the same r and s, including zero, leading zero bytes and a high bit set,
+// and a real signature re-encoded verifies.
+func TestECDSADERMatchesASN1(t *testing.T) {
+	cases := [][2][]byte{
+		{{0}, {0}},
+		{{1}, {0x7f}},
+		{{0x80}, {0xff, 0xff}},
+		{{0, 0, 0x80, 1}, {0, 1}},
+		{bytes.Repeat([]byte{0xff}, 32), bytes.Repeat([]byte{0x7f}, 32)},
+		{nil, {0x80}},
+	}
+	for range 200 {
+		r, s := make([]byte, 32), make([]byte, 32)
+		rand.Read(r)
+		rand.Read(s)
+		r[0] &= byte(mrand.IntN(256)) // sometimes leading zeros
+		cases = append(cases, [2][]byte{r, s})
+	}
+	for _, c := range cases {
+		want, err := asn1.Marshal(struct{ R, S *big.Int }{new(big.Int).SetBytes(c[0]), new(big.Int).SetBytes(c[1])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ecdsaDER(c[0], c[1]); !bytes.Equal(got, want) {
+			t.Errorf("r %x s %x:\n got %x\nwant %x", c[0], c[1], got, want)
+		}
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := sha256.Sum256([]byte("m"))
+	r, s, err := ecdsa.Sign(rand.Reader, key, d[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ecdsa.VerifyASN1(&key.PublicKey, d[:], ecdsaDER(r.Bytes(), s.Bytes())) {
+		t.Error("a signature re-encoded by ecdsaDER does not verify")
+	}
 }
