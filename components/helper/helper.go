@@ -9,6 +9,7 @@ import (
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/base/logging"
+	"github.com/better-compute/bcd/components/trust/selfupdate"
 )
 
 // Config is what Serve needs of config.toml.
@@ -28,10 +29,35 @@ type Config struct {
 	// SystemAccounts is [access] system_accounts: root and system accounts
 	// the access section may give SSH principals to.
 	SystemAccounts []string
+	// Update is the helper's own [update] section, for the update.*
+	// operations; self-update through the helper is off without pins.
+	Update UpdateConfig
 	// Fake is a fakehw build's machine, handed in by the role's main; nil
 	// on a host build, where GPUs come from nvidia-smi and CPUs from sysfs.
 	Fake *FakeMachine
 }
+
+// UpdateConfig is what the helper's update.* operations take from its
+// own configuration, never from the node (docs/update.md, "Through bcd
+// helper").
+type UpdateConfig struct {
+	// Pins and Threshold are [update] release_pins and release_threshold.
+	Pins      []string
+	Threshold int
+	// SlotsDir is root's slots directory (selfupdate.SlotsDir): never
+	// inside DataDir nor containing it.
+	SlotsDir string
+	// DataDir is the node's data_dir; downloads are staged in
+	// DataDir/staging.
+	DataDir string
+	// Adopt is the installed node binary adopted into slot A before the
+	// first update: [update] entrypoint, else [helper] entrypoint, else
+	// DefaultEntrypoint.
+	Adopt string
+}
+
+// DefaultEntrypoint is where the packages install bcd.
+const DefaultEntrypoint = "/usr/bin/bcd"
 
 // FakeMachine is what the helper of a fakehw build needs of its fake
 // machine: the GPU UUIDs gpu.reset may name, the CPUs and memory nodes
@@ -71,8 +97,16 @@ func FromConfig(c *config.Config) Config {
 			p = abs
 		}
 	}
+	adopt := DefaultEntrypoint
+	for _, e := range []string{c.Helper.Entrypoint, c.Update.Entrypoint} {
+		if e != "" {
+			adopt = e
+		}
+	}
 	return Config{Socket: c.Helper.Socket, User: c.Helper.User, Entrypoint: c.Helper.Entrypoint, ConfigFile: p,
-		SystemAccounts: c.Access.SystemAccounts}
+		SystemAccounts: c.Access.SystemAccounts,
+		Update: UpdateConfig{Pins: c.Update.ReleasePins, Threshold: c.Update.Threshold(), SlotsDir: selfupdate.SlotsDir(c),
+			DataDir: c.DataDir, Adopt: adopt}}
 }
 
 // Serve checks its configuration and the host, listens on cfg.Socket and

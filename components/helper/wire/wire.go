@@ -74,6 +74,17 @@ const (
 	OpUpdateClearFailed = "update.clear_failed"
 )
 
+// UpdateConfirmed is update.confirm's update object.
+type UpdateConfirmed struct {
+	Confirmed bool `json:"confirmed"`
+}
+
+// UpdateRolledBack is update.settle's and update.rollback's update
+// object: the version swapped back, "" when none.
+type UpdateRolledBack struct {
+	RolledBack string `json:"rolled_back"`
+}
+
 // NoTPM is how a helper on a host without a TPM refuses every tpm.*
 // operation (docs/helper.md, "Operations").
 const NoTPM = "node keys in the TPM are not served by this helper (the host has no TPM)"
