@@ -2,6 +2,7 @@ package helper
 
 import (
 	"context"
+	"fmt"
 	"github.com/better-compute/bcd/components/helper/cdispec"
 	"log/slog"
 	"path/filepath"
@@ -121,6 +122,37 @@ func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 func Command(fake *FakeMachine) cli.Command {
 	return cli.Command{Name: "helper", Summary: "serve bcd node's privileged operations (runs as root)",
 		Run: func(ctx context.Context, env *cli.Env, args []string) int { return run(ctx, env, args, fake) }}
+}
+
+// RollbackCommand is `bcd-helper update-rollback --config PATH`: as
+// root, swap back a pending self-update that current points at, record
+// its version failed and restart bcd.service. The crash-loop unit runs it
+// (docs/update.md, "Through bcd helper").
+func RollbackCommand() cli.Command {
+	return cli.Command{Name: "update-rollback", Summary: "swap back a pending self-update now and restart bcd.service (the crash-loop unit; runs as root)",
+		Run: func(ctx context.Context, env *cli.Env, args []string) int {
+			fs := cli.NewFlagSet(env, "bcd", "update-rollback")
+			path := fs.String("config", config.DefaultPath, "the configuration file")
+			noRestart := fs.Bool("no-restart", false, "swap back only; do not restart bcd.service")
+			if code, ok := cli.Parse(fs, env, args, ""); !ok {
+				return code
+			}
+			const prefix = "bcd-helper update-rollback"
+			cfg, err := config.Load(*path)
+			if err != nil {
+				return cli.Fail(env, prefix, err)
+			}
+			back, err := RollbackNow(ctx, FromConfig(cfg), !*noRestart)
+			if err != nil {
+				return cli.Fail(env, prefix, err)
+			}
+			if back == "" {
+				fmt.Fprintln(env.Stdout, "nothing to roll back: no pending self-update runs")
+			} else {
+				fmt.Fprintf(env.Stdout, "rolled back %s; it is recorded failed (bcd update --clear-failed to try it again)\n", back)
+			}
+			return cli.ExitOK
+		}}
 }
 
 func run(ctx context.Context, env *cli.Env, args []string, fake *FakeMachine) int {

@@ -97,11 +97,11 @@ type peerKey struct{}
 // running version and the clock are the helper's own.
 func (srv *server) update(ctx context.Context, req *wire.Request) (*wire.Response, string) {
 	if srv.upd == nil {
-		return refused(fmt.Errorf("%s: self-update through bcd helper is off: the helper's configuration has no [update] release_pins", req.Op))
+		return refused(errors.New("self-update through bcd helper is off: the helper's configuration has no [update] release_pins"))
 	}
 	unlock, err := lockSlots(srv.upd.Slots.Dir)
 	if err != nil {
-		return failed(fmt.Errorf("%s: %w", req.Op, err), true)
+		return failed(err, true)
 	}
 	defer unlock()
 	var v any
@@ -134,10 +134,11 @@ func (srv *server) update(ctx context.Context, req *wire.Request) (*wire.Respons
 		err = srv.upd.ClearFailed(ctx)
 	}
 	if err != nil {
-		err = fmt.Errorf("%s: %w", req.Op, err)
+		// The client names the operation; a final refusal travels as its
+		// reason, which the client wraps in a *release.FinalError again.
 		var f *release.FinalError
 		if errors.As(err, &f) {
-			return &wire.Response{Error: err.Error(), Final: true}, "refused"
+			return &wire.Response{Error: f.Err.Error(), Final: true}, "refused"
 		}
 		return refused(err)
 	}
@@ -146,7 +147,7 @@ func (srv *server) update(ctx context.Context, req *wire.Request) (*wire.Respons
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		return failed(fmt.Errorf("%s: %w", req.Op, err), false)
+		return failed(err, false)
 	}
 	return &wire.Response{OK: true, Update: b}, "ok"
 }
