@@ -1,3 +1,7 @@
+// Package update is the node's side of self-update: `bcd update` and the
+// node's names for the A/B slots and the Installer, which live in
+// components/trust/selfupdate so that bcd helper runs the same code
+// (docs/update.md).
 package update
 
 import "github.com/better-compute/bcd/components/trust/selfupdate"
