@@ -2,6 +2,7 @@ package helper
 
 import (
 	"context"
+	"fmt"
 	"github.com/better-compute/bcd/components/helper/cdispec"
 	"log/slog"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/base/logging"
+	"github.com/better-compute/bcd/components/trust/selfupdate"
 )
 
 // Config is what Serve needs of config.toml.
@@ -28,10 +30,35 @@ type Config struct {
 	// SystemAccounts is [access] system_accounts: root and system accounts
 	// the access section may give SSH principals to.
 	SystemAccounts []string
+	// Update is the helper's own [update] section, for the update.*
+	// operations; self-update through the helper is off without pins.
+	Update UpdateConfig
 	// Fake is a fakehw build's machine, handed in by the role's main; nil
 	// on a host build, where GPUs come from nvidia-smi and CPUs from sysfs.
 	Fake *FakeMachine
 }
+
+// UpdateConfig is what the helper's update.* operations take from its
+// own configuration, never from the node (docs/update.md, "Through bcd
+// helper").
+type UpdateConfig struct {
+	// Pins and Threshold are [update] release_pins and release_threshold.
+	Pins      []string
+	Threshold int
+	// SlotsDir is root's slots directory (selfupdate.SlotsDir): never
+	// inside DataDir nor containing it.
+	SlotsDir string
+	// DataDir is the node's data_dir; downloads are staged in
+	// DataDir/staging.
+	DataDir string
+	// Adopt is the installed node binary adopted into slot A before the
+	// first update: [update] entrypoint, else [helper] entrypoint, else
+	// DefaultEntrypoint.
+	Adopt string
+}
+
+// DefaultEntrypoint is where the packages install bcd.
+const DefaultEntrypoint = "/usr/bin/bcd"
 
 // FakeMachine is what the helper of a fakehw build needs of its fake
 // machine: the GPU UUIDs gpu.reset may name, the CPUs and memory nodes
@@ -71,8 +98,16 @@ func FromConfig(c *config.Config) Config {
 			p = abs
 		}
 	}
+	adopt := DefaultEntrypoint
+	for _, e := range []string{c.Helper.Entrypoint, c.Update.Entrypoint} {
+		if e != "" {
+			adopt = e
+		}
+	}
 	return Config{Socket: c.Helper.Socket, User: c.Helper.User, Entrypoint: c.Helper.Entrypoint, ConfigFile: p,
-		SystemAccounts: c.Access.SystemAccounts}
+		SystemAccounts: c.Access.SystemAccounts,
+		Update: UpdateConfig{Pins: c.Update.ReleasePins, Threshold: c.Update.Threshold(), SlotsDir: selfupdate.SlotsDir(c),
+			DataDir: c.DataDir, Adopt: adopt}}
 }
 
 // Serve checks its configuration and the host, listens on cfg.Socket and
@@ -87,6 +122,37 @@ func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 func Command(fake *FakeMachine) cli.Command {
 	return cli.Command{Name: "helper", Summary: "serve bcd node's privileged operations (runs as root)",
 		Run: func(ctx context.Context, env *cli.Env, args []string) int { return run(ctx, env, args, fake) }}
+}
+
+// RollbackCommand is `bcd-helper update-rollback --config PATH`: as
+// root, swap back a pending self-update that current points at, record
+// its version failed and restart bcd.service. The crash-loop unit runs it
+// (docs/update.md, "Through bcd helper").
+func RollbackCommand() cli.Command {
+	return cli.Command{Name: "update-rollback", Summary: "swap back a pending self-update now and restart bcd.service (the crash-loop unit; runs as root)",
+		Run: func(ctx context.Context, env *cli.Env, args []string) int {
+			fs := cli.NewFlagSet(env, "bcd", "update-rollback")
+			path := fs.String("config", config.DefaultPath, "the configuration file")
+			noRestart := fs.Bool("no-restart", false, "swap back only; do not restart bcd.service")
+			if code, ok := cli.Parse(fs, env, args, ""); !ok {
+				return code
+			}
+			const prefix = "bcd-helper update-rollback"
+			cfg, err := config.Load(*path)
+			if err != nil {
+				return cli.Fail(env, prefix, err)
+			}
+			back, err := RollbackNow(ctx, FromConfig(cfg), !*noRestart)
+			if err != nil {
+				return cli.Fail(env, prefix, err)
+			}
+			if back == "" {
+				fmt.Fprintln(env.Stdout, "nothing to roll back: no pending self-update runs")
+			} else {
+				fmt.Fprintf(env.Stdout, "rolled back %s; it is recorded failed (bcd update --clear-failed to try it again)\n", back)
+			}
+			return cli.ExitOK
+		}}
 }
 
 func run(ctx context.Context, env *cli.Env, args []string, fake *FakeMachine) int {

@@ -36,6 +36,14 @@ var operations = map[string]opFunc{
 	wire.OpTPMAK:         (*server).tpmAK,
 	wire.OpTPMCertify:    (*server).tpmCertify,
 	wire.OpTPMRelease:    (*server).tpmRelease,
+
+	wire.OpUpdateStatus:      (*server).update,
+	wire.OpUpdatePrepare:     (*server).update,
+	wire.OpUpdateSwap:        (*server).update,
+	wire.OpUpdateConfirm:     (*server).update,
+	wire.OpUpdateSettle:      (*server).update,
+	wire.OpUpdateRollback:    (*server).update,
+	wire.OpUpdateClearFailed: (*server).update,
 }
 
 // do runs a checked request and returns its answer and outcome.

@@ -7,16 +7,20 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/better-compute/bcd/components/trust/selfupdate"
 )
 
 // peerCred is what SO_PEERCRED says of the process that connected.
 type peerCred struct {
 	pid      int32
 	uid, gid uint32
+	exe      os.FileInfo // the binary it runs, once checkPeer read it
 }
 
 // socketPeer reads SO_PEERCRED of c.
@@ -68,7 +72,10 @@ func peerExe(c *net.UnixConn, pid int32) (os.FileInfo, error) {
 
 // checkPeer checks the caller on c: its uid and gid must be the [helper]
 // user's (the gid its primary group), or its uid 0; and the binary it runs
-// must be this helper's own or [helper] entrypoint's. It returns the
+// must be this helper's own, [helper] entrypoint's, or one of the
+// self-update slots' (bcd-a, bcd-b in the helper's slots directory, which
+// only the helper writes: the node runs from current, and the binary it
+// ran before a swap is the other slot until it restarts). It returns the
 // reason it refused, or "".
 func (srv *server) checkPeer(c *net.UnixConn) (peerCred, string) {
 	p, err := srv.s.peer(c)
@@ -82,8 +89,17 @@ func (srv *server) checkPeer(c *net.UnixConn) (peerCred, string) {
 	if err != nil {
 		return p, fmt.Sprintf("reading /proc/%d/exe: %v", p.pid, err)
 	}
+	p.exe = exe
 	if os.SameFile(exe, srv.self) {
 		return p, ""
+	}
+	if srv.upd != nil {
+		for _, slot := range []string{selfupdate.SlotA, selfupdate.SlotB} {
+			fi, err := os.Lstat(filepath.Join(srv.upd.Slots.Dir, slot))
+			if err == nil && fi.Mode().IsRegular() && os.SameFile(exe, fi) {
+				return p, ""
+			}
+		}
 	}
 	if srv.cfg.Entrypoint != "" {
 		ep, err := os.Stat(srv.cfg.Entrypoint)
@@ -91,7 +107,7 @@ func (srv *server) checkPeer(c *net.UnixConn) (peerCred, string) {
 			return p, ""
 		}
 	}
-	return p, fmt.Sprintf("/proc/%d/exe is not bcd (neither this helper's binary nor [helper] entrypoint)", p.pid)
+	return p, fmt.Sprintf("/proc/%d/exe is not bcd (neither this helper's binary, [helper] entrypoint nor a self-update slot)", p.pid)
 }
 
 var errNoNft = errors.New("nft is not installed on this host (looked in /usr/sbin, /sbin, /usr/bin and /bin)")

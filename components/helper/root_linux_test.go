@@ -222,7 +222,7 @@ func TestRootEndToEnd(t *testing.T) {
 	text := logs.String()
 	for _, want := range []string{
 		`"msg":"helper: connection refused"`, `"uid":65534`, `"reason":"uid 65534 gid`,
-		`is not bcd (neither this helper's binary nor [helper] entrypoint)`,
+		`is not bcd (neither this helper's binary, [helper] entrypoint nor a self-update slot)`,
 		`"msg":"helper: operation"`, `"op":"file.write","kind":"cdi","id":"` + id + `"`, `"outcome":"ok"`,
 		`"op":"file.remove"`, `"outcome":"refused","error":"file.write ` + target + `: CDI spec: json: unknown field \"hooks\"`,
 	} {

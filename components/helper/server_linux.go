@@ -20,6 +20,7 @@ import (
 
 	"github.com/better-compute/bcd/components/base/buildinfo"
 	"github.com/better-compute/bcd/components/helper/wire"
+	"github.com/better-compute/bcd/components/trust/selfupdate"
 	"github.com/better-compute/bcd/components/trust/tpm"
 )
 
@@ -87,6 +88,11 @@ type seams struct {
 	hold func(op string)
 	// listening, when set, is called once the socket is in place.
 	listening func()
+	// now is the helper's clock (self-update's deadlines and expiry).
+	now func() time.Time
+	// watchdogPoll, when set, bounds the self-update watchdog's sleep
+	// (tests move now forward).
+	watchdogPoll time.Duration
 }
 
 func hostSeams() seams {
@@ -105,6 +111,7 @@ func hostSeams() seams {
 		unitRoot:  "/",
 		cgroup:    "/sys/fs/cgroup",
 		openTPM:   openHostTPM,
+		now:       time.Now,
 	}
 	e2eSeams(&s)
 	return s
@@ -133,6 +140,10 @@ type server struct {
 	inFlight chan struct{}
 	waiting  chan struct{}
 	tpm      tpmKeys // the TPM and the node keys of the tpm.* operations
+	// upd serves update.* (nil: self-update through the helper is off);
+	// rearm wakes its watchdog after a swap.
+	upd   *selfupdate.Manager
+	rearm chan struct{}
 }
 
 func serve(ctx context.Context, cfg Config, log *slog.Logger, s seams) error {
@@ -191,6 +202,9 @@ func start(cfg Config, log *slog.Logger, s seams) (*server, error) {
 	}
 	if srv.self, err = s.self(); err != nil {
 		return nil, fmt.Errorf("stat of this helper's own binary: %w", err)
+	}
+	if err := srv.startUpdate(); err != nil {
+		return nil, err
 	}
 	return srv, nil
 }
@@ -333,6 +347,13 @@ func (srv *server) run(ctx context.Context, l *net.UnixListener) error {
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
 	var wg sync.WaitGroup
+	if srv.upd != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			srv.watchdog(ctx)
+		}()
+	}
 	for {
 		c, aerr := l.AcceptUnix()
 		if aerr != nil {
@@ -449,7 +470,7 @@ func (srv *server) handle(ctx context.Context, p peerCred, data []byte) *wire.Re
 	if srv.s.hold != nil {
 		srv.s.hold(req.Op)
 	}
-	resp, outcome := srv.do(ctx, req)
+	resp, outcome := srv.do(context.WithValue(ctx, peerKey{}, p), req)
 	if ctx.Err() != nil && !resp.OK {
 		resp = wire.Failed(fmt.Sprintf("%s: did not finish within %s: %s", req.Op, requestTimeout, resp.Error), true)
 		outcome = "failed"

@@ -11,5 +11,5 @@ import (
 )
 
 func main() {
-	roles.Main("helper", append([]cli.Command{helper.Command(fakeMachine())}, e2eCommands()...), nil)
+	roles.Main("helper", append([]cli.Command{helper.Command(fakeMachine()), helper.RollbackCommand()}, e2eCommands()...), nil)
 }

@@ -290,6 +290,9 @@ func (c *Config) Validate() error {
 	if c.Update.SlotsDir != "" && !filepath.IsAbs(c.Update.SlotsDir) {
 		errs = append(errs, errors.New("update.slots_dir: must be an absolute path, e.g. /usr/local/lib/bcd"))
 	}
+	if e := c.Update.Entrypoint; e != "" && (!filepath.IsAbs(e) || filepath.Clean(e) != e) {
+		errs = append(errs, errors.New("update.entrypoint: must be an absolute, clean path, e.g. /usr/bin/bcd"))
+	}
 	if strings.ContainsFunc(c.Site.Name, isControl) {
 		errs = append(errs, errors.New("site.name: must not contain control characters"))
 	}
@@ -349,6 +352,10 @@ type Update struct {
 	// SlotsDir holds the A/B binary slots (default data_dir/bin; under
 	// [helper], root's /usr/local/lib/bcd).
 	SlotsDir string `toml:"slots_dir,omitempty"`
+	// Entrypoint is the installed node binary adopted into slot A before
+	// the first update (default [helper] entrypoint, else /usr/bin/bcd,
+	// where the packages install it).
+	Entrypoint string `toml:"entrypoint,omitempty"`
 }
 
 // Threshold is the release threshold with its default.

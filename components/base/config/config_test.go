@@ -100,6 +100,7 @@ bmc_networks = ["10.1.0.0/16", "192.0.2.7"]
 		{name: "bad log level", in: "[log]\nlevel = \"loud\"", wantErr: "log.level: must be debug, info, warn or error"},
 		{name: "bad release pin", in: "[update]\nrelease_pins = [\"md5/x\"]", wantErr: "update.release_pins[0]:"},
 		{name: "release threshold above the pins", in: "[update]\nrelease_pins = [\"sha256/" + strings.Repeat("A", 43) + "=\"]\nrelease_threshold = 2", wantErr: "update.release_threshold: 2 is not between 1 and the 1 release pins"},
+		{name: "relative update entrypoint", in: "[update]\nentrypoint = \"bcd\"", wantErr: "update.entrypoint: must be an absolute, clean path"},
 		{name: "relative slots dir", in: "[update]\nslots_dir = \"bin\"", wantErr: "update.slots_dir: must be an absolute path"},
 		{name: "bad log format", in: "[log]\nformat = \"xml\"", wantErr: "log.format: must be json or text"},
 		{name: "relative data_dir", in: `data_dir = "var/lib/bcd"`, wantErr: "data_dir: must be an absolute path"},

@@ -30,6 +30,9 @@ const (
 	MaxRuleset   = 2 << 20   // bytes of a firewall ruleset
 	MaxRuleCount = 1_000_000 // firewall.check's rule count
 	MaxReason    = 200       // bytes of a reboot reason kept
+	// MaxDocument is the size of a release manifest document
+	// (update.prepare, update.swap), release.MaxDocument.
+	MaxDocument = 64 << 10
 
 	// UniqueSize is the size of the unique that names a node key in the
 	// TPM (tpm.*), as node.key records it.
@@ -57,7 +60,30 @@ const (
 	OpTPMAK         = "tpm.ak"
 	OpTPMCertify    = "tpm.certify"
 	OpTPMRelease    = "tpm.release"
+
+	// Self-update (docs/update.md, "Through bcd helper"): each answers
+	// an "update" object (selfupdate's State, Prepared, Upgrade, or
+	// {"confirmed":bool} / {"rolled_back":"VERSION"}); update.clear_failed
+	// answers nothing.
+	OpUpdateStatus      = "update.status"
+	OpUpdatePrepare     = "update.prepare"
+	OpUpdateSwap        = "update.swap"
+	OpUpdateConfirm     = "update.confirm"
+	OpUpdateSettle      = "update.settle"
+	OpUpdateRollback    = "update.rollback"
+	OpUpdateClearFailed = "update.clear_failed"
 )
+
+// UpdateConfirmed is update.confirm's update object.
+type UpdateConfirmed struct {
+	Confirmed bool `json:"confirmed"`
+}
+
+// UpdateRolledBack is update.settle's and update.rollback's update
+// object: the version swapped back, "" when none.
+type UpdateRolledBack struct {
+	RolledBack string `json:"rolled_back"`
+}
 
 // NoTPM is how a helper on a host without a TPM refuses every tpm.*
 // operation (docs/helper.md, "Operations").
@@ -96,6 +122,9 @@ type Request struct {
 	Digest []byte `json:"digest,omitempty"`
 	// tpm.certify: 32 bytes of qualifying data.
 	QualifyingData []byte `json:"qualifying_data,omitempty"`
+	// update.prepare, update.swap: a signed release manifest document
+	// (base64 on the wire), at most MaxDocument bytes.
+	Document []byte `json:"document,omitempty"`
 }
 
 // Response is one answer. Error and Retryable are set only when OK is
@@ -104,12 +133,16 @@ type Response struct {
 	OK        bool
 	Error     string
 	Retryable bool
-	Rules     *int64 // firewall.check: the rules loaded in the three tables
-	Loaded    *bool  // firewall.check: the tables are loaded with Rules == the request's rules
-	Public    []byte // tpm.nodekey: the node key's TPMT_PUBLIC
-	Signature []byte // tpm.sign: ASN.1 DER ECDSA; tpm.certify: the AK's TPMT_SIGNATURE
-	Attest    []byte // tpm.certify: the TPMS_ATTEST
-	AKPublic  []byte // tpm.ak, tpm.certify: the AK's TPMT_PUBLIC
+	// Final marks a failed answer as a refusal no retry changes (a
+	// release manifest refused: release.FinalError).
+	Final     bool
+	Update    json.RawMessage // update.*: the answer object, checked by the client
+	Rules     *int64          // firewall.check: the rules loaded in the three tables
+	Loaded    *bool           // firewall.check: the tables are loaded with Rules == the request's rules
+	Public    []byte          // tpm.nodekey: the node key's TPMT_PUBLIC
+	Signature []byte          // tpm.sign: ASN.1 DER ECDSA; tpm.certify: the AK's TPMT_SIGNATURE
+	Attest    []byte          // tpm.certify: the TPMS_ATTEST
+	AKPublic  []byte          // tpm.ak, tpm.certify: the AK's TPMT_PUBLIC
 }
 
 // Failed returns a failed answer.
@@ -120,16 +153,18 @@ func Failed(msg string, retryable bool) *Response {
 // wireResponse is Response as it is sent: retryable is present exactly
 // when ok is false.
 type wireResponse struct {
-	V         int    `json:"v"`
-	OK        bool   `json:"ok"`
-	Error     string `json:"error,omitempty"`
-	Retryable *bool  `json:"retryable,omitempty"`
-	Rules     *int64 `json:"rules,omitempty"`
-	Loaded    *bool  `json:"loaded,omitempty"`
-	Public    []byte `json:"public,omitempty"`
-	Signature []byte `json:"signature,omitempty"`
-	Attest    []byte `json:"attest,omitempty"`
-	AKPublic  []byte `json:"ak_public,omitempty"`
+	V         int             `json:"v"`
+	OK        bool            `json:"ok"`
+	Error     string          `json:"error,omitempty"`
+	Retryable *bool           `json:"retryable,omitempty"`
+	Final     bool            `json:"final,omitempty"`
+	Rules     *int64          `json:"rules,omitempty"`
+	Loaded    *bool           `json:"loaded,omitempty"`
+	Public    []byte          `json:"public,omitempty"`
+	Signature []byte          `json:"signature,omitempty"`
+	Attest    []byte          `json:"attest,omitempty"`
+	AKPublic  []byte          `json:"ak_public,omitempty"`
+	Update    json.RawMessage `json:"update,omitempty"`
 }
 
 // valueType is what a key's value must be.
@@ -147,12 +182,13 @@ var requestKeys = map[string]valueType{
 	"ruleset": tString, "rules": tNumber, "reason": tString, "gpu": tString,
 	"slice": tString, "cpus": tString, "mems": tString,
 	"unique": tString, "digest": tString, "qualifying_data": tString,
-	"access": tObject,
+	"access": tObject, "document": tString,
 }
 
 var responseKeys = map[string]valueType{
 	"v": tNumber, "ok": tBool, "error": tString, "retryable": tBool, "rules": tNumber, "loaded": tBool,
 	"public": tString, "signature": tString, "attest": tString, "ak_public": tString,
+	"final": tBool, "update": tObject,
 }
 
 // EncodeRequest checks r and returns its JSON.
@@ -196,7 +232,9 @@ func EncodeResponse(r *Response) []byte {
 	if r.OK {
 		w.Rules, w.Loaded = r.Rules, r.Loaded
 		w.Public, w.Signature, w.Attest, w.AKPublic = r.Public, r.Signature, r.Attest, r.AKPublic
+		w.Update = r.Update
 	} else {
+		w.Final = r.Final
 		msg := r.Error
 		if msg == "" {
 			msg = "failed"
@@ -231,19 +269,22 @@ func DecodeResponse(data []byte) (*Response, error) {
 		return nil, fmt.Errorf("helper answer: protocol version %d, this bcd speaks %d", w.V, Version)
 	}
 	if w.OK {
-		if w.Error != "" || w.Retryable != nil {
+		if w.Error != "" || w.Retryable != nil || w.Final {
 			return nil, errors.New("helper answer: ok with an error")
 		}
 		return &Response{OK: true, Rules: w.Rules, Loaded: w.Loaded,
-			Public: w.Public, Signature: w.Signature, Attest: w.Attest, AKPublic: w.AKPublic}, nil
+			Public: w.Public, Signature: w.Signature, Attest: w.Attest, AKPublic: w.AKPublic, Update: w.Update}, nil
 	}
 	if w.Error == "" || w.Retryable == nil {
 		return nil, errors.New("helper answer: failed without an error and retryable")
 	}
-	if w.Rules != nil || w.Loaded != nil || len(w.Public)+len(w.Signature)+len(w.Attest)+len(w.AKPublic) > 0 {
+	if w.Rules != nil || w.Loaded != nil || len(w.Public)+len(w.Signature)+len(w.Attest)+len(w.AKPublic)+len(w.Update) > 0 {
 		return nil, errors.New("helper answer: failed with results")
 	}
-	return &Response{Error: w.Error, Retryable: *w.Retryable}, nil
+	if w.Final && *w.Retryable {
+		return nil, errors.New("helper answer: final and retryable")
+	}
+	return &Response{Error: w.Error, Retryable: *w.Retryable, Final: w.Final}, nil
 }
 
 // decodeStrict decodes data into v refusing unknown fields and anything
@@ -363,7 +404,10 @@ func (r *Request) Check() error {
 		allowed = "unique qualifying_data"
 	case OpAccessApply:
 		allowed = "access"
-	case OpSSHReload, OpPing, OpTPMAK:
+	case OpUpdatePrepare, OpUpdateSwap:
+		allowed = "document"
+	case OpSSHReload, OpPing, OpTPMAK,
+		OpUpdateStatus, OpUpdateConfirm, OpUpdateSettle, OpUpdateRollback, OpUpdateClearFailed:
 	default:
 		return fmt.Errorf("unknown operation %q", clip(r.Op))
 	}
@@ -372,7 +416,7 @@ func (r *Request) Check() error {
 		"rules": r.Rules != nil, "reason": r.Reason != "", "gpu": r.GPU != "",
 		"slice": r.Slice != "", "cpus": r.CPUs != "", "mems": r.Mems != "", "memory_max": r.MemoryMax != 0,
 		"unique": len(r.Unique) > 0, "digest": len(r.Digest) > 0, "qualifying_data": len(r.QualifyingData) > 0,
-		"access": len(r.Access) > 0,
+		"access": len(r.Access) > 0, "document": len(r.Document) > 0,
 	}
 	for f, set := range has {
 		if set && !strings.Contains(" "+allowed+" ", " "+f+" ") {
@@ -434,6 +478,13 @@ func (r *Request) Check() error {
 				}
 			}
 		}
+	case OpUpdatePrepare, OpUpdateSwap:
+		if len(r.Document) == 0 {
+			return fmt.Errorf("%s: no document", r.Op)
+		}
+		if len(r.Document) > MaxDocument {
+			return fmt.Errorf("%s: document of %d bytes is more than %d", r.Op, len(r.Document), MaxDocument)
+		}
 	case OpTPMNodeKey, OpTPMSign, OpTPMCertify, OpTPMRelease:
 		if len(r.Unique) != UniqueSize {
 			return fmt.Errorf("%s: unique is %d bytes, want %d", r.Op, len(r.Unique), UniqueSize)
@@ -474,6 +525,8 @@ func (r *Response) CheckAnswer(op string) error {
 		want = "ak_public"
 	case OpTPMCertify:
 		want = "attest signature ak_public"
+	case OpUpdateStatus, OpUpdatePrepare, OpUpdateSwap, OpUpdateConfirm, OpUpdateSettle, OpUpdateRollback:
+		want = "update"
 	}
 	fields := []struct {
 		name string
@@ -481,6 +534,7 @@ func (r *Response) CheckAnswer(op string) error {
 	}{
 		{"rules", r.Rules != nil}, {"loaded", r.Loaded != nil}, {"public", len(r.Public) > 0},
 		{"signature", len(r.Signature) > 0}, {"attest", len(r.Attest) > 0}, {"ak_public", len(r.AKPublic) > 0},
+		{"update", len(r.Update) > 0},
 	}
 	// Another operation's result first, then a missing one, in a fixed order.
 	for _, f := range fields {

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"github.com/better-compute/bcd/components/trust/release"
 	"reflect"
 	"strings"
 	"testing"
@@ -84,6 +85,12 @@ func TestCheck(t *testing.T) {
 		{name: "apply empty", r: Request{Op: OpFirewallApply}, wantErr: "no ruleset"},
 		{name: "apply too large", r: Request{Op: OpFirewallApply, Ruleset: strings.Repeat("#", MaxRuleset+1)}, wantErr: "more than"},
 		{name: "check", r: Request{Op: OpFirewallCheck, Rules: ptr(int64(0))}},
+		{name: "update.swap", r: Request{Op: OpUpdateSwap, Document: []byte("{}")}},
+		{name: "update.prepare of MaxDocument", r: Request{Op: OpUpdatePrepare, Document: bytes.Repeat([]byte("x"), MaxDocument)}},
+		{name: "update.prepare too large", r: Request{Op: OpUpdatePrepare, Document: bytes.Repeat([]byte("x"), MaxDocument+1)}, wantErr: "more than 65536"},
+		{name: "update.swap no document", r: Request{Op: OpUpdateSwap}, wantErr: "update.swap: no document"},
+		{name: "update.confirm with a document", r: Request{Op: OpUpdateConfirm, Document: []byte("x")}, wantErr: "update.confirm takes no document"},
+		{name: "update.swap with an id", r: Request{Op: OpUpdateSwap, Document: []byte("x"), ID: "/tmp/x"}, wantErr: "update.swap takes no id"},
 		{name: "check max", r: Request{Op: OpFirewallCheck, Rules: ptr(int64(MaxRuleCount))}},
 		{name: "check no count", r: Request{Op: OpFirewallCheck}, wantErr: "rules must be a count"},
 		{name: "check negative", r: Request{Op: OpFirewallCheck, Rules: ptr(int64(-1))}, wantErr: "rules must be a count"},
@@ -170,6 +177,8 @@ func TestResponses(t *testing.T) {
 		{name: "tpm.certify", r: Response{OK: true, Attest: []byte{1}, Signature: []byte{2}, AKPublic: []byte{3}},
 			want: `{"v":1,"ok":true,"signature":"Ag==","attest":"AQ==","ak_public":"Aw=="}`},
 		{name: "tpm.nodekey", r: Response{OK: true, Public: []byte{0xff}}, want: `{"v":1,"ok":true,"public":"/w=="}`},
+		{name: "final", r: Response{Error: "release manifest refused: x", Final: true}, want: `{"v":1,"ok":false,"error":"release manifest refused: x","retryable":false,"final":true}`},
+		{name: "update", r: Response{OK: true, Update: []byte(`{"confirmed":true}`)}, want: `{"v":1,"ok":true,"update":{"confirmed":true}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -200,6 +209,10 @@ func TestDecodeResponseRefuses(t *testing.T) {
 		`{"v":1,"ok":false,"error":"x","retryable":false,"rules":1}`:         "failed with results",
 		`{"v":1,"ok":false,"error":"x","retryable":false,"public":"AA=="}`:   "failed with results",
 		`{"v":1,"ok":true,"signature":"!"}`:                                  "helper answer",
+		`{"v":1,"ok":true,"final":true}`:                                     "ok with an error",
+		`{"v":1,"ok":false,"error":"x","retryable":true,"final":true}`:       "final and retryable",
+		`{"v":1,"ok":false,"error":"x","retryable":false,"update":{}}`:       "failed with results",
+		`{"v":1,"ok":true,"update":[1]}`:                                     `field "update" has the wrong type`,
 		`{"v":1,"ok":true,"public":null}`:                                    `field "public" has the wrong type`,
 		`{"v":1,"OK":true}`:                                                  `unknown field "OK"`,
 		`{"v":1,"ok":"true"}`:                                                "wrong type",
@@ -351,3 +364,10 @@ func FuzzDecodeRequest(f *testing.F) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The wire's bound on a manifest document is the release package's.
+func TestMaxDocumentIsRelease(t *testing.T) {
+	if MaxDocument != release.MaxDocument {
+		t.Errorf("wire.MaxDocument %d, release.MaxDocument %d", MaxDocument, release.MaxDocument)
+	}
+}

@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/better-compute/bcd/components/trust/pki/es256"
 )
 
 // PinPrefix starts every SPKI pin.
-const PinPrefix = "sha256/"
+const PinPrefix = es256.PinPrefix
 
 // pinBodyLen is the length of std base64 (padded) of 32 bytes.
 const pinBodyLen = 44

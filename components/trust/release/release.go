@@ -13,19 +13,17 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/pki/es256"
 )
 
 // Type is the manifest's type and the signatures' purpose.
@@ -81,9 +79,8 @@ func (e *FinalError) Unwrap() error { return e.Err }
 func final(format string, a ...any) error { return &FinalError{Err: fmt.Errorf(format, a...)} }
 
 var (
-	versionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]{1,64})?$`)
-	roles     = []string{"node", "site", "ramdisk", "helper"}
-	arches    = []string{"amd64", "arm64"}
+	roles  = []string{"node", "site", "ramdisk", "helper"}
+	arches = []string{"amd64", "arm64"}
 )
 
 // Check checks a manifest's own fields.
@@ -91,7 +88,7 @@ func (m Manifest) Check() error {
 	switch {
 	case m.Type != Type:
 		return fmt.Errorf("type %q, want %s", clip(m.Type), Type)
-	case !versionRE.MatchString(m.Version):
+	case !isVersion(m.Version):
 		return fmt.Errorf("version %q is not MAJOR.MINOR.PATCH[-pre]", clip(m.Version))
 	case m.Sequence == 0:
 		return errors.New("sequence 0: sequences start at 1")
@@ -199,7 +196,7 @@ func Sign(doc []byte, k crypto.Signer) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	spki, err := x509.MarshalPKIXPublicKey(k.Public())
+	spki, err := es256.MarshalSPKI(k.Public())
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +205,7 @@ func Sign(doc []byte, k crypto.Signer) ([]byte, error) {
 			return nil, errors.New("the document already carries this key's signature")
 		}
 	}
-	sig, err := pki.Sign(k, Type, d.Payload)
+	sig, err := es256.Sign(k, Type, d.Payload)
 	if err != nil {
 		return nil, err
 	}
@@ -236,16 +233,16 @@ func Verify(doc []byte, p Policy, now time.Time) (Manifest, error) {
 	}
 	valid := map[string]bool{}
 	for _, s := range d.Signatures {
-		pub, err := x509.ParsePKIXPublicKey(s.Key)
+		pub, err := es256.ParseSPKI(s.Key)
 		if err != nil {
 			continue
 		}
 		sum := sha256.Sum256(s.Key)
-		pin := pki.PinPrefix + base64.StdEncoding.EncodeToString(sum[:])
+		pin := es256.PinPrefix + base64.StdEncoding.EncodeToString(sum[:])
 		if !slices.Contains(p.Pins, pin) || valid[pin] {
 			continue
 		}
-		if pki.Verify(pub, Type, d.Payload, s.Sig) == nil {
+		if es256.Verify(pub, Type, d.Payload, s.Sig) == nil {
 			valid[pin] = true
 		}
 	}
@@ -258,4 +255,38 @@ func Verify(doc []byte, p Policy, now time.Time) (Manifest, error) {
 		return m, final("release %s has sequence %d, below the release floor %d (a release this node confirmed): nothing takes a node back", m.Version, m.Sequence, p.Floor)
 	}
 	return m, nil
+}
+
+// isVersion reports whether v is MAJOR.MINOR.PATCH, each digits, then
+// optionally - or + and 1 to 64 of [0-9A-Za-z.-] (without regexp, which
+// bcd helper would otherwise link for this alone).
+func isVersion(v string) bool {
+	for i := range 3 {
+		n := 0
+		for n < len(v) && v[n] >= '0' && v[n] <= '9' {
+			n++
+		}
+		if n == 0 {
+			return false
+		}
+		v = v[n:]
+		if i < 2 {
+			if v == "" || v[0] != '.' {
+				return false
+			}
+			v = v[1:]
+		}
+	}
+	if v == "" {
+		return true
+	}
+	if v[0] != '-' && v[0] != '+' || len(v) < 2 || len(v) > 65 {
+		return false
+	}
+	for _, c := range []byte(v[1:]) {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"crypto"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +144,27 @@ func FuzzVerify(f *testing.F) {
 		}
 		if m.Check() != nil || m.Sequence < 2 || !now.Before(m.Expires) {
 			t.Fatalf("verified %+v", m)
+		}
+	})
+}
+
+// isVersion accepts exactly what the pattern of docs/update.md names.
+func TestIsVersion(t *testing.T) {
+	re := regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]{1,64})?$`)
+	for _, v := range []string{"0.2.0", "10.20.30", "1.2.3-rc.1", "1.2.3+build-7", "1.2.3-" + strings.Repeat("a", 64),
+		"1.2.3-" + strings.Repeat("a", 65), "1.2", "1.2.3.4", "1.2.3-", "a.b.c", ".1.2", "1..2", "1.2.3 ", "1.2.3-é", "", "1.2.3_x", "01.2.3"} {
+		if got, want := isVersion(v), re.MatchString(v); got != want {
+			t.Errorf("isVersion(%q) = %v, the pattern says %v", v, got, want)
+		}
+	}
+}
+
+func FuzzIsVersion(f *testing.F) {
+	re := regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]{1,64})?$`)
+	f.Add("1.2.3-rc.1")
+	f.Fuzz(func(t *testing.T, v string) {
+		if isVersion(v) != re.MatchString(v) {
+			t.Fatalf("isVersion(%q) differs from the pattern", v)
 		}
 	})
 }

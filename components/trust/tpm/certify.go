@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/better-compute/bcd/components/trust/pki/es256"
 )
 
 // QualifyingDataSize is the size of the qualifying data a certification
@@ -149,7 +151,7 @@ func VerifyCertify(akPub, attest, sig, keyPub []byte, qualifyingData [Qualifying
 		return fmt.Errorf("verify certification: %w", err)
 	}
 	d := sha256.Sum256(attest)
-	if !ecdsa.VerifyASN1(ak, d[:], ecdsaDER(r, s)) {
+	if !ecdsa.VerifyASN1(ak, d[:], es256.DER(r, s)) {
 		return errors.New("verify certification: the AK's signature does not match the attestation")
 	}
 	a, err := ParseAttest(attest)

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/google/go-tpm/tpm2"
+
+	"github.com/better-compute/bcd/components/trust/pki/es256"
 )
 
 // TestTemplateBytesMatchGoTPM: the templates the node key and the AK are
@@ -304,7 +306,7 @@ func parsePublic(pub []byte) (*tpm2.TPMTPublic, error) {
 	return p, nil
 }
 
-// TestECDSADERMatchesASN1: ecdsaDER writes what encoding/asn1 marshals for
+// TestECDSADERMatchesASN1: es256.DER writes what encoding/asn1 marshals for
 // the same r and s, including zero, leading zero bytes and a high bit set,
 // and a real signature re-encoded verifies.
 func TestECDSADERMatchesASN1(t *testing.T) {
@@ -328,7 +330,7 @@ func TestECDSADERMatchesASN1(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := ecdsaDER(c[0], c[1]); !bytes.Equal(got, want) {
+		if got := es256.DER(c[0], c[1]); !bytes.Equal(got, want) {
 			t.Errorf("r %x s %x:\n got %x\nwant %x", c[0], c[1], got, want)
 		}
 	}
@@ -341,7 +343,7 @@ func TestECDSADERMatchesASN1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !ecdsa.VerifyASN1(&key.PublicKey, d[:], ecdsaDER(r.Bytes(), s.Bytes())) {
-		t.Error("a signature re-encoded by ecdsaDER does not verify")
+	if !ecdsa.VerifyASN1(&key.PublicKey, d[:], es256.DER(r.Bytes(), s.Bytes())) {
+		t.Error("a signature re-encoded by es256.DER does not verify")
 	}
 }

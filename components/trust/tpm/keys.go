@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/better-compute/bcd/components/trust/pki/es256"
 )
 
 // UniqueSize is the size of the value that names a node key.
@@ -190,34 +192,11 @@ func (k *Key) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, 
 	if err != nil {
 		return nil, fmt.Errorf("TPM2_Sign(node key) answered %w", err)
 	}
-	der := ecdsaDER(r, sv)
+	der := es256.DER(r, sv)
 	if !ecdsa.VerifyASN1(k.pub, digest, der) {
 		return nil, errors.New("TPM2_Sign(node key) answered a signature that does not verify against the key")
 	}
 	return der, nil
-}
-
-// ecdsaDER encodes r and s (unsigned, big-endian, at most 32 bytes each:
-// parseECDSASignature's bound) as the ASN.1 DER ECDSA-Sig-Value,
-// SEQUENCE { r INTEGER, s INTEGER }, as crypto/ecdsa's SignASN1 answers
-// (TestECDSADERMatchesASN1 compares it with encoding/asn1, which the helper
-// does not link for these 20 lines). Every length fits in one byte.
-func ecdsaDER(r, s []byte) []byte {
-	ri, si := derInteger(r), derInteger(s)
-	out := append([]byte{0x30, byte(len(ri) + len(si))}, ri...)
-	return append(out, si...)
-}
-
-// derInteger is a non-negative integer's DER INTEGER: minimal bytes, and
-// a leading zero when the high bit is set.
-func derInteger(b []byte) []byte {
-	for len(b) > 0 && b[0] == 0 {
-		b = b[1:]
-	}
-	if len(b) == 0 || b[0]&0x80 != 0 {
-		b = append([]byte{0}, b...)
-	}
-	return append([]byte{0x02, byte(len(b))}, b...)
 }
 
 // CheckNodeKeyPublic checks that pub (a TPMT_PUBLIC) is a node key: the

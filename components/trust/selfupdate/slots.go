@@ -1,4 +1,4 @@
-// Package update keeps bcd's A/B binary slots for self-update: two slots
+// Package selfupdate keeps bcd's A/B binary slots for self-update: two slots
 // (bcd-a, bcd-b) in a slots directory, a `current` symlink naming the one
 // that runs, and the records that say what each holds and what is in
 // flight. A release is staged (downloaded with its size and SHA-256
@@ -11,8 +11,10 @@
 // in an atomic rename, so at every instant `current` names a complete
 // binary: a kill at any point leaves a node that starts, old or new,
 // never neither. docs/update.md describes the design; the release
-// manifests are components/trust/release.
-package update
+// manifests are components/trust/release. It sits in the trust domain so
+// that both the node (components/agent/update) and bcd helper (the
+// update.* operations) run the same Manager.
+package selfupdate
 
 import (
 	"crypto/sha256"
