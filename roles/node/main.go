@@ -55,6 +55,7 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 			Console: tunnel.Console(tunnel.ConsoleConfig{RootConsole: cfg.Access.RootConsole})},
 	}
 	withHealth(&m, mon)
+	withUpdate(&m, cfg, log)
 	return m, nil
 }
 

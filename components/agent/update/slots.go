@@ -15,6 +15,7 @@
 package update
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -72,6 +73,9 @@ type Upgrade struct {
 type Slots struct {
 	Dir string
 	Now func() time.Time
+	// Window is how long a new binary has to confirm (ConfirmWindow
+	// when zero; fakehw end-to-end tests shorten it).
+	Window time.Duration
 	// crash, when set, is called at each step's named point (tests kill
 	// the process there).
 	crash func(point string)
@@ -249,7 +253,7 @@ func (s *Slots) Install(src io.Reader, m release.Manifest, a release.Artifact) (
 	if err := s.save(r); err != nil {
 		return Upgrade{}, err
 	}
-	u := Upgrade{From: cur, To: to, Version: m.Version, Sequence: m.Sequence, Deadline: s.now().Add(ConfirmWindow).UTC()}
+	u := Upgrade{From: cur, To: to, Version: m.Version, Sequence: m.Sequence, Deadline: s.now().Add(cmp.Or(s.Window, ConfirmWindow)).UTC()}
 	b, _ := json.MarshalIndent(u, "", "  ")
 	if err := atomicfile.Write(s.path(UpgradeFile), b, 0o644); err != nil {
 		return Upgrade{}, err

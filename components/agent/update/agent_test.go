@@ -1,0 +1,193 @@
+package update
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/agent/converge"
+	"github.com/better-compute/bcd/components/agent/dispatch"
+	"github.com/better-compute/bcd/components/agent/journal"
+	"github.com/better-compute/bcd/components/trust/release"
+)
+
+// served is an HTTP server answering each path with its bytes.
+func served(t *testing.T, files map[string][]byte) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(b)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// newAgent is an Agent over a Manager of r's keys, running version.
+func newAgent(t *testing.T, r *releaser, version string) (*Agent, *Manager, *clock) {
+	mgr, c := newManager(t, r)
+	data := t.TempDir()
+	return &Agent{Installer: mgr, StagingDir: mgr.StagingDir, DataDir: data, Version: version}, mgr, c
+}
+
+// upgradeDoc is release version at seq, its artifact served by srv (at
+// bytes served, which may differ from the release's binary).
+func upgradeDoc(t *testing.T, r *releaser, c *clock, version string, seq uint64, files map[string][]byte, serve []byte, base string) []byte {
+	m, bin := rel(version, seq, c.t.Add(time.Hour))
+	m.Artifacts[0].URL = base + "/bcd-" + version
+	if serve == nil {
+		serve = bin
+	}
+	files["/bcd-"+version] = serve
+	return r.sign(t, m, 2)
+}
+
+// TestKindUpgrades: daemon.upgrade downloads, swaps, records itself and
+// restarts; the new binary's Recover reports it SUCCEEDED and its first
+// Welcome confirms, raising the floor. The old binary's Recover of the
+// same command (a rollback) reports it FAILED.
+func TestKindUpgrades(t *testing.T) {
+	r := newReleaser(t, 3)
+	a, mgr, c := newAgent(t, r, "0.1.0")
+	files := map[string][]byte{}
+	srv := served(t, files)
+	doc := upgradeDoc(t, r, c, "0.2.0", 2, files, nil, srv.URL)
+	var progress []Progress
+	a.Progress = func(p Progress) { progress = append(progress, p) }
+	ctx, cancel := context.WithCancel(dispatch.WithCommandID(context.Background(), "cmd_1"))
+	restarted := false
+	a.SetRestart(func() { restarted = true; cancel() })
+	body, _ := json.Marshal(Body{Release: doc})
+	_, err := a.Kind().Run(ctx, body)
+	if !restarted || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, restarted %v", err, restarted)
+	}
+	if running(t, mgr.Slots) != "bcd 0.2.0" {
+		t.Fatal("current does not name the new release")
+	}
+	if len(progress) < 2 || progress[0].Phase != "download" || progress[len(progress)-1].Phase != "swap" {
+		t.Errorf("progress %+v", progress)
+	}
+	e := &journal.Entry{ID: "cmd_1", Kind: KindName, StartedAt: time.Now()}
+
+	// The new binary.
+	next := &Agent{Installer: mgr, StagingDir: a.StagingDir, DataDir: a.DataDir, Version: "0.2.0"}
+	res := next.Kind().Recover(e)
+	if res == nil || res.Status != dispatch.Succeeded || !strings.Contains(string(res.Output), `"version":"0.2.0"`) {
+		t.Fatalf("Recover = %+v", res)
+	}
+	if st, _ := mgr.Status(context.Background()); st.Pending == nil || st.Floor != 0 {
+		t.Fatalf("confirmed before the Welcome: %+v", st)
+	}
+	next.Welcomed(context.Background())
+	if st, _ := mgr.Status(context.Background()); st.Pending != nil || st.Floor != 2 {
+		t.Fatalf("after the Welcome: %+v", st)
+	}
+	if res := next.Kind().Recover(e); res != nil {
+		t.Errorf("a second Recover = %+v", res)
+	}
+
+	// A rollback: the old binary recovers the command.
+	rec, _ := json.Marshal(commandRecord{CommandID: "cmd_2", From: "0.2.0", To: "0.3.0"})
+	os.WriteFile(filepath.Join(a.DataDir, CommandFile), rec, 0o600)
+	res = next.Kind().Recover(&journal.Entry{ID: "cmd_2"})
+	if res == nil || res.Status != dispatch.Failed || !strings.Contains(res.Error, "release 0.3.0 did not take") {
+		t.Fatalf("Recover after a rollback = %+v", res)
+	}
+}
+
+// TestKindRefusesAsFinal: a release signed below the threshold, one
+// whose served bytes differ from the manifest's hash, and one for
+// another architecture fail as final with the reason, swap nothing and
+// leave nothing staged nor recorded.
+func TestKindRefusesAsFinal(t *testing.T) {
+	r := newReleaser(t, 3)
+	cases := []struct {
+		name string
+		doc  func(a *Agent, c *clock, files map[string][]byte, base string) []byte
+		want string
+	}{
+		{"below threshold", func(a *Agent, c *clock, files map[string][]byte, base string) []byte {
+			m, _ := rel("0.2.0", 2, c.t.Add(time.Hour))
+			return r.sign(t, m, 1)
+		}, "signed by 1 of the pinned keys"},
+		{"wrong hash", func(a *Agent, c *clock, files map[string][]byte, base string) []byte {
+			return upgradeDoc(t, r, c, "0.2.0", 2, files, []byte("bcd 0.6.6"), base)
+		}, "sha256"},
+		{"another architecture", func(a *Agent, c *clock, files map[string][]byte, base string) []byte {
+			m, _ := rel("0.2.0", 2, c.t.Add(time.Hour))
+			m.Artifacts[0].Arch = "arm64"
+			return r.sign(t, m, 2)
+		}, "amd64"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, mgr, c := newAgent(t, r, "0.1.0")
+			files := map[string][]byte{}
+			srv := served(t, files)
+			doc := tc.doc(a, c, files, srv.URL)
+			a.SetRestart(func() { t.Error("restarted") })
+			body, _ := json.Marshal(Body{Release: doc})
+			_, err := a.Kind().Run(dispatch.WithCommandID(context.Background(), "cmd_1"), body)
+			var fe *release.FinalError
+			if !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run = %v, want a final error with %q", err, tc.want)
+			}
+			if st, _ := mgr.Status(context.Background()); st.Current != "" && st.Current != SlotA || st.Pending != nil {
+				t.Errorf("swapped: %+v", st)
+			}
+			if ents, _ := os.ReadDir(a.StagingDir); len(ents) != 0 {
+				t.Errorf("staged: %v", ents)
+			}
+			if _, err := os.Stat(filepath.Join(a.DataDir, CommandFile)); err == nil {
+				t.Error("the command was recorded")
+			}
+		})
+	}
+}
+
+// TestSection: the daemon section is converged at the running version,
+// upgrades otherwise, and fails terminally on a final refusal or a
+// release of another version than it asks for.
+func TestSection(t *testing.T) {
+	r := newReleaser(t, 3)
+	a, mgr, c := newAgent(t, r, "0.1.0")
+	files := map[string][]byte{}
+	srv := served(t, files)
+	doc := upgradeDoc(t, r, c, "0.2.0", 2, files, nil, srv.URL)
+	s := a.Section()
+	ctx := context.Background()
+	for _, bad := range []string{`{"version":"x"}`, `{"version":"0.2.0"}`, `{"release":{}}`, `{"version":"0.2.0","extra":1}`} {
+		if err := s.Check(json.RawMessage(bad)); err == nil {
+			t.Errorf("Check(%s) passed", bad)
+		}
+	}
+	if p, err := s.Plan(ctx, json.RawMessage(`{"version":"0.1.0","release_url":"http://x/y"}`)); err != nil || len(p.Changes) != 0 {
+		t.Errorf("Plan at the running version = %+v, %v", p, err)
+	}
+	body, _ := json.Marshal(DaemonSpec{Version: "0.3.0", Release: doc})
+	p, err := s.Plan(ctx, body)
+	if err != nil || len(p.Changes) != 1 {
+		t.Fatalf("Plan = %+v, %v", p, err)
+	}
+	if err := s.Apply(ctx, body, p); !converge.IsTerminal(err) || !strings.Contains(err.Error(), "asks for 0.3.0") {
+		t.Fatalf("Apply of another version = %v", err)
+	}
+	files["/release.json"] = doc
+	body, _ = json.Marshal(DaemonSpec{Version: "0.2.0", ReleaseURL: srv.URL + "/release.json"})
+	p, _ = s.Plan(ctx, body)
+	actx, cancel := context.WithCancel(ctx)
+	a.SetRestart(cancel)
+	if err := s.Apply(actx, body, p); !errors.Is(err, context.Canceled) || running(t, mgr.Slots) != "bcd 0.2.0" {
+		t.Fatalf("Apply = %v", err)
+	}
+}
