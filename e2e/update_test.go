@@ -1,0 +1,316 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// versioned are node binaries built with another buildinfo.Version
+// (fakehw), by version, in the package's bin dir.
+var versioned struct {
+	mu   sync.Mutex
+	done map[string]error
+}
+
+// buildVersion builds bcd-node-VERSION (and bcrelease once) into l.bin.
+func buildVersion(t testing.TB, l *lab, version string) string {
+	t.Helper()
+	versioned.mu.Lock()
+	defer versioned.mu.Unlock()
+	if versioned.done == nil {
+		versioned.done = map[string]error{}
+	}
+	name := "bcd-node-" + version
+	if err, ok := versioned.done[version]; ok {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	if _, ok := versioned.done["bcrelease"]; !ok {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(l.bin, "bcrelease"), "./cmd/bcrelease")
+		cmd.Dir = ".."
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build bcrelease: %v\n%s", err, out)
+		}
+		versioned.done["bcrelease"] = nil
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", "fakehw",
+		"-ldflags", "-X github.com/better-compute/bcd/components/base/buildinfo.Version="+version,
+		"-o", filepath.Join(l.bin, name), "./roles/node")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		err = fmt.Errorf("go build %s: %v\n%s", name, err, out)
+	}
+	versioned.done[version] = err
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// updateSectionRe is the [update] section bcd join wrote.
+var updateSectionRe = regexp.MustCompile(`\n\[update\]\n([^\[\n][^\n]*\n|\n)*`)
+
+// upd is one self-update test's world: a gateway, a joined node whose
+// config pins two of three release keys (threshold 2), and a loopback
+// HTTP server for the release binaries.
+type upd struct {
+	l       *lab
+	g       *gw
+	cfg, id string
+	keys    []string
+	pins    []string
+	serve   string // the served directory
+	url     string
+	entry   string // the entrypoint binary (release 1)
+	env     []string
+	node    *proc
+}
+
+func newUpd(t *testing.T, window string) *upd {
+	l := newLab(t)
+	u := &upd{l: l, entry: buildVersion(t, l, "1.0.0"), serve: filepath.Join(l.root, "releases")}
+	os.MkdirAll(u.serve, 0o755)
+	srv := httptest.NewServer(http.FileServer(http.Dir(u.serve)))
+	t.Cleanup(srv.Close)
+	u.url = srv.URL
+	u.g = l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	u.cfg, u.id = l.joinNode(u.g, "n1", l.token(u.g), "node")
+	for i := range 3 {
+		k := filepath.Join(l.root, fmt.Sprintf("release-%d.pem", i))
+		code, out, errOut := l.run("", nil, "bcrelease", "key", "--out", k)
+		if code != 0 {
+			t.Fatalf("bcrelease key: %s", errOut)
+		}
+		u.keys = append(u.keys, k)
+		u.pins = append(u.pins, strings.TrimSpace(out))
+	}
+	b, err := os.ReadFile(u.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := fmt.Sprintf("[update]\nrelease_pins = [%q, %q, %q]\nrelease_threshold = 2\n", u.pins[0], u.pins[1], u.pins[2])
+	b = append(updateSectionRe.ReplaceAll(b, []byte("\n")), "\n"+sec...)
+	if err := os.WriteFile(u.cfg, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	u.env = []string{"BCD_UPDATE_WINDOW=" + window}
+	return u
+}
+
+// start starts the entrypoint (bcd node), as systemd would.
+func (u *upd) start(extraEnv ...string) {
+	u.node = u.l.startEnv(append(append([]string{}, u.env...), extraEnv...), u.entry, "node", "--config", u.cfg)
+}
+
+// rel makes release version at seq of bin (a file path) for arch,
+// expiring at expires, signed by the first `signers` keys, its binary
+// served at u.url; serve, when set, replaces the served bytes.
+func (u *upd) rel(t *testing.T, version string, seq int, bin, arch, expires string, signers int, serve []byte) []byte {
+	t.Helper()
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "bcd-node-" + version + "-" + arch
+	if serve == nil {
+		serve = b
+	}
+	if err := os.WriteFile(filepath.Join(u.serve, name), serve, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(u.l.root, "release-"+version+".json")
+	os.Remove(out)
+	code, _, errOut := u.l.run("", nil, "bcrelease", "make", "--version", version, "--sequence", fmt.Sprint(seq), "--expires", expires,
+		"--artifact", "node/"+arch+"="+bin+"@"+u.url+"/"+name, "--out", out)
+	if code != 0 {
+		t.Fatalf("bcrelease make: %s", errOut)
+	}
+	for _, k := range u.keys[:signers] {
+		if code, _, errOut := u.l.run("", nil, "bcrelease", "sign", "--key", k, "--in", out); code != 0 {
+			t.Fatalf("bcrelease sign: %s", errOut)
+		}
+	}
+	doc, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+// upgrade sends daemon.upgrade with doc and waits for its result.
+func (u *upd) upgrade(t *testing.T, doc []byte) (int, string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]json.RawMessage{"release": doc})
+	code, out, errOut := u.l.run("", nil, "bcgw", "run", u.id, "daemon.upgrade", "--body", string(body), "--wait", "--timeout", "3m", "--data-dir", u.g.dataDir)
+	return code, out + errOut
+}
+
+type updState struct {
+	Initialized bool   `json:"initialized"`
+	Current     string `json:"current"`
+	Floor       uint64 `json:"floor"`
+	Slots       map[string]struct {
+		Version  string `json:"version"`
+		Sequence uint64 `json:"sequence"`
+	} `json:"slots"`
+	Pending *struct {
+		Version string `json:"version"`
+	} `json:"pending"`
+	Failed []string `json:"failed"`
+}
+
+// running is the version current names.
+func (s updState) running() string { return s.Slots[s.Current].Version }
+
+// state is `bcd update --json`.
+func (u *upd) state(t *testing.T) updState {
+	t.Helper()
+	code, out, errOut := u.l.run("", nil, u.entry, "update", "--json", "--config", u.cfg)
+	if code != 0 {
+		t.Fatalf("bcd update --json: exit %d: %s", code, errOut)
+	}
+	var s updState
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("bcd update --json: %v\n%s", err, out)
+	}
+	return s
+}
+
+// waitState waits until cond holds for `bcd update --json`.
+func (u *upd) waitState(t *testing.T, what string, cond func(updState) bool) updState {
+	t.Helper()
+	end := time.Now().Add(90 * time.Second)
+	for time.Now().Before(end) {
+		if s := u.state(t); cond(s) {
+			return s
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within 90s: %+v", what, u.state(t))
+	return updState{}
+}
+
+// TestSelfUpdate: a node on release 1 takes release 2 (built and signed
+// in the test) through daemon.upgrade: it swaps, re-executes into the
+// new slot, the command SUCCEEDS from the new binary and its first
+// Welcome confirms (floor 2). Releases below the threshold, expired,
+// with a wrong hash, for another architecture, or below the floor
+// (release 1 again) fail as final with their reason, and nothing is
+// swapped. A release 3 whose binary exits at start is rolled back at
+// its deadline by the entrypoint's Settle (restarted as systemd's
+// Restart= would) and recorded failed; the command reports it.
+func TestSelfUpdate(t *testing.T) {
+	u := newUpd(t, "8s")
+	l := u.l
+	v2 := filepath.Join(l.bin, buildVersion(t, l, "2.0.0"))
+	v1 := filepath.Join(l.bin, u.entry)
+	arch := runtime.GOARCH
+	u.start()
+	l.waitNode(u.g, u.id, "connected", func(n nodeView) bool { return n.Connected })
+
+	doc2 := u.rel(t, "2.0.0", 2, v2, arch, "1h", 2, nil)
+	code, out := u.upgrade(t, doc2)
+	if code != 0 || !strings.Contains(out, `"version": "2.0.0"`) && !strings.Contains(out, `\"version\":\"2.0.0\"`) {
+		t.Fatalf("daemon.upgrade to 2.0.0: exit %d: %s", code, out)
+	}
+	s := u.waitState(t, "confirmed", func(s updState) bool { return s.Floor == 2 && s.Pending == nil })
+	if s.running() != "2.0.0" || s.Slots["bcd-a"].Version != "1.0.0" {
+		t.Fatalf("after the upgrade: %+v", s)
+	}
+	u.node.waitLog(t, "self-update confirmed", 10*time.Second)
+
+	// Refusals: final, with the reason, nothing swapped.
+	wrong, _ := os.ReadFile(v2)
+	wrong = append([]byte{}, wrong...)
+	wrong[len(wrong)/2] ^= 0xff
+	other := "arm64"
+	if arch == "arm64" {
+		other = "amd64"
+	}
+	for _, c := range []struct {
+		name string
+		doc  func() []byte
+		want string
+	}{
+		{"below threshold", func() []byte { return u.rel(t, "2.1.0", 3, v2, arch, "1h", 1, nil) }, "signed by 1 of the pinned keys; 2 must sign"},
+		{"expired", func() []byte { return u.rel(t, "2.1.1", 3, v2, arch, "2020-01-01T00:00:00Z", 2, nil) }, "expired"},
+		{"wrong hash", func() []byte { return u.rel(t, "2.1.2", 3, v2, arch, "1h", 2, wrong) }, "sha256"},
+		{"another architecture", func() []byte { return u.rel(t, "2.1.3", 3, v2, other, "1h", 2, nil) }, arch},
+		{"below the floor", func() []byte { return u.rel(t, "1.0.0", 1, v1, arch, "1h", 2, nil) }, "below the release floor"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out := u.upgrade(t, c.doc())
+			if code == 0 || !strings.Contains(out, "FAILED") || !strings.Contains(out, "release manifest refused") || !strings.Contains(out, c.want) {
+				t.Fatalf("exit %d, want FAILED with %q: %s", code, c.want, out)
+			}
+			if s := u.state(t); s.running() != "2.0.0" || s.Pending != nil || s.Floor != 2 {
+				t.Fatalf("swapped: %+v", s)
+			}
+		})
+	}
+	if ents, _ := os.ReadDir(filepath.Join(l.root, "n1", "data", "staging")); len(ents) != 0 {
+		t.Errorf("staged files left: %v", ents)
+	}
+
+	// Release 3 exits at start: rolled back at its deadline.
+	bad := filepath.Join(l.root, "bcd-bad")
+	os.WriteFile(bad, []byte("#!/bin/sh\necho 'release 3 exits at start' >&2\nexit 3\n"), 0o755)
+	doc3 := u.rel(t, "3.0.0", 3, bad, arch, "1h", 2, nil)
+	type result struct {
+		code int
+		out  string
+	}
+	done := make(chan result, 1)
+	go func() { c, o := u.upgrade(t, doc3); done <- result{c, o} }()
+	starts := 0
+	for end := time.Now().Add(90 * time.Second); time.Now().Before(end); {
+		select {
+		case <-u.node.done:
+			// systemd's Restart=: start the entrypoint again.
+			starts++
+			time.Sleep(500 * time.Millisecond)
+			u.start()
+			continue
+		case <-time.After(200 * time.Millisecond):
+		}
+		if s := u.state(t); len(s.Failed) == 1 && s.running() == "2.0.0" {
+			break
+		}
+	}
+	s = u.waitState(t, "rolled back", func(s updState) bool { return len(s.Failed) == 1 && s.Failed[0] == "3.0.0" && s.running() == "2.0.0" })
+	if s.Floor != 2 || s.Pending != nil || starts == 0 {
+		t.Fatalf("after the rollback (%d restarts): %+v", starts, s)
+	}
+	// The command's result, from the rolled-back binary.
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("daemon.upgrade to 3.0.0: no result")
+	}
+	if res.code == 0 || !strings.Contains(res.out, "FAILED") || !strings.Contains(res.out, "release 3.0.0 did not take") {
+		t.Fatalf("daemon.upgrade to 3.0.0: exit %d: %s", res.code, res.out)
+	}
+	// Tried again: refused as failed before, nothing swapped.
+	code, out = u.upgrade(t, doc3)
+	if code == 0 || !strings.Contains(out, "failed before") {
+		t.Fatalf("release 3 again: exit %d: %s", code, out)
+	}
+}
+
