@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -314,3 +317,104 @@ func TestSelfUpdate(t *testing.T) {
 	}
 }
 
+
+// slotsIntact checks that current names a complete binary: its SHA-256
+// is the one slots.json records for its slot.
+func (u *upd) slotsIntact(t *testing.T, when string) updState {
+	t.Helper()
+	dir := filepath.Join(u.l.root, "n1", "data", "bin")
+	var rec struct {
+		Slots map[string]struct {
+			SHA256 string `json:"sha256"`
+		} `json:"slots"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "slots.json"))
+	if err != nil || json.Unmarshal(b, &rec) != nil {
+		t.Fatalf("%s: slots.json: %v", when, err)
+	}
+	cur, err := os.Readlink(filepath.Join(dir, "current"))
+	if err != nil {
+		t.Fatalf("%s: %v", when, err)
+	}
+	bin, err := os.ReadFile(filepath.Join(dir, cur))
+	if err != nil {
+		t.Fatalf("%s: current names %s: %v", when, cur, err)
+	}
+	sum := sha256.Sum256(bin)
+	if hex.EncodeToString(sum[:]) != rec.Slots[cur].SHA256 {
+		t.Fatalf("%s: current names %s, whose binary is not the one recorded", when, cur)
+	}
+	return u.state(t)
+}
+
+// TestSelfUpdateKillAtEachStep: the node is killed with SIGKILL at each
+// step of a swap (before and after the copy, after the upgrade record,
+// after current moved, after the floor rose on confirmation, after
+// current moved back on a rollback); each time current names a complete
+// binary, the entrypoint started again runs the old release or the new
+// one and reaches the gateway, and the slots settle (confirmed, or
+// dropped, or recorded failed).
+func TestSelfUpdateKillAtEachStep(t *testing.T) {
+	u := newUpd(t, "5s")
+	l := u.l
+	arch := runtime.GOARCH
+	bad := filepath.Join(l.root, "bcd-bad")
+	os.WriteFile(bad, []byte("#!/bin/sh\nexit 3\n"), 0o755)
+	running := "1.0.0"
+	for i, point := range []string{"before-copy", "after-copy", "after-upgrade-record", "after-point", "after-floor", "after-point-back"} {
+		t.Run(point, func(t *testing.T) {
+			version := fmt.Sprintf("2.0.%d", i)
+			bin := bad
+			if point != "after-point-back" {
+				bin = filepath.Join(l.bin, buildVersion(t, l, version))
+			}
+			doc := u.rel(t, version, i+2, bin, arch, "1h", 2, nil)
+			u.start("BCD_UPDATE_KILL_AT=" + point)
+			u.node.waitLog(t, "session established", 30*time.Second)
+			body, _ := json.Marshal(map[string]json.RawMessage{"release": doc})
+			l.bcgw(u.g, "run", u.id, "daemon.upgrade", "--body", string(body))
+			// Wait for the kill; a release that exits at start is
+			// started again (systemd's Restart=) until the rollback
+			// is killed.
+			end := time.Now().Add(60 * time.Second)
+			for {
+				select {
+				case <-u.node.done:
+				case <-time.After(time.Until(end)):
+					t.Fatalf("not killed at %s within 60s", point)
+				}
+				if u.node.cmd.ProcessState.ExitCode() == -1 {
+					break
+				}
+				time.Sleep(300 * time.Millisecond)
+				u.start("BCD_UPDATE_KILL_AT=" + point)
+			}
+			s := u.slotsIntact(t, "after the kill")
+			if r := s.running(); r != running && r != version {
+				t.Fatalf("after the kill current runs %s, neither %s nor %s", r, running, version)
+			}
+			// Started again without the kill: it reaches the gateway on
+			// the old release or the new one, and the slots settle.
+			u.start()
+			m := u.node.waitLog(t, "session established", 60*time.Second)
+			_ = m
+			s = u.waitState(t, "settled", func(s updState) bool { return s.Pending == nil })
+			u.slotsIntact(t, "settled")
+			switch {
+			case point == "after-point-back":
+				if s.running() != running || len(s.Failed) != 1 || s.Failed[0] != version {
+					t.Fatalf("after a killed rollback: %+v", s)
+				}
+			case s.running() == version:
+				if s.Floor != uint64(i+2) {
+					t.Fatalf("runs %s unconfirmed: %+v", version, s)
+				}
+			case s.running() != running:
+				t.Fatalf("runs %s, neither %s nor %s", s.running(), running, version)
+			}
+			running = s.running()
+			u.node.signal(syscall.SIGTERM)
+			u.node.wait(t, 30*time.Second)
+		})
+	}
+}

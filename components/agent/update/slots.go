@@ -332,16 +332,19 @@ func (s *Slots) undo(up *Upgrade) error {
 	if back, ok := r.Slots[up.From]; ok && back.Sequence < r.Floor {
 		return fmt.Errorf("the slot to go back to (%s, %s) is below the release floor %d", up.From, back.Version, r.Floor)
 	}
-	if err := s.point(up.From); err != nil {
-		return err
-	}
-	s.at("after-point-back")
+	// Recorded failed before current moves back: a kill after the move
+	// leaves current at From, which the next Settle takes as a swap that
+	// never happened, so the record must already say it failed.
 	if !slices.Contains(r.Failed, up.Version) {
 		r.Failed = append(r.Failed, up.Version)
 	}
 	if err := s.save(r); err != nil {
 		return err
 	}
+	if err := s.point(up.From); err != nil {
+		return err
+	}
+	s.at("after-point-back")
 	if err := os.Remove(s.path(UpgradeFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
