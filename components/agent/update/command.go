@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
@@ -54,6 +55,8 @@ func run(_ context.Context, env *cli.Env, args []string) int {
 	cfgPath := flags.String("config", config.DefaultPath, "the configuration file")
 	asJSON := flags.Bool("json", false, "print the state as JSON")
 	clear := flags.Bool("clear-failed", false, "forget the versions that failed, so they may be tried again")
+	rollback := flags.Bool("rollback", false, "swap a pending upgrade back now and record its version failed (the crash-loop unit bcd-rollback@.service; root)")
+	pending := flags.Bool("pending", false, "exit 0 when an upgrade waits for its confirmation, 1 when none (the crash-loop unit's condition)")
 	if code, ok := cli.Parse(flags, env, args, ""); !ok {
 		return code
 	}
@@ -70,6 +73,31 @@ func run(_ context.Context, env *cli.Env, args []string) int {
 		return cli.Fail(env, "bcd update", err)
 	default:
 		st.Initialized, st.Current, st.Slots, st.Floor, st.Pending, st.Failed = true, cur, r.Slots, r.Floor, up, r.Failed
+	}
+	if *pending {
+		if st.Pending == nil {
+			fmt.Fprintf(env.Stderr, "bcd update: no upgrade pending in %s\n", s.Dir)
+			return 1
+		}
+		fmt.Fprintf(env.Stdout, "pending: %s in %s, to confirm before %s\n", st.Pending.Version, st.Pending.To, st.Pending.Deadline.Format(time.RFC3339))
+		return 0
+	}
+	if *rollback {
+		v, err := s.Rollback()
+		if err != nil {
+			return cli.Fail(env, "bcd update --rollback", err)
+		}
+		if v == "" {
+			fmt.Fprintln(env.Stderr, "bcd update: no upgrade pending; nothing rolled back")
+		} else {
+			fmt.Fprintf(env.Stderr, "bcd update: rolled back %s and recorded it failed\n", v)
+		}
+		if st.Initialized {
+			r, cur, up, err := s.Read()
+			if err == nil {
+				st.Current, st.Slots, st.Floor, st.Pending, st.Failed = cur, r.Slots, r.Floor, up, r.Failed
+			}
+		}
 	}
 	if *clear {
 		if !st.Initialized {
