@@ -137,10 +137,16 @@ func (u *upd) rel(t *testing.T, version string, seq int, bin, arch, expires stri
 	if err := os.WriteFile(filepath.Join(u.serve, name), serve, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return u.relAt(t, version, seq, bin, arch, expires, signers, u.url+"/"+name)
+}
+
+// relAt makes release version with its artifact at url.
+func (u *upd) relAt(t *testing.T, version string, seq int, bin, arch, expires string, signers int, url string) []byte {
+	t.Helper()
 	out := filepath.Join(u.l.root, "release-"+version+".json")
 	os.Remove(out)
 	code, _, errOut := u.l.run("", nil, "bcrelease", "make", "--version", version, "--sequence", fmt.Sprint(seq), "--expires", expires,
-		"--artifact", "node/"+arch+"="+bin+"@"+u.url+"/"+name, "--out", out)
+		"--artifact", "node/"+arch+"="+bin+"@"+url, "--out", out)
 	if code != 0 {
 		t.Fatalf("bcrelease make: %s", errOut)
 	}
@@ -227,11 +233,17 @@ func TestSelfUpdate(t *testing.T) {
 	u.start()
 	l.waitNode(u.g, u.id, "connected", func(n nodeView) bool { return n.Connected })
 
-	doc2 := u.rel(t, "2.0.0", 2, v2, arch, "1h", 2, nil)
-	code, out := u.upgrade(t, doc2)
-	if code != 0 || !strings.Contains(out, `"version": "2.0.0"`) && !strings.Contains(out, `\"version\":\"2.0.0\"`) {
-		t.Fatalf("daemon.upgrade to 2.0.0: exit %d: %s", code, out)
+	// Release 2 is published in the gateway, which serves its binary.
+	b2, _ := os.ReadFile(v2)
+	sum := sha256.Sum256(b2)
+	gwURL := "https://" + u.g.addr + "/releases/" + hex.EncodeToString(sum[:])
+	doc2 := u.relAt(t, "2.0.0", 2, v2, arch, "1h", 2, gwURL)
+	l.bcgw(u.g, "release", "publish", filepath.Join(l.root, "release-2.0.0.json"), "--artifact", v2)
+	code, out, errOut := l.run("", nil, "bcgw", "upgrade", u.id, "--version", "2.0.0", "--wait", "--data-dir", u.g.dataDir)
+	if code != 0 || !strings.Contains(out, u.id+": SUCCEEDED") || !strings.Contains(out, `"version":"2.0.0"`) {
+		t.Fatalf("bcgw upgrade to 2.0.0: exit %d: %s %s", code, out, errOut)
 	}
+	_ = doc2
 	s := u.waitState(t, "confirmed", func(s updState) bool { return s.Floor == 2 && s.Pending == nil })
 	if s.running() != "2.0.0" || s.Slots["bcd-a"].Version != "1.0.0" {
 		t.Fatalf("after the upgrade: %+v", s)
