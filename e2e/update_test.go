@@ -329,7 +329,6 @@ func TestSelfUpdate(t *testing.T) {
 	}
 }
 
-
 // slotsIntact checks that current names a complete binary: its SHA-256
 // is the one slots.json records for its slot.
 func (u *upd) slotsIntact(t *testing.T, when string) updState {
