@@ -177,7 +177,12 @@ func main() {
 		agentcmd.Agent("site", "site", "run the site agent", machine),
 		agentcmd.Join(),
 		status.Command(),
-		doctor.Command(func(cfg *config.Config, path string) []doctor.Check { return doctor.Base(cfg, path) }),
+		doctor.Command(func(cfg *config.Config, path string) []doctor.Check {
+			if cfg == nil {
+				return doctor.Base(cfg, path)
+			}
+			return append(doctor.Base(cfg, path), doctor.Update(cfg, update.Entrypoint))
+		}),
 		update.Command(),
 	}, nil)
 }

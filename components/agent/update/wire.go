@@ -100,3 +100,8 @@ func Exec(bin string) error {
 	args := append([]string{bin}, os.Args[1:]...)
 	return fmt.Errorf("executing %s: %w", bin, syscall.Exec(bin, args, os.Environ()))
 }
+
+// Entrypoint is the bcd the packages' units start (bcd.service,
+// bcd-site.service): the package's binary, which executes the slots'
+// current at start once the slots are in use (Trampoline).
+const Entrypoint = "/usr/bin/bcd"
