@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -85,7 +86,7 @@ type upd struct {
 	node    *proc
 }
 
-func newUpd(t *testing.T, window string) *upd {
+func newUpd(t testing.TB, window string) *upd {
 	l := newLab(t)
 	u := &upd{l: l, entry: buildVersion(t, l, "1.0.0"), serve: filepath.Join(l.root, "releases")}
 	os.MkdirAll(u.serve, 0o755)
@@ -124,7 +125,7 @@ func (u *upd) start(extraEnv ...string) {
 // rel makes release version at seq of bin (a file path) for arch,
 // expiring at expires, signed by the first `signers` keys, its binary
 // served at u.url; serve, when set, replaces the served bytes.
-func (u *upd) rel(t *testing.T, version string, seq int, bin, arch, expires string, signers int, serve []byte) []byte {
+func (u *upd) rel(t testing.TB, version string, seq int, bin, arch, expires string, signers int, serve []byte) []byte {
 	t.Helper()
 	b, err := os.ReadFile(bin)
 	if err != nil {
@@ -141,7 +142,7 @@ func (u *upd) rel(t *testing.T, version string, seq int, bin, arch, expires stri
 }
 
 // relAt makes release version with its artifact at url.
-func (u *upd) relAt(t *testing.T, version string, seq int, bin, arch, expires string, signers int, url string) []byte {
+func (u *upd) relAt(t testing.TB, version string, seq int, bin, arch, expires string, signers int, url string) []byte {
 	t.Helper()
 	out := filepath.Join(u.l.root, "release-"+version+".json")
 	os.Remove(out)
@@ -163,7 +164,7 @@ func (u *upd) relAt(t *testing.T, version string, seq int, bin, arch, expires st
 }
 
 // upgrade sends daemon.upgrade with doc and waits for its result.
-func (u *upd) upgrade(t *testing.T, doc []byte) (int, string) {
+func (u *upd) upgrade(t testing.TB, doc []byte) (int, string) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]json.RawMessage{"release": doc})
 	code, out, errOut := u.l.run("", nil, "bcgw", "run", u.id, "daemon.upgrade", "--body", string(body), "--wait", "--timeout", "3m", "--data-dir", u.g.dataDir)
@@ -188,7 +189,7 @@ type updState struct {
 func (s updState) running() string { return s.Slots[s.Current].Version }
 
 // state is `bcd update --json`.
-func (u *upd) state(t *testing.T) updState {
+func (u *upd) state(t testing.TB) updState {
 	t.Helper()
 	code, out, errOut := u.l.run("", nil, u.entry, "update", "--json", "--config", u.cfg)
 	if code != 0 {
@@ -202,7 +203,7 @@ func (u *upd) state(t *testing.T) updState {
 }
 
 // waitState waits until cond holds for `bcd update --json`.
-func (u *upd) waitState(t *testing.T, what string, cond func(updState) bool) updState {
+func (u *upd) waitState(t testing.TB, what string, cond func(updState) bool) updState {
 	t.Helper()
 	end := time.Now().Add(90 * time.Second)
 	for time.Now().Before(end) {
@@ -331,7 +332,7 @@ func TestSelfUpdate(t *testing.T) {
 
 // slotsIntact checks that current names a complete binary: its SHA-256
 // is the one slots.json records for its slot.
-func (u *upd) slotsIntact(t *testing.T, when string) updState {
+func (u *upd) slotsIntact(t testing.TB, when string) updState {
 	t.Helper()
 	dir := filepath.Join(u.l.root, "n1", "data", "bin")
 	var rec struct {
@@ -428,4 +429,44 @@ func TestSelfUpdateKillAtEachStep(t *testing.T) {
 			u.node.wait(t, 30*time.Second)
 		})
 	}
+}
+
+// BenchmarkUpgrade: the time from daemon.upgrade sent (bcgw run) to the
+// new release confirmed on the node (its "self-update confirmed" log
+// line), next to a plain restart of the same node in the same run
+// (SIGTERM to the session established again); medians of 3 each.
+func BenchmarkUpgrade(b *testing.B) {
+	u := newUpd(b, "120s")
+	l := u.l
+	const n = 3
+	var bins []string
+	for i := range n {
+		bins = append(bins, filepath.Join(l.bin, buildVersion(b, l, fmt.Sprintf("2.0.%d", i))))
+	}
+	u.start()
+	u.node.waitLog(b, "session established", 30*time.Second)
+	var upgrades, restarts []time.Duration
+	for range b.N {
+		for i := range n {
+			doc := u.rel(b, fmt.Sprintf("2.0.%d", i), len(upgrades)+2, bins[i], runtime.GOARCH, "1h", 2, nil)
+			body, _ := json.Marshal(map[string]json.RawMessage{"release": doc})
+			start := time.Now()
+			l.bcgw(u.g, "run", u.id, "daemon.upgrade", "--body", string(body))
+			u.node.waitLog(b, "self-update confirmed", 60*time.Second)
+			upgrades = append(upgrades, time.Since(start))
+
+			start = time.Now()
+			u.node.signal(syscall.SIGTERM)
+			u.node.wait(b, 30*time.Second)
+			u.start()
+			u.node.waitLog(b, "session established", 30*time.Second)
+			restarts = append(restarts, time.Since(start))
+		}
+	}
+	med := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds()) / 1000
+	}
+	b.ReportMetric(med(upgrades), "upgrade-ms")
+	b.ReportMetric(med(restarts), "restart-ms")
 }
