@@ -328,6 +328,16 @@ func TestSelfUpdate(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "failed before") {
 		t.Fatalf("release 3 again: exit %d: %s", code, out)
 	}
+
+	// The daemon section: release 4 by its URL, through the desired state.
+	v4 := filepath.Join(l.bin, buildVersion(t, l, "4.0.0"))
+	doc4 := u.rel(t, "4.0.0", 4, v4, arch, "1h", 2, nil)
+	os.WriteFile(filepath.Join(u.serve, "release-4.0.0.json"), doc4, 0o644)
+	l.spec(u.g, "set", u.id, fmt.Sprintf(`{"daemon":{"version":"4.0.0","release_url":%q}}`, u.url+"/release-4.0.0.json"))
+	s = u.waitState(t, "release 4 through the daemon section", func(s updState) bool { return s.Floor == 4 && s.Pending == nil })
+	if s.running() != "4.0.0" {
+		t.Fatalf("after the daemon section: %+v", s)
+	}
 }
 
 // slotsIntact checks that current names a complete binary: its SHA-256
