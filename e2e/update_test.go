@@ -245,6 +245,9 @@ func TestSelfUpdate(t *testing.T) {
 		t.Fatalf("bcgw upgrade to 2.0.0: exit %d: %s %s", code, out, errOut)
 	}
 	_ = doc2
+	if st := l.bcgw(u.g, "status", u.id); !regexp.MustCompile(`(?m)^upgrade +to 2\.0\.0 \(cmd_\w+\): SUCCEEDED`).MatchString(st) {
+		t.Errorf("bcgw status shows no upgrade:\n%s", st)
+	}
 	s := u.waitState(t, "confirmed", func(s updState) bool { return s.Floor == 2 && s.Pending == nil })
 	if s.running() != "2.0.0" || s.Slots["bcd-a"].Version != "1.0.0" {
 		t.Fatalf("after the upgrade: %+v", s)

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/better-compute/bcd/components/base/atomicfile"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/gateway"
 )
@@ -111,6 +113,9 @@ func upgrade(ctx context.Context, env *cli.Env, args []string) int {
 		fmt.Fprintf(env.Stdout, "%s: daemon.upgrade to %s sent as %s\n", id, *version, cmd.ID)
 		cmds = append(cmds, cmd)
 	}
+	if err := recordUpgrades(a.dataDir, *version, cmds); err != nil {
+		fmt.Fprintf(env.Stderr, "bcgw upgrade: recording the commands for bcgw status: %v\n", err)
+	}
 	if *wait {
 		end := time.Now().Add(*timeout)
 		for _, cmd := range cmds {
@@ -140,4 +145,58 @@ func upgrade(ctx context.Context, env *cli.Env, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// upgradesFile, in the gateway's releases directory, names each node's
+// latest daemon.upgrade sent by bcgw upgrade, so bcgw status shows its
+// progress.
+const upgradesFile = "upgrades.json"
+
+type sentUpgrade struct {
+	Command string    `json:"command"`
+	Version string    `json:"version"`
+	Sent    time.Time `json:"sent"`
+}
+
+func readUpgrades(dataDir string) map[string]sentUpgrade {
+	m := map[string]sentUpgrade{}
+	b, err := os.ReadFile(filepath.Join(dataDir, gateway.ReleasesDir, upgradesFile))
+	if err == nil {
+		json.Unmarshal(b, &m)
+	}
+	return m
+}
+
+func recordUpgrades(dataDir, version string, cmds []gateway.CommandView) error {
+	if len(cmds) == 0 {
+		return nil
+	}
+	m := readUpgrades(dataDir)
+	for _, c := range cmds {
+		m[c.Node] = sentUpgrade{Command: c.ID, Version: version, Sent: time.Now().UTC()}
+	}
+	b, _ := json.MarshalIndent(m, "", "  ")
+	return atomicfile.Write(filepath.Join(dataDir, gateway.ReleasesDir, upgradesFile), b, 0o600)
+}
+
+// upgradeLine is bcgw status's line for the node's latest bcgw upgrade:
+// the command's state, its progress while it runs, its result when done.
+func upgradeLine(ctx context.Context, c *gateway.AdminClient, dataDir, node string) string {
+	u, ok := readUpgrades(dataDir)[node]
+	if !ok {
+		return ""
+	}
+	cmd, err := c.Command(ctx, u.Command, 0)
+	if err != nil {
+		return fmt.Sprintf("to %s (%s): %v", u.Version, u.Command, err)
+	}
+	switch {
+	case cmd.State != "done" && len(cmd.Progress) > 0:
+		return fmt.Sprintf("to %s (%s): %s, progress %s", u.Version, u.Command, cmd.State, cmd.Progress)
+	case cmd.State != "done":
+		return fmt.Sprintf("to %s (%s): %s", u.Version, u.Command, cmd.State)
+	case cmd.Status == "SUCCEEDED":
+		return fmt.Sprintf("to %s (%s): SUCCEEDED %s", u.Version, u.Command, cmd.Output)
+	}
+	return fmt.Sprintf("to %s (%s): %s %s", u.Version, u.Command, cmd.Status, cmd.Error)
 }
