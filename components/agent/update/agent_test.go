@@ -2,6 +2,14 @@ package update
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -15,6 +23,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/dispatch"
 	"github.com/better-compute/bcd/components/agent/journal"
+	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/release"
 )
 
@@ -33,16 +42,16 @@ func served(t *testing.T, files map[string][]byte) *httptest.Server {
 }
 
 // newAgent is an Agent over a Manager of r's keys, running version.
-func newAgent(t *testing.T, r *releaser, version string) (*Agent, *Manager, *clock) {
-	mgr, c := newManager(t, r)
+func newAgent(t *testing.T, r *aReleaser, version string) (*Agent, *Manager, *aClock) {
+	mgr, c := newAManager(t, r)
 	data := t.TempDir()
 	return &Agent{Installer: mgr, StagingDir: mgr.StagingDir, DataDir: data, Version: version}, mgr, c
 }
 
 // upgradeDoc is release version at seq, its artifact served by srv (at
 // bytes served, which may differ from the release's binary).
-func upgradeDoc(t *testing.T, r *releaser, c *clock, version string, seq uint64, files map[string][]byte, serve []byte, base string) []byte {
-	m, bin := rel(version, seq, c.t.Add(time.Hour))
+func upgradeDoc(t *testing.T, r *aReleaser, c *aClock, version string, seq uint64, files map[string][]byte, serve []byte, base string) []byte {
+	m, bin := aRel(version, seq, c.t.Add(time.Hour))
 	m.Artifacts[0].URL = base + "/bcd-" + version
 	if serve == nil {
 		serve = bin
@@ -56,7 +65,7 @@ func upgradeDoc(t *testing.T, r *releaser, c *clock, version string, seq uint64,
 // Welcome confirms, raising the floor. The old binary's Recover of the
 // same command (a rollback) reports it FAILED.
 func TestKindUpgrades(t *testing.T) {
-	r := newReleaser(t, 3)
+	r := newAReleaser(t, 3)
 	a, mgr, c := newAgent(t, r, "0.1.0")
 	files := map[string][]byte{}
 	srv := served(t, files)
@@ -71,7 +80,7 @@ func TestKindUpgrades(t *testing.T) {
 	if !restarted || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, restarted %v", err, restarted)
 	}
-	if running(t, mgr.Slots) != "bcd 0.2.0" {
+	if aRunning(t, mgr.Slots) != "bcd 0.2.0" {
 		t.Fatal("current does not name the new release")
 	}
 	if len(progress) < 2 || progress[0].Phase != "download" || progress[len(progress)-1].Phase != "swap" {
@@ -110,21 +119,21 @@ func TestKindUpgrades(t *testing.T) {
 // another architecture fail as final with the reason, swap nothing and
 // leave nothing staged nor recorded.
 func TestKindRefusesAsFinal(t *testing.T) {
-	r := newReleaser(t, 3)
+	r := newAReleaser(t, 3)
 	cases := []struct {
 		name string
-		doc  func(a *Agent, c *clock, files map[string][]byte, base string) []byte
+		doc  func(a *Agent, c *aClock, files map[string][]byte, base string) []byte
 		want string
 	}{
-		{"below threshold", func(a *Agent, c *clock, files map[string][]byte, base string) []byte {
-			m, _ := rel("0.2.0", 2, c.t.Add(time.Hour))
+		{"below threshold", func(a *Agent, c *aClock, files map[string][]byte, base string) []byte {
+			m, _ := aRel("0.2.0", 2, c.t.Add(time.Hour))
 			return r.sign(t, m, 1)
 		}, "signed by 1 of the pinned keys"},
-		{"wrong hash", func(a *Agent, c *clock, files map[string][]byte, base string) []byte {
+		{"wrong hash", func(a *Agent, c *aClock, files map[string][]byte, base string) []byte {
 			return upgradeDoc(t, r, c, "0.2.0", 2, files, []byte("bcd 0.6.6"), base)
 		}, "sha256"},
-		{"another architecture", func(a *Agent, c *clock, files map[string][]byte, base string) []byte {
-			m, _ := rel("0.2.0", 2, c.t.Add(time.Hour))
+		{"another architecture", func(a *Agent, c *aClock, files map[string][]byte, base string) []byte {
+			m, _ := aRel("0.2.0", 2, c.t.Add(time.Hour))
 			m.Artifacts[0].Arch = "arm64"
 			return r.sign(t, m, 2)
 		}, "amd64"},
@@ -159,7 +168,7 @@ func TestKindRefusesAsFinal(t *testing.T) {
 // upgrades otherwise, and fails terminally on a final refusal or a
 // release of another version than it asks for.
 func TestSection(t *testing.T) {
-	r := newReleaser(t, 3)
+	r := newAReleaser(t, 3)
 	a, mgr, c := newAgent(t, r, "0.1.0")
 	files := map[string][]byte{}
 	srv := served(t, files)
@@ -187,7 +196,82 @@ func TestSection(t *testing.T) {
 	p, _ = s.Plan(ctx, body)
 	actx, cancel := context.WithCancel(ctx)
 	a.SetRestart(cancel)
-	if err := s.Apply(actx, body, p); !errors.Is(err, context.Canceled) || running(t, mgr.Slots) != "bcd 0.2.0" {
+	if err := s.Apply(actx, body, p); !errors.Is(err, context.Canceled) || aRunning(t, mgr.Slots) != "bcd 0.2.0" {
 		t.Fatalf("Apply = %v", err)
 	}
+}
+
+// The agent tests' own fixtures (the slots' and manager's tests keep
+// theirs): release keys, a Manager over a temporary slots directory at a
+// fixed clock, and a release with one node/amd64 binary.
+
+type aClock struct{ t time.Time }
+
+func (c *aClock) now() time.Time { return c.t }
+
+type aReleaser struct {
+	keys []crypto.Signer
+	pins []string
+}
+
+func newAReleaser(t *testing.T, n int) *aReleaser {
+	r := &aReleaser{}
+	for range n {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spki, _ := x509.MarshalPKIXPublicKey(k.Public())
+		sum := sha256.Sum256(spki)
+		r.keys = append(r.keys, k)
+		r.pins = append(r.pins, pki.PinPrefix+base64.StdEncoding.EncodeToString(sum[:]))
+	}
+	return r
+}
+
+// sign makes a signed document of m with the first n keys.
+func (r *aReleaser) sign(t *testing.T, m release.Manifest, n int) []byte {
+	t.Helper()
+	doc, err := release.Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range r.keys[:n] {
+		if doc, err = release.Sign(doc, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return doc
+}
+
+func newAManager(t *testing.T, r *aReleaser) (*Manager, *aClock) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bcd-installed")
+	os.WriteFile(bin, []byte("bcd 0.1.0"), 0o755)
+	c := &aClock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	return &Manager{
+		Slots: &Slots{Dir: filepath.Join(dir, "slots"), Now: c.now},
+		Pins:  r.pins, Threshold: 2, Role: "node", Arch: "amd64",
+		StagingDir: filepath.Join(dir, "staging"), Owner: os.Getuid(),
+		Adopt: bin, AdoptVersion: "0.1.0", Now: c.now,
+	}, c
+}
+
+// aRel is release version at seq, expiring then, with one node/amd64
+// binary ("bcd VERSION").
+func aRel(version string, seq uint64, expires time.Time) (release.Manifest, []byte) {
+	bin := []byte("bcd " + version)
+	sum := sha256.Sum256(bin)
+	a := release.Artifact{Role: "node", Arch: "amd64", Size: int64(len(bin)), SHA256: hex.EncodeToString(sum[:]), URL: "https://r.example/" + version}
+	return release.Manifest{Type: release.Type, Version: version, Sequence: seq, Expires: expires, Artifacts: []release.Artifact{a}}, bin
+}
+
+// aRunning is the binary current names.
+func aRunning(t *testing.T, s *Slots) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.Dir, Current))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

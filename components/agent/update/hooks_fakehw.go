@@ -16,11 +16,11 @@ func testHooks(s *Slots) {
 		s.Window = d
 	}
 	if at := os.Getenv("BCD_UPDATE_KILL_AT"); at != "" {
-		s.crash = func(point string) {
+		s.SetCrash(func(point string) {
 			if point == at {
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				time.Sleep(time.Minute)
 			}
-		}
+		})
 	}
 }

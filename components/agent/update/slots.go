@@ -397,3 +397,8 @@ func copyHashed(in io.Reader, dst string, size int64, want string) (string, erro
 	atomicfile.SyncDir(filepath.Dir(dst))
 	return sum, nil
 }
+
+// SetCrash sets the function called at each step's named point of
+// Install, Confirm and the swap back (fakehw end-to-end tests kill the
+// process there, BCD_UPDATE_KILL_AT).
+func (s *Slots) SetCrash(f func(point string)) { s.crash = f }
