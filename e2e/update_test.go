@@ -30,13 +30,19 @@ var versioned struct {
 // buildVersion builds bcd-node-VERSION (and bcrelease once) into l.bin.
 func buildVersion(t testing.TB, l *lab, version string) string {
 	t.Helper()
+	return buildRoleVersion(t, l, "node", version)
+}
+
+// buildRoleVersion builds bcd-ROLE-VERSION (fakehw) into l.bin.
+func buildRoleVersion(t testing.TB, l *lab, role, version string) string {
+	t.Helper()
 	versioned.mu.Lock()
 	defer versioned.mu.Unlock()
 	if versioned.done == nil {
 		versioned.done = map[string]error{}
 	}
-	name := "bcd-node-" + version
-	if err, ok := versioned.done[version]; ok {
+	name := "bcd-" + role + "-" + version
+	if err, ok := versioned.done[name]; ok {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,14 +59,14 @@ func buildVersion(t testing.TB, l *lab, version string) string {
 	}
 	cmd := exec.Command("go", "build", "-trimpath", "-tags", "fakehw",
 		"-ldflags", "-X github.com/better-compute/bcd/components/base/buildinfo.Version="+version,
-		"-o", filepath.Join(l.bin, name), "./roles/node")
+		"-o", filepath.Join(l.bin, name), "./roles/"+role)
 	cmd.Dir = ".."
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		err = fmt.Errorf("go build %s: %v\n%s", name, err, out)
 	}
-	versioned.done[version] = err
+	versioned.done[name] = err
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +81,7 @@ var updateSectionRe = regexp.MustCompile(`\n\[update\]\n([^\[\n][^\n]*\n|\n)*`)
 // HTTP server for the release binaries.
 type upd struct {
 	l       *lab
+	role    string
 	g       *gw
 	cfg, id string
 	keys    []string
@@ -86,15 +93,22 @@ type upd struct {
 	node    *proc
 }
 
-func newUpd(t testing.TB, window string) *upd {
+func newUpd(t testing.TB, window string) *upd { return newUpdRole(t, window, "node") }
+
+// newUpdRole is newUpd for a node or a site agent.
+func newUpdRole(t testing.TB, window, role string) *upd {
 	l := newLab(t)
-	u := &upd{l: l, entry: buildVersion(t, l, "1.0.0"), serve: filepath.Join(l.root, "releases")}
+	u := &upd{l: l, role: role, entry: buildRoleVersion(t, l, role, "1.0.0"), serve: filepath.Join(l.root, "releases")}
 	os.MkdirAll(u.serve, 0o755)
 	srv := httptest.NewServer(http.FileServer(http.Dir(u.serve)))
 	t.Cleanup(srv.Close)
 	u.url = srv.URL
 	u.g = l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
-	u.cfg, u.id = l.joinNode(u.g, "n1", l.token(u.g), "node")
+	if role == "site" {
+		u.cfg, u.id = l.joinNode(u.g, "n1", l.token(u.g, "--role", "site", "--site", "s1"), "site")
+	} else {
+		u.cfg, u.id = l.joinNode(u.g, "n1", l.token(u.g), "node")
+	}
 	for i := range 3 {
 		k := filepath.Join(l.root, fmt.Sprintf("release-%d.pem", i))
 		code, out, errOut := l.run("", nil, "bcrelease", "key", "--out", k)
@@ -119,7 +133,7 @@ func newUpd(t testing.TB, window string) *upd {
 
 // start starts the entrypoint (bcd node), as systemd would.
 func (u *upd) start(extraEnv ...string) {
-	u.node = u.l.startEnv(append(append([]string{}, u.env...), extraEnv...), u.entry, "node", "--config", u.cfg)
+	u.node = u.l.startEnv(append(append([]string{}, u.env...), extraEnv...), u.entry, u.role, "--config", u.cfg)
 }
 
 // rel makes release version at seq of bin (a file path) for arch,
@@ -131,7 +145,7 @@ func (u *upd) rel(t testing.TB, version string, seq int, bin, arch, expires stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := "bcd-node-" + version + "-" + arch
+	name := "bcd-" + u.role + "-" + version + "-" + arch
 	if serve == nil {
 		serve = b
 	}
@@ -147,7 +161,7 @@ func (u *upd) relAt(t testing.TB, version string, seq int, bin, arch, expires st
 	out := filepath.Join(u.l.root, "release-"+version+".json")
 	os.Remove(out)
 	code, _, errOut := u.l.run("", nil, "bcrelease", "make", "--version", version, "--sequence", fmt.Sprint(seq), "--expires", expires,
-		"--artifact", "node/"+arch+"="+bin+"@"+url, "--out", out)
+		"--artifact", u.role+"/"+arch+"="+bin+"@"+url, "--out", out)
 	if code != 0 {
 		t.Fatalf("bcrelease make: %s", errOut)
 	}
@@ -441,6 +455,28 @@ func TestSelfUpdateKillAtEachStep(t *testing.T) {
 			u.node.signal(syscall.SIGTERM)
 			u.node.wait(t, 30*time.Second)
 		})
+	}
+}
+
+// TestSelfUpdateSite: a site agent on release 1 takes release 2 through
+// bcgw upgrade, re-executes into it and confirms.
+func TestSelfUpdateSite(t *testing.T) {
+	u := newUpdRole(t, "30s", "site")
+	l := u.l
+	v2 := filepath.Join(l.bin, buildRoleVersion(t, l, "site", "2.0.0"))
+	u.start()
+	u.node.waitLog(t, "session established", 30*time.Second)
+	b2, _ := os.ReadFile(v2)
+	sum := sha256.Sum256(b2)
+	u.relAt(t, "2.0.0", 2, v2, runtime.GOARCH, "1h", 2, "https://"+u.g.addr+"/releases/"+hex.EncodeToString(sum[:]))
+	l.bcgw(u.g, "release", "publish", filepath.Join(l.root, "release-2.0.0.json"), "--artifact", v2)
+	code, out, errOut := l.run("", nil, "bcgw", "upgrade", u.id, "--version", "2.0.0", "--wait", "--data-dir", u.g.dataDir)
+	if code != 0 || !strings.Contains(out, u.id+": SUCCEEDED") {
+		t.Fatalf("bcgw upgrade of the site to 2.0.0: exit %d: %s %s", code, out, errOut)
+	}
+	s := u.waitState(t, "confirmed", func(s updState) bool { return s.Floor == 2 && s.Pending == nil })
+	if s.running() != "2.0.0" {
+		t.Fatalf("after the upgrade: %+v", s)
 	}
 }
 
