@@ -26,6 +26,7 @@ var (
 		"drwxr-xr-x root/root ./lib/systemd/system/",
 		"-rw-r--r-- root/root ./lib/systemd/system/bcd-helper.service",
 		"-rw-r--r-- root/root ./lib/systemd/system/bcd-join.service",
+		"-rw-r--r-- root/root ./lib/systemd/system/bcd-rollback@.service",
 		"-rw-r--r-- root/root ./lib/systemd/system/bcd.service",
 		"drwxr-xr-x root/root ./usr/",
 		"drwxr-xr-x root/root ./usr/bin/",
@@ -55,6 +56,7 @@ var (
 		"drwxr-xr-x root/root ./lib/",
 		"drwxr-xr-x root/root ./lib/systemd/",
 		"drwxr-xr-x root/root ./lib/systemd/system/",
+		"-rw-r--r-- root/root ./lib/systemd/system/bcd-rollback@.service",
 		"-rw-r--r-- root/root ./lib/systemd/system/bcd-site.service",
 		"drwxr-xr-x root/root ./usr/",
 		"drwxr-xr-x root/root ./usr/bin/",
@@ -76,6 +78,7 @@ var (
 		"-rwxr-xr-x root/root /usr/bin/bcd",
 		"-rw-r--r-- root/root /usr/lib/systemd/system/bcd-helper.service",
 		"-rw-r--r-- root/root /usr/lib/systemd/system/bcd-join.service",
+		"-rw-r--r-- root/root /usr/lib/systemd/system/bcd-rollback@.service",
 		"-rw-r--r-- root/root /usr/lib/systemd/system/bcd.service",
 		"-rwxr-xr-x root/root /usr/libexec/bcd/bcd-account",
 		"-rwxr-xr-x root/root /usr/libexec/bcd/bcd-helper",
@@ -85,6 +88,7 @@ var (
 	rpmSite = []string{
 		"drwxr-xr-x root/root /etc/bcd",
 		"-rwxr-xr-x root/root /usr/bin/bcd",
+		"-rw-r--r-- root/root /usr/lib/systemd/system/bcd-rollback@.service",
 		"-rw-r--r-- root/root /usr/lib/systemd/system/bcd-site.service",
 		"-rw-r--r-- root/root /usr/share/man/man1/bcd.1.gz",
 	}
@@ -418,12 +422,14 @@ func TestUnitsVerify(t *testing.T) {
 	bin := filepath.Join(fx.bin1, "amd64")
 	for unit, binary := range map[string]string{
 		"bcd.service": "bcd-node", "bcd-join.service": "bcd-node", "bcd-site.service": "bcd-site", "bcd-helper.service": "bcd-helper",
+		"bcd-rollback@.service": "bcd-node",
 	} {
 		data, err := os.ReadFile(filepath.Join(src, unit))
 		if err != nil {
 			t.Fatal(err)
 		}
 		s := strings.NewReplacer("ExecStart=/usr/bin/bcd ", "ExecStart="+filepath.Join(bin, binary)+" ",
+			"ExecCondition=/usr/bin/bcd ", "ExecCondition="+filepath.Join(bin, binary)+" ",
 			"ExecStart=/usr/libexec/bcd/bcd-helper ", "ExecStart="+filepath.Join(bin, binary)+" ").Replace(string(data))
 		if s == string(data) {
 			t.Fatalf("%s: no ExecStart to point at %s", unit, binary)
@@ -443,6 +449,12 @@ func TestUnitsVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	units, _ := filepath.Glob(filepath.Join(dir, "*.service"))
+	// A template is verified as an instance of it.
+	for i, u := range units {
+		if strings.HasSuffix(u, "@.service") {
+			units[i] = strings.TrimSuffix(u, "@.service") + "@bcd.service.service"
+		}
+	}
 	out, errOut, err := runErr("", "systemd-analyze", append([]string{"verify"}, units...)...)
 	if err != nil || strings.TrimSpace(out+errOut) != "" {
 		t.Errorf("systemd-analyze verify: %v\n%s%s", err, out, errOut)

@@ -76,6 +76,7 @@ func nodeSpec(o *options, arch string) spec {
 			{Dst: "bcd.service", Src: filepath.Join(o.systemd, "bcd.service"), Mode: 0o644, Unit: true},
 			{Dst: "bcd-join.service", Src: filepath.Join(o.systemd, "bcd-join.service"), Mode: 0o644, Unit: true},
 			{Dst: "bcd-helper.service", Src: filepath.Join(o.systemd, "bcd-helper.service"), Mode: 0o644, Unit: true},
+			{Dst: "bcd-rollback@.service", Src: filepath.Join(o.systemd, "bcd-rollback@.service"), Mode: 0o644, Unit: true},
 			{Dst: "/usr/share/bcd/bcd.service.d/10-unprivileged.conf", Src: filepath.Join(o.systemd, "bcd.service.d", "10-unprivileged.conf"), Mode: 0o644},
 			{Dst: "/etc/bcd", Mode: 0o755},
 		},
@@ -111,6 +112,7 @@ func siteSpec(o *options, arch string) spec {
 		Files: []entry{
 			{Dst: "/usr/bin/bcd", Src: filepath.Join(bin, "bcd-site"), Mode: 0o755},
 			{Dst: "bcd-site.service", Src: filepath.Join(o.systemd, "bcd-site.service"), Mode: 0o644, Unit: true},
+			{Dst: "bcd-rollback@.service", Src: filepath.Join(o.systemd, "bcd-rollback@.service"), Mode: 0o644, Unit: true},
 			{Dst: "/etc/bcd", Mode: 0o755},
 		},
 		Scripts: &scriptData{

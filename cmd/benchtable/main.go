@@ -110,6 +110,10 @@ var specs = []spec{
 		reference: "a sleep process, KiB", ref: metric{"BenchmarkIdleNode", "sleep-KiB"}},
 	{figure: "idle bcd node (fakehw) CPU ms/min", value: metric{"BenchmarkIdleNode", "node-cpu-ms/min"},
 		reference: "a sleep process, ms/min", ref: metric{"BenchmarkIdleNode", "sleep-cpu-ms/min"}},
+	{figure: "daemon.upgrade to confirmed, ms", value: metric{"BenchmarkUpgrade", "upgrade-ms"},
+		reference: "a plain restart of the node, ms", ref: metric{"BenchmarkUpgrade", "restart-ms"}},
+	{figure: "release download+verify, MB/s", value: metric{"BenchmarkDownload/verified", "MB/s"},
+		reference: "plain copy of the same file, MB/s", ref: metric{"BenchmarkDownload/plain-copy", "MB/s"}},
 	{figure: "PXE start to joined, s", value: metric{"qemu/pxe-joined", "s"}},
 	{figure: "PXE start to installed OS joined, s", value: metric{"qemu/os-joined", "s"}},
 }

@@ -68,6 +68,12 @@ type Config struct {
 	// node.reboot kind: it asks the host to reboot (through bcd helper
 	// when unprivileged) and waits to be stopped by it.
 	Reboot func(ctx context.Context, reason string) error
+	// Welcomed, when set, runs after each Welcome (self-update confirms
+	// the running release on the first).
+	Welcomed func(ctx context.Context)
+	// Restarter, when set, is given the agent's restart: it stops the
+	// agent and Run returns ErrRestart (self-update after a swap).
+	Restarter func(restart func())
 	// RenewAfter, when set, renews the certificate this soon after start
 	// (BCD_RENEW_AFTER, fakehw builds), then at 60% of each lifetime.
 	RenewAfter time.Duration
@@ -146,7 +152,10 @@ func Run(ctx context.Context, c Config) error {
 	// fakehw reboot asks.
 	sctx, stopS := context.WithCancel(ctx)
 	defer stopS()
-	var rebooting atomic.Bool
+	var rebooting, restarting atomic.Bool
+	if c.Restarter != nil {
+		c.Restarter(func() { restarting.Store(true); stopS() })
+	}
 	trust, err := bundle.Load(cfg.DataDir, cfg.JoinSigningKeyPin)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -229,6 +238,9 @@ func Run(ctx context.Context, c Config) error {
 			}
 		}
 		rep.Welcome(w)
+		if c.Welcomed != nil {
+			c.Welcomed(sctx)
+		}
 	}
 	hello := func(h *bcdv1.Hello) {
 		rep.Hello(h)
@@ -360,6 +372,10 @@ func Run(ctx context.Context, c Config) error {
 	if rebooting.Load() && ctx.Err() == nil {
 		log.Info("rebooting (fakehw): the agent starts again with a new boot id")
 		return ErrRebooted
+	}
+	if restarting.Load() && ctx.Err() == nil {
+		log.Info("restarting into the new release")
+		return ErrRestart
 	}
 	if errors.Is(err, session.ErrRevoked) {
 		log.Error("this node's certificate was revoked")

@@ -19,6 +19,10 @@ import (
 // agent again (bcd node re-executes itself; bcd sim restarts that machine).
 var ErrRebooted = errors.New("agent: rebooting (fakehw)")
 
+// ErrRestart ends Run after a self-update swapped the binary slots: the
+// caller executes the new binary (update.Agent, daemon.upgrade).
+var ErrRestart = errors.New("agent: restarting into the new release")
+
 const rebootFile = "fakehw/reboot.json"
 
 type rebootRecord struct {

@@ -55,6 +55,7 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 			Console: tunnel.Console(tunnel.ConsoleConfig{RootConsole: cfg.Access.RootConsole})},
 	}
 	withHealth(&m, mon)
+	withUpdate(&m, cfg, log)
 	return m, nil
 }
 
@@ -95,6 +96,7 @@ func doctorChecks(cfg *config.Config, path string) []doctor.Check {
 	if cfg != nil {
 		dataDir = cfg.DataDir
 		helper = append(doctor.Helper(cfg.Helper), doctor.TSS(cfg.Helper)...)
+		helper = append(helper, doctor.Update(cfg, update.Entrypoint))
 	}
 	hw, backend := hardware(dataDir)
 	return append(append(doctor.Base(cfg, path), nodekinds.DoctorChecks(hw, backend)...), helper...)

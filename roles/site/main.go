@@ -20,6 +20,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/agentcmd"
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/status"
+	"github.com/better-compute/bcd/components/agent/update"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/base/roles"
@@ -43,6 +44,7 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 		Sections:  []converge.Section{site},
 		BootLease: func() (bool, time.Duration) { return lease.Active(), lease.Left() },
 	}
+	withUpdate(&m, cfg, log)
 	networks, err := bmckinds.ParseNetworks(cfg.Site.BMCNetworks)
 	if err != nil {
 		return m, &agentcmd.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("[site] bmc_networks: %w", err)}
@@ -175,6 +177,12 @@ func main() {
 		agentcmd.Agent("site", "site", "run the site agent", machine),
 		agentcmd.Join(),
 		status.Command(),
-		doctor.Command(func(cfg *config.Config, path string) []doctor.Check { return doctor.Base(cfg, path) }),
+		doctor.Command(func(cfg *config.Config, path string) []doctor.Check {
+			if cfg == nil {
+				return doctor.Base(cfg, path)
+			}
+			return append(doctor.Base(cfg, path), doctor.Update(cfg, update.Entrypoint))
+		}),
+		update.Command(),
 	}, nil)
 }

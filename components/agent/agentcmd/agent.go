@@ -15,6 +15,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/report"
 	"github.com/better-compute/bcd/components/agent/session"
 	"github.com/better-compute/bcd/components/agent/status"
+	"github.com/better-compute/bcd/components/agent/update"
 	"github.com/better-compute/bcd/components/base/buildinfo"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
@@ -48,6 +49,12 @@ type Machine struct {
 	// Reboot, when set, reboots the host for node.reboot (a fakehw node
 	// simulates it instead).
 	Reboot func(ctx context.Context, reason string) error
+	// Update, when set, is self-update (daemon.upgrade, the daemon
+	// section, the confirmation on the first Welcome); UpdateExec is the
+	// slots' current link, which the agent executes at start when it is
+	// another binary (update.Trampoline) and after a swap.
+	Update     *update.Agent
+	UpdateExec string
 }
 
 // ExitError is a machine's refusal to start with the exit code to use.
@@ -87,10 +94,21 @@ func Agent(name, role, summary string, machine func(*config.Config, *slog.Logger
 				return cli.Fail(env, prefix, err)
 			}
 		}
+		if m.Update != nil && m.UpdateExec != "" {
+			if err := update.Trampoline(ctx, m.Update.Installer, m.UpdateExec, log); err != nil {
+				return cli.Fail(env, prefix, err)
+			}
+		}
 		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, Sections: m.Sections,
 			Machine: m.Report, Watch: m.Watch, ReportSections: m.ReportSections, Kicker: m.Kicker,
 			BootLease: m.BootLease, Drivers: m.Drivers, Tunnels: m.Tunnels, Version: buildinfo.Version, Log: log,
 			FakeReboot: buildinfo.FakeHW && role == "node", Reboot: m.Reboot}
+		if m.Update != nil {
+			m.Update.Start(ctx)
+			ac.Kinds = append(ac.Kinds, m.Update.Kind())
+			ac.Sections = append(ac.Sections, m.Update.Section())
+			ac.Welcomed, ac.Restarter = m.Update.Welcomed, m.Update.SetRestart
+		}
 		if v := env.Getenv("BCD_RENEW_AFTER"); v != "" && buildinfo.FakeHW {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
@@ -131,6 +149,8 @@ func Agent(name, role, summary string, machine func(*config.Config, *slog.Logger
 				xerr = syscall.Exec(exe, os.Args, os.Environ())
 			}
 			return cli.Fail(env, prefix, fmt.Errorf("re-exec after a fakehw reboot: %w", xerr))
+		case errors.Is(err, agent.ErrRestart) && m.UpdateExec != "":
+			return cli.Fail(env, prefix, update.Exec(m.UpdateExec))
 		case errors.Is(err, session.ErrRevoked):
 			fmt.Fprintln(env.Stderr, err)
 			return 1

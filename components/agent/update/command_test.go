@@ -31,8 +31,19 @@ func TestCommand(t *testing.T) {
 	if err := s.Init(bin, "0.1.0", 1); err != nil {
 		t.Fatal(err)
 	}
+	if code, _, errOut := run("--pending"); code != 1 || !strings.Contains(errOut, "no upgrade pending") {
+		t.Errorf("--pending with none: %d %s", code, errOut)
+	}
 	upgrade(t, s, "0.2.0", 2)
-	s.Rollback()
+	if code, out, _ := run("--pending"); code != 0 || !strings.Contains(out, "pending: 0.2.0 in bcd-b") {
+		t.Errorf("--pending: %d %s", code, out)
+	}
+	if code, _, errOut := run("--rollback"); code != 0 || !strings.Contains(errOut, "rolled back 0.2.0 and recorded it failed") {
+		t.Errorf("--rollback: %d %s", code, errOut)
+	}
+	if code, _, errOut := run("--rollback"); code != 0 || !strings.Contains(errOut, "nothing rolled back") {
+		t.Errorf("--rollback with none: %d %s", code, errOut)
+	}
 	code, out, _ := run()
 	if code != 0 || !strings.Contains(out, "current bcd-a, release floor 1") || !strings.Contains(out, "bcd-b: 0.2.0 (sequence 2") || !strings.Contains(out, "failed: 0.2.0") {
 		t.Errorf("after a rollback: %d %s", code, out)

@@ -17,6 +17,7 @@
 package selfupdate
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -74,6 +75,9 @@ type Upgrade struct {
 type Slots struct {
 	Dir string
 	Now func() time.Time
+	// Window is how long a new binary has to confirm (ConfirmWindow
+	// when zero; fakehw end-to-end tests shorten it).
+	Window time.Duration
 	// crash, when set, is called at each step's named point (tests kill
 	// the process there).
 	crash func(point string)
@@ -251,7 +255,7 @@ func (s *Slots) Install(src io.Reader, m release.Manifest, a release.Artifact) (
 	if err := s.save(r); err != nil {
 		return Upgrade{}, err
 	}
-	u := Upgrade{From: cur, To: to, Version: m.Version, Sequence: m.Sequence, Deadline: s.now().Add(ConfirmWindow).UTC()}
+	u := Upgrade{From: cur, To: to, Version: m.Version, Sequence: m.Sequence, Deadline: s.now().Add(cmp.Or(s.Window, ConfirmWindow)).UTC()}
 	b, _ := json.MarshalIndent(u, "", "  ")
 	if err := atomicfile.Write(s.path(UpgradeFile), b, 0o644); err != nil {
 		return Upgrade{}, err
@@ -330,16 +334,19 @@ func (s *Slots) undo(up *Upgrade) error {
 	if back, ok := r.Slots[up.From]; ok && back.Sequence < r.Floor {
 		return fmt.Errorf("the slot to go back to (%s, %s) is below the release floor %d", up.From, back.Version, r.Floor)
 	}
-	if err := s.point(up.From); err != nil {
-		return err
-	}
-	s.at("after-point-back")
+	// Recorded failed before current moves back: a kill after the move
+	// leaves current at From, which the next Settle takes as a swap that
+	// never happened, so the record must already say it failed.
 	if !slices.Contains(r.Failed, up.Version) {
 		r.Failed = append(r.Failed, up.Version)
 	}
 	if err := s.save(r); err != nil {
 		return err
 	}
+	if err := s.point(up.From); err != nil {
+		return err
+	}
+	s.at("after-point-back")
 	if err := os.Remove(s.path(UpgradeFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -392,3 +399,8 @@ func copyHashed(in io.Reader, dst string, size int64, want string) (string, erro
 	atomicfile.SyncDir(filepath.Dir(dst))
 	return sum, nil
 }
+
+// SetCrash sets the function called at each step's named point of
+// Install, Confirm and the swap back (fakehw end-to-end tests kill the
+// process there, BCD_UPDATE_KILL_AT).
+func (s *Slots) SetCrash(f func(point string)) { s.crash = f }

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/better-compute/bcd/components/base/atomicfile"
+	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/gateway"
+)
+
+// releaseCmd is `bcgw release`: `publish` stores a signed release and its
+// binaries; anything else is the GPU hold's `bcgw release NODE --alloc`.
+func releaseCmd(ctx context.Context, env *cli.Env, args []string) int {
+	if len(args) > 0 && args[0] == "publish" {
+		return publish(ctx, env, args[1:])
+	}
+	return release(ctx, env, args)
+}
+
+// multiFlag is a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// publish is `bcgw release publish FILE --artifact PATH...`: the signed
+// release document (bcrelease) and the binaries this gateway serves at
+// /releases/<sha256>. It writes into the gateway's data directory, so it
+// runs on the gateway's host.
+func publish(_ context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "release publish")
+	dataDir := fs.String("data-dir", "/var/lib/bcgw", "the gateway's data directory")
+	var arts multiFlag
+	fs.Var(&arts, "artifact", "a built binary of the release, served by this gateway; repeat for each")
+	const usage = "bcgw release publish FILE --artifact PATH..."
+	pos, code, ok := parseInterleaved(fs, env, args, 1, usage)
+	if !ok {
+		return code
+	}
+	doc, err := os.ReadFile(pos[0])
+	if err != nil {
+		return cli.Fail(env, "bcgw release publish", err)
+	}
+	p, err := gateway.PublishRelease(*dataDir, doc, arts)
+	if err != nil {
+		return cli.Fail(env, "bcgw release publish", err)
+	}
+	fmt.Fprintf(env.Stdout, "published release %s (sequence %d): served here %s", p.Version, p.Sequence, strings.Join(p.Served, ", "))
+	if len(p.Elsewhere) > 0 {
+		fmt.Fprintf(env.Stdout, "; fetched from their own URLs %s", strings.Join(p.Elsewhere, ", "))
+	}
+	fmt.Fprintln(env.Stdout)
+	return 0
+}
+
+// upgrade is `bcgw upgrade NODE|--all --version V`: daemon.upgrade with
+// the published release to one node or site agent, or every connected
+// one; --wait follows each until it is done, with its progress.
+func upgrade(ctx context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "upgrade")
+	var a adminFlags
+	a.register(fs)
+	version := fs.String("version", "", "the published release to upgrade to (bcgw release publish)")
+	all := fs.Bool("all", false, "every connected node and site agent")
+	wait := fs.Bool("wait", false, "wait for each result, showing progress")
+	timeout := fs.Duration("timeout", 10*time.Minute, "with --wait, how long to wait")
+	const usage = "bcgw upgrade NODE|--all --version V [--wait]"
+	pos, code, ok := parseInterleaved(fs, env, args, -1, usage)
+	if !ok {
+		return code
+	}
+	if *version == "" || *all == (len(pos) > 0) || len(pos) > 1 {
+		return cli.Usagef(env, "usage: %s", usage)
+	}
+	doc, err := gateway.PublishedRelease(a.dataDir, *version)
+	if err != nil {
+		return cli.Fail(env, "bcgw upgrade", err)
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw upgrade", err)
+	}
+	targets := pos
+	if *all {
+		ns, err := c.Nodes(ctx)
+		if err != nil {
+			return cli.Fail(env, "bcgw upgrade", err)
+		}
+		for _, n := range ns {
+			if n.Connected && !n.Revoked && (n.Role == "node" || n.Role == "site") {
+				targets = append(targets, n.ID)
+			}
+		}
+		slices.Sort(targets)
+	}
+	body, _ := json.Marshal(map[string]json.RawMessage{"release": doc})
+	var cmds []gateway.CommandView
+	failed := 0
+	for _, id := range targets {
+		cmd, err := c.Send(ctx, gateway.CommandRequest{Node: id, Kind: "daemon.upgrade", Body: body, DeadlineSeconds: int(timeout.Seconds())})
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "bcgw upgrade: %s: %v\n", id, err)
+			failed++
+			continue
+		}
+		fmt.Fprintf(env.Stdout, "%s: daemon.upgrade to %s sent as %s\n", id, *version, cmd.ID)
+		cmds = append(cmds, cmd)
+	}
+	if err := recordUpgrades(a.dataDir, *version, cmds); err != nil {
+		fmt.Fprintf(env.Stderr, "bcgw upgrade: recording the commands for bcgw status: %v\n", err)
+	}
+	if *wait {
+		end := time.Now().Add(*timeout)
+		for _, cmd := range cmds {
+			last := ""
+			for cmd.State != "done" && time.Now().Before(end) {
+				if cmd, err = c.Command(ctx, cmd.ID, min(time.Until(end), 2*time.Second)); err != nil {
+					return cli.Fail(env, "bcgw upgrade", err)
+				}
+				if p := string(cmd.Progress); p != "" && p != last {
+					last = p
+					fmt.Fprintf(env.Stderr, "bcgw upgrade: %s: progress %s\n", cmd.Node, p)
+				}
+			}
+			switch {
+			case cmd.State != "done":
+				fmt.Fprintf(env.Stdout, "%s: no result within %s\n", cmd.Node, *timeout)
+				failed++
+			case cmd.Status == "SUCCEEDED":
+				fmt.Fprintf(env.Stdout, "%s: SUCCEEDED %s\n", cmd.Node, cmd.Output)
+			default:
+				fmt.Fprintf(env.Stdout, "%s: %s %s\n", cmd.Node, cmd.Status, cmd.Error)
+				failed++
+			}
+		}
+	}
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+// upgradesFile, in the gateway's releases directory, names each node's
+// latest daemon.upgrade sent by bcgw upgrade, so bcgw status shows its
+// progress.
+const upgradesFile = "upgrades.json"
+
+type sentUpgrade struct {
+	Command string    `json:"command"`
+	Version string    `json:"version"`
+	Sent    time.Time `json:"sent"`
+}
+
+func readUpgrades(dataDir string) map[string]sentUpgrade {
+	m := map[string]sentUpgrade{}
+	b, err := os.ReadFile(filepath.Join(dataDir, gateway.ReleasesDir, upgradesFile))
+	if err == nil {
+		json.Unmarshal(b, &m)
+	}
+	return m
+}
+
+func recordUpgrades(dataDir, version string, cmds []gateway.CommandView) error {
+	if len(cmds) == 0 {
+		return nil
+	}
+	m := readUpgrades(dataDir)
+	for _, c := range cmds {
+		m[c.Node] = sentUpgrade{Command: c.ID, Version: version, Sent: time.Now().UTC()}
+	}
+	b, _ := json.MarshalIndent(m, "", "  ")
+	return atomicfile.Write(filepath.Join(dataDir, gateway.ReleasesDir, upgradesFile), b, 0o600)
+}
+
+// upgradeLine is bcgw status's line for the node's latest bcgw upgrade:
+// the command's state, its progress while it runs, its result when done.
+func upgradeLine(ctx context.Context, c *gateway.AdminClient, dataDir, node string) string {
+	u, ok := readUpgrades(dataDir)[node]
+	if !ok {
+		return ""
+	}
+	cmd, err := c.Command(ctx, u.Command, 0)
+	if err != nil {
+		return fmt.Sprintf("to %s (%s): %v", u.Version, u.Command, err)
+	}
+	switch {
+	case cmd.State != "done" && len(cmd.Progress) > 0:
+		return fmt.Sprintf("to %s (%s): %s, progress %s", u.Version, u.Command, cmd.State, cmd.Progress)
+	case cmd.State != "done":
+		return fmt.Sprintf("to %s (%s): %s", u.Version, u.Command, cmd.State)
+	case cmd.Status == "SUCCEEDED":
+		return fmt.Sprintf("to %s (%s): SUCCEEDED %s", u.Version, u.Command, cmd.Output)
+	}
+	return fmt.Sprintf("to %s (%s): %s %s", u.Version, u.Command, cmd.Status, cmd.Error)
+}
