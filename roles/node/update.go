@@ -31,6 +31,12 @@ func installer(cfg *config.Config) (update.Installer, error) {
 // current binary. Without an installer the node runs without it (and
 // says why).
 func withUpdate(m *agentcmd.Machine, cfg *config.Config, log *slog.Logger) {
+	if cfg.Helper.Socket != "" && len(cfg.Update.ReleasePins) == 0 {
+		// The helper reads the same [update]: without pins it refuses
+		// every update.* operation, so the node does not ask.
+		log.Info("self-update is off: no [update] release_pins", "component", "update")
+		return
+	}
 	inst, err := installer(cfg)
 	if err != nil {
 		log.Error("self-update is off", "component", "update", "err", err)
