@@ -28,10 +28,11 @@ const guestSuite = "bookworm"
 // guestPackages are what debootstrap --variant=minbase adds: systemd as
 // init, udev, D-Bus (systemd-analyze and systemctl talk to the manager
 // over it), Debian's kernel (its initramfs-tools initrd finds the virtio
-// disk), iproute2 and procps for the tests.
+// disk), iproute2 and procps for the tests, and Debian's sshd
+// (openssh-server: the ssh.service the helper's ssh.reload reloads).
 var guestPackages = []string{
 	"systemd", "systemd-sysv", "udev", "dbus", "linux-image-amd64",
-	"iproute2", "kmod", "procps", "zstd",
+	"iproute2", "kmod", "procps", "zstd", "openssh-server",
 }
 
 // The guest's static network: the host side of the namespace is
@@ -146,6 +147,7 @@ func cachedGuest(t *testing.T) guestImage {
 	img := guestImage{disk: filepath.Join(base, "root.img"), kernel: filepath.Join(base, "vmlinuz"), vmlinux: filepath.Join(base, "vmlinux"), initrd: filepath.Join(base, "initrd.img")}
 	if _, err := os.Stat(filepath.Join(base, "ok")); err == nil {
 		t.Logf("guest: image cached in %s", base)
+		touchCache(base)
 		if _, err := os.Stat(img.vmlinux); err != nil {
 			// An image cached before its vmlinux could be extracted.
 			tmp := fmt.Sprintf("%s.%d", img.vmlinux, os.Getpid())
@@ -247,13 +249,30 @@ func cachedGuest(t *testing.T) guestImage {
 	return img
 }
 
-// pruneCache removes cached roots and images other than the ones in use.
+// cacheKeep is how long a cached root or image no run used is kept:
+// branches with another package list or setup share the cache, and each
+// would otherwise remove the other's and rebuild its own at every run.
+const cacheKeep = 3 * 24 * time.Hour
+
+// touchCache marks a cached root or image as used now.
+func touchCache(dir string) {
+	now := time.Now()
+	os.Chtimes(filepath.Join(dir, "ok"), now, now)
+}
+
+// pruneCache removes cached roots and images other than the ones in use
+// that no run used for cacheKeep.
 func pruneCache(cache string, keep ...string) {
 	entries, _ := os.ReadDir(cache)
 	for _, e := range entries {
-		if e.IsDir() && (strings.HasPrefix(e.Name(), "root-") || strings.HasPrefix(e.Name(), "image-") || strings.HasPrefix(e.Name(), guestSuite+"-")) && !slices.Contains(keep, e.Name()) {
-			os.RemoveAll(filepath.Join(cache, e.Name()))
+		if !e.IsDir() || slices.Contains(keep, e.Name()) ||
+			!(strings.HasPrefix(e.Name(), "root-") || strings.HasPrefix(e.Name(), "image-") || strings.HasPrefix(e.Name(), guestSuite+"-")) {
+			continue
 		}
+		if fi, err := os.Stat(filepath.Join(cache, e.Name(), "ok")); err == nil && time.Since(fi.ModTime()) < cacheKeep {
+			continue
+		}
+		os.RemoveAll(filepath.Join(cache, e.Name()))
 	}
 }
 
@@ -264,6 +283,7 @@ func debootstrapRoot(t *testing.T, cache string) string {
 	dir := filepath.Join(cache, rootCacheKey())
 	if _, err := os.Stat(filepath.Join(dir, "ok")); err == nil {
 		t.Logf("guest: debootstrap root cached in %s", dir)
+		touchCache(dir)
 		return filepath.Join(dir, "root")
 	}
 	mirror := debianMirror()

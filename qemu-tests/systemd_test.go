@@ -22,6 +22,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// aptDeadline bounds one apt-get install or purge in the guest.
+const aptDeadline = 10 * time.Minute
+
 // systemdEnv is what the systemd tier's steps share: the guest, the bcgw
 // on the host side of the namespace, the packages.
 type systemdEnv struct {
@@ -35,6 +38,8 @@ type systemdEnv struct {
 	jwk    string // the join encryption key's file
 	nodeID string
 	key    string // sha256 of node.key after the join
+	// The bcd account's uid and gid while the unprivileged install ran.
+	bcdUID, bcdGID string
 }
 
 type wellKnownDoc struct {
@@ -65,9 +70,12 @@ var systemdSteps = []systemdStep{
 	{"hardening as root", stepHardeningRoot, true},
 	{"install.sh --unprivileged", stepUnprivileged, false},
 	{"hardening unprivileged", stepHardeningUnprivileged, true},
+	{"gpu.reset through the helper", stepGPUReset, true},
+	{"ssh.reload of the guest's sshd", stepSSHReload, true},
 	{"GPU hold slices", stepSlices, true},
 	{"a crash-looping unit is failed", stepCrashLoop, true},
 	{"apt purge", stepPurge, false},
+	{"apt install after the purge", stepReinstall, false},
 	{"bcd-site", stepSite, false},
 }
 
@@ -246,7 +254,7 @@ func stepAptInstall(t *testing.T, e *systemdEnv) {
 	if err := e.g.Copy(deb, "/root/"+filepath.Base(deb), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := e.g.Must("cd /root && apt-get install -y --no-install-recommends ./bcd-node_*_amd64.deb 2>&1")
+	out := e.g.MustTimeout("cd /root && apt-get install -y --no-install-recommends ./bcd-node_*_amd64.deb 2>&1", aptDeadline)
 	t.Logf("apt install ./%s:\n%s", filepath.Base(deb), tail(out, 1500))
 	t.Logf("%s", e.g.Must("bcd version"))
 	// Enabled, but nothing started without a configuration.
@@ -505,6 +513,7 @@ func stepUnprivileged(t *testing.T, e *systemdEnv) {
 	if u := strings.TrimSpace(e.g.Must("ps -o user= -p " + e.mainPID(t, "bcd.service"))); u != "bcd" {
 		t.Fatalf("bcd.service runs as %s after install.sh --unprivileged, want bcd", u)
 	}
+	e.bcdUID, e.bcdGID = strings.TrimSpace(e.g.Must("id -u bcd")), strings.TrimSpace(e.g.Must("id -g bcd"))
 	if got := strings.TrimSpace(e.g.Must("systemctl is-enabled bcd-helper.service")); got != "enabled" {
 		t.Errorf("bcd-helper.service is %s, want enabled", got)
 	}
@@ -563,7 +572,7 @@ systemctl daemon-reload && systemctl start bcd-crashloop.service || true`)
 }
 
 func stepPurge(t *testing.T, e *systemdEnv) {
-	out := e.g.Must("apt-get purge -y bcd-node 2>&1")
+	out := e.g.MustTimeout("apt-get purge -y bcd-node 2>&1", aptDeadline)
 	t.Logf("apt purge bcd-node:\n%s", tail(out, 1500))
 	t.Logf("the units' journal around the purge:\n%s", e.g.Must("journalctl --no-pager -o short-monotonic -n 25 -u bcd.service -u bcd-helper.service -u bcd-join.service"))
 	for _, p := range []string{"/usr/bin/bcd", "/usr/libexec/bcd", "/lib/systemd/system/bcd.service", "/lib/systemd/system/bcd-join.service", "/lib/systemd/system/bcd-helper.service",
@@ -579,20 +588,70 @@ func stepPurge(t *testing.T, e *systemdEnv) {
 		t.Errorf("bcd.service LoadState %s after apt purge, want not-found", got)
 	}
 	// What docs/packages.md says stays: the operator's configuration, the
-	// identity, install.sh's drop-in.
-	for _, p := range []string{"/etc/bcd/config.toml", "/etc/bcd/join-encryption.jwk", "/var/lib/bcd/identity.json", "/var/lib/bcd/node.key", "/etc/systemd/system/bcd.service.d/10-unprivileged.conf"} {
+	// identity, install.sh's drop-in; all of it root's, and the bcd
+	// account gone (no uid it had owns anything).
+	kept := []string{"/etc/bcd/config.toml", "/etc/bcd/join-encryption.jwk", "/var/lib/bcd", "/var/lib/bcd/identity.json", "/var/lib/bcd/node.key", "/etc/systemd/system/bcd.service.d/10-unprivileged.conf"}
+	for _, p := range kept {
 		if _, code, _ := e.g.Run("test -e " + p); code != 0 {
 			t.Errorf("%s is gone after apt purge; docs/packages.md says it stays", p)
 		}
 	}
-	// The account stays with the data it owns (docs/packages.md).
-	if acct, _, err := e.g.Run("getent passwd bcd"); err != nil {
-		t.Errorf("the bcd account is gone after apt purge while /var/lib/bcd, which it owns, stays: %v", err)
-	} else if owner := strings.TrimSpace(e.g.Must("stat -c %U /var/lib/bcd/node.key")); owner != "bcd" {
-		t.Errorf("/var/lib/bcd/node.key is owned by %s after apt purge, want bcd (%s)", owner, strings.TrimSpace(acct))
+	listing := e.g.Must("stat -c '%U:%G %a %n' " + strings.Join(kept, " ") + " 2>&1; true")
+	t.Logf("kept after apt purge (owner, mode, path):\n%s", listing)
+	for _, l := range strings.Split(strings.TrimSpace(listing), "\n") {
+		if !strings.HasPrefix(l, "root:root ") {
+			t.Errorf("kept after apt purge, not root's: %s", l)
+		}
+	}
+	if acct, _, err := e.g.Run("getent passwd bcd"); err == nil {
+		t.Errorf("the bcd account is still there after apt purge: %s", strings.TrimSpace(acct))
+	}
+	if grp, _, err := e.g.Run("getent group bcd"); err == nil {
+		t.Errorf("the bcd group is still there after apt purge: %s", strings.TrimSpace(grp))
+	}
+	if e.bcdUID != "" {
+		if out := strings.TrimSpace(e.g.Must("find /etc /var /srv /root /tmp -xdev \\( -uid " + e.bcdUID + " -o -gid " + e.bcdGID + " \\) -print 2>/dev/null; true")); out != "" {
+			t.Errorf("files of the purged bcd account's uid %s or gid %s:\n%s", e.bcdUID, e.bcdGID, out)
+		}
 	}
 	if _, code, _ := e.g.Run("test -e /usr/share/bcd"); code == 0 {
 		t.Error("/usr/share/bcd is still there after apt purge")
+	}
+}
+
+// stepReinstall: apt install after the purge on the host install.sh
+// --unprivileged set up (its drop-in stays): the postinst makes the bcd
+// account again and hands it the data directory and config.toml's group,
+// and bcd.service comes back as bcd with the same identity. Then the
+// node is purged again, for the site.
+func stepReinstall(t *testing.T, e *systemdEnv) {
+	out := e.g.MustTimeout("cd /root && apt-get install -y --no-install-recommends ./bcd-node_*_amd64.deb 2>&1", aptDeadline)
+	t.Logf("apt install after the purge:\n%s", tail(out, 800))
+	if _, _, err := e.g.Run("getent passwd bcd"); err != nil {
+		t.Fatalf("no bcd account after the reinstall on a host set up for the helper: %v", err)
+	}
+	listing := e.g.Must("stat -c '%U:%G %a %n' /etc/bcd/config.toml /var/lib/bcd /var/lib/bcd/identity.json /var/lib/bcd/node.key")
+	t.Logf("after the reinstall (owner, mode, path):\n%s", listing)
+	for _, l := range strings.Split(strings.TrimSpace(listing), "\n") {
+		want := "bcd:bcd "
+		if strings.HasSuffix(l, "config.toml") {
+			want = "root:bcd 640 "
+		}
+		if !strings.HasPrefix(l, want) {
+			t.Errorf("after the reinstall: %s, want %s", l, want)
+		}
+	}
+	e.g.Must("systemctl start bcd.service")
+	e.g.WaitActive("bcd.service", 90*time.Second)
+	if u := strings.TrimSpace(e.g.Must("ps -o user= -p " + e.mainPID(t, "bcd.service"))); u != "bcd" {
+		t.Errorf("bcd.service runs as %s after the reinstall, want bcd", u)
+	}
+	e.sameIdentity(t, "after apt purge and apt install")
+	e.connected(t)
+	e.ping(t)
+	e.g.MustTimeout("apt-get purge -y bcd-node 2>&1", aptDeadline)
+	if _, _, err := e.g.Run("getent passwd bcd"); err == nil {
+		t.Error("the bcd account is still there after the second apt purge")
 	}
 }
 
@@ -605,7 +664,7 @@ func stepSite(t *testing.T, e *systemdEnv) {
 	if err := e.g.Copy(deb, "/root/"+filepath.Base(deb), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e.g.Must("cd /root && apt-get install -y --no-install-recommends ./bcd-site_*_amd64.deb 2>&1")
+	e.g.MustTimeout("cd /root && apt-get install -y --no-install-recommends ./bcd-site_*_amd64.deb 2>&1", aptDeadline)
 	token := strings.TrimSpace(e.bcgw(t, "token", "create", "--role", "site", "--site", "lab", "--uses", "1"))
 	if err := e.g.Put("/root/site-token", []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
