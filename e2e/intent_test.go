@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,10 +118,15 @@ func TestSignedIntent(t *testing.T) {
 			Enforced bool   `json:"enforced"`
 		} `json:"signed_intent"`
 	}
-	code, out, _ := l.run("", nil, "bcd-node", "status", "--config", cfg, "--json")
-	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || !st.SignedIntent.Enforced || st.SignedIntent.Version == 0 {
-		t.Fatalf("bcd status: signed intent %+v (%v)", st.SignedIntent, err)
-	}
+	// Connected is the gateway's view; the node takes the trust bundle
+	// just after its Welcome.
+	eventually(t, "bcd status shows signed intent enforced", func() error {
+		code, out, _ := l.run("", nil, "bcd-node", "status", "--config", cfg, "--json")
+		if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || !st.SignedIntent.Enforced || st.SignedIntent.Version == 0 {
+			return fmt.Errorf("bcd status: signed intent %+v (%v)", st.SignedIntent, err)
+		}
+		return nil
+	})
 
 	// What bcgw signs runs.
 	if code, v := l.runKind(g, id, "fakehw.mark", ""); code != 0 || v.Status != "SUCCEEDED" {
