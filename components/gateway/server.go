@@ -5,7 +5,6 @@ import (
 	"crypto"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/base32"
 	"encoding/json"
@@ -242,7 +241,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	errc := make(chan error, 1+len(adminLns))
-	go func() { errc <- srv.Serve(tls.NewListener(ln, srv.TLSConfig)) }()
+	go func() { errc <- srv.Serve(newHandshakeListener(ln, srv.TLSConfig, handshakeSlots(), s.log)) }()
 	for _, al := range adminLns {
 		go func() { errc <- adminSrv.Serve(al) }()
 	}
