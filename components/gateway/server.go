@@ -46,6 +46,7 @@ type Config struct {
 	MaxSessions  int           // live sessions beyond this are refused busy; 0 = unlimited
 	LeaseTTL     time.Duration // boot lease lifetime without renewal; default 45s
 	Pushback     time.Duration // the retry pushback a busy refusal carries
+	JoinRate     float64       // joins a second admitted (joinlimit.go); 0: DefaultJoinRate, below 0: no limit
 	CertValidity time.Duration // node certificates; default 24h
 	Heartbeat    time.Duration // heartbeat interval asked of agents; default 15s
 	// CommandKey is bcgw's own command-signing key: "" for
@@ -79,6 +80,8 @@ type Server struct {
 	access accessKeys
 	// tunnels are the tunnels waiting for their node (tunnel.go).
 	tunnels tunnelBook
+	// joins limits the rate of Join (joinlimit.go).
+	joins *joinLimiter
 
 	mu       sync.Mutex
 	waiters  map[string][]chan struct{} // command id -> admin calls waiting for its result
@@ -138,6 +141,7 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, cmdKey: ck, hub: newHub(), leases: newLeases(cfg.LeaseTTL), now: time.Now}
+	s.joins = newJoinLimiter(joinRate(cfg.JoinRate), DefaultJoinBurst, time.Now)
 	if err := s.loadTrust(); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -350,6 +354,9 @@ func (s *Server) issue(n store.Node, csr *x509.CertificateRequest) (*x509.Certif
 func (s *Server) Join(ctx context.Context, req *connect.Request[bcdv1.JoinRequest]) (*connect.Response[bcdv1.JoinResponse], error) {
 	m := req.Msg
 	log := s.log.With("rpc", "Join", "role", m.GetRole())
+	if wait := s.joins.take(); wait > 0 {
+		return nil, joinBusy(s.joins.rate, wait)
+	}
 	if m.GetAttestor() == "tpm" {
 		return s.joinTPM(ctx, m)
 	}
