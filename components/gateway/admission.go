@@ -47,9 +47,11 @@ type handshakeListener struct {
 	refusedN func() // counts a connection closed for waiting too long (tests)
 }
 
-// handshakeSlots is how many handshakes run at once: a few per core keep
-// every core busy while each handshake finishes in milliseconds.
-func handshakeSlots() int { return 4 * runtime.GOMAXPROCS(0) }
+// handshakeSlots is how many handshakes run at once. A handshake holds
+// its slot while it waits for the agent's next flight too, so there are
+// more than cores: 32 per core keep the cores busy when agents answer
+// slowly, and are still far from thousands at once.
+func handshakeSlots() int { return 32 * runtime.GOMAXPROCS(0) }
 
 func newHandshakeListener(inner net.Listener, cfg *tls.Config, slots int, log *slog.Logger) *handshakeListener {
 	h := &handshakeListener{inner: inner, cfg: cfg, slots: make(chan struct{}, slots), maxWait: handshakeQueueMax,
