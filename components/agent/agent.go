@@ -76,6 +76,9 @@ type Config struct {
 	TPM renew.TPM
 	// Drivers, when set, lists the hosted bcx drivers for Hello.
 	Drivers func() []*bcdv1.Driver
+	// OnWelcome, when set, is told of every Welcome (bcd sim paces the
+	// start of its machines on the first).
+	OnWelcome func()
 	// Tunnels is what the role's tunnels open (the node's access section's
 	// JWKS, its sshd port, its consoles); without a JWKS every OpenTunnel
 	// is refused.
@@ -229,6 +232,9 @@ func Run(ctx context.Context, c Config) error {
 			}
 		}
 		rep.Welcome(w)
+		if c.OnWelcome != nil {
+			c.OnWelcome()
+		}
 	}
 	hello := func(h *bcdv1.Hello) {
 		rep.Hello(h)

@@ -25,6 +25,14 @@ import (
 // MaxConcurrentJoins bounds the joins bcd sim runs at once.
 const MaxConcurrentJoins = 16
 
+// MaxStarting bounds the machines of one bcd sim process that are started
+// and not yet welcomed by the gateway; a machine not welcomed within
+// StartWait stops counting (it goes on redialing on its own).
+const (
+	MaxStarting = 64
+	StartWait   = 30 * time.Second
+)
+
 // Sim returns `bcd sim` (fakehw builds): --nodes real node agents in one
 // process, each a fake machine with its own data directory, identity and
 // journal under data_dir/sim/<i>.
@@ -143,10 +151,27 @@ func Sim(machine func(dataDir string, seed int64) Machine) cli.Command {
 		var reboots atomic.Int32
 		var wg sync.WaitGroup
 		errc := make(chan error, len(dirs))
+		// At most MaxStarting machines are between their start and their
+		// first Welcome at once (or StartWait each): a real fleet's
+		// machines each have their own CPU for their start and handshake,
+		// these share one process, and all of them dialing at once only
+		// times out their handshakes.
+		starting := make(chan struct{}, MaxStarting)
 		for i, dir := range dirs {
+			select {
+			case starting <- struct{}{}:
+			case <-ctx.Done():
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			var startOnce sync.Once
+			started := func() { startOnce.Do(func() { <-starting }) }
+			time.AfterFunc(StartWait, started)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				defer started()
 				mc := *cfg
 				mc.DataDir = dir
 				mc.SocketPath = filepath.Join(dir, "bcd.sock")
@@ -157,7 +182,7 @@ func Sim(machine func(dataDir string, seed int64) Machine) cli.Command {
 				for {
 					err := agent.Run(ctx, agent.Config{Config: &mc, Role: "node", Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, Version: buildinfo.Version,
 						Sections: m.Sections, Machine: m.Report, Watch: m.Watch,
-						Log: log.With("machine", first+i), FakeReboot: true})
+						Log: log.With("machine", first+i), FakeReboot: true, OnWelcome: started})
 					if errors.Is(err, agent.ErrRebooted) {
 						reboots.Add(1)
 						continue
