@@ -88,7 +88,9 @@ sizes: build image
 # budget, the gateway store on bbolt and PostgreSQL, tunnel throughput
 # through bcgw tunnel --tcp against a direct loopback copy, daemon.upgrade
 # to confirmed against a plain restart of the node and a release's
-# download+verify against a plain copy of the same file, and PXE start to joined (and to the installed OS joined) from the
+# download+verify against a plain copy of the same file, 10,000 bcd sim
+# agents held by one bcgw on PostgreSQL against 1,000 in the same run
+# (BCD_SCALE_NODES; docs/gateway-store.md, Scale), and PXE start to joined (and to the installed OS joined) from the
 # QEMU tier's last run (bin/qemu-tier.json, kept by make test). It ends
 # with one table of them all (cmd/benchtable), also in bin/bench/bench.txt
 # and bin/bench/bench.json; the raw output is in bin/bench/raw.txt, and
@@ -106,6 +108,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench BenchmarkTunnel -benchtime 2x ./e2e/ | tee -a $(BENCH_OUT)/raw.txt | grep -vE '^[[:space:]]*[{]'
 	$(GO) test -run '^$$' -bench BenchmarkDownload -benchtime 5x ./components/agent/update/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok)'
 	$(GO) test -run '^$$' -bench BenchmarkUpgrade -benchtime 1x ./e2e/ | tee -a $(BENCH_OUT)/raw.txt | grep -vE '^[[:space:]]*[{]'
+	$(GO) test -run '^$$' -bench BenchmarkScale -benchtime 1x -timeout 90m ./e2e/ | tee -a $(BENCH_OUT)/raw.txt | grep -vE '^[[:space:]]*[{]'
 	@$(GOBUILD) $(HELPER_GOFLAGS) -o $(BENCH_OUT)/bcd-helper ./roles/helper
 	@$(GO) run ./cmd/benchtable -load-at-start $(BENCH_OUT)/loadavg-start -size bcd-helper=$(BENCH_OUT)/bcd-helper -qemu-log bin/qemu-tier.json \
 		-json $(BENCH_OUT)/bench.json $(BENCH_OUT)/raw.txt | tee $(BENCH_OUT)/bench.txt

@@ -144,3 +144,71 @@ func TestNodeRebootReexecs(t *testing.T) {
 		t.Fatalf("host build sim: exit %d %q", code, errOut)
 	}
 }
+
+// TestSimShards: bcd sim with more machines than --per-process joins
+// them all itself, then runs them in child processes of at most that
+// many (each its own open-file limit); every machine connects once, with
+// its own identity; SIGTERM ends the children and the summary counts a
+// reboot in a child.
+func TestSimShards(t *testing.T) {
+	const n, per = 25, 10
+	l := newLab(t)
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	tok := l.token(g, "--uses", fmt.Sprint(n))
+	cfg := l.simConfig(g, "sim")
+	p := l.startStdin(tok+"\n", nil, "bcd-node", "sim", "--config", cfg, "--nodes", fmt.Sprint(n), "--per-process", fmt.Sprint(per))
+	var nodes []nodeView
+	for end := time.Now().Add(3 * time.Minute); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		nodes = l.nodes(g)
+		c := 0
+		for _, x := range nodes {
+			if x.Connected {
+				c++
+			}
+		}
+		if c == n {
+			break
+		}
+	}
+	ids := map[string]bool{}
+	for _, x := range nodes {
+		if !x.Connected || x.Epoch != 1 {
+			t.Fatalf("node %s: connected %v, epoch %d", x.ID, x.Connected, x.Epoch)
+		}
+		ids[x.ID] = true
+	}
+	if len(ids) != n {
+		t.Fatalf("%d distinct nodes connected, want %d", len(ids), n)
+	}
+	// The shards are children of bcd sim, each with at most per machines.
+	var shards []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil || !strings.Contains(string(b), fmt.Sprintf("\nPPid:\t%d\n", p.cmd.Process.Pid)) {
+			continue
+		}
+		argv, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		shards = append(shards, strings.ReplaceAll(string(argv), "\x00", " "))
+	}
+	if len(shards) != 3 {
+		t.Fatalf("bcd sim has %d child processes, want 3: %q", len(shards), shards)
+	}
+	for _, s := range shards {
+		if !strings.Contains(s, "--shard ") {
+			t.Errorf("child %q is not a shard", s)
+		}
+	}
+	code, out, errOut := l.run("", nil, "bcgw", "run", nodes[0].ID, "node.reboot", "--wait", "--timeout", "60s", "--data-dir", g.dataDir)
+	if code != 0 || !strings.Contains(out, "boot_id_after") {
+		t.Fatalf("node.reboot: exit %d: %s %s", code, out, errOut)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("bcd sim after SIGTERM: exit %d", code)
+	}
+	if !strings.Contains(p.stdout.String(), fmt.Sprintf("bcd sim: %d machines, %d joined this run, 1 reboots", n, n)) {
+		t.Fatalf("summary: %q", p.stdout.String())
+	}
+	l.out.assertAbsent(t, "the join token", tok)
+}

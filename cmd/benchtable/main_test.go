@@ -10,6 +10,7 @@ const sample = `goos: linux
 BenchmarkCommand/c=1-2         	    1810	   1210568 ns/op	       826.1 commands/s	         6.000 fsyncs/command
 BenchmarkCommand/c=16-2        	   10000	    205269 ns/op	      4872 commands/s	         0.7548 fsyncs/command	      5647 raw-fsyncs/s	        8.000 writes/commit
 BenchmarkRawFsync-2            	   12028	    177090 ns/op	      5647 fsyncs/s
+BenchmarkScale-2   	       1	900000000000 ns/op	       150.0 joins/s	      2000 p50-us	      9000 p99-us	        40.00 gw-KiB/session	        45.00 ref-gw-KiB/session	      3000 gw-idle-cpu-ms/min	       400.0 ref-gw-idle-cpu-ms/min	        35.00 pg-rows/s	         3.500 ref-pg-rows/s	        30.00 pg-commits/s	         3.000 ref-pg-commits/s	       200.0 ref-joins/s	      1500 ref-p50-us	      5000 ref-p99-us	     10000 agents
 BenchmarkDeploy/zstd/zstd-dc-dd-2         	       3	1691138478 ns/op	 400.00 MB/s	       798.9 cpu-ms/op
 BenchmarkDeploy/zstd/bcd-2                	       3	1629695528 ns/op	 300.00 MB/s	       789.6 cpu-ms/op
 deploy.image zstd: 165 MB/s (790 ms CPU), not a benchmark line
@@ -42,6 +43,9 @@ func TestRows(t *testing.T) {
 	}
 	if d := find(rows, "deploy.image zstd, MB/s"); d.Ratio == nil || *d.Ratio != 0.75 || d.Verdict != "missed" {
 		t.Errorf("deploy row %+v", d)
+	}
+	if r := find(rows, "scale: PostgreSQL rows written/s at idle, 10,000"); r.Value == nil || *r.Value != 35 || r.RefValue == nil || *r.RefValue != 3.5 || r.Ratio == nil || *r.Ratio != 10 {
+		t.Errorf("scale row %+v", r)
 	}
 	if g := find(rows, "deploy.image gzip, MB/s"); g.Value != nil || g.Verdict != "not measured" {
 		t.Errorf("gzip row %+v", g)

@@ -69,7 +69,8 @@ type Config struct {
 	// when unprivileged) and waits to be stopped by it.
 	Reboot func(ctx context.Context, reason string) error
 	// Welcomed, when set, runs after each Welcome (self-update confirms
-	// the running release on the first).
+	// the running release on the first; bcd sim paces the start of its
+	// machines on it).
 	Welcomed func(ctx context.Context)
 	// Restarter, when set, is given the agent's restart: it stops the
 	// agent and Run returns ErrRestart (self-update after a swap).

@@ -5,7 +5,6 @@ import (
 	"crypto"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/base32"
 	"encoding/json"
@@ -47,6 +46,7 @@ type Config struct {
 	MaxSessions  int           // live sessions beyond this are refused busy; 0 = unlimited
 	LeaseTTL     time.Duration // boot lease lifetime without renewal; default 45s
 	Pushback     time.Duration // the retry pushback a busy refusal carries
+	JoinRate     float64       // joins a second admitted (joinlimit.go); 0: DefaultJoinRate, below 0: no limit
 	CertValidity time.Duration // node certificates; default 24h
 	Heartbeat    time.Duration // heartbeat interval asked of agents; default 15s
 	// CommandKey is bcgw's own command-signing key: "" for
@@ -80,6 +80,8 @@ type Server struct {
 	access accessKeys
 	// tunnels are the tunnels waiting for their node (tunnel.go).
 	tunnels tunnelBook
+	// joins limits the rate of Join (joinlimit.go).
+	joins *joinLimiter
 
 	mu       sync.Mutex
 	waiters  map[string][]chan struct{} // command id -> admin calls waiting for its result
@@ -139,6 +141,7 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, cmdKey: ck, hub: newHub(), leases: newLeases(cfg.LeaseTTL), now: time.Now}
+	s.joins = newJoinLimiter(joinRate(cfg.JoinRate), DefaultJoinBurst, time.Now)
 	if err := s.loadTrust(); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -243,7 +246,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	errc := make(chan error, 1+len(adminLns))
-	go func() { errc <- srv.Serve(tls.NewListener(ln, srv.TLSConfig)) }()
+	go func() { errc <- srv.Serve(newHandshakeListener(ln, srv.TLSConfig, handshakeSlots(), s.log)) }()
 	for _, al := range adminLns {
 		go func() { errc <- adminSrv.Serve(al) }()
 	}
@@ -352,6 +355,9 @@ func (s *Server) issue(n store.Node, csr *x509.CertificateRequest) (*x509.Certif
 func (s *Server) Join(ctx context.Context, req *connect.Request[bcdv1.JoinRequest]) (*connect.Response[bcdv1.JoinResponse], error) {
 	m := req.Msg
 	log := s.log.With("rpc", "Join", "role", m.GetRole())
+	if wait := s.joins.take(); wait > 0 {
+		return nil, joinBusy(s.joins.rate, wait)
+	}
 	if m.GetAttestor() == "tpm" {
 		return s.joinTPM(ctx, m)
 	}

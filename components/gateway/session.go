@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto"
 	"errors"
-	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -41,6 +40,8 @@ type live struct {
 	specReady atomic.Bool
 	// fullGen is the generation of the last full spec sent on this session.
 	fullGen atomic.Uint64
+	// beat is what this session last wrote of its heartbeats (heartbeat.go).
+	beat beatState
 }
 
 func (l *live) close() { l.once.Do(func() { close(l.done) }) }
@@ -267,6 +268,7 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	}); err != nil {
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
 	}
+	l.beat.helloStored(time.Time{}, hello.GetAppliedGeneration(), hello.GetObservedGeneration())
 
 	if err := st.Send(&bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Welcome{Welcome: &bcdv1.Welcome{
 		Epoch: epoch, ServerTimeUnixMs: s.now().UnixMilli(), HeartbeatSeconds: uint32(s.cfg.Heartbeat / time.Second),
@@ -336,26 +338,7 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 		}
 		switch x := f.Frame.(type) {
 		case *bcdv1.AgentFrame_Heartbeat:
-			hb := x.Heartbeat
-			hashes := hb.GetInventoryHashes()
-			if len(hashes) > 0 && !inventoryHashesOK(hashes) {
-				log.Warn("heartbeat inventory hashes refused", "sections", len(hashes))
-				hashes = nil
-			}
-			if _, err := s.store.UpdateNode(l.nodeID, func(n *store.Node) error {
-				now := s.now().UTC()
-				n.LastSeen = now
-				n.AppliedGeneration, n.ObservedGeneration = hb.GetAppliedGeneration(), hb.GetObservedGeneration()
-				if len(hashes) > 0 {
-					n.InventoryHashes, n.InventoryHashesAt = maps.Clone(hashes), now
-				}
-				return nil
-			}); err != nil {
-				log.Warn("heartbeat not stored", "err", err)
-			}
-			if l.role == "site" {
-				s.siteTouch(l.nodeID, l.site)
-			}
+			s.heartbeat(l, x.Heartbeat, log)
 		case *bcdv1.AgentFrame_Ack:
 			for _, id := range x.Ack.GetCommandIds() {
 				if err := s.store.MarkDelivered(l.nodeID, id); err != nil {

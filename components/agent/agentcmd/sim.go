@@ -25,6 +25,14 @@ import (
 // MaxConcurrentJoins bounds the joins bcd sim runs at once.
 const MaxConcurrentJoins = 16
 
+// MaxStarting bounds the machines of one bcd sim process that are started
+// and not yet welcomed by the gateway; a machine not welcomed within
+// StartWait stops counting (it goes on redialing on its own).
+const (
+	MaxStarting = 64
+	StartWait   = 30 * time.Second
+)
+
 // Sim returns `bcd sim` (fakehw builds): --nodes real node agents in one
 // process, each a fake machine with its own data directory, identity and
 // journal under data_dir/sim/<i>.
@@ -36,6 +44,8 @@ func Sim(machine func(dataDir string, seed int64) Machine) cli.Command {
 		path := fs.String("config", config.DefaultPath, "gateway URL, pins and logging; machines live under data_dir/sim/")
 		nodes := fs.Int("nodes", 1, "how many machines")
 		seed := fs.Int64("seed", 1, "the fakehw seed of machine 0; machine i uses seed+i")
+		perProcess := fs.Int("per-process", 0, "machines one process runs; more are run by child processes (0: as many as the open-file limit allows)")
+		shard := fs.String("shard", "", "run only machines FIRST:COUNT, all joined (set by bcd sim for its child processes)")
 		if code, ok := cli.Parse(fs, env, args, tokenHint); !ok {
 			return code
 		}
@@ -53,15 +63,28 @@ func Sim(machine func(dataDir string, seed int64) Machine) cli.Command {
 		if err != nil {
 			return cli.Fail(env, "bcd sim", err)
 		}
-		dirs := make([]string, *nodes)
+		first, count := 0, *nodes
+		if *shard != "" {
+			if first, count, err = parseShard(*shard, *nodes); err != nil {
+				return cli.Usagef(env, "bcd sim: --shard: %v", err)
+			}
+		}
+		if *perProcess < 0 {
+			return cli.Usagef(env, "bcd sim: --per-process must be at least 0")
+		}
+		limit := raiseNoFile()
+		dirs := make([]string, count)
 		var missing []int
 		for i := range dirs {
-			dirs[i] = filepath.Join(cfg.DataDir, "sim", strconv.Itoa(i))
+			dirs[i] = filepath.Join(cfg.DataDir, "sim", strconv.Itoa(first+i))
 			if _, err := identity.Load(dirs[i]); errors.Is(err, identity.ErrNotJoined) {
 				missing = append(missing, i)
 			} else if err != nil {
 				return cli.Fail(env, "bcd sim", fmt.Errorf("machine %d: %w", i, err))
 			}
+		}
+		if *shard != "" && len(missing) > 0 {
+			return cli.Fail(env, "bcd sim", fmt.Errorf("machine %d is not joined (a shard runs joined machines only)", first+missing[0]))
 		}
 		joined := 0
 		if len(missing) > 0 {
@@ -113,36 +136,65 @@ func Sim(machine func(dataDir string, seed int64) Machine) cli.Command {
 				return cli.Fail(env, "bcd sim", firstErr)
 			}
 		}
+		per := *perProcess
+		if per == 0 {
+			per = PerProcess(limit)
+		}
+		if *shard == "" && *nodes > per {
+			reboots, err := runShards(ctx, env, *path, *nodes, *seed, per, log)
+			fmt.Fprintf(env.Stdout, "bcd sim: %d machines, %d joined this run, %d reboots\n", *nodes, joined, reboots)
+			if err != nil {
+				return cli.Fail(env, "bcd sim", err)
+			}
+			return 0
+		}
 		var reboots atomic.Int32
 		var wg sync.WaitGroup
 		errc := make(chan error, len(dirs))
+		// At most MaxStarting machines are between their start and their
+		// first Welcome at once (or StartWait each): a real fleet's
+		// machines each have their own CPU for their start and handshake,
+		// these share one process, and all of them dialing at once only
+		// times out their handshakes.
+		starting := make(chan struct{}, MaxStarting)
 		for i, dir := range dirs {
+			select {
+			case starting <- struct{}{}:
+			case <-ctx.Done():
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			var startOnce sync.Once
+			started := func() { startOnce.Do(func() { <-starting }) }
+			time.AfterFunc(StartWait, started)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				defer started()
 				mc := *cfg
 				mc.DataDir = dir
 				mc.SocketPath = filepath.Join(dir, "bcd.sock")
 				var m Machine
 				if machine != nil {
-					m = machine(dir, *seed+int64(i))
+					m = machine(dir, *seed+int64(first+i))
 				}
 				for {
 					err := agent.Run(ctx, agent.Config{Config: &mc, Role: "node", Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, Version: buildinfo.Version,
 						Sections: m.Sections, Machine: m.Report, Watch: m.Watch,
-						Log: log.With("machine", i), FakeReboot: true})
+						Log: log.With("machine", first+i), FakeReboot: true, Welcomed: func(context.Context) { started() }})
 					if errors.Is(err, agent.ErrRebooted) {
 						reboots.Add(1)
 						continue
 					}
 					if err != nil && !errors.Is(err, session.ErrRevoked) {
-						errc <- fmt.Errorf("machine %d: %w", i, err)
+						errc <- fmt.Errorf("machine %d: %w", first+i, err)
 					}
 					return
 				}
 			}()
 		}
-		log.Info("bcd sim running", "machines", len(dirs), "seed", *seed, "joined", joined)
+		log.Info("bcd sim running", "machines", len(dirs), "first", first, "seed", *seed, "joined", joined, "open_file_limit", limit)
 		wg.Wait()
 		close(errc)
 		fmt.Fprintf(env.Stdout, "bcd sim: %d machines, %d joined this run, %d reboots\n", len(dirs), joined, reboots.Load())

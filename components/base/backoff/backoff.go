@@ -40,6 +40,15 @@ func Pushback(err error) (time.Duration, bool) {
 	return time.Duration(ms) * time.Millisecond, true
 }
 
+// Jitter returns d plus a uniform part of up to half of d: clients told
+// the same pushback at the same moment come back spread out.
+func Jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
 // Sleep waits d or until ctx ends.
 func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

@@ -51,6 +51,9 @@ type Options struct {
 	Now   func() time.Time
 }
 
+// MaxPushbacks bounds the refusals with a pushback one join waits out.
+const MaxPushbacks = 1000
+
 // Retryable reports whether an RPC error is worth another attempt.
 func Retryable(err error) bool {
 	switch connect.CodeOf(err) {
@@ -96,6 +99,10 @@ func Join(ctx context.Context, o Options) (*identity.Agent, error) {
 	sum := sha256.Sum256(csr)
 	req := &bcdv1.JoinRequest{Role: o.Role, Attestor: o.Attestor, Csr: csr, Claims: o.Claims, Assertion: o.Assertion}
 	var resp *connect.Response[bcdv1.JoinResponse]
+	// A refusal with a pushback (the gateway's join limiter, its session
+	// limit) is the gateway saying when to come back, not a failure: it is
+	// not counted as an attempt, up to MaxPushbacks of them.
+	pushbacks := 0
 	for attempt := 0; ; attempt++ {
 		// Sealed anew for each attempt, so its issue time stays fresh
 		// however long the back-off was.
@@ -107,17 +114,26 @@ func Join(ctx context.Context, o Options) (*identity.Agent, error) {
 		if err == nil {
 			break
 		}
-		if !Retryable(err) || attempt+1 >= o.MaxAttempts {
+		wait, pushed := backoff.Pushback(err)
+		if pushed && Retryable(err) && pushbacks < MaxPushbacks {
+			pushbacks++
+			attempt--
+			// Plus up to half again: those refused together come back apart.
+			wait = backoff.Jitter(wait)
+		} else if !Retryable(err) || attempt+1 >= o.MaxAttempts {
 			if connect.CodeOf(err) == connect.CodePermissionDenied || connect.CodeOf(err) == connect.CodeInvalidArgument {
 				return nil, fmt.Errorf("Join refused: %s", connectMessage(err))
 			}
 			return nil, fmt.Errorf("Join: %w", err)
 		}
-		wait, ok := backoff.Pushback(err)
-		if !ok {
+		if !pushed {
 			wait = backoff.Full(attempt, 500*time.Millisecond, 30*time.Second)
 		}
-		o.Log.Warn("join failed; retrying", "attempt", attempt+1, "retry_in", wait.String(), "err", connectMessage(err))
+		if pushed {
+			o.Log.Info("join deferred by the gateway; retrying", "pushbacks", pushbacks, "retry_in", wait.String(), "err", connectMessage(err))
+		} else {
+			o.Log.Warn("join failed; retrying", "attempt", attempt+1, "retry_in", wait.String(), "err", connectMessage(err))
+		}
 		if err := o.Sleep(ctx, wait); err != nil {
 			return nil, err
 		}

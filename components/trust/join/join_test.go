@@ -383,10 +383,45 @@ func TestJoinHonoursPushback(t *testing.T) {
 			if _, err := join.Join(context.Background(), opts(f, sl, t.TempDir())); err != nil {
 				t.Fatal(err)
 			}
-			if len(sl.waits) != 1 || sl.waits[0] != tt.want {
-				t.Fatalf("waits %v, want exactly [%v]", sl.waits, tt.want)
+			// The pushback plus up to half again of jitter.
+			if len(sl.waits) != 1 || sl.waits[0] < tt.want || sl.waits[0] > tt.want*3/2 {
+				t.Fatalf("waits %v, want one in [%v, %v]", sl.waits, tt.want, tt.want*3/2)
 			}
 		})
+	}
+}
+
+// TestJoinPushbacksAreNotAttempts: a join refused with a pushback more
+// often than MaxAttempts still joins (the gateway said when to come back);
+// the waits are spread, not all the pushback itself.
+func TestJoinPushbacksAreNotAttempts(t *testing.T) {
+	var errs []error
+	for range 30 {
+		errs = append(errs, withPushback(connect.CodeResourceExhausted, "1000"))
+	}
+	f := newFake(t, errs...)
+	sl := &sleeps{}
+	o := opts(f, sl, t.TempDir())
+	o.MaxAttempts = 3
+	if _, err := join.Join(context.Background(), o); err != nil {
+		t.Fatalf("30 pushbacks with MaxAttempts 3: %v", err)
+	}
+	distinct := map[time.Duration]bool{}
+	for _, w := range sl.waits {
+		if w < time.Second || w > 1500*time.Millisecond {
+			t.Fatalf("wait %v outside [1s, 1.5s]", w)
+		}
+		distinct[w] = true
+	}
+	if len(sl.waits) != 30 || len(distinct) < 10 {
+		t.Fatalf("%d waits, %d distinct: the pushback is not jittered", len(sl.waits), len(distinct))
+	}
+	// Failures without a pushback still end the join after MaxAttempts.
+	f = newFake(t, unavailable(), unavailable(), unavailable())
+	o = opts(f, &sleeps{}, t.TempDir())
+	o.MaxAttempts = 3
+	if _, err := join.Join(context.Background(), o); err == nil {
+		t.Fatal("three failures with MaxAttempts 3 joined")
 	}
 }
 
