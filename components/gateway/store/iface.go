@@ -93,6 +93,7 @@ const (
 	NoticeCancel  = "cancel"  // Command, delivered to Node, is cancelled (Reason)
 	NoticeSession = "session" // Node's session Epoch started on some gateway
 	NoticeRevoke  = "revoke"  // Node was revoked
+	NoticeSpec    = "spec"    // Node's desired spec changed on a gateway without its session
 )
 
 // Shared is implemented by a store several gateways use at once (the
