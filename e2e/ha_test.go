@@ -99,7 +99,9 @@ func (h *haLab) startGW(i int, extra ...string) *gw {
 
 // front is gateway i as agents see it: its data dir (pins, admin) and
 // HAProxy's address.
-func (h *haLab) front(i int) *gw { return &gw{proc: h.gws[i].proc, dataDir: h.gws[i].dataDir, addr: h.ha} }
+func (h *haLab) front(i int) *gw {
+	return &gw{proc: h.gws[i].proc, dataDir: h.gws[i].dataDir, addr: h.ha}
+}
 
 // holder returns the index of the live gateway holding node's session
 // with at least epoch minEpoch, or -1.
