@@ -66,6 +66,11 @@ soak-ha: deps
 demo: build
 	@./build/demo.sh
 
+# demo-ha: PostgreSQL (a cluster in a temp dir), two bcgw on it, HAProxy in
+# front, three fakehw nodes; Ctrl-C stops all (build/demo-ha.sh).
+demo-ha: build
+	@./build/demo-ha.sh
+
 # packages builds bcd-node, bcd-site (and the ramdisk images when images/out
 # holds them) as .deb and .rpm for amd64 and arm64 into bin/packages/.
 packages: deps
