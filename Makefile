@@ -60,7 +60,7 @@ soak: deps
 # PostgreSQL, commands and spec changes streaming, a gateway killed 100
 # times (e2e/ha_soak_test.go; make test runs a short version).
 soak-ha: deps
-	BCD_HA_AGENTS=$${BCD_HA_AGENTS:-1000} BCD_HA_GATEWAYS=$${BCD_HA_GATEWAYS:-3} BCD_HA_TRIALS=$${BCD_HA_TRIALS:-100} \
+	set -o pipefail; BCD_HA_AGENTS=$${BCD_HA_AGENTS:-1000} BCD_HA_GATEWAYS=$${BCD_HA_GATEWAYS:-3} BCD_HA_TRIALS=$${BCD_HA_TRIALS:-100} \
 		$(GO) test -count=1 -timeout 120m -run '^TestHAFailoverSoak$$' -v ./e2e/ | grep -E '^(ha soak|    ha_soak_test|---|ok|FAIL|PASS)'
 
 demo: build
