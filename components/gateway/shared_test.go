@@ -47,25 +47,8 @@ func copyKeys(t *testing.T, src, dst string) {
 // session on the second, and a newer session of the node on the first
 // ends the one on the second.
 func TestTwoGatewaysShareOneDatabase(t *testing.T) {
-	c, err := pgtest.Start()
-	if errors.Is(err, pgtest.ErrNoPostgres) {
-		testenv.Skip(t, "%v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	url, err := c.NewDatabase(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d1, d2 := filepath.Join(t.TempDir(), "gw1"), filepath.Join(t.TempDir(), "gw2")
-	g1 := startGateway(t, gateway.Config{DataDir: d1, Database: url})
-	copyKeys(t, d1, d2)
-	g2 := startGateway(t, gateway.Config{DataDir: d2, Database: url})
-	for _, g := range []*gw{g1, g2} {
-		waitFor(t, "the notice listener", func() bool { return strings.Contains(g.logs.String(), "listening for the other gateways' notices") })
-	}
+	g1, g2 := twoGateways(t, gateway.Config{})
+	d1 := g1.dir
 
 	a := g1.join(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -170,4 +153,61 @@ func TestTwoGatewaysShareOneDatabase(t *testing.T) {
 	}
 	_ = st1
 	waitFor(t, "the old session to end", func() bool { return !g2.s.Connected(a.NodeID) && g1.s.Connected(a.NodeID) })
+}
+
+// twoGateways starts two gateways on one fresh database of a cluster of
+// their own, the second with the first's keys, both listening for notices.
+func twoGateways(t *testing.T, cfg gateway.Config) (*gw, *gw) {
+	t.Helper()
+	c, err := pgtest.Start()
+	if errors.Is(err, pgtest.ErrNoPostgres) {
+		testenv.Skip(t, "%v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	url, err := c.NewDatabase(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, d2 := filepath.Join(t.TempDir(), "gw1"), filepath.Join(t.TempDir(), "gw2")
+	cfg.Database, cfg.DataDir = url, d1
+	g1 := startGateway(t, cfg)
+	copyKeys(t, d1, d2)
+	cfg.DataDir = d2
+	g2 := startGateway(t, cfg)
+	for _, g := range []*gw{g1, g2} {
+		waitFor(t, "the notice listener", func() bool { return strings.Contains(g.logs.String(), "listening for the other gateways' notices") })
+	}
+	return g1, g2
+}
+
+// A site's boot lease is one row for both gateways: of two site agents,
+// each on another gateway, one holds it; when its session ends, the other
+// gateway hands it to the other agent once it expired.
+func TestSiteLeaseAcrossGateways(t *testing.T) {
+	g1, g2 := twoGateways(t, gateway.Config{LeaseTTL: time.Second})
+	a, b := g1.joinRole(t, "site"), g1.joinRole(t, "site")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	actx, acancel := context.WithCancel(ctx)
+	sta := g1.agentSession(t, actx, a, &bcdv1.Hello{})
+	if l, _ := leaseOf(t, recvDesired(t, sta).GetSpec()); !l.Held {
+		t.Fatal("a does not hold the lease")
+	}
+	stb := g2.agentSession(t, ctx, b, &bcdv1.Hello{})
+	if l, _ := leaseOf(t, recvDesired(t, stb).GetSpec()); l.Held {
+		t.Fatal("b, on the other gateway, holds the lease too")
+	}
+	acancel()
+	_ = sta.CloseRequest()
+	_ = sta.CloseResponse()
+	waitFor(t, "a's session to end", func() bool { return !g1.s.Connected(a.NodeID) })
+	for {
+		ds := recvDesired(t, stb)
+		if l, _ := leaseOf(t, ds.GetSpec()); l.Held {
+			break
+		}
+	}
 }
