@@ -22,7 +22,9 @@ import (
 //     another gateway ends, so a node has one session across the fleet;
 //   - a revocation: the holder tells the agent and ends its session;
 //   - a desired spec changed where the node has no session: the holder
-//     sends it in full.
+//     sends it in full;
+//   - the trust bundle changed: the others load it from the store and
+//     drain their sessions, as the changing gateway does.
 //
 // A notice only says where to look; the store stays the truth. A notice
 // lost (the listener's connection dropped) is made up for by the sweep:
@@ -178,6 +180,8 @@ func (s *Server) onNotice(n store.Notice) {
 		}
 	case store.NoticeRevoke:
 		go s.hub.sendFinal(n.Node, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Revocation{Revocation: &bcdv1.RevocationNotice{Reason: "revoked by an operator"}}})
+	case store.NoticeTrust:
+		go s.reloadTrust()
 	case store.NoticeSpec:
 		l := s.hub.get(n.Node)
 		if l == nil {

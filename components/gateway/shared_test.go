@@ -12,6 +12,7 @@ import (
 	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
+	"github.com/better-compute/bcd/components/trust/pki"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -210,4 +211,38 @@ func TestSiteLeaseAcrossGateways(t *testing.T) {
 			break
 		}
 	}
+}
+
+// A trust root added through one gateway reaches the other: it holds the
+// new bundle (its Welcomes carry it) and drains its sessions to take it; a
+// second change through the other gateway starts from it.
+func TestTrustAcrossGateways(t *testing.T) {
+	g1, g2 := twoGateways(t, gateway.Config{})
+	a := g2.join(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, f, err := openSession(t, ctx, g2.client(t, certOf(a)), a.NodeID)
+	if err != nil || f.GetWelcome().GetTrustBundle().GetVersion() != 1 {
+		t.Fatalf("session on the second gateway: %v %v", f, err)
+	}
+	k1, _ := pki.GenerateKey()
+	ch, err := g1.s.AddTrustRoot(spkiOf(t, k1))
+	if err != nil || ch.Version != 2 {
+		t.Fatalf("add a root on the first gateway: %+v %v", ch, err)
+	}
+	waitFor(t, "the second gateway to hold version 2", func() bool { return g2.s.TrustBundle().GetVersion() == 2 })
+	for {
+		f, err := st.Receive()
+		if err != nil {
+			t.Fatalf("before a Drain: %v", err)
+		}
+		if f.GetDrain() != nil {
+			break
+		}
+	}
+	k2, _ := pki.GenerateKey()
+	if ch, err := g2.s.AddTrustRoot(spkiOf(t, k2)); err != nil || ch.Version != 3 || ch.Roots != 3 {
+		t.Fatalf("add a root on the second gateway: %+v %v", ch, err)
+	}
+	waitFor(t, "the first gateway to hold version 3", func() bool { return g1.s.TrustBundle().GetVersion() == 3 })
 }

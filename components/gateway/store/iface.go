@@ -94,6 +94,7 @@ const (
 	NoticeSession = "session" // Node's session Epoch started on some gateway
 	NoticeRevoke  = "revoke"  // Node was revoked
 	NoticeSpec    = "spec"    // Node's desired spec changed on a gateway without its session
+	NoticeTrust   = "trust"   // the trust bundle changed (the others load it and drain)
 )
 
 // Shared is implemented by a store several gateways use at once (the
