@@ -52,6 +52,9 @@ func TestHAFailoverSoak(t *testing.T) {
 	gws := envInt(t, "BCD_HA_GATEWAYS", 2)
 	trials := envInt(t, "BCD_HA_TRIALS", 3)
 	bound := time.Duration(envInt(t, "BCD_HA_RECONNECT_BOUND", 60)) * time.Second
+	if gws < 2 {
+		t.Fatalf("BCD_HA_GATEWAYS=%d: failover needs at least 2", gws)
+	}
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 2))
 	t.Logf("seed %d", seed)
