@@ -87,9 +87,10 @@ sizes: build image
 	@./build/packages.sh
 
 # bench prints each figure next to its reference measured in the same run:
-# journal commands/s with fsync (1, 4, 16 and 64 commands in flight, with
-# fsyncs per command) against the raw fsync rate of the same kind of
-# directory, bcd sim with 1,000 agents (BCD_SIM_NODES) against one agent
+# journal commands/s with fsync (1, 4, 16, 32 and 64 commands in flight,
+# with fsyncs per command) against the raw fsync rate of the same
+# directory measured within each run, and a bbolt-shaped commit at the
+# disk (two fdatasyncs) against the raw fsync, bcd sim with 1,000 agents (BCD_SIM_NODES) against one agent
 # alone, a signed command through the dispatcher against an unsigned one
 # (and the ES256 verification alone), desired-state reporting's bytes and
 # bcgw CPU with 1,000 sim agents against the same run without reporting,

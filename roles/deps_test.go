@@ -31,6 +31,8 @@ var forbidden = map[string]map[string]string{
 		bcd + "agent":                   "the helper runs no session: it serves the node, it does not talk to the gateway",
 		bcd + "helper/helperclient":     "the helper does not call itself",
 		bcd + "trust/tpm/ekcert":        "EK certificates are verified by bcgw",
+		bcd + "trust/tpm/ek":            "the EK and credential activation are bcd join's, not the helper's",
+		"github.com/google/go-tpm":      "go-tpm's reflection marshalling and sessions cost the helper about 370 kB; components/trust/tpm frames its commands (docs/decisions.md)",
 		bcd + "machine/nodekinds":       "the node's kinds run in the node, not as root",
 		bcd + "boot":                    "the helper boots no machine",
 		bcd + "disk":                    "the helper wipes and writes no disk",

@@ -8,7 +8,7 @@ import (
 
 const sample = `goos: linux
 BenchmarkCommand/c=1-2         	    1810	   1210568 ns/op	       826.1 commands/s	         6.000 fsyncs/command
-BenchmarkCommand/c=16-2        	   10000	    205269 ns/op	      4872 commands/s	         0.7548 fsyncs/command
+BenchmarkCommand/c=16-2        	   10000	    205269 ns/op	      4872 commands/s	         0.7548 fsyncs/command	      5647 raw-fsyncs/s	        8.000 writes/commit
 BenchmarkRawFsync-2            	   12028	    177090 ns/op	      5647 fsyncs/s
 BenchmarkDeploy/zstd/zstd-dc-dd-2         	       3	1691138478 ns/op	 400.00 MB/s	       798.9 cpu-ms/op
 BenchmarkDeploy/zstd/bcd-2                	       3	1629695528 ns/op	 300.00 MB/s	       789.6 cpu-ms/op

@@ -34,6 +34,7 @@ import (
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/tpm"
+	"github.com/better-compute/bcd/components/trust/tpm/ek"
 	"github.com/better-compute/bcd/components/trust/tpm/ekcert"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
@@ -171,7 +172,7 @@ type tpmEnrolment struct {
 // checkEK finds what admits this EK: its enrolment, else an enrolled EK CA
 // that issued its certificate. It answers the enrolment and the EK's pin.
 func (s *Server) checkEK(ekPub, ekCert []byte) (tpmEnrolment, string, error) {
-	key, err := tpm.EKPublicKey(ekPub)
+	key, err := ek.PublicKey(ekPub)
 	if err != nil {
 		return tpmEnrolment{}, "", err
 	}
@@ -284,7 +285,7 @@ func (s *Server) joinTPM(ctx context.Context, m *bcdv1.JoinRequest) (*connect.Re
 	if _, err := rand.Read(secret); err != nil {
 		return nil, connectErr(connect.CodeInternal, "challenge secret: %v", err)
 	}
-	blob, enc, err := tpm.MakeCredential(a.GetEkPublic(), a.GetAkPublic(), secret)
+	blob, enc, err := ek.MakeCredential(a.GetEkPublic(), a.GetAkPublic(), secret)
 	if err != nil {
 		return nil, refuse(connect.CodePermissionDenied, "%v", err)
 	}
@@ -321,7 +322,7 @@ func checkCertification(akPub, keyPub, attest, sig []byte, csr *x509.Certificate
 func (s *Server) admitTPM(m *bcdv1.JoinRequest, csr *x509.CertificateRequest, enr tpmEnrolment, ekPin string, sum [32]byte, log interface {
 	Info(string, ...any)
 }) (*connect.Response[bcdv1.JoinResponse], error) {
-	akName, err := tpm.Name(m.GetTpm().GetAkPublic())
+	akName, err := ek.Name(m.GetTpm().GetAkPublic())
 	if err != nil {
 		return nil, connectErr(connect.CodeInvalidArgument, "AK: %v", err)
 	}
@@ -409,7 +410,7 @@ func parseEKPublic(b []byte) (crypto.PublicKey, error) {
 	if k, err := x509.ParsePKIXPublicKey(b); err == nil {
 		return k, nil
 	}
-	k, err := tpm.EKPublicKey(b)
+	k, err := ek.PublicKey(b)
 	if err != nil {
 		return nil, fmt.Errorf("EK public key is neither a SubjectPublicKeyInfo nor an EK TPMT_PUBLIC: %w", err)
 	}

@@ -104,7 +104,7 @@ func hostSeams() seams {
 		migCaps:   func() (cdispec.MIGCaps, error) { return hostMIGCaps("/proc") },
 		unitRoot:  "/",
 		cgroup:    "/sys/fs/cgroup",
-		openTPM:   openHostTPM(buildinfo.FakeHW),
+		openTPM:   openHostTPM,
 	}
 	e2eSeams(&s)
 	return s

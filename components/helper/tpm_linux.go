@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/buildinfo"
 	"os"
 	"sync"
 
@@ -28,21 +29,32 @@ const fakeSWTPMEnv = "BCD_FAKEHW_SWTPM"
 var errNoTPM = errors.New(wire.NoTPM)
 
 // openHostTPM opens the host's TPM: /dev/tpmrm0, or in a fakehw build the
-// swtpm at $BCD_FAKEHW_SWTPM. It answers errNoTPM when there is none.
-func openHostTPM(fakeHW bool) func() (*tpm.TPM, error) {
-	return func() (*tpm.TPM, error) {
-		if fakeHW {
-			addr := os.Getenv(fakeSWTPMEnv)
-			if addr == "" {
-				return nil, errNoTPM
-			}
-			return tpm.OpenTCP(addr)
-		}
-		if _, err := os.Stat(tpm.DefaultPath); errors.Is(err, os.ErrNotExist) {
-			return nil, errNoTPM
-		}
-		return tpm.Open(tpm.DefaultPath)
+// swtpm at $BCD_FAKEHW_SWTPM (openFakeTPM). buildinfo.FakeHW is a
+// constant, so a host build links no TCP dialling. It answers errNoTPM
+// when there is none.
+func openHostTPM() (*tpm.TPM, error) {
+	if buildinfo.FakeHW {
+		return openFakeTPM()
 	}
+	return openDeviceTPM(tpm.DefaultPath)
+}
+
+// openFakeTPM opens the swtpm at $BCD_FAKEHW_SWTPM (host:port of its TCP
+// command port); without it there is no TPM.
+func openFakeTPM() (*tpm.TPM, error) {
+	addr := os.Getenv(fakeSWTPMEnv)
+	if addr == "" {
+		return nil, errNoTPM
+	}
+	return tpm.OpenTCP(addr)
+}
+
+// openDeviceTPM opens the TPM device at path; a host without it has no TPM.
+func openDeviceTPM(path string) (*tpm.TPM, error) {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, errNoTPM
+	}
+	return tpm.Open(path)
 }
 
 // tpmKeys is the helper's TPM: opened at the first tpm.* operation and

@@ -360,11 +360,11 @@ func TestTPMNodeSideThroughHelper(t *testing.T) {
 // has no TPM without it; a host build has none without /dev/tpmrm0.
 func TestOpenHostTPM(t *testing.T) {
 	t.Setenv(fakeSWTPMEnv, "")
-	if _, err := openHostTPM(true)(); !errors.Is(err, errNoTPM) {
+	if _, err := openFakeTPM(); !errors.Is(err, errNoTPM) {
 		t.Errorf("fakehw without %s: %v, want no TPM", fakeSWTPMEnv, err)
 	}
 	t.Setenv(fakeSWTPMEnv, swtpmtest.Start(t, "").Addr)
-	tp, err := openHostTPM(true)()
+	tp, err := openFakeTPM()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +373,7 @@ func TestOpenHostTPM(t *testing.T) {
 		t.Errorf("the fakehw swtpm: %v", err)
 	}
 	if _, err := os.Stat(tpm.DefaultPath); errors.Is(err, os.ErrNotExist) {
-		if _, err := openHostTPM(false)(); !errors.Is(err, errNoTPM) {
+		if _, err := openDeviceTPM(tpm.DefaultPath); !errors.Is(err, errNoTPM) {
 			t.Errorf("a host without %s: %v, want no TPM", tpm.DefaultPath, err)
 		}
 	}

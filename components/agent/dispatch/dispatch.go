@@ -57,7 +57,11 @@ func DefaultLanes() map[string]int {
 // MaxBody is the largest command body accepted.
 const MaxBody = 1 << 20
 
-// queueDepth bounds each lane's queue; beyond it a command is refused.
+// queueDepth is how many queued commands a lane holds in memory, with
+// their bodies. Beyond it, queued commands wait as ids only (the lane's
+// spill) and are read back from the journal, where Deliver stored them,
+// as the queue drains: a command the journal accepted is never refused for
+// want of room in memory (docs/decisions.md).
 const queueDepth = 1024
 
 // Kind is one command kind a role runs.
@@ -115,12 +119,17 @@ type Config struct {
 	Verify func(*bcdv1.Command) error
 	// Admit, when set, is the last word once every check passed, right
 	// before the command is queued: it records what must be spent once (a
-	// batch leaf). Its error refuses the command as Verify's does; undo
-	// gives back what it spent when the command is not queued after all.
+	// batch leaf). Its error refuses the command as Verify's does. undo
+	// would give back what it spent were the command not queued after all;
+	// every admitted command is queued (a full lane spills), so the
+	// dispatcher does not call it.
 	Admit func(*bcdv1.Command) (undo func(), err error)
 	// Attest, when set, returns the node's signature of a SUCCEEDED
 	// result of kind (nil: none), stored with the result.
 	Attest func(kind string, r *bcdv1.CommandResult) []byte
+
+	// queueDepth replaces the package's queueDepth (tests).
+	queueDepth int
 }
 
 type job struct {
@@ -167,6 +176,10 @@ type lane struct {
 	queue chan *job
 	mu    sync.Mutex
 	busy  int
+	// spill holds, oldest first, the ids of queued commands that found
+	// the queue full; their commands are in the journal. While it is not
+	// empty every new command joins it, so the lane keeps its order.
+	spill []string
 }
 
 // Dispatcher is safe for concurrent use.
@@ -204,6 +217,9 @@ func New(cfg Config) (*Dispatcher, error) {
 	if cfg.AckedTTL == 0 {
 		cfg.AckedTTL = journal.DefaultAckedTTL
 	}
+	if cfg.queueDepth == 0 {
+		cfg.queueDepth = queueDepth
+	}
 	d := &Dispatcher{
 		cfg: cfg, log: cfg.Log.With("component", "dispatch"), kinds: map[string]Kind{}, lanes: map[string]*lane{},
 		notify: make(chan struct{}, 1), pending: map[string]*bcdv1.CommandResult{}, afterAck: map[string]func(string){},
@@ -214,7 +230,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		if n < 1 {
 			return nil, fmt.Errorf("dispatch: lane %s needs at least one worker", name)
 		}
-		d.lanes[name] = &lane{name: name, size: n, queue: make(chan *job, queueDepth)}
+		d.lanes[name] = &lane{name: name, size: n, queue: make(chan *job, cfg.queueDepth)}
 	}
 	for _, k := range cfg.Kinds {
 		if k.Lane == "" {
@@ -304,9 +320,7 @@ func (d *Dispatcher) Recover() error {
 			continue
 		}
 		d.log.Info("command resumed from the journal", "command_id", e.ID, "kind", e.Kind)
-		if !d.enqueue(&c) {
-			d.finish(e.ID, &bcdv1.CommandResult{Status: Refused, Error: "lane queue is full after a restart; send it again later"})
-		}
+		d.enqueue(&c)
 	}
 	return nil
 }
@@ -430,38 +444,90 @@ func (d *Dispatcher) Deliver(c *bcdv1.Command) error {
 	case c.GetNodeId() != d.cfg.NodeID:
 		return refuse(Refused, "command is for another node")
 	}
-	undo := func() {}
 	if d.cfg.Admit != nil {
-		u, err := d.cfg.Admit(c)
-		if err != nil {
+		// A command that passed every check is always queued (enqueue
+		// spills rather than refuses), so what Admit spent stays spent
+		// and its undo is not needed.
+		if _, err := d.cfg.Admit(c); err != nil {
 			return refuse(intentStatus(err), err.Error())
 		}
-		if u != nil {
-			undo = u
-		}
 	}
-	if !d.enqueue(c) {
-		undo()
-		return refuse(Refused, fmt.Sprintf("lane %s queue is full; send it again later", k.Lane))
-	}
+	d.enqueue(c)
 	return nil
 }
 
-func (d *Dispatcher) enqueue(c *bcdv1.Command) bool {
+// enqueue queues an accepted command on its lane: in memory while the
+// queue has room and nothing is spilled, else as an id in the lane's spill.
+func (d *Dispatcher) enqueue(c *bcdv1.Command) {
 	k := d.kinds[c.GetKind()]
 	l := d.lanes[k.Lane]
 	d.mu.Lock()
 	d.running[c.GetId()] = &jobState{kind: k.Name, lane: k.Lane}
 	d.mu.Unlock()
-	select {
-	case l.queue <- &job{id: c.GetId(), cmd: c, kind: k}:
-		return true
-	default:
-		d.mu.Lock()
-		delete(d.running, c.GetId())
-		d.mu.Unlock()
-		return false
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.spill) == 0 {
+		select {
+		case l.queue <- &job{id: c.GetId(), cmd: c, kind: k}:
+			return
+		default:
+		}
 	}
+	if len(l.spill) == 0 {
+		d.log.Warn("lane queue full; queued commands wait in the journal", "lane", l.name, "queue", cap(l.queue))
+	}
+	l.spill = append(l.spill, c.GetId())
+}
+
+// refill moves spilled commands into the lane's queue while it has room,
+// reading each back from the journal.
+func (d *Dispatcher) refill(l *lane) {
+	type bad struct {
+		id  string
+		err error
+	}
+	var bads []bad
+	l.mu.Lock()
+	for len(l.spill) > 0 {
+		id := l.spill[0]
+		c, err := d.load(id)
+		if err != nil {
+			bads = append(bads, bad{id, err})
+			l.spill = l.spill[1:]
+			continue
+		}
+		select {
+		case l.queue <- &job{id: id, cmd: c, kind: d.kinds[c.GetKind()]}:
+			l.spill = l.spill[1:]
+			continue
+		default:
+		}
+		break
+	}
+	l.mu.Unlock()
+	for _, b := range bads {
+		d.log.Error("queued command unreadable in the journal", "command_id", b.id, "err", b.err)
+		_ = d.finish(b.id, &bcdv1.CommandResult{Status: Failed, Error: "journal entry unreadable: " + b.err.Error()})
+	}
+}
+
+// load reads an accepted command back from the journal.
+func (d *Dispatcher) load(id string) (*bcdv1.Command, error) {
+	e, err := d.cfg.Journal.Get(id)
+	if err != nil {
+		return nil, err
+	}
+	if e == nil || e.State != journal.Accepted {
+		return nil, fmt.Errorf("command %s is no longer accepted in the journal", id)
+	}
+	var c bcdv1.Command
+	if err := proto.Unmarshal(e.Command, &c); err != nil {
+		return nil, err
+	}
+	if _, ok := d.kinds[c.GetKind()]; !ok {
+		return nil, fmt.Errorf("command %s is of kind %q, which this agent does not run", id, c.GetKind())
+	}
+	return &c, nil
 }
 
 // Cancel ends a queued or running command; it finishes CANCELLED (a running
@@ -577,6 +643,7 @@ func (d *Dispatcher) worker(ctx context.Context, l *lane) {
 		case <-ctx.Done():
 			return
 		case j := <-l.queue:
+			d.refill(l)
 			l.mu.Lock()
 			l.busy++
 			l.mu.Unlock()

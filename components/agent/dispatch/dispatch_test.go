@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -317,5 +318,64 @@ func TestDecodeBody(t *testing.T) {
 		if err := DecodeBody([]byte(tc.in), &v); (err == nil) != tc.ok {
 			t.Errorf("%q: %v", tc.in, err)
 		}
+	}
+}
+
+// TestFullLaneSpillsToJournal: more commands than a lane's queue holds,
+// delivered while its one worker is busy (a gateway handing over the
+// backlog of an agent that was down), are all accepted, none refused; they
+// run once each, in the order they came, as the queue drains, and the ones
+// past the queue wait as ids read back from the journal.
+func TestFullLaneSpillsToJournal(t *testing.T) {
+	j, _, err := journal.Open(filepath.Join(t.TempDir(), journal.File), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	kinds := []Kind{{Name: "slow", Lane: LaneBulk, Run: func(ctx context.Context, body []byte) (json.RawMessage, error) {
+		<-release
+		mu.Lock()
+		order = append(order, CommandID(ctx))
+		mu.Unlock()
+		return nil, nil
+	}}}
+	const depth, n = 3, 12
+	d, err := New(Config{NodeID: "n1", Journal: j, Kinds: kinds, Lanes: map[string]int{LaneControl: 1, LaneBulk: 1}, queueDepth: depth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = d.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("cmd_%02d", i)
+		ids = append(ids, id)
+		if err := d.Deliver(cmd(id, "slow")); err != nil {
+			t.Fatalf("deliver %s: %v", id, err)
+		}
+	}
+	for _, r := range d.Unacked() {
+		t.Errorf("%s answered %s (%s) while the lane was busy", r.GetCommandId(), r.GetStatus(), r.GetError())
+	}
+	if _, queued := d.Jobs(); len(queued) < n-1-depth {
+		t.Errorf("%d queued jobs listed, want at least %d", len(queued), n-1-depth)
+	}
+	close(release)
+	f := &fixture{t: t, d: d}
+	for _, id := range ids {
+		if r := f.result(id); r.GetStatus() != Succeeded {
+			t.Errorf("%s: %s (%s)", id, r.GetStatus(), r.GetError())
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(order, " ") != strings.Join(ids, " ") {
+		t.Errorf("ran %v, want each once in delivery order %v", order, ids)
 	}
 }

@@ -102,7 +102,12 @@ func (s *Slots) Init(bin, version string, sequence uint64) error {
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		return err
 	}
-	sum, err := copyHashed(bin, s.path(SlotA), -1, "")
+	in, err := os.Open(bin)
+	if err != nil {
+		return fmt.Errorf("adopting %s into %s: %w", bin, SlotA, err)
+	}
+	defer in.Close()
+	sum, err := copyHashed(in, s.path(SlotA), -1, "")
 	if err != nil {
 		return fmt.Errorf("adopting %s into %s: %w", bin, SlotA, err)
 	}
@@ -172,16 +177,20 @@ func other(slot string) string {
 	return SlotA
 }
 
-// Stage writes a release's binary from r into the staging directory,
-// checking its size and SHA-256 while it writes; a short, long or
-// different download leaves nothing staged.
-func (s *Slots) Stage(r io.Reader, a release.Artifact) (string, error) {
-	dir := s.path(StagingDir)
+// StagedName is the file a release's download is written to, in the
+// staging directory (the node's data_dir/staging).
+func StagedName(version string) string { return "bcd-" + version }
+
+// Download writes release version's binary from r into dir as
+// StagedName(version), checking its size and SHA-256 while it writes; a
+// short, long or different download leaves nothing staged.
+func Download(r io.Reader, dir, version string, a release.Artifact) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	part := filepath.Join(dir, a.SHA256+".part")
-	f, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o700)
+	staged := filepath.Join(dir, StagedName(version))
+	part := staged + ".part"
+	f, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return "", err
 	}
@@ -203,20 +212,20 @@ func (s *Slots) Stage(r io.Reader, a release.Artifact) (string, error) {
 	}
 	if err != nil {
 		os.Remove(part)
-		return "", fmt.Errorf("staging %s: %w", a.SHA256, err)
+		return "", fmt.Errorf("downloading release %s: %w", version, err)
 	}
-	staged := filepath.Join(dir, a.SHA256)
 	if err := os.Rename(part, staged); err != nil {
 		return "", err
 	}
 	return staged, nil
 }
 
-// Swap installs a staged binary of release m (artifact a) into the slot
-// that does not run and points current at it, with upgrade.json giving
-// the new binary ConfirmWindow to confirm. A release below the floor, or
-// one recorded failed, is refused; so is a swap while another waits.
-func (s *Slots) Swap(staged string, m release.Manifest, a release.Artifact) (Upgrade, error) {
+// Install copies release m's binary (artifact a) from src into the slot
+// that does not run, hashing what it writes, and points current at it,
+// with upgrade.json giving the new binary ConfirmWindow to confirm. A
+// release below the floor, or one recorded failed, is refused as final;
+// so is an install while another waits for its confirmation.
+func (s *Slots) Install(src io.Reader, m release.Manifest, a release.Artifact) (Upgrade, error) {
 	r, cur, up, err := s.Read()
 	if err != nil {
 		return Upgrade{}, err
@@ -225,13 +234,13 @@ func (s *Slots) Swap(staged string, m release.Manifest, a release.Artifact) (Upg
 	case up != nil:
 		return Upgrade{}, fmt.Errorf("an upgrade to %s waits for its confirmation", up.Version)
 	case m.Sequence < r.Floor:
-		return Upgrade{}, fmt.Errorf("release %s (sequence %d) is below the release floor %d", m.Version, m.Sequence, r.Floor)
+		return Upgrade{}, &release.FinalError{Err: fmt.Errorf("release %s (sequence %d) is below the release floor %d", m.Version, m.Sequence, r.Floor)}
 	case slices.Contains(r.Failed, m.Version):
-		return Upgrade{}, fmt.Errorf("release %s failed before: it is not tried again until bcd update --clear-failed", m.Version)
+		return Upgrade{}, &release.FinalError{Err: fmt.Errorf("release %s failed before: it is not tried again until bcd update --clear-failed", m.Version)}
 	}
 	to := other(cur)
 	s.at("before-copy")
-	sum, err := copyHashed(staged, s.path(to), a.Size, a.SHA256)
+	sum, err := copyHashed(src, s.path(to), a.Size, a.SHA256)
 	if err != nil {
 		return Upgrade{}, fmt.Errorf("installing into %s: %w", to, err)
 	}
@@ -250,7 +259,6 @@ func (s *Slots) Swap(staged string, m release.Manifest, a release.Artifact) (Upg
 		return Upgrade{}, err
 	}
 	s.at("after-point")
-	os.Remove(staged)
 	return u, nil
 }
 
@@ -347,15 +355,10 @@ func (s *Slots) ClearFailed() error {
 	return s.save(r)
 }
 
-// copyHashed copies src to dst through a temporary file renamed into
+// copyHashed copies in to dst through a temporary file renamed into
 // place, hashing what it writes; with size >= 0 and want set, a copy of
 // another size or hash is refused and dst is left as it was.
-func copyHashed(src, dst string, size int64, want string) (string, error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return "", err
-	}
-	defer in.Close()
+func copyHashed(in io.Reader, dst string, size int64, want string) (string, error) {
 	tmp := dst + ".tmp"
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
 	if err != nil {
@@ -363,7 +366,11 @@ func copyHashed(src, dst string, size int64, want string) (string, error) {
 	}
 	defer os.Remove(tmp)
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(out, h), in)
+	limit := int64(1 << 30)
+	if size >= 0 {
+		limit = size + 1
+	}
+	n, err := io.Copy(io.MultiWriter(out, h), io.LimitReader(in, limit))
 	if err == nil {
 		err = out.Sync()
 	}

@@ -49,11 +49,7 @@ func running(t *testing.T, s *Slots) string {
 func upgrade(t *testing.T, s *Slots, version string, seq uint64) (Upgrade, error) {
 	t.Helper()
 	m, a, bin := build(version, seq)
-	staged, err := s.Stage(bytes.NewReader(bin), a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.Swap(staged, m, a)
+	return s.Install(bytes.NewReader(bin), m, a)
 }
 
 func TestUpgradeConfirmRollback(t *testing.T) {
@@ -101,16 +97,34 @@ func TestUpgradeConfirmRollback(t *testing.T) {
 	}
 }
 
-func TestStageRefuses(t *testing.T) {
-	s, _ := newSlots(t)
+func TestDownloadRefuses(t *testing.T) {
+	dir := t.TempDir()
 	_, a, bin := build("0.2.0", 2)
 	for name, body := range map[string][]byte{"short": bin[:3], "long": append(bytes.Clone(bin), 'x'), "other": bytes.Repeat([]byte("y"), len(bin))} {
-		if _, err := s.Stage(bytes.NewReader(body), a); err == nil {
+		if _, err := Download(bytes.NewReader(body), dir, "0.2.0", a); err == nil {
 			t.Errorf("%s: staged", name)
 		}
 	}
-	if ents, _ := os.ReadDir(filepath.Join(s.Dir, StagingDir)); len(ents) != 0 {
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("refused downloads left %d files", len(ents))
+	}
+	if p, err := Download(bytes.NewReader(bin), dir, "0.2.0", a); err != nil || filepath.Base(p) != "bcd-0.2.0" {
+		t.Errorf("Download = %s, %v", p, err)
+	}
+}
+
+// TestInstallRefusesAnotherBinary: bytes that are not the manifest's
+// (of another size or hash) never reach a slot.
+func TestInstallRefusesAnotherBinary(t *testing.T) {
+	s, _ := newSlots(t)
+	m, a, bin := build("0.2.0", 2)
+	for name, body := range map[string][]byte{"short": bin[:3], "long": append(bytes.Clone(bin), 'x'), "other": bytes.Repeat([]byte("y"), len(bin))} {
+		if _, err := s.Install(bytes.NewReader(body), m, a); err == nil {
+			t.Errorf("%s: installed", name)
+		}
+		if running(t, s) != "bcd 0.1.0" {
+			t.Fatalf("%s: current moved", name)
+		}
 	}
 }
 

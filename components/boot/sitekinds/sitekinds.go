@@ -13,8 +13,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -103,6 +105,35 @@ func macResource(b []byte) ([]string, error) {
 	return []string{"boot:" + mac.String()}, nil
 }
 
+// pull is what both prepare kinds start with: the machine's MAC and the
+// images' digests checked, the boot URL configured, and the images
+// pulled into the cache, kept from eviction (with what entries name)
+// while they are pulled.
+func (c Config) pull(ctx context.Context, rawMAC string, images map[string]image) (net.HardwareAddr, error) {
+	mac, err := parseMAC(rawMAC)
+	if err != nil {
+		return nil, err
+	}
+	names := slices.Sorted(maps.Keys(images))
+	digests := make([]string, 0, len(names))
+	for _, name := range names {
+		if !imagecache.ValidDigest(images[name].SHA256) {
+			return nil, fmt.Errorf(`body: "%s.sha256" must be 64 lower-case hex digits`, name)
+		}
+		digests = append(digests, images[name].SHA256)
+	}
+	if c.Config.Boot.URL == "" {
+		return nil, errors.New("[boot] url is not configured: machines could not fetch their script")
+	}
+	c.keep(digests...)
+	for _, name := range names {
+		if err := c.Cache.Pull(ctx, images[name].SHA256, images[name].URL); err != nil {
+			return nil, fmt.Errorf("pull %s: %w", images[name].SHA256, err)
+		}
+	}
+	return mac, nil
+}
+
 // prepareISOBody is boot.prepareISO's body: the machine and the ISO it
 // boots (an installer, a vendor's diagnostics) from the site's cache.
 type prepareISOBody struct {
@@ -119,19 +150,9 @@ func (c Config) prepareISO(ctx context.Context, b []byte) (json.RawMessage, erro
 	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
-	mac, err := parseMAC(body.MAC)
+	mac, err := c.pull(ctx, body.MAC, map[string]image{"iso": body.ISO})
 	if err != nil {
 		return nil, err
-	}
-	if !imagecache.ValidDigest(body.ISO.SHA256) {
-		return nil, errors.New(`body: "iso.sha256" must be 64 lower-case hex digits`)
-	}
-	if c.Config.Boot.URL == "" {
-		return nil, errors.New("[boot] url is not configured: machines could not fetch their script")
-	}
-	c.keep(body.ISO.SHA256)
-	if err := c.Cache.Pull(ctx, body.ISO.SHA256, body.ISO.URL); err != nil {
-		return nil, fmt.Errorf("pull %s: %w", body.ISO.SHA256, err)
 	}
 	if err := c.Entries.Put(bootserver.Entry{MAC: mac.String(), ISO: body.ISO.SHA256, Command: dispatch.CommandID(ctx), Created: time.Now().UTC()}); err != nil {
 		return nil, err
@@ -146,24 +167,9 @@ func (c Config) prepare(ctx context.Context, b []byte) (json.RawMessage, error) 
 	if err := dispatch.DecodeBody(b, &body); err != nil {
 		return nil, err
 	}
-	mac, err := parseMAC(body.MAC)
+	mac, err := c.pull(ctx, body.MAC, map[string]image{"kernel": body.Kernel, "initrd": body.Initrd})
 	if err != nil {
 		return nil, err
-	}
-	for name, im := range map[string]image{"kernel": body.Kernel, "initrd": body.Initrd} {
-		if !imagecache.ValidDigest(im.SHA256) {
-			return nil, fmt.Errorf(`body: "%s.sha256" must be 64 lower-case hex digits`, name)
-		}
-	}
-	if c.Config.Boot.URL == "" {
-		return nil, errors.New("[boot] url is not configured: machines could not fetch their script")
-	}
-	// Keep what entries name, plus these, out of eviction while pulling.
-	c.keep(body.Kernel.SHA256, body.Initrd.SHA256)
-	for _, im := range []image{body.Kernel, body.Initrd} {
-		if err := c.Cache.Pull(ctx, im.SHA256, im.URL); err != nil {
-			return nil, fmt.Errorf("pull %s: %w", im.SHA256, err)
-		}
 	}
 	tok, err := session.CommandSecret(ctx, "discovery-token")
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/join"
 	"github.com/better-compute/bcd/components/trust/pki"
-	"github.com/better-compute/bcd/components/trust/tpm"
+	"github.com/better-compute/bcd/components/trust/tpm/ek"
 	"github.com/better-compute/bcd/components/trust/tpm/nodetpm"
 	"github.com/better-compute/bcd/components/trust/tpm/swtpmtest"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -24,7 +24,7 @@ import (
 )
 
 // tpmGateway plays a gateway's tpm attestor: it challenges with a real
-// credential (tpm.MakeCredential) until it has challenged `rounds` times,
+// credential (ek.MakeCredential) until it has challenged `rounds` times,
 // checks the answer, and then answers a certificate that names the AK
 // unless noAK. failAnswer fails the first answered call as unavailable.
 type tpmGateway struct {
@@ -82,7 +82,7 @@ func (g *tpmGateway) Join(ctx context.Context, req *connect.Request[bcdv1.JoinRe
 		}
 	}
 	g.secret = []byte("challenge secret of 32 bytes....")
-	blob, enc, err := tpm.MakeCredential(a.GetEkPublic(), a.GetAkPublic(), g.secret)
+	blob, enc, err := ek.MakeCredential(a.GetEkPublic(), a.GetAkPublic(), g.secret)
 	if err != nil {
 		return nil, connect.NewError(connect.CodePermissionDenied, err)
 	}

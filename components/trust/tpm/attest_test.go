@@ -102,7 +102,7 @@ func TestParseAttest(t *testing.T) {
 func TestParseECDSASignature(t *testing.T) {
 	good := []byte{0x00, 0x18, 0x00, 0x0b, 0x00, 0x01, 0x05, 0x00, 0x01, 0x07}
 	r, s, err := parseECDSASignature(good)
-	if err != nil || r.Int64() != 5 || s.Int64() != 7 {
+	if err != nil || !bytes.Equal(r, []byte{5}) || !bytes.Equal(s, []byte{7}) {
 		t.Fatalf("parse: %v %v %v", r, s, err)
 	}
 	for _, b := range [][]byte{

@@ -7,9 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/big"
-
-	"github.com/google/go-tpm/tpm2"
 )
 
 // QualifyingDataSize is the size of the qualifying data a certification
@@ -46,17 +43,10 @@ func (t *TPM) Certify(key, ak *Key, qualifyingData [QualifyingDataSize]byte) (at
 	if err != nil {
 		return nil, nil, err
 	}
-	rsp, err := tpm2.Certify{
-		ObjectHandle:   tpm2.AuthHandle{Handle: ks.handle, Name: ks.name, Auth: tpm2.PasswordAuth(nil)},
-		SignHandle:     tpm2.AuthHandle{Handle: as.handle, Name: as.name, Auth: tpm2.PasswordAuth(nil)},
-		QualifyingData: tpm2.TPM2BData{Buffer: qualifyingData[:]},
-		InScheme:       tpm2.TPMTSigScheme{Scheme: tpm2.TPMAlgNull},
-	}.Execute(t.tr)
+	attest, sig, err = t.certify(ks.handle, as.handle, qualifyingData[:])
 	if err != nil {
 		return nil, nil, fmt.Errorf("TPM2_Certify(node key, AK) = %w", err)
 	}
-	attest = append([]byte(nil), rsp.CertifyInfo.Bytes()...)
-	sig = tpm2.Marshal(rsp.Signature)
 	if err := VerifyCertify(ak.obj.public, attest, sig, key.obj.public, qualifyingData); err != nil {
 		return nil, nil, fmt.Errorf("TPM2_Certify(node key, AK) answered a certification that does not verify: %w", err)
 	}
@@ -159,7 +149,7 @@ func VerifyCertify(akPub, attest, sig, keyPub []byte, qualifyingData [Qualifying
 		return fmt.Errorf("verify certification: %w", err)
 	}
 	d := sha256.Sum256(attest)
-	if !ecdsa.Verify(ak, d[:], r, s) {
+	if !ecdsa.VerifyASN1(ak, d[:], ecdsaDER(r, s)) {
 		return errors.New("verify certification: the AK's signature does not match the attestation")
 	}
 	a, err := ParseAttest(attest)
@@ -169,19 +159,15 @@ func VerifyCertify(akPub, attest, sig, keyPub []byte, qualifyingData [Qualifying
 	if !bytes.Equal(a.ExtraData, qualifyingData[:]) {
 		return errors.New("verify certification: the attestation carries other qualifying data")
 	}
-	name, err := Name(keyPub)
-	if err != nil {
-		return fmt.Errorf("verify certification: %w", err)
-	}
-	if !bytes.Equal(a.Name, name) {
+	if !bytes.Equal(a.Name, sha256Name(keyPub)) { // keyPub is a node key: its name algorithm is SHA-256
 		return errors.New("verify certification: the attestation certifies another key")
 	}
 	return nil
 }
 
 // parseECDSASignature parses a TPMT_SIGNATURE that must be ECDSA with
-// SHA-256 and return r and s.
-func parseECDSASignature(b []byte) (r, s *big.Int, err error) {
+// SHA-256 and returns r and s (big-endian, at most 32 bytes each).
+func parseECDSASignature(b []byte) (r, s []byte, err error) {
 	rd := reader{b: b}
 	alg, hash := rd.u16(), rd.u16()
 	rb := rd.tpm2b(32, "signatureR")
@@ -196,7 +182,7 @@ func parseECDSASignature(b []byte) (r, s *big.Int, err error) {
 		return nil, nil, fmt.Errorf("parse TPMT_SIGNATURE: algorithm %#04x with hash %#04x, want ECDSA (%#04x) with SHA-256 (%#04x)",
 			alg, hash, algECDSA, algSHA256)
 	}
-	return new(big.Int).SetBytes(rb), new(big.Int).SetBytes(sb), nil
+	return rb, sb, nil
 }
 
 // reader decodes big-endian TPM structures; the first error sticks and

@@ -6,13 +6,9 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/asn1"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
-
-	"github.com/google/go-tpm/tpm2"
 )
 
 // UniqueSize is the size of the value that names a node key.
@@ -22,58 +18,68 @@ const UniqueSize = 32
 // from any other primary key made under the endorsement hierarchy.
 const akLabel = "bcd attestation key v1"
 
-// eccSigningTemplate is the template both the node key and the AK start
-// from: ECDSA P-256 with SHA-256, fixed to this TPM, generated inside it,
-// used with an empty password and exempt from dictionary-attack lockout
-// (the password is empty, so failures say nothing about guessing).
-func eccSigningTemplate(restricted bool, x []byte) tpm2.TPMTPublic {
-	return tpm2.TPMTPublic{
-		Type:    tpm2.TPMAlgECC,
-		NameAlg: tpm2.TPMAlgSHA256,
-		ObjectAttributes: tpm2.TPMAObject{
-			FixedTPM:            true,
-			FixedParent:         true,
-			SensitiveDataOrigin: true,
-			UserWithAuth:        true,
-			NoDA:                true,
-			Restricted:          restricted,
-			SignEncrypt:         true,
-		},
-		Parameters: tpm2.NewTPMUPublicParms(tpm2.TPMAlgECC, &tpm2.TPMSECCParms{
-			Symmetric: tpm2.TPMTSymDefObject{Algorithm: tpm2.TPMAlgNull},
-			Scheme: tpm2.TPMTECCScheme{
-				Scheme: tpm2.TPMAlgECDSA,
-				Details: tpm2.NewTPMUAsymScheme(tpm2.TPMAlgECDSA,
-					&tpm2.TPMSSigSchemeECDSA{HashAlg: tpm2.TPMAlgSHA256}),
-			},
-			CurveID: tpm2.TPMECCNistP256,
-			KDF:     tpm2.TPMTKDFScheme{Scheme: tpm2.TPMAlgNull},
-		}),
-		Unique: tpm2.NewTPMUPublicID(tpm2.TPMAlgECC, &tpm2.TPMSECCPoint{
-			X: tpm2.TPM2BECCParameter{Buffer: x},
-			Y: tpm2.TPM2BECCParameter{Buffer: nil},
-		}),
-	}
-}
-
-// NodeKeyTemplate is the node-key template for unique: an unrestricted
-// ECDSA P-256 (SHA-256) signing key, created as a primary key under the owner
-// hierarchy with the 32 bytes of unique as unique.ecc.x (unique.ecc.y empty).
-// The TPM derives the same key from the same template for as long as the
-// owner hierarchy is not cleared. Changing this template changes every node
-// key; never do so.
-func NodeKeyTemplate(unique [UniqueSize]byte) tpm2.TPMTPublic {
-	return eccSigningTemplate(false, append([]byte(nil), unique[:]...))
-}
-
-// AKTemplate is the attestation key's template: a restricted ECDSA P-256
-// (SHA-256) signing key, created as a primary key under the endorsement
-// hierarchy with sha256("bcd attestation key v1") as unique.ecc.x. Being
-// restricted, it signs only structures the TPM made itself (TPMS_ATTEST) or
-// digests the TPM hashed and checked do not start with TPM_GENERATED_VALUE.
-func AKTemplate() tpm2.TPMTPublic {
+// akUnique is the AK template's unique.ecc.x: sha256 of akLabel.
+func akUnique() []byte {
 	x := sha256.Sum256([]byte(akLabel))
-	return eccSigningTemplate(true, x[:])
+	return x[:]
+}
+
+// Attributes and algorithms of eccSigningTemplate, as marshalled.
+const (
+	algECC       = 0x0023
+	curveP256    = 0x0003
+	attrFixedTPM = 1 << 1
+	attrFixedPar = 1 << 4
+	attrSensOrig = 1 << 5
+	attrUserAuth = 1 << 6
+	attrNoDA     = 1 << 10
+	attrRestrict = 1 << 16
+	attrSign     = 1 << 18
+)
+
+// NodeKeyTemplate is the node-key template for unique, a marshalled
+// TPMT_PUBLIC: an unrestricted ECDSA P-256 (SHA-256) signing key, fixed to
+// this TPM, generated inside it, used with an empty password and exempt
+// from dictionary-attack lockout, created as a primary key under the owner
+// hierarchy with the 32 bytes of unique as unique.ecc.x (unique.ecc.y
+// empty). The TPM derives the same key from the same template for as long
+// as the owner hierarchy is not cleared. Changing this template changes
+// every node key; never do so.
+func NodeKeyTemplate(unique [UniqueSize]byte) []byte {
+	return eccSigningTemplateBytes(false, unique[:])
+}
+
+// AKTemplate is the attestation key's template, a marshalled TPMT_PUBLIC:
+// a restricted ECDSA P-256 (SHA-256) signing key, otherwise as the node
+// key's, created as a primary key under the endorsement hierarchy with
+// sha256("bcd attestation key v1") as unique.ecc.x. Being restricted, it
+// signs only structures the TPM made itself (TPMS_ATTEST) or digests the
+// TPM hashed and checked do not start with TPM_GENERATED_VALUE.
+func AKTemplate() []byte {
+	return eccSigningTemplateBytes(true, akUnique())
+}
+
+// eccSigningTemplateBytes is the template both the node key and the AK
+// start from, written field by field (TestTemplateBytesMatchGoTPM checks
+// them against go-tpm's marshalling).
+func eccSigningTemplateBytes(restricted bool, x []byte) []byte {
+	attrs := uint32(attrFixedTPM | attrFixedPar | attrSensOrig | attrUserAuth | attrNoDA | attrSign)
+	if restricted {
+		attrs |= attrRestrict
+	}
+	c := command{}
+	c.u16(algECC)
+	c.u16(algSHA256) // nameAlg
+	c.u32(attrs)
+	c.tpm2b(nil)     // authPolicy
+	c.u16(algNull)   // symmetric
+	c.u16(algECDSA)  // scheme
+	c.u16(algSHA256) // scheme's hash
+	c.u16(curveP256)
+	c.u16(algNull) // kdf
+	c.tpm2b(x)     // unique.ecc.x
+	c.tpm2b(nil)   // unique.ecc.y
+	return c.b
 }
 
 // Key is a TPM-held ECDSA P-256 key: a node key (NodeKey) or the AK (AK).
@@ -100,14 +106,14 @@ func NewUnique() ([UniqueSize]byte, error) {
 // (NodeKeyTemplate). The same unique gives the same key every time on the
 // same TPM; the caller records unique (node.key) to use the key again.
 func (t *TPM) NodeKey(unique [UniqueSize]byte) (*Key, error) {
-	return t.key(newObject("node-key template", tpm2.TPMRHOwner, NodeKeyTemplate(unique)), false)
+	return t.key(newObject("node-key template", RHOwner, NodeKeyTemplate(unique)), false)
 }
 
 // AK derives the attestation key under the endorsement hierarchy
 // (AKTemplate). There is one AK per TPM; it changes only when the
 // endorsement seed does, as the EK does.
 func (t *TPM) AK() (*Key, error) {
-	return t.key(newObject("AK template", tpm2.TPMRHEndorsement, AKTemplate()), true)
+	return t.key(newObject("AK template", RHEndorsement, AKTemplate()), true)
 }
 
 func (t *TPM) key(obj *object, ak bool) (*Key, error) {
@@ -123,11 +129,7 @@ func (t *TPM) key(obj *object, ak bool) (*Key, error) {
 		return nil, fmt.Errorf("TPM2_CreatePrimary(%s, %s) answered a public area that is not the template's: %w",
 			hierarchyName(obj.hierarchy), obj.what, err)
 	}
-	name, err := Name(obj.public)
-	if err != nil {
-		return nil, err
-	}
-	return &Key{t: t, obj: obj, pub: pub, name: name, ak: ak}, nil
+	return &Key{t: t, obj: obj, pub: pub, name: sha256Name(obj.public), ak: ak}, nil
 }
 
 // Public returns the key's public half, an *ecdsa.PublicKey on P-256.
@@ -140,6 +142,9 @@ func (k *Key) PublicArea() []byte { return append([]byte(nil), k.obj.public...) 
 
 // Name returns the key's TPM name (TPM2B_NAME contents: nameAlg || digest).
 func (k *Key) Name() []byte { return append([]byte(nil), k.name...) }
+
+// IsAK reports whether the key is the AK.
+func (k *Key) IsAK() bool { return k.ak }
 
 // Release unloads the key from the TPM. The Key stays usable: it is derived
 // again at its next use.
@@ -177,76 +182,49 @@ func (k *Key) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	rsp, err := tpm2.Sign{
-		KeyHandle: tpm2.AuthHandle{Handle: s.handle, Name: s.name, Auth: tpm2.PasswordAuth(nil)},
-		Digest:    tpm2.TPM2BDigest{Buffer: digest[:32]},
-		InScheme:  tpm2.TPMTSigScheme{Scheme: tpm2.TPMAlgNull},
-		Validation: tpm2.TPMTTKHashCheck{
-			Tag:       tpm2.TPMSTHashCheck,
-			Hierarchy: tpm2.TPMRHNull,
-		},
-	}.Execute(t.tr)
+	sig, err := t.sign(s.handle, digest[:32])
 	if err != nil {
 		return nil, fmt.Errorf("TPM2_Sign(node key, %d-byte digest) = %w", len(digest), err)
 	}
-	r, sv, err := ecdsaRS(&rsp.Signature)
+	r, sv, err := parseECDSASignature(sig)
 	if err != nil {
 		return nil, fmt.Errorf("TPM2_Sign(node key) answered %w", err)
 	}
-	if !ecdsa.Verify(k.pub, digest, r, sv) {
+	der := ecdsaDER(r, sv)
+	if !ecdsa.VerifyASN1(k.pub, digest, der) {
 		return nil, errors.New("TPM2_Sign(node key) answered a signature that does not verify against the key")
-	}
-	der, err := asn1.Marshal(struct{ R, S *big.Int }{r, sv})
-	if err != nil {
-		return nil, fmt.Errorf("encode ECDSA signature = %w", err)
 	}
 	return der, nil
 }
 
-// ecdsaRS takes r and s from an ECDSA TPMT_SIGNATURE.
-func ecdsaRS(sig *tpm2.TPMTSignature) (r, s *big.Int, err error) {
-	if sig.SigAlg != tpm2.TPMAlgECDSA {
-		return nil, nil, fmt.Errorf("a signature of algorithm %#x, want ECDSA", uint16(sig.SigAlg))
-	}
-	e, err := sig.Signature.ECDSA()
-	if err != nil {
-		return nil, nil, fmt.Errorf("a malformed ECDSA signature: %w", err)
-	}
-	return new(big.Int).SetBytes(e.SignatureR.Buffer), new(big.Int).SetBytes(e.SignatureS.Buffer), nil
+// ecdsaDER encodes r and s (unsigned, big-endian, at most 32 bytes each:
+// parseECDSASignature's bound) as the ASN.1 DER ECDSA-Sig-Value,
+// SEQUENCE { r INTEGER, s INTEGER }, as crypto/ecdsa's SignASN1 answers
+// (TestECDSADERMatchesASN1 compares it with encoding/asn1, which the helper
+// does not link for these 20 lines). Every length fits in one byte.
+func ecdsaDER(r, s []byte) []byte {
+	ri, si := derInteger(r), derInteger(s)
+	out := append([]byte{0x30, byte(len(ri) + len(si))}, ri...)
+	return append(out, si...)
 }
 
-// Name computes the TPM name of the object whose TPMT_PUBLIC is pub: its
-// nameAlg followed by the nameAlg digest of pub. Only SHA-256 names are
-// accepted.
-func Name(pub []byte) ([]byte, error) {
-	p, err := parsePublic(pub)
-	if err != nil {
-		return nil, err
+// derInteger is a non-negative integer's DER INTEGER: minimal bytes, and
+// a leading zero when the high bit is set.
+func derInteger(b []byte) []byte {
+	for len(b) > 0 && b[0] == 0 {
+		b = b[1:]
 	}
-	if p.NameAlg != tpm2.TPMAlgSHA256 {
-		return nil, fmt.Errorf("public area's name algorithm is %#x, want SHA-256", uint16(p.NameAlg))
+	if len(b) == 0 || b[0]&0x80 != 0 {
+		b = append([]byte{0}, b...)
 	}
-	d := sha256.Sum256(pub)
-	return append([]byte{0x00, 0x0b}, d[:]...), nil
-}
-
-// parsePublic decodes a TPMT_PUBLIC that must re-encode to exactly pub.
-func parsePublic(pub []byte) (*tpm2.TPMTPublic, error) {
-	p, err := tpm2.Unmarshal[tpm2.TPMTPublic](pub)
-	if err != nil {
-		return nil, fmt.Errorf("parse TPMT_PUBLIC = %w", err)
-	}
-	if string(tpm2.Marshal(p)) != string(pub) {
-		return nil, errors.New("parse TPMT_PUBLIC: trailing or non-canonical bytes")
-	}
-	return p, nil
+	return append([]byte{0x02, byte(len(b))}, b...)
 }
 
 // CheckNodeKeyPublic checks that pub (a TPMT_PUBLIC) is a node key: the
 // node-key template in every field but the unique point, which must be on
 // P-256. It returns the public key.
 func CheckNodeKeyPublic(pub []byte) (*ecdsa.PublicKey, error) {
-	ep, err := checkTemplate(pub, NodeKeyTemplate([UniqueSize]byte{}))
+	ep, err := checkTemplate(pub, eccSigningTemplateBytes(false, nil))
 	if err != nil {
 		return nil, fmt.Errorf("not a bcd node key: %w", err)
 	}
@@ -257,34 +235,53 @@ func CheckNodeKeyPublic(pub []byte) (*ecdsa.PublicKey, error) {
 // (restricted, fixed to its TPM, generated inside it, ECDSA P-256 SHA-256) in
 // every field but the unique point. It returns the public key.
 func CheckAKPublic(pub []byte) (*ecdsa.PublicKey, error) {
-	ep, err := checkTemplate(pub, AKTemplate())
+	ep, err := checkTemplate(pub, eccSigningTemplateBytes(true, nil))
 	if err != nil {
 		return nil, fmt.Errorf("not a bcd AK: %w", err)
 	}
 	return ep, nil
 }
 
-func checkTemplate(pub []byte, tmpl tpm2.TPMTPublic) (*ecdsa.PublicKey, error) {
-	p, err := parsePublic(pub)
-	if err != nil {
-		return nil, err
-	}
-	tmpl.Unique = p.Unique
-	if string(tpm2.Marshal(tmpl)) != string(pub) {
+// checkTemplate checks pub against tmpl, a marshalled ECC signing template
+// with an empty unique point: pub must be tmpl in every byte before the
+// unique point, then a point of two 32-byte coordinates on P-256, and
+// nothing after it. This is the check go-tpm's decoder and a re-encoding
+// made before (parse pub, put its unique into the template, marshal, compare
+// bytes), done on the bytes so that bcd helper links no reflection-based
+// TPM marshalling (command.go says why).
+func checkTemplate(pub, tmpl []byte) (*ecdsa.PublicKey, error) {
+	prefix := tmpl[:len(tmpl)-4] // the empty unique point: two 2-byte sizes of 0
+	if len(pub) < len(prefix) || string(pub[:len(prefix)]) != string(prefix) {
 		return nil, errors.New("type, name algorithm, attributes, policy or parameters differ from the template")
 	}
-	pt, err := p.Unique.ECC()
-	if err != nil {
-		return nil, fmt.Errorf("unique point: %w", err)
+	r := reader{b: pub[len(prefix):]}
+	x := r.tpm2b(maxTPM2B, "unique.ecc.x")
+	y := r.tpm2b(maxTPM2B, "unique.ecc.y")
+	if r.err == nil && len(r.b) != 0 {
+		r.fail(fmt.Errorf("%d trailing bytes", len(r.b)))
 	}
-	x, y := pt.X.Buffer, pt.Y.Buffer
+	if r.err != nil {
+		return nil, fmt.Errorf("parse TPMT_PUBLIC: %w", r.err)
+	}
 	if len(x) != 32 || len(y) != 32 {
 		return nil, fmt.Errorf("unique point coordinates are %d and %d bytes, want 32", len(x), len(y))
 	}
+	return ecdsaPublic(x, y)
+}
+
+// ecdsaPublic is the P-256 point (x, y).
+func ecdsaPublic(x, y []byte) (*ecdsa.PublicKey, error) {
 	raw := append(append([]byte{4}, x...), y...)
 	ep, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), raw)
 	if err != nil {
 		return nil, fmt.Errorf("unique point: %w", err)
 	}
 	return ep, nil
+}
+
+// sha256Name is the TPM name of a public area whose name algorithm is
+// SHA-256 (every key checkTemplate accepts): 0x000b and sha256(pub).
+func sha256Name(pub []byte) []byte {
+	d := sha256.Sum256(pub)
+	return append([]byte{0x00, 0x0b}, d[:]...)
 }

@@ -1,14 +1,16 @@
 // Package tpm keeps bcd's node key in the host's TPM 2.0 and proves it there:
 // the node key (an ECDSA P-256 signing key derived again on demand from a
-// fixed template and a 32-byte unique that node.key records), an attestation
-// key (AK) that certifies it with TPM2_Certify, the endorsement key (EK) and
-// its certificate, and credential activation, which shows a verifier that
-// the AK lives in the TPM that holds the EK.
+// fixed template and a 32-byte unique that node.key records) and an
+// attestation key (AK) that certifies it with TPM2_Certify.
 //
-// The TPM side (Open, NodeKey, AK, Certify, EK, ActivateCredential) talks to
-// /dev/tpmrm0 or, in tests, to swtpm. The verifier side (VerifyCertify,
-// ParseAttest, CheckNodeKeyPublic, CheckAKPublic, MakeCredential) is pure Go
-// and never needs a TPM. See docs/tpm.md.
+// The TPM side (Open, NodeKey, AK, Sign, Certify) talks to /dev/tpmrm0 or, in
+// tests, to swtpm, framing its few commands itself (command.go). The
+// verifier side (VerifyCertify, ParseAttest, CheckNodeKeyPublic,
+// CheckAKPublic) is pure Go and never needs a TPM. The package links no
+// go-tpm: bcd helper, which serves the tpm.* operations as root, stays
+// small. The endorsement key, its certificate and credential activation,
+// which need go-tpm's marshalling and sessions, are in
+// components/trust/tpm/ek, on this package's Exec. See docs/tpm.md.
 package tpm
 
 import (
@@ -18,13 +20,10 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/google/go-tpm/tpm2"
-	"github.com/google/go-tpm/tpm2/transport"
-	"github.com/google/go-tpm/tpm2/transport/linuxtpm"
 )
 
 // DefaultPath is the kernel's TPM resource manager, which virtualizes object
@@ -40,21 +39,32 @@ const MaxLoaded = 8
 // safe for concurrent use; commands are sent one at a time.
 type TPM struct {
 	mu     sync.Mutex
-	tr     transport.TPMCloser
+	tr     Transport
 	loaded []*slot // least recently used first
 	closed bool
-
-	ek     *object // chosen on first use, see ekObject
-	ekCert []byte
-	ekIdx  uint32
 }
+
+// Transport carries raw TPM commands and answers their responses; go-tpm's
+// transport.TPMCloser is one.
+type Transport interface {
+	Send(cmd []byte) ([]byte, error)
+	Close() error
+}
+
+// Hierarchies (TPM_RH_*).
+const (
+	RHOwner       = 0x40000001
+	RHNull        = 0x40000007
+	RHEndorsement = 0x4000000b
+	RHPlatform    = 0x4000000c
+)
 
 // object is something the TPM derives again from a hierarchy's seed and a
 // template: every key this package uses is a primary object.
 type object struct {
 	what      string // "node-key template", "AK template", "EK template"
-	hierarchy tpm2.TPMHandle
-	template  tpm2.TPMTPublic
+	hierarchy uint32
+	tb        []byte // the marshalled TPMT_PUBLIC template
 	id        string // hierarchy and marshalled template: the object's identity
 
 	mu     sync.Mutex
@@ -64,28 +74,63 @@ type object struct {
 // slot is a loaded object.
 type slot struct {
 	obj    *object
-	handle tpm2.TPMHandle
-	name   tpm2.TPM2BName
+	handle uint32
+	name   []byte // TPM2B_NAME contents
 }
 
-func newObject(what string, hierarchy tpm2.TPMHandle, template tpm2.TPMTPublic) *object {
-	tb := tpm2.Marshal(template)
+func newObject(what string, hierarchy uint32, tb []byte) *object {
 	id := make([]byte, 4, 4+len(tb))
 	binary.BigEndian.PutUint32(id, uint32(hierarchy))
-	return &object{what: what, hierarchy: hierarchy, template: template, id: string(append(id, tb...))}
+	return &object{what: what, hierarchy: hierarchy, tb: tb, id: string(append(id, tb...))}
 }
 
 // Open opens the TPM device at path (DefaultPath on a host).
 func Open(path string) (*TPM, error) {
-	tr, err := linuxtpm.Open(path)
+	tr, err := openDevice(path)
 	if err != nil {
 		return nil, fmt.Errorf("open TPM %s = %w", path, err)
 	}
 	return OpenTransport(tr), nil
 }
 
+// openDevice opens a TPM character device: each command is one write and
+// its response one read.
+func openDevice(path string) (Transport, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Mode()&os.ModeDevice == 0 {
+		return nil, fmt.Errorf("%s is not a device (%s)", path, fi.Mode())
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &deviceTransport{f: f}, nil
+}
+
+// deviceTransport is a TPM character device (/dev/tpmrm0).
+type deviceTransport struct {
+	f *os.File
+}
+
+func (d *deviceTransport) Send(cmd []byte) ([]byte, error) {
+	if _, err := d.f.Write(cmd); err != nil {
+		return nil, fmt.Errorf("write TPM command = %w", err)
+	}
+	rsp := make([]byte, maxResponse)
+	n, err := d.f.Read(rsp)
+	if err != nil {
+		return nil, fmt.Errorf("read TPM response = %w", err)
+	}
+	return rsp[:n], nil
+}
+
+func (d *deviceTransport) Close() error { return d.f.Close() }
+
 // OpenTransport uses an already open TPM transport; Close closes it.
-func OpenTransport(tr transport.TPMCloser) *TPM {
+func OpenTransport(tr Transport) *TPM {
 	return &TPM{tr: tr}
 }
 
@@ -159,19 +204,16 @@ func (t *TPM) loadLocked(obj *object) (*slot, error) {
 			return nil, err
 		}
 	}
-	var rsp *tpm2.CreatePrimaryResponse
+	var rsp *createPrimaryRsp
 	for {
 		var err error
-		rsp, err = tpm2.CreatePrimary{
-			PrimaryHandle: tpm2.AuthHandle{Handle: obj.hierarchy, Auth: tpm2.PasswordAuth(nil)},
-			InPublic:      tpm2.New2B(obj.template),
-		}.Execute(t.tr)
+		rsp, err = t.createPrimary(obj.hierarchy, obj.tb)
 		if err == nil {
 			break
 		}
 		// A TPM without a resource manager (swtpm, /dev/tpm0) has only a
 		// few object slots: give one back and try again.
-		if errors.Is(err, tpm2.TPMRCObjectMemory) && len(t.loaded) > 0 {
+		if errors.Is(err, errObjectMemory) && len(t.loaded) > 0 {
 			if ferr := t.flushLocked(0); ferr != nil {
 				return nil, ferr
 			}
@@ -179,8 +221,8 @@ func (t *TPM) loadLocked(obj *object) (*slot, error) {
 		}
 		return nil, fmt.Errorf("TPM2_CreatePrimary(%s, %s) = %w", hierarchyName(obj.hierarchy), obj.what, err)
 	}
-	s := &slot{obj: obj, handle: rsp.ObjectHandle, name: rsp.Name}
-	pub := rsp.OutPublic.Bytes()
+	s := &slot{obj: obj, handle: rsp.handle, name: rsp.name}
+	pub := rsp.public
 	obj.mu.Lock()
 	known := obj.public
 	if known == nil {
@@ -204,7 +246,7 @@ func (t *TPM) flushLocked(i int) error {
 }
 
 func (t *TPM) flushSlot(s *slot) error {
-	if _, err := (tpm2.FlushContext{FlushHandle: s.handle}).Execute(t.tr); err != nil {
+	if err := t.flushContext(s.handle); err != nil {
 		return fmt.Errorf("TPM2_FlushContext(%#x, %s) = %w", uint32(s.handle), s.obj.what, err)
 	}
 	return nil
@@ -233,15 +275,15 @@ func (t *TPM) derive(obj *object) error {
 	return err
 }
 
-func hierarchyName(h tpm2.TPMHandle) string {
+func hierarchyName(h uint32) string {
 	switch h {
-	case tpm2.TPMRHOwner:
+	case RHOwner:
 		return "owner"
-	case tpm2.TPMRHEndorsement:
+	case RHEndorsement:
 		return "endorsement"
-	case tpm2.TPMRHPlatform:
+	case RHPlatform:
 		return "platform"
-	case tpm2.TPMRHNull:
+	case RHNull:
 		return "null"
 	}
 	return fmt.Sprintf("%#x", uint32(h))
@@ -284,3 +326,53 @@ func (s *streamTransport) Send(cmd []byte) ([]byte, error) {
 }
 
 func (s *streamTransport) Close() error { return s.c.Close() }
+
+// Object is a primary object the TPM derives again from its template
+// whenever it is needed, such as the EK (components/trust/tpm/ek).
+type Object struct {
+	o *object
+}
+
+// NewObject is the primary object template (a marshalled TPMT_PUBLIC)
+// derives under hierarchy; what names it in errors ("EK template").
+func NewObject(what string, hierarchy uint32, template []byte) *Object {
+	return &Object{o: newObject(what, hierarchy, append([]byte(nil), template...))}
+}
+
+// Public derives o when the TPM has not yet and returns its public area
+// (TPMT_PUBLIC) as the TPM first answered it.
+func (t *TPM) Public(o *Object) ([]byte, error) {
+	if err := t.derive(o.o); err != nil {
+		return nil, err
+	}
+	o.o.mu.Lock()
+	defer o.o.mu.Unlock()
+	return append([]byte(nil), o.o.public...), nil
+}
+
+// Exec runs fn with the TPM to itself, for the commands this package does
+// not frame (the EK's NV reads and credential activation, through go-tpm
+// in components/trust/tpm/ek).
+func (t *TPM) Exec(fn func(tr Transport) error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return errors.New("TPM is closed")
+	}
+	return fn(t.tr)
+}
+
+// ExecLoaded loads the key k (of this TPM) and o, and runs fn with the TPM
+// to itself and both loaded: their handles and names.
+func (t *TPM) ExecLoaded(k *Key, o *Object, fn func(tr Transport, kh, oh uint32, kname, oname []byte) error) error {
+	if k == nil || k.t != t {
+		return errors.New("the key is not of this TPM")
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ks, os, err := t.loadPairLocked(k.obj, o.o)
+	if err != nil {
+		return err
+	}
+	return fn(t.tr, ks.handle, os.handle, ks.name, os.name)
+}

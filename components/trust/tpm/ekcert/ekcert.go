@@ -11,7 +11,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/better-compute/bcd/components/trust/tpm"
+	"github.com/better-compute/bcd/components/trust/tpm/ek"
 )
 
 // Extensions an EK certificate may mark critical that crypto/x509 leaves
@@ -26,10 +26,10 @@ var (
 
 // Verify checks that certDER is an EK certificate issued, through
 // intermediates, by one of roots, valid now, and for the key of ekPub (an EK
-// TPMT_PUBLIC that passes tpm.EKPublicKey). The TCG extended key usage
+// TPMT_PUBLIC that passes ek.PublicKey). The TCG extended key usage
 // (tcg-kp-EKCertificate) is not required, since not every vendor sets it.
 func Verify(certDER, ekPub []byte, roots, intermediates *x509.CertPool) error {
-	key, err := tpm.EKPublicKey(ekPub)
+	key, err := ek.PublicKey(ekPub)
 	if err != nil {
 		return err
 	}

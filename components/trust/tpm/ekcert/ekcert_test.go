@@ -13,8 +13,8 @@ import (
 	"github.com/better-compute/bcd/components/trust/tpm/swtpmtest"
 )
 
-// ek starts a swtpm on state ("" for a fresh one) and reads its EK.
-func ek(t *testing.T, state string) (pub, cert []byte) {
+// readEK starts a swtpm on state ("" for a fresh one) and reads its EK.
+func readEK(t *testing.T, state string) (pub, cert []byte) {
 	t.Helper()
 	sw := swtpmtest.Start(t, state)
 	tp, err := nodetpm.OpenTCP(sw.Addr)
@@ -39,7 +39,7 @@ func TestVerify(t *testing.T) {
 	if !roots.AppendCertsFromPEM(caPEM) {
 		t.Fatal("swtpm's local CA certificate does not parse")
 	}
-	ekPub, ekCert := ek(t, state)
+	ekPub, ekCert := readEK(t, state)
 	if ekCert == nil {
 		t.Fatal("swtpm_setup's TPM has no EK certificate")
 	}
@@ -53,7 +53,7 @@ func TestVerify(t *testing.T) {
 		t.Error("the EK certificate verified under another CA")
 	}
 	// The certificate of this EK presented with another TPM's EK.
-	ek2Pub, _ := ek(t, "")
+	ek2Pub, _ := readEK(t, "")
 	if err := Verify(ekCert, ek2Pub, roots, nil); err == nil || !strings.Contains(err.Error(), "another key") {
 		t.Errorf("a certificate for another EK: %v", err)
 	}

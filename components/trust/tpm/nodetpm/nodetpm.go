@@ -16,11 +16,13 @@ import (
 	"sync"
 
 	"github.com/better-compute/bcd/components/trust/tpm"
+	"github.com/better-compute/bcd/components/trust/tpm/ek"
 )
 
 // TPM is an open TPM. Its methods are safe for concurrent use.
 type TPM struct {
 	t    *tpm.TPM
+	ek   *ek.Endorsement
 	what string // where it was opened, for errors
 
 	mu sync.Mutex
@@ -43,7 +45,7 @@ func Open(path string) (*TPM, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &TPM{t: t, what: path}, nil
+	return &TPM{t: t, ek: ek.New(t), what: path}, nil
 }
 
 // OpenTCP connects to a software TPM's command port (swtpm socket
@@ -53,7 +55,7 @@ func OpenTCP(addr string) (*TPM, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &TPM{t: t, what: "swtpm " + addr}, nil
+	return &TPM{t: t, ek: ek.New(t), what: "swtpm " + addr}, nil
 }
 
 // Present reports whether the host has a TPM device at path (it may still
@@ -131,18 +133,18 @@ func (h *TPM) Certify(key crypto.Signer, qualifyingData [tpm.QualifyingDataSize]
 // EK answers the EK's TPMT_PUBLIC and its certificate (DER; nil when the
 // TPM holds none).
 func (h *TPM) EK() (pub, cert []byte, err error) {
-	ek, err := h.t.EK()
+	e, err := h.ek.EK()
 	if err != nil {
 		return nil, nil, err
 	}
-	if ek.Cert != nil {
-		if c, err := x509.ParseCertificate(ek.Cert); err == nil {
-			if pk, ok := c.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pk.Equal(ek.Key) {
-				return nil, nil, fmt.Errorf("the EK certificate at NV %#x is for another key than the EK the TPM derives", ek.CertIndex)
+	if e.Cert != nil {
+		if c, err := x509.ParseCertificate(e.Cert); err == nil {
+			if pk, ok := c.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pk.Equal(e.Key) {
+				return nil, nil, fmt.Errorf("the EK certificate at NV %#x is for another key than the EK the TPM derives", e.CertIndex)
 			}
 		}
 	}
-	return ek.Public, ek.Cert, nil
+	return e.Public, e.Cert, nil
 }
 
 // EKPublicPEM answers the EK's public key as a PEM "PUBLIC KEY" block
@@ -152,7 +154,7 @@ func (h *TPM) EKPublicPEM() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	k, err := tpm.EKPublicKey(pub)
+	k, err := ek.PublicKey(pub)
 	if err != nil {
 		return nil, err
 	}
@@ -164,13 +166,13 @@ func (h *TPM) EKPublicPEM() ([]byte, error) {
 }
 
 // ActivateCredential recovers the secret of a credential made for this TPM's
-// EK and AK (tpm.MakeCredential).
+// EK and AK (ek.MakeCredential).
 func (h *TPM) ActivateCredential(credBlob, encSecret []byte) ([]byte, error) {
 	ak, err := h.akKey()
 	if err != nil {
 		return nil, err
 	}
-	secret, err := h.t.ActivateCredential(ak, credBlob, encSecret)
+	secret, err := h.ek.ActivateCredential(ak, credBlob, encSecret)
 	if err != nil {
 		return nil, fmt.Errorf("answer the TPM challenge: %w", err)
 	}

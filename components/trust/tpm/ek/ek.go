@@ -1,4 +1,10 @@
-package tpm
+// Package ek is a TPM's endorsement key as bcd join uses it: the EK and its
+// certificate (Endorsement.EK), credential activation (ActivateCredential),
+// and the verifier's side, done without a TPM (PublicKey, MakeCredential,
+// Name). It talks to the TPM through components/trust/tpm's Exec with
+// go-tpm's commands, sessions and marshalling, which the tpm package
+// itself does not link (bcd helper does not need them). See docs/tpm.md.
+package ek
 
 import (
 	"crypto"
@@ -7,6 +13,9 @@ import (
 	"errors"
 	"fmt"
 
+	"sync"
+
+	"github.com/better-compute/bcd/components/trust/tpm"
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
 )
@@ -43,19 +52,35 @@ type EK struct {
 	CertIndex uint32
 }
 
+// Endorsement is a TPM's EK: chosen on first use (see EK) and remembered.
+// Its methods are safe for concurrent use.
+type Endorsement struct {
+	t *tpm.TPM
+
+	mu     sync.Mutex
+	obj    *tpm.Object // nil until chosen
+	policy bool        // its template has an authPolicy
+	cert   []byte
+	idx    uint32
+}
+
+// New is t's endorsement key.
+func New(t *tpm.TPM) *Endorsement { return &Endorsement{t: t} }
+
 // EK derives the endorsement key and reads its certificate. It is the ECC
 // P-256 EK when the TPM holds an ECC EK certificate or none at all, else the
 // RSA-2048 EK its RSA certificate names. The template is the TCG default
 // (low range) unless the TPM holds an EK template or nonce in NV.
-func (t *TPM) EK() (*EK, error) {
-	obj, err := t.ekObject()
+func (e *Endorsement) EK() (*EK, error) {
+	obj, err := e.object()
 	if err != nil {
 		return nil, err
 	}
-	if err := t.derive(obj); err != nil {
+	pubArea, err := e.t.Public(obj)
+	if err != nil {
 		return nil, err
 	}
-	p, err := parsePublic(obj.public)
+	p, err := parsePublic(pubArea)
 	if err != nil {
 		return nil, fmt.Errorf("TPM2_CreatePrimary(endorsement, EK template) answered %w", err)
 	}
@@ -63,70 +88,79 @@ func (t *TPM) EK() (*EK, error) {
 	if err != nil {
 		return nil, fmt.Errorf("TPM2_CreatePrimary(endorsement, EK template) answered an unusable key: %w", err)
 	}
-	ek := &EK{Public: append([]byte(nil), obj.public...), Key: key}
-	t.mu.Lock()
-	ek.Cert, ek.CertIndex = append([]byte(nil), t.ekCert...), t.ekIdx
-	t.mu.Unlock()
+	ek := &EK{Public: pubArea, Key: key}
+	e.mu.Lock()
+	ek.Cert, ek.CertIndex = append([]byte(nil), e.cert...), e.idx
+	e.mu.Unlock()
 	// Whether the certificate is for this key is the verifier's check
 	// (components/trust/tpm/ekcert; nodetpm checks it too): parsing certificates
 	// here would link crypto/x509 into every user of the TPM.
 	return ek, nil
 }
 
-// ekObject picks the EK (see EK) once and remembers it.
-func (t *TPM) ekObject() (*object, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.ek != nil {
-		return t.ek, nil
+// object picks the EK (see EK) once and remembers it.
+func (e *Endorsement) object() (*tpm.Object, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.obj != nil {
+		return e.obj, nil
 	}
-	eccCert, err := t.readNVLocked(nvECCEKCert)
-	if err != nil {
-		return nil, err
-	}
-	var rsaCert []byte
-	if eccCert == nil {
-		if rsaCert, err = t.readNVLocked(nvRSAEKCert); err != nil {
-			return nil, err
-		}
-	}
-	tmpl, nonceIdx, tmplIdx, cert, idx := tpm2.ECCEKTemplate, nvECCEKNonce, nvECCEKTemplate, eccCert, uint32(nvECCEKCert)
-	if eccCert == nil && rsaCert != nil {
-		tmpl, nonceIdx, tmplIdx, cert, idx = tpm2.RSAEKTemplate, nvRSAEKNonce, nvRSAEKTemplate, rsaCert, nvRSAEKCert
-	}
-	if cert == nil {
-		idx = 0
-	}
-	b, err := t.readNVLocked(uint32(tmplIdx))
-	if err != nil {
-		return nil, err
-	}
-	if b != nil {
-		p, err := parsePublic(b)
+	var obj *tpm.Object
+	err := e.t.Exec(func(tr tpm.Transport) error {
+		eccCert, err := readNV(tr, nvECCEKCert)
 		if err != nil {
-			return nil, fmt.Errorf("EK template at NV %#x: %w", tmplIdx, err)
+			return err
 		}
-		tmpl = *p
-	}
-	nonce, err := t.readNVLocked(uint32(nonceIdx))
+		var rsaCert []byte
+		if eccCert == nil {
+			if rsaCert, err = readNV(tr, nvRSAEKCert); err != nil {
+				return err
+			}
+		}
+		tmpl, nonceIdx, tmplIdx, cert, idx := tpm2.ECCEKTemplate, nvECCEKNonce, nvECCEKTemplate, eccCert, uint32(nvECCEKCert)
+		if eccCert == nil && rsaCert != nil {
+			tmpl, nonceIdx, tmplIdx, cert, idx = tpm2.RSAEKTemplate, nvRSAEKNonce, nvRSAEKTemplate, rsaCert, nvRSAEKCert
+		}
+		if cert == nil {
+			idx = 0
+		}
+		b, err := readNV(tr, uint32(tmplIdx))
+		if err != nil {
+			return err
+		}
+		if b != nil {
+			p, err := parsePublic(b)
+			if err != nil {
+				return fmt.Errorf("EK template at NV %#x: %w", tmplIdx, err)
+			}
+			tmpl = *p
+		}
+		nonce, err := readNV(tr, uint32(nonceIdx))
+		if err != nil {
+			return err
+		}
+		if nonce != nil {
+			if tmpl.Unique, err = uniqueWithNonce(tmpl, nonce); err != nil {
+				return fmt.Errorf("EK nonce at NV %#x: %w", nonceIdx, err)
+			}
+		}
+		if cert != nil {
+			// Some TPMs pad the NV area after the certificate.
+			var raw asn1.RawValue
+			if rest, err := asn1.Unmarshal(cert, &raw); err == nil {
+				cert = cert[:len(cert)-len(rest)]
+			}
+		}
+		obj = tpm.NewObject("EK template", tpm.RHEndorsement, tpm2.Marshal(tmpl))
+		e.policy = len(tmpl.AuthPolicy.Buffer) != 0
+		e.cert, e.idx = cert, idx
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if nonce != nil {
-		if tmpl.Unique, err = uniqueWithNonce(tmpl, nonce); err != nil {
-			return nil, fmt.Errorf("EK nonce at NV %#x: %w", nonceIdx, err)
-		}
-	}
-	if cert != nil {
-		// Some TPMs pad the NV area after the certificate.
-		var raw asn1.RawValue
-		if rest, err := asn1.Unmarshal(cert, &raw); err == nil {
-			cert = cert[:len(cert)-len(rest)]
-		}
-	}
-	t.ek = newObject("EK template", tpm2.TPMRHEndorsement, tmpl)
-	t.ekCert, t.ekIdx = cert, idx
-	return t.ek, nil
+	e.obj = obj
+	return obj, nil
 }
 
 // uniqueWithNonce fills the EK template's unique field with the NV nonce
@@ -155,11 +189,11 @@ func uniqueWithNonce(tmpl tpm2.TPMTPublic, nonce []byte) (tpm2.TPMUPublicID, err
 	return tpm2.TPMUPublicID{}, fmt.Errorf("EK template of type %#x", uint16(tmpl.Type))
 }
 
-// readNVLocked reads a whole NV index with its own (empty) authorization;
+// readNV reads a whole NV index with its own (empty) authorization;
 // nil when the index is not defined.
-func (t *TPM) readNVLocked(idx uint32) ([]byte, error) {
+func readNV(tr transport.TPM, idx uint32) ([]byte, error) {
 	h := tpm2.TPMHandle(idx)
-	pubRsp, err := tpm2.NVReadPublic{NVIndex: h}.Execute(t.tr)
+	pubRsp, err := tpm2.NVReadPublic{NVIndex: h}.Execute(tr)
 	if err != nil {
 		if errors.Is(err, tpm2.TPMRCHandle) {
 			return nil, nil
@@ -182,7 +216,7 @@ func (t *TPM) readNVLocked(idx uint32) ([]byte, error) {
 			NVIndex:    tpm2.NamedHandle{Handle: h, Name: pubRsp.NVName},
 			Size:       uint16(n),
 			Offset:     uint16(len(out)),
-		}.Execute(t.tr)
+		}.Execute(tr)
 		if err != nil {
 			return nil, fmt.Errorf("TPM2_NV_Read(%#x, %d bytes at %d) = %w", idx, n, len(out), err)
 		}
@@ -195,7 +229,7 @@ func (t *TPM) readNVLocked(idx uint32) ([]byte, error) {
 }
 
 // MakeCredential is the verifier's half of credential activation, done
-// without a TPM: it checks that akPub is a bcd AK (CheckAKPublic) and
+// without a TPM: it checks that akPub is a bcd AK (tpm.CheckAKPublic) and
 // encrypts secret (at most 32 bytes) to the EK whose TPMT_PUBLIC is ekPub,
 // bound to the AK's name. Only the TPM holding that EK, with that AK loaded,
 // recovers secret (ActivateCredential).
@@ -203,7 +237,7 @@ func MakeCredential(ekPub, akPub, secret []byte) (credBlob, encSecret []byte, er
 	if len(secret) == 0 || len(secret) > 32 {
 		return nil, nil, fmt.Errorf("make credential: secret is %d bytes, want 1 to 32", len(secret))
 	}
-	if _, err := CheckAKPublic(akPub); err != nil {
+	if _, err := tpm.CheckAKPublic(akPub); err != nil {
 		return nil, nil, fmt.Errorf("make credential: %w", err)
 	}
 	name, err := Name(akPub)
@@ -231,41 +265,43 @@ func MakeCredential(ekPub, akPub, secret []byte) (credBlob, encSecret []byte, er
 // ActivateCredential is the TPM's half of credential activation: the EK
 // decrypts what MakeCredential made for ak's name and answers the secret.
 // It fails unless the credential was made for this TPM's EK and this AK.
-func (t *TPM) ActivateCredential(ak *Key, credBlob, encSecret []byte) ([]byte, error) {
-	if ak == nil || ak.t != t || !ak.ak {
+func (e *Endorsement) ActivateCredential(ak *tpm.Key, credBlob, encSecret []byte) ([]byte, error) {
+	if ak == nil || !ak.IsAK() {
 		return nil, errors.New("TPM2_ActivateCredential: activate a credential for this TPM's AK")
 	}
-	ek, err := t.ekObject()
+	obj, err := e.object()
 	if err != nil {
 		return nil, err
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	as, es, err := t.loadPairLocked(ak.obj, ek)
-	if err != nil {
-		return nil, err
-	}
-	// The default EK templates authorize use only by
-	// TPM2_PolicySecret(TPM_RH_ENDORSEMENT).
-	ekAuth := tpm2.Policy(tpm2.TPMAlgSHA256, 16, func(tr transport.TPM, h tpm2.TPMISHPolicy, nonceTPM tpm2.TPM2BNonce) error {
-		_, err := tpm2.PolicySecret{
-			AuthHandle:    tpm2.AuthHandle{Handle: tpm2.TPMRHEndorsement, Auth: tpm2.PasswordAuth(nil)},
-			PolicySession: h,
-			NonceTPM:      nonceTPM,
+	e.mu.Lock()
+	policy := e.policy
+	e.mu.Unlock()
+	var secret []byte
+	err = e.t.ExecLoaded(ak, obj, func(tr tpm.Transport, ah, eh uint32, aName, eName []byte) error {
+		// The default EK templates authorize use only by
+		// TPM2_PolicySecret(TPM_RH_ENDORSEMENT).
+		ekAuth := tpm2.Policy(tpm2.TPMAlgSHA256, 16, func(tr transport.TPM, h tpm2.TPMISHPolicy, nonceTPM tpm2.TPM2BNonce) error {
+			_, err := tpm2.PolicySecret{
+				AuthHandle:    tpm2.AuthHandle{Handle: tpm2.TPMRHEndorsement, Auth: tpm2.PasswordAuth(nil)},
+				PolicySession: h,
+				NonceTPM:      nonceTPM,
+			}.Execute(tr)
+			return err
+		})
+		if !policy {
+			ekAuth = tpm2.PasswordAuth(nil)
+		}
+		rsp, err := tpm2.ActivateCredential{
+			ActivateHandle: tpm2.AuthHandle{Handle: tpm2.TPMHandle(ah), Name: tpm2.TPM2BName{Buffer: aName}, Auth: tpm2.PasswordAuth(nil)},
+			KeyHandle:      tpm2.AuthHandle{Handle: tpm2.TPMHandle(eh), Name: tpm2.TPM2BName{Buffer: eName}, Auth: ekAuth},
+			CredentialBlob: tpm2.TPM2BIDObject{Buffer: credBlob},
+			Secret:         tpm2.TPM2BEncryptedSecret{Buffer: encSecret},
 		}.Execute(tr)
-		return err
+		if err != nil {
+			return fmt.Errorf("TPM2_ActivateCredential(AK, EK) = %w", err)
+		}
+		secret = append([]byte(nil), rsp.CertInfo.Buffer...)
+		return nil
 	})
-	if len(ek.template.AuthPolicy.Buffer) == 0 {
-		ekAuth = tpm2.PasswordAuth(nil)
-	}
-	rsp, err := tpm2.ActivateCredential{
-		ActivateHandle: tpm2.AuthHandle{Handle: as.handle, Name: as.name, Auth: tpm2.PasswordAuth(nil)},
-		KeyHandle:      tpm2.AuthHandle{Handle: es.handle, Name: es.name, Auth: ekAuth},
-		CredentialBlob: tpm2.TPM2BIDObject{Buffer: credBlob},
-		Secret:         tpm2.TPM2BEncryptedSecret{Buffer: encSecret},
-	}.Execute(t.tr)
-	if err != nil {
-		return nil, fmt.Errorf("TPM2_ActivateCredential(AK, EK) = %w", err)
-	}
-	return append([]byte(nil), rsp.CertInfo.Buffer...), nil
+	return secret, err
 }

@@ -1,4 +1,4 @@
-package tpm
+package ek
 
 import (
 	"bytes"

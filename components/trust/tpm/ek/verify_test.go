@@ -1,17 +1,18 @@
-package tpm
+package ek
 
 import (
 	"crypto"
+	"github.com/better-compute/bcd/components/trust/tpm"
 	"testing"
 )
 
-func TestEKPublicKey(t *testing.T) {
+func TestPublicKey(t *testing.T) {
 	tp := openSWTPM(t)
 	ek, err := tp.EK()
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := EKPublicKey(ek.Public)
+	k, err := PublicKey(ek.Public)
 	if err != nil {
 		t.Fatalf("the EK: %v", err)
 	}
@@ -22,7 +23,7 @@ func TestEKPublicKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nk, err := tp.NodeKey([UniqueSize]byte{1})
+	nk, err := tp.NodeKey([tpm.UniqueSize]byte{1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,19 +34,19 @@ func TestEKPublicKey(t *testing.T) {
 		"truncated":              ek.Public[:len(ek.Public)-1],
 		"nothing":                nil,
 	} {
-		if _, err := EKPublicKey(b); err == nil {
+		if _, err := PublicKey(b); err == nil {
 			t.Errorf("%s passed as an EK", name)
 		}
 	}
 }
 
-// FuzzEKPublicKey: a public area EKPublicKey accepts re-encodes to itself
+// FuzzPublicKey: a public area EKPublicKey accepts re-encodes to itself
 // (parsePublic is exact) and names a key.
-func FuzzEKPublicKey(f *testing.F) {
+func FuzzPublicKey(f *testing.F) {
 	f.Add([]byte{0x00, 0x23, 0x00, 0x0b})
 	f.Add([]byte{0x00, 0x01, 0x00, 0x0b, 0x00, 0x03, 0x00, 0xb2})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		k, err := EKPublicKey(b)
+		k, err := PublicKey(b)
 		if err == nil && k == nil {
 			t.Fatal("accepted with no key")
 		}

@@ -1,0 +1,250 @@
+package update
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/release"
+)
+
+type releaser struct {
+	keys []crypto.Signer
+	pins []string
+}
+
+func newReleaser(t *testing.T, n int) *releaser {
+	r := &releaser{}
+	for range n {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spki, _ := x509.MarshalPKIXPublicKey(k.Public())
+		sum := sha256.Sum256(spki)
+		r.keys = append(r.keys, k)
+		r.pins = append(r.pins, pki.PinPrefix+base64.StdEncoding.EncodeToString(sum[:]))
+	}
+	return r
+}
+
+// sign makes a signed document of m with the first n keys.
+func (r *releaser) sign(t *testing.T, m release.Manifest, n int) []byte {
+	t.Helper()
+	doc, err := release.Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range r.keys[:n] {
+		if doc, err = release.Sign(doc, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return doc
+}
+
+func newManager(t *testing.T, r *releaser) (*Manager, *clock) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bcd-installed")
+	os.WriteFile(bin, []byte("bcd 0.1.0"), 0o755)
+	c := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	return &Manager{
+		Slots: &Slots{Dir: filepath.Join(dir, "slots"), Now: c.now},
+		Pins:  r.pins, Threshold: 2, Role: "node", Arch: "amd64",
+		StagingDir: filepath.Join(dir, "staging"), Owner: os.Getuid(),
+		Adopt: bin, AdoptVersion: "0.1.0", Now: c.now,
+	}, c
+}
+
+// rel is release version at seq with one node/amd64 binary.
+func rel(version string, seq uint64, expires time.Time) (release.Manifest, []byte) {
+	m, a, bin := build(version, seq)
+	m.Expires = expires
+	m.Artifacts = []release.Artifact{a}
+	return m, bin
+}
+
+// TestManagerUpgrade: prepare, download, swap and confirm through the
+// Installer, from a node with no slots yet (the running binary is
+// adopted) to a confirmed release with the floor at its sequence.
+func TestManagerUpgrade(t *testing.T) {
+	ctx := context.Background()
+	r := newReleaser(t, 3)
+	mgr, c := newManager(t, r)
+	m, bin := rel("0.2.0", 2, c.t.Add(time.Hour))
+	doc := r.sign(t, m, 2)
+	p, err := mgr.Prepare(ctx, doc)
+	if err != nil || p.Staged != "bcd-0.2.0" || p.Artifact.SHA256 != m.Artifacts[0].SHA256 {
+		t.Fatalf("Prepare = %+v, %v", p, err)
+	}
+	if _, err := Download(strings.NewReader(string(bin)), mgr.StagingDir, p.Version, p.Artifact); err != nil {
+		t.Fatal(err)
+	}
+	up, err := mgr.Swap(ctx, doc)
+	if err != nil || up.To != SlotB || running(t, mgr.Slots) != "bcd 0.2.0" {
+		t.Fatalf("Swap = %+v, %v", up, err)
+	}
+	if _, err := os.Stat(filepath.Join(mgr.StagingDir, p.Staged)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the staged file is still there: %v", err)
+	}
+	if ok, err := mgr.Confirm(ctx); !ok || err != nil {
+		t.Fatalf("Confirm = %v, %v", ok, err)
+	}
+	st, _ := mgr.Status(ctx)
+	if st.Floor != 2 || st.Current != SlotB || st.Pending != nil || st.Slots[SlotA].Version != "0.1.0" {
+		t.Errorf("Status = %+v", st)
+	}
+}
+
+// TestManagerRefusesAsFinal: each bad release is refused as final with
+// its reason, and nothing is swapped.
+func TestManagerRefusesAsFinal(t *testing.T) {
+	ctx := context.Background()
+	r := newReleaser(t, 3)
+	cases := []struct {
+		name string
+		make func(t *testing.T, mgr *Manager, now time.Time) []byte
+		want string
+	}{
+		{"below threshold", func(t *testing.T, mgr *Manager, now time.Time) []byte {
+			m, _ := rel("0.2.0", 2, now.Add(time.Hour))
+			return r.sign(t, m, 1)
+		}, "signed by 1 of the pinned keys; 2 must sign"},
+		{"expired", func(t *testing.T, mgr *Manager, now time.Time) []byte {
+			m, _ := rel("0.2.0", 2, now.Add(-time.Second))
+			return r.sign(t, m, 2)
+		}, "expired"},
+		{"below the floor", func(t *testing.T, mgr *Manager, now time.Time) []byte {
+			mgr.Slots.Init(mgr.Adopt, mgr.AdoptVersion, 0)
+			rec, _, _, _ := mgr.Slots.Read()
+			rec.Floor = 5
+			mgr.Slots.save(rec)
+			m, _ := rel("0.2.0", 2, now.Add(time.Hour))
+			return r.sign(t, m, 2)
+		}, "below the release floor 5"},
+		{"another architecture", func(t *testing.T, mgr *Manager, now time.Time) []byte {
+			m, _ := rel("0.2.0", 2, now.Add(time.Hour))
+			m.Artifacts[0].Arch = "arm64"
+			return r.sign(t, m, 2)
+		}, "has no node binary for amd64"},
+		{"failed before", func(t *testing.T, mgr *Manager, now time.Time) []byte {
+			mgr.Slots.Init(mgr.Adopt, mgr.AdoptVersion, 0)
+			rec, _, _, _ := mgr.Slots.Read()
+			rec.Failed = []string{"0.2.0"}
+			mgr.Slots.save(rec)
+			m, _ := rel("0.2.0", 2, now.Add(time.Hour))
+			return r.sign(t, m, 2)
+		}, "--clear-failed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			mgr, c := newManager(t, r)
+			doc := tc.make(t, mgr, c.t)
+			for _, op := range []string{"prepare", "swap"} {
+				var err error
+				if op == "prepare" {
+					_, err = mgr.Prepare(ctx, doc)
+				} else {
+					_, err = mgr.Swap(ctx, doc)
+				}
+				var fe *release.FinalError
+				if !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("%s = %v, want a final refusal with %q", op, err, tc.want)
+				}
+			}
+			if running(t, mgr.Slots) != "bcd 0.1.0" {
+				t.Errorf("current moved")
+			}
+		})
+	}
+}
+
+// TestManagerRefusesAStagedFile: a download of the wrong bytes, and a
+// staged file that is a symlink, has two links or another owner, is
+// refused and nothing is swapped.
+func TestManagerRefusesAStagedFile(t *testing.T) {
+	ctx := context.Background()
+	r := newReleaser(t, 2)
+	cases := map[string]func(t *testing.T, mgr *Manager, bin []byte){
+		"wrong hash": func(t *testing.T, mgr *Manager, bin []byte) {
+			os.MkdirAll(mgr.StagingDir, 0o700)
+			os.WriteFile(filepath.Join(mgr.StagingDir, "bcd-0.2.0"), []byte(strings.Repeat("x", len(bin))), 0o600)
+		},
+		"symlink": func(t *testing.T, mgr *Manager, bin []byte) {
+			os.MkdirAll(mgr.StagingDir, 0o700)
+			real := filepath.Join(filepath.Dir(mgr.StagingDir), "elsewhere")
+			os.WriteFile(real, bin, 0o600)
+			os.Symlink(real, filepath.Join(mgr.StagingDir, "bcd-0.2.0"))
+		},
+		"staging dir a symlink": func(t *testing.T, mgr *Manager, bin []byte) {
+			real := filepath.Join(filepath.Dir(mgr.StagingDir), "elsewhere")
+			os.MkdirAll(real, 0o700)
+			os.WriteFile(filepath.Join(real, "bcd-0.2.0"), bin, 0o600)
+			os.Symlink(real, mgr.StagingDir)
+		},
+		"two links": func(t *testing.T, mgr *Manager, bin []byte) {
+			os.MkdirAll(mgr.StagingDir, 0o700)
+			p := filepath.Join(mgr.StagingDir, "bcd-0.2.0")
+			os.WriteFile(p, bin, 0o600)
+			os.Link(p, filepath.Join(mgr.StagingDir, "other"))
+		},
+		"another owner": func(t *testing.T, mgr *Manager, bin []byte) {
+			os.MkdirAll(mgr.StagingDir, 0o700)
+			os.WriteFile(filepath.Join(mgr.StagingDir, "bcd-0.2.0"), bin, 0o600)
+			mgr.Owner = os.Getuid() + 1
+		},
+		"a FIFO": func(t *testing.T, mgr *Manager, bin []byte) {
+			os.MkdirAll(mgr.StagingDir, 0o700)
+			if err := mkfifo(filepath.Join(mgr.StagingDir, "bcd-0.2.0")); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, stage := range cases {
+		t.Run(name, func(t *testing.T) {
+			mgr, c := newManager(t, r)
+			m, bin := rel("0.2.0", 2, c.t.Add(time.Hour))
+			stage(t, mgr, bin)
+			if _, err := mgr.Swap(ctx, r.sign(t, m, 2)); err == nil {
+				t.Fatal("swapped")
+			} else {
+				t.Log(err)
+			}
+			if running(t, mgr.Slots) != "bcd 0.1.0" {
+				t.Errorf("current moved")
+			}
+		})
+	}
+}
+
+// TestManagerAdoptsOnlyRootsBinary: with RootAdopt, a binary root does
+// not own, or that others can write, is not adopted.
+func TestManagerAdoptsOnlyRootsBinary(t *testing.T) {
+	r := newReleaser(t, 2)
+	mgr, c := newManager(t, r)
+	mgr.RootAdopt = true
+	os.Chmod(mgr.Adopt, 0o777)
+	m, _ := rel("0.2.0", 2, c.t.Add(time.Hour))
+	if _, err := mgr.Prepare(context.Background(), r.sign(t, m, 2)); err == nil || !strings.Contains(err.Error(), "only root can write") {
+		t.Errorf("Prepare = %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(mgr.Slots.Dir, Current)); err == nil {
+		t.Error("adopted")
+	}
+}
+
+func mkfifo(path string) error { return unix.Mkfifo(path, 0o600) }
