@@ -10,7 +10,7 @@ ROLES := node site ramdisk helper
 # its 4 MiB budget; its operations are a few a second (docs/decisions.md).
 HELPER_GOFLAGS := -gcflags=all=-l
 
-.PHONY: all build proto deps deps-lists test soak demo sizes bench clean fmt packages image qemu-test systemd-test
+.PHONY: all build proto deps deps-lists test soak soak-ha demo demo-ha sizes bench clean fmt packages image qemu-test systemd-test
 
 all: build
 
@@ -56,8 +56,20 @@ soak: deps
 	BCD_FAULT_TRIALS=$${BCD_FAULT_TRIALS:-1000} $(GO) test -count=1 -timeout 90m -run TestExactlyOnceUnderKills -v ./e2e/ | grep -E '^(fault test|---|ok|FAIL|PASS)'
 	BCD_FAULT_TRIALS=$${BCD_CONVERGE_TRIALS:-200} $(GO) test -count=1 -timeout 60m -run TestConvergeUnderKills -v ./e2e/ | grep -E '^(converge fault test|---|ok|FAIL|PASS)'
 
+# soak-ha: 1,000 bcd sim agents behind HAProxy in front of 3 bcgw on one
+# PostgreSQL, commands and spec changes streaming, a gateway killed 100
+# times (e2e/ha_soak_test.go; make test runs a short version).
+soak-ha: deps
+	set -o pipefail; BCD_HA_AGENTS=$${BCD_HA_AGENTS:-1000} BCD_HA_GATEWAYS=$${BCD_HA_GATEWAYS:-3} BCD_HA_TRIALS=$${BCD_HA_TRIALS:-100} \
+		$(GO) test -count=1 -timeout 120m -run '^TestHAFailoverSoak$$' -v ./e2e/ | grep -E '^(ha soak|    ha_soak_test|---|ok|FAIL|PASS)'
+
 demo: build
 	@./build/demo.sh
+
+# demo-ha: PostgreSQL (a cluster in a temp dir), two bcgw on it, HAProxy in
+# front, three fakehw nodes; Ctrl-C stops all (build/demo-ha.sh).
+demo-ha: build
+	@./build/demo-ha.sh
 
 # packages builds bcd-node, bcd-site (and the ramdisk images when images/out
 # holds them) as .deb and .rpm for amd64 and arm64 into bin/packages/.

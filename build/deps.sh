@@ -20,6 +20,8 @@ want qemu-system-x86_64 qemu-system-x86
 # qemu-img: the systemd tier's guest disk is an overlay on its cached image.
 want qemu-img qemu-utils
 want zstd zstd
+# The multi-gateway tests and make demo-ha put HAProxy (TCP mode) in front of the gateways.
+want haproxy haproxy
 want wipefs util-linux
 ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
 want dnsmasq dnsmasq-base

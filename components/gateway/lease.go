@@ -8,6 +8,7 @@ import (
 
 	"github.com/better-compute/bcd/components/base/nodespec"
 	"github.com/better-compute/bcd/components/boot/bootlease"
+	"github.com/better-compute/bcd/components/gateway/store"
 )
 
 // DefaultLeaseTTL is how long a boot lease lasts without a renewal: a site
@@ -17,11 +18,19 @@ const DefaultLeaseTTL = 45 * time.Second
 
 // leases grants each site's boot lease to one site agent at a time, so
 // only one boot server answers a site's machines.
+//
+// On a store several gateways share, the lease is a row of that store
+// (store.Shared.TouchLease), so one site agent holds it whichever gateway
+// its session is on; the map then stays empty.
 type leases struct {
-	mu  sync.Mutex
-	ttl time.Duration
-	by  map[string]*lease // site -> lease
+	mu     sync.Mutex
+	ttl    time.Duration
+	by     map[string]*lease // site -> lease
+	shared store.Shared
 }
+
+// leaseName is a site's boot lease in a shared store.
+func leaseName(site string) string { return "boot/" + site }
 
 type lease struct {
 	holder  string
@@ -38,7 +47,10 @@ func newLeases(ttl time.Duration) *leases {
 // touch grants the site's lease to node when it is free or expired, and
 // renews it when node holds it. It reports whether node holds it and until
 // when, and whether that changed.
-func (ls *leases) touch(site, node string, now time.Time) (held bool, until time.Time, changed bool) {
+func (ls *leases) touch(site, node string, now time.Time) (held bool, until time.Time, changed bool, err error) {
+	if ls.shared != nil {
+		return ls.shared.TouchLease(leaseName(site), node, now, ls.ttl)
+	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	l := ls.by[site]
@@ -48,15 +60,18 @@ func (ls *leases) touch(site, node string, now time.Time) (held bool, until time
 		l = &lease{holder: node}
 		ls.by[site] = l
 	case l.holder != node:
-		return false, time.Time{}, false
+		return false, time.Time{}, false, nil
 	}
 	l.expires = now.Add(ls.ttl)
-	return true, l.expires, changed
+	return true, l.expires, changed, nil
 }
 
 // restore records a lease granted before a restart (from the desired
 // spec): the later expiry wins when a site has two.
 func (ls *leases) restore(site, node string, until time.Time) {
+	if ls.shared != nil {
+		return // the lease's row outlives the gateway
+	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if l := ls.by[site]; l == nil || until.After(l.expires) {
@@ -66,6 +81,10 @@ func (ls *leases) restore(site, node string, until time.Time) {
 
 // holder returns a site's current holder.
 func (ls *leases) holder(site string, now time.Time) string {
+	if ls.shared != nil {
+		h, _ := ls.shared.LeaseHolder(leaseName(site), now)
+		return h
+	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if l := ls.by[site]; l != nil && !now.After(l.expires) {
@@ -81,7 +100,12 @@ func (ls *leases) holder(site string, now time.Time) string {
 func (s *Server) siteTouch(node, site string) {
 	unlock := s.specLocks.lock(node)
 	defer unlock()
-	held, until, changed := s.leases.touch(site, node, s.now())
+	held, until, changed, err := s.leases.touch(site, node, s.now())
+	if err != nil {
+		// Unknown: the spec keeps what it said; the next heartbeat asks again.
+		s.log.Warn("boot lease not decided", "site", site, "node", node, "err", err)
+		return
+	}
 	if changed {
 		s.log.Info("boot lease granted", "site", site, "node", node, "until", until.UTC())
 	}
@@ -89,7 +113,7 @@ func (s *Server) siteTouch(node, site string) {
 	if held {
 		want.ExpiresUnixMS = until.UnixMilli()
 	}
-	_, err := s.changeSpecLocked(node, func(cur nodespec.Spec) (nodespec.Spec, []byte, error) {
+	_, err = s.changeSpecLocked(node, func(cur nodespec.Spec) (nodespec.Spec, []byte, error) {
 		if !held {
 			// Not held: say so once (a lease the spec still shows as held
 			// has expired by now; the agent is told plainly).

@@ -64,7 +64,10 @@ type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	store store.Store
-	keys  *keys
+	// shared is the store as several gateways share it (nil on bbolt):
+	// notices and leases across them (shared.go).
+	shared store.Shared
+	keys   *keys
 	// cmdKey is bcgw's own command-signing key (nil without one); trust
 	// is the trust bundle Welcome carries (trust.go).
 	cmdKey   crypto.Signer
@@ -142,6 +145,9 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, cmdKey: ck, hub: newHub(), leases: newLeases(cfg.LeaseTTL), now: time.Now}
 	s.joins = newJoinLimiter(joinRate(cfg.JoinRate), DefaultJoinBurst, time.Now)
+	if sh, ok := st.(store.Shared); ok {
+		s.shared, s.leases.shared = sh, sh
+	}
 	if err := s.loadTrust(); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -253,6 +259,9 @@ func (s *Server) Run(ctx context.Context) error {
 	lctx, stopLeases := context.WithCancel(ctx)
 	defer stopLeases()
 	go s.leaseLoop(lctx)
+	if s.shared != nil {
+		go s.sharedLoop(lctx)
+	}
 	s.log.Info("bcgw serving", "addr", ln.Addr().String(), "server_name", s.cfg.ServerName, "data_dir", s.cfg.DataDir,
 		"admin_socket", filepath.Join(s.cfg.DataDir, AdminSocket), "admin_url", s.AdminURL())
 
@@ -515,7 +524,11 @@ func (s *Server) Revoke(nodeID string) error {
 	if _, err := s.store.UpdateNode(nodeID, func(n *store.Node) error { n.Revoked = true; return nil }); err != nil {
 		return fmt.Errorf("node %s: %w", nodeID, err)
 	}
-	s.hub.sendFinal(nodeID, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Revocation{Revocation: &bcdv1.RevocationNotice{Reason: "revoked by an operator"}}})
+	if s.shared != nil {
+		s.notify(store.Notice{Kind: store.NoticeRevoke, Node: nodeID}) // whichever gateway holds its session ends it
+	} else {
+		s.hub.sendFinal(nodeID, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Revocation{Revocation: &bcdv1.RevocationNotice{Reason: "revoked by an operator"}}})
+	}
 	s.log.Info("node revoked", "node", nodeID)
 	return nil
 }
@@ -563,7 +576,7 @@ func (s *Server) SendCommandWithSecrets(nodeID, kind string, body []byte, deadli
 		return c, err
 	}
 	c.State = store.StatePending
-	s.hub.send(nodeID, commandFrame(c))
+	s.pushCommand(c)
 	s.log.Info("command sent", "node", nodeID, "command_id", c.ID, "kind", kind)
 	return c, nil
 }
@@ -582,7 +595,9 @@ func (s *Server) CancelCommand(id, reason string) (store.Command, error) {
 	if done {
 		s.resultStored(id) // it ended here: wake those waiting for it
 	}
-	if !done && c.State == store.StateDelivered {
+	if !done && c.State == store.StateDelivered && s.shared != nil {
+		s.notify(store.Notice{Kind: store.NoticeCancel, Node: c.NodeID, Command: id, Reason: reason})
+	} else if !done && c.State == store.StateDelivered {
 		cf := &bcdv1.Cancel{CommandId: id, Reason: reason}
 		if s.cmdKey != nil {
 			if cf.Signature, err = intent.SignCancel(s.cmdKey, c.NodeID, cf); err != nil {

@@ -257,6 +257,11 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	}
 	defer s.hub.unregister(l)
 	defer l.close()
+	if s.shared != nil {
+		// A session of this node left on another gateway (half-open, its
+		// agent gone) ends there (shared.go).
+		go s.notify(store.Notice{Kind: store.NoticeSession, Node: n.ID, Epoch: epoch})
+	}
 	log = log.With("epoch", epoch)
 	log.Info("session accepted", "boot_id", hello.GetBootId(), "role", hello.GetRole(), "version", hello.GetVersion(),
 		"applied_generation", hello.GetAppliedGeneration(), "observed_generation", hello.GetObservedGeneration(),

@@ -142,6 +142,9 @@ func (s *Server) commitSpecLocked(node string, p specPlan, submitted bool, sig [
 		// one after another.
 		l.push(outFrame{f: desiredFrame(ds)})
 		sent = true
+	} else if s.shared != nil {
+		// Its session may be on another gateway, which sends it in full.
+		s.notify(store.Notice{Kind: store.NoticeSpec, Node: node})
 	}
 	s.log.Debug("desired spec changed", "node", node, "generation", rec.Generation, "patch", ds.GetPatch(), "sent", sent,
 		"signed", len(ds.GetSignature()) > 0, "submitted", submitted)

@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/store/pgstore"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
 )
 
@@ -74,5 +77,46 @@ func TestStoreWaitsForDatabase(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("giving up took %s", d)
+	}
+}
+
+// A database migrated by a newer bcgw is refused at once, saying so (no
+// retry loop).
+func TestStoreRefusesNewerSchema(t *testing.T) {
+	c, err := pgtest.Start()
+	if errors.Is(err, pgtest.ErrNoPostgres) {
+		testenv.Skip(t, "%v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	ctx := context.Background()
+	url, err := c.NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := pgstore.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, 'from-the-future.sql')`, pgstore.SchemaVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuf
+	start := time.Now()
+	_, err = gateway.NewContext(ctx, gateway.Config{DataDir: filepath.Join(t.TempDir(), "gw"), Listen: "127.0.0.1:0", Database: url,
+		Log: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err == nil || !strings.Contains(err.Error(), "newer") || !strings.Contains(err.Error(), "run a bcgw at least as new") {
+		t.Fatalf("start on a newer schema: %v", err)
+	}
+	if d := time.Since(start); d > 20*time.Second || strings.Contains(logs.String(), "retrying") {
+		t.Errorf("refusal took %s; logs:\n%s", d, logs.String())
 	}
 }

@@ -224,6 +224,52 @@ func (s *Server) loadTrust() error {
 	return nil
 }
 
+// reloadTrustLocked makes the stored trust bundle the held one when it is
+// newer (another gateway on the shared store changed it) and says whether
+// it was. The caller holds s.trust.mu.
+func (s *Server) reloadTrustLocked() (bool, error) {
+	pin, err := pki.Pin(s.keys.joinSigning.Public())
+	if err != nil {
+		return false, err
+	}
+	b, err := s.store.Meta(metaTrustBundle)
+	if err != nil || len(b) == 0 {
+		return false, err
+	}
+	var sb storedBundle
+	if err := json.Unmarshal(b, &sb); err != nil {
+		return false, fmt.Errorf("stored trust bundle: %w", err)
+	}
+	tb := &bcdv1.TrustBundle{Document: sb.Document, SigningKey: sb.SigningKey, Signature: sb.Signature}
+	doc, err := bundle.Verify(tb, pin)
+	if err != nil {
+		return false, fmt.Errorf("the stored trust bundle does not verify with join-signing.key: %w", err)
+	}
+	if doc.Version <= s.trust.doc.Version {
+		return false, nil
+	}
+	tb.Version, tb.CommandSigningRoots = doc.Version, doc.CommandSigningRoots
+	s.trust.doc, s.trust.tb = doc, tb
+	return true, nil
+}
+
+// reloadTrust takes a trust bundle another gateway stored: when newer, it
+// is held and every live session here is drained to take it.
+func (s *Server) reloadTrust() {
+	s.trust.mu.Lock()
+	changed, err := s.reloadTrustLocked()
+	v := s.trust.doc.Version
+	s.trust.mu.Unlock()
+	if err != nil {
+		s.log.Warn("trust bundle from another gateway not loaded", "err", err)
+		return
+	}
+	if changed {
+		n := s.hub.drainLive("trust bundle changed", trustDrainRedial)
+		s.log.Info("trust bundle changed on another gateway", "version", v, "sessions_drained", n)
+	}
+}
+
 // storeTrust signs doc with the join-signing key, stores it and makes it
 // the bundle Welcome carries. The caller holds s.trust.mu (or runs
 // before the server does).
@@ -406,6 +452,13 @@ func (s *Server) changeTrust(der []byte, f func(doc *bundle.Document) (bool, err
 // failed to store the new version, and the held one stays.
 func (s *Server) commitTrust(f func(doc *bundle.Document) (bool, error)) (bundle.Document, bool, error) {
 	s.trust.mu.Lock()
+	if s.shared != nil {
+		// Another gateway may have changed it since: start from the stored one.
+		if _, err := s.reloadTrustLocked(); err != nil {
+			s.trust.mu.Unlock()
+			return s.trust.doc, false, err
+		}
+	}
 	doc := s.trust.doc
 	changed, err := f(&doc)
 	if err != nil || !changed {
@@ -419,6 +472,10 @@ func (s *Server) commitTrust(f func(doc *bundle.Document) (bool, error)) (bundle
 		return doc, true, err
 	}
 	s.trust.mu.Unlock()
+	if s.shared != nil {
+		// The other gateways load it and drain their sessions too.
+		s.notify(store.Notice{Kind: store.NoticeTrust})
+	}
 	// The new bundle is in place before the sessions are listed: a session
 	// registered after this point builds its Welcome with it.
 	n := s.hub.drainLive("trust bundle changed", trustDrainRedial)

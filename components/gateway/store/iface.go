@@ -1,6 +1,9 @@
 package store
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Store is everything bcgw keeps. Each method is one transaction: it
 // either happens whole or not at all, and is durable when it returns.
@@ -68,4 +71,52 @@ type Store interface {
 	AddEvent(nodeID string, e Event, keep int) (bool, error)
 	Events(nodeID string, after uint64) ([]Event, error)
 	DeleteEvents(nodeID string) error
+}
+
+// Notice is what one gateway tells every gateway sharing its store: that
+// a command was stored for a node, that a command ended, that a delivered
+// command is to be cancelled, that a node's session moved, that a node
+// was revoked. A notice only says where to look: the store stays the
+// truth, and a notice lost is made up for by the next read.
+type Notice struct {
+	Kind    string `json:"k"`
+	Node    string `json:"n,omitempty"`
+	Command string `json:"c,omitempty"`
+	Epoch   uint64 `json:"e,omitempty"`
+	Reason  string `json:"r,omitempty"`
+}
+
+// The kinds of Notice.
+const (
+	NoticeCommand = "command" // Command was stored for Node (sent by AddCommand)
+	NoticeResult  = "result"  // Command ended (sent by SetResult's first copy, CancelPending)
+	NoticeCancel  = "cancel"  // Command, delivered to Node, is cancelled (Reason)
+	NoticeSession = "session" // Node's session Epoch started on some gateway
+	NoticeRevoke  = "revoke"  // Node was revoked
+	NoticeSpec    = "spec"    // Node's desired spec changed on a gateway without its session
+	NoticeTrust   = "trust"   // the trust bundle changed (the others load it and drain)
+)
+
+// Shared is implemented by a store several gateways use at once (the
+// PostgreSQL store; a bbolt file has one gateway). Besides the records it
+// carries notices between the gateways and keeps what must have one owner
+// across them.
+type Shared interface {
+	// Listen calls f with every notice any gateway sends (its own
+	// included) until ctx ends (nil) or its connection fails (the error:
+	// the caller listens again). synced is called once it listens; notices
+	// sent while nobody listened are lost, so the caller then reads what
+	// it may have missed.
+	Listen(ctx context.Context, f func(Notice), synced func()) error
+	// Notify sends a notice to every gateway.
+	Notify(n Notice) error
+	// Pending lists the commands not yet acked by their node, oldest
+	// first, at most limit (a safety net for lost notices).
+	Pending(limit int) ([]Command, error)
+	// TouchLease grants the lease name to holder when it is free or
+	// expired at now, and renews it for ttl when holder has it. It reports
+	// whether holder has it, until when, and whether the holder changed.
+	TouchLease(name, holder string, now time.Time, ttl time.Duration) (held bool, until time.Time, changed bool, err error)
+	// LeaseHolder returns the lease's holder at now ("" when free).
+	LeaseHolder(name string, now time.Time) (string, error)
 }

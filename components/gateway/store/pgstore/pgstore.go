@@ -31,32 +31,19 @@ import (
 // fails the call instead of hanging the gateway.
 const opTimeout = 30 * time.Second
 
-// PG is the Store on a PostgreSQL database.
+// PG is the Store on a PostgreSQL database. Any number of gateways may
+// have one database open: the records' rules hold across them (row locks,
+// conditional writes), notices reach them all through LISTEN/NOTIFY on
+// the channel bcgw (notify.go), and leases are rows with an expiry.
 type PG struct {
 	pool *pgxpool.Pool
-	// owner holds the session advisory lock that makes this gateway the
-	// database's only one (see ownerLock).
-	owner *pgx.Conn
+	// conn is the connection settings, for the listener's own connection.
+	conn *pgx.ConnConfig
 }
-
-// ownerLock is the advisory lock key a gateway holds on its own
-// connection for as long as it has the store open. Gateways still keep
-// sessions, boot leases and result waiters in memory, so two of them on
-// one database would each believe they alone serve it; until that moves
-// into the database (LISTEN/NOTIFY, database leases), a second gateway is
-// refused, as a second bbolt opener is.
-const ownerLock = 0x62636731 // "bcg1"
-
-// ownerWait is how long Open waits for a gateway that is stopping to let
-// go of the database.
-var ownerWait = 10 * time.Second
 
 // ErrUnreachable: the database did not answer (down, not there yet, or
 // refusing this user); a caller may retry.
 var ErrUnreachable = errors.New("database unreachable")
-
-// ErrInUse: another gateway has the database open.
-var ErrInUse = errors.New("another bcgw has this database open (one gateway per database for now)")
 
 var _ store.Store = (*PG)(nil)
 
@@ -82,50 +69,13 @@ func Open(ctx context.Context, url string) (*PG, error) {
 		pool.Close()
 		return nil, fmt.Errorf("%s: schema: %w", where, err)
 	}
-	owner, err := takeOwnership(ctx, cfg.ConnConfig.Copy())
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("%s: %w", where, err)
-	}
-	return &PG{pool: pool, owner: owner}, nil
+	return &PG{pool: pool, conn: cfg.ConnConfig.Copy()}, nil
 }
 
-// takeOwnership opens the connection that holds ownerLock, waiting up to
-// ownerWait for a stopping gateway to let go.
-func takeOwnership(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	deadline := time.Now().Add(ownerWait)
-	for {
-		var got bool
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, ownerLock).Scan(&got); err != nil {
-			conn.Close(context.Background())
-			return nil, err
-		}
-		if got {
-			return conn, nil
-		}
-		if time.Now().After(deadline) {
-			conn.Close(context.Background())
-			return nil, fmt.Errorf("%w: waited %s; stop the other bcgw or give this one another database", ErrInUse, ownerWait)
-		}
-		select {
-		case <-ctx.Done():
-			conn.Close(context.Background())
-			return nil, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-// Close closes the connection pool and lets go of the database.
+// Close closes the connection pool.
 func (p *PG) Close() error {
 	p.pool.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return p.owner.Close(ctx)
+	return nil
 }
 
 // tx runs fn in one transaction (read committed; the rows a method must
@@ -343,7 +293,9 @@ func (p *PG) AddCommand(c store.Command) error {
 		if tag.RowsAffected() == 0 {
 			return fmt.Errorf("command %s already exists", c.ID)
 		}
-		return nil
+		// Delivered with the commit, to every gateway: the one holding the
+		// node's session sends the command.
+		return notify(ctx, tx, store.Notice{Kind: store.NoticeCommand, Node: c.NodeID, Command: c.ID})
 	})
 }
 
@@ -439,7 +391,11 @@ func (p *PG) SetResult(nodeID, id string, r store.Result) (bool, error) {
 			}
 			return true, nil
 		})
-		return err
+		if err != nil || !first {
+			return err
+		}
+		// Wakes whoever waits for this result, on any gateway.
+		return notify(ctx, tx, store.Notice{Kind: store.NoticeResult, Node: nodeID, Command: id})
 	})
 	return first && err == nil, err
 }
@@ -459,7 +415,10 @@ func (p *PG) CancelPending(id, reason string, now time.Time) (store.Command, boo
 			c.State, done = store.StateDone, true
 			return true, nil
 		})
-		return err
+		if err != nil || !done {
+			return err
+		}
+		return notify(ctx, tx, store.Notice{Kind: store.NoticeResult, Node: c.NodeID, Command: id})
 	})
 	return c, done && err == nil, err
 }

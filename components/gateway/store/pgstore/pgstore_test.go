@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -71,44 +70,44 @@ func TestMigrations(t *testing.T) {
 	}
 }
 
-// Gateways starting together on an empty database migrate it once; one
-// of them has it, the others are refused and say why; once it closes,
-// another may open it.
-func TestOneGatewayPerDatabase(t *testing.T) {
+// Gateways starting together on an empty database all open it, and it
+// is migrated once.
+func TestManyGatewaysOnOneDatabase(t *testing.T) {
 	url := pgtest.Database(t)
-	restore := pgstore.SetOwnerWait(500 * time.Millisecond)
-	defer restore()
-	type res struct {
-		s   *pgstore.PG
-		err error
-	}
-	out := make(chan res, 4)
+	errs := make(chan error, 4)
 	for range 4 {
 		go func() {
 			s, err := pgstore.Open(context.Background(), url)
-			out <- res{s, err}
+			if err == nil {
+				t.Cleanup(func() { s.Close() })
+			}
+			errs <- err
 		}()
 	}
-	var held *pgstore.PG
 	for range 4 {
-		r := <-out
-		switch {
-		case r.err == nil && held == nil:
-			held = r.s
-		case errors.Is(r.err, pgstore.ErrInUse):
-		default:
-			t.Errorf("open: %v", r.err)
+		if err := <-errs; err != nil {
+			t.Errorf("open: %v", err)
 		}
 	}
-	if held == nil {
-		t.Fatal("no gateway got the database")
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := pgstore.Open(context.Background(), url); !errors.Is(err, pgstore.ErrInUse) || !strings.Contains(err.Error(), "another bcgw") {
-		t.Errorf("second open while held: %v", err)
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil || n != pgstore.SchemaVersion() {
+		t.Errorf("schema_migrations: %d rows %v, want %d", n, err, pgstore.SchemaVersion())
 	}
-	held.Close()
-	s := open(t, url)
-	s.Close()
+}
+
+// The shared cases: two stores on one database, as two gateways.
+func TestSharedSuite(t *testing.T) {
+	storetest.RunShared(t, func(t testing.TB) (store.Store, store.Store) {
+		url := pgtest.Database(t)
+		a, b := open(t, url), open(t, url)
+		t.Cleanup(func() { a.Close(); b.Close() })
+		return a, b
+	})
 }
 
 // A password in the URL reaches no error message.

@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/better-compute/bcd/components/gateway/store"
+	"github.com/better-compute/bcd/components/trust/intent"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
+)
+
+// Several gateways on one store (PostgreSQL). Each holds the sessions of
+// the agents that dialled it; what one gateway must tell the gateway
+// holding a node's session travels as a store.Notice (LISTEN/NOTIFY):
+//
+//   - a command stored through any gateway's admin API: the holder sends
+//     it (the notice is sent in AddCommand's transaction);
+//   - a result stored (SetResult's first copy) or a command cancelled
+//     before delivery: every gateway wakes its admin calls waiting for it;
+//   - a delivered command cancelled: the holder sends the signed Cancel;
+//   - a session accepted (its epoch): an older session of that node on
+//     another gateway ends, so a node has one session across the fleet;
+//   - a revocation: the holder tells the agent and ends its session;
+//   - a desired spec changed where the node has no session: the holder
+//     sends it in full;
+//   - the trust bundle changed: the others load it from the store and
+//     drain their sessions, as the changing gateway does.
+//
+// A notice only says where to look; the store stays the truth. A notice
+// lost (the listener's connection dropped) is made up for by the sweep:
+// every sharedSweep, and at once after the listener reconnects, commands
+// still unacked are sent again to the sessions held here, and every
+// waiter reads its command again. An agent takes a command it already
+// holds as the same command (its journal keys on the id), so a second
+// copy runs nothing twice.
+
+// sharedSweep is the safety net's period: far slower than the notices,
+// which do the work.
+var sharedSweep = 5 * time.Second
+
+// pushCommand sends a stored command to the node's session. On a shared
+// store the command's notice does it, on whichever gateway holds the
+// session (this one included).
+func (s *Server) pushCommand(c store.Command) {
+	if s.shared == nil {
+		s.hub.send(c.NodeID, commandFrame(c))
+	}
+}
+
+// notify sends a notice to every gateway, logging a failure (the sweep
+// and the next session's replay make up for it).
+func (s *Server) notify(n store.Notice) {
+	if err := s.shared.Notify(n); err != nil {
+		s.log.Warn("notice not sent to the other gateways", "kind", n.Kind, "node", n.Node, "command_id", n.Command, "err", err)
+	}
+}
+
+// sharedLoop listens for notices until ctx ends, listening again after a
+// lost connection (1 s, doubling to 30 s), and runs the sweep.
+func (s *Server) sharedLoop(ctx context.Context) {
+	go s.sweepLoop(ctx)
+	wait := time.Second
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := s.shared.Listen(ctx, s.onNotice, func() {
+			s.log.Info("listening for the other gateways' notices")
+			go s.sweep()
+			s.wakeAll()
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > time.Minute {
+			wait = time.Second
+		}
+		s.log.Warn("notices from the other gateways lost; listening again", "err", err, "retry_in", wait.String())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+func (s *Server) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(sharedSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.sweep()
+		}
+	}
+}
+
+// sweep sends the commands still unacked (and older than a second, so
+// not those whose notice is on its way) to the sessions held here.
+func (s *Server) sweep() {
+	cs, err := s.shared.Pending(10000)
+	if err != nil {
+		s.log.Warn("pending commands not read", "err", err)
+		return
+	}
+	old := s.now().Add(-time.Second)
+	for _, c := range cs {
+		if c.CreatedAt.Before(old) {
+			s.hub.send(c.NodeID, commandFrame(c))
+		}
+	}
+}
+
+// wakeAll wakes every admin call waiting for a result, which reads its
+// command again (results whose notices were lost).
+func (s *Server) wakeAll() {
+	s.mu.Lock()
+	w := s.waiters
+	s.waiters = nil
+	s.mu.Unlock()
+	for _, cs := range w {
+		for _, c := range cs {
+			close(c)
+		}
+	}
+}
+
+// wake wakes the admin calls waiting for command id.
+func (s *Server) wake(id string) {
+	s.dropProgress(id)
+	s.mu.Lock()
+	w := s.waiters[id]
+	delete(s.waiters, id)
+	s.mu.Unlock()
+	for _, c := range w {
+		close(c)
+	}
+}
+
+// onNotice acts on one notice. It runs on the listener's goroutine: what
+// may wait on a session runs on its own.
+func (s *Server) onNotice(n store.Notice) {
+	switch n.Kind {
+	case store.NoticeResult:
+		s.wake(n.Command)
+	case store.NoticeCommand:
+		if s.hub.get(n.Node) == nil {
+			return
+		}
+		go func() {
+			c, err := s.store.Command(n.Command)
+			if err != nil {
+				s.log.Warn("noticed command not read", "node", n.Node, "command_id", n.Command, "err", err)
+				return
+			}
+			if c.NodeID == n.Node && c.State == store.StatePending {
+				s.hub.send(c.NodeID, commandFrame(c))
+			}
+		}()
+	case store.NoticeCancel:
+		if s.hub.get(n.Node) == nil {
+			return
+		}
+		cf := &bcdv1.Cancel{CommandId: n.Command, Reason: n.Reason}
+		if s.cmdKey != nil {
+			var err error
+			if cf.Signature, err = intent.SignCancel(s.cmdKey, n.Node, cf); err != nil {
+				s.log.Warn("cancel not signed", "command_id", n.Command, "err", err)
+				return
+			}
+		}
+		s.hub.send(n.Node, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Cancel{Cancel: cf}})
+	case store.NoticeSession:
+		// The node's newer session is on another gateway (or this one,
+		// which registered it already): an older one here has lost.
+		if l := s.hub.get(n.Node); l != nil && l.epoch < n.Epoch {
+			s.log.Info("session moved to another gateway; ending it here", "node", n.Node, "epoch", l.epoch, "new_epoch", n.Epoch)
+			l.close()
+		}
+	case store.NoticeRevoke:
+		go s.hub.sendFinal(n.Node, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Revocation{Revocation: &bcdv1.RevocationNotice{Reason: "revoked by an operator"}}})
+	case store.NoticeTrust:
+		go s.reloadTrust()
+	case store.NoticeSpec:
+		l := s.hub.get(n.Node)
+		if l == nil {
+			return
+		}
+		go func() {
+			unlock := s.specLocks.lock(n.Node)
+			defer unlock()
+			if !l.specReady.Load() {
+				return // its Welcome sends the spec in full
+			}
+			f, gen, err := s.fullSpecFrame(n.Node)
+			if err != nil || f == nil {
+				return
+			}
+			l.fullGen.Store(gen)
+			l.push(outFrame{f: f})
+		}()
+	}
+}

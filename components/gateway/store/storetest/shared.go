@@ -1,0 +1,289 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/gateway/store"
+)
+
+// OpenShared opens two stores on one fresh, empty database, as two
+// gateways sharing it would (each implements store.Shared).
+type OpenShared func(t testing.TB) (a, b store.Store)
+
+// RunShared runs the cases several gateways on one store need: results,
+// acks and events stored exactly once whichever gateway receives each
+// copy, notices reaching every gateway, one holder of a lease. A backend
+// one gateway owns (bbolt) has no such cases.
+func RunShared(t *testing.T, open OpenShared) {
+	for _, c := range []struct {
+		name string
+		f    func(*testing.T, store.Store, store.Store)
+	}{
+		{"ResultOnceAcrossGateways", testResultOnceAcross},
+		{"AcksAcrossGateways", testAcksAcross},
+		{"EventsOnceAcrossGateways", testEventsOnceAcross},
+		{"NoticesReachEveryGateway", testNotices},
+		{"PendingCommands", testPending},
+		{"LeaseOneHolder", testLeaseOneHolder},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := open(t)
+			c.f(t, a, b)
+		})
+	}
+}
+
+func pick(a, b store.Store, i int) store.Store {
+	if i%2 == 0 {
+		return a
+	}
+	return b
+}
+
+// A node redials another gateway and sends its result again: of the
+// copies sent to both gateways at once exactly one is stored, and every
+// copy is counted.
+func testResultOnceAcross(t *testing.T, a, b store.Store) {
+	addNode(t, a, "n1")
+	addCommand(t, a, "c1", "n1", t0)
+	var mu sync.Mutex
+	firsts := 0
+	errs := race(racers, func(i int) error {
+		first, err := pick(a, b, i).SetResult("n1", "c1", store.Result{Status: "SUCCEEDED", Output: []byte{byte(i)}})
+		if first {
+			mu.Lock()
+			firsts++
+			mu.Unlock()
+		}
+		return err
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Errorf("result: %v", err)
+		}
+	}
+	for _, s := range []store.Store{a, b} {
+		c, err := s.Command("c1")
+		if err != nil || c.State != store.StateDone || c.Result == nil || c.ResultCopies != racers {
+			t.Errorf("command as read: %+v %v", c, err)
+		}
+	}
+	if firsts != 1 {
+		t.Errorf("%d copies stored as the first, want 1", firsts)
+	}
+}
+
+// Acks of one command through both gateways deliver it once, and an ack
+// arriving after the result (a late copy from the old gateway's session)
+// leaves it done.
+func testAcksAcross(t *testing.T, a, b store.Store) {
+	addNode(t, a, "n1")
+	addCommand(t, b, "c1", "n1", t0)
+	for _, err := range race(racers, func(i int) error { return pick(a, b, i).MarkDelivered("n1", "c1") }) {
+		if err != nil {
+			t.Errorf("ack: %v", err)
+		}
+	}
+	if c, _ := a.Command("c1"); c.State != store.StateDelivered {
+		t.Errorf("after acks: %s", c.State)
+	}
+	if _, err := b.SetResult("n1", "c1", store.Result{Status: "SUCCEEDED"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.MarkDelivered("n1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := b.Command("c1"); c.State != store.StateDone || c.Result == nil {
+		t.Errorf("a late ack undid the result: %+v", c)
+	}
+	if un, _ := a.Unfinished("n1"); len(un) != 0 {
+		t.Errorf("unfinished after the result: %v", ids(un))
+	}
+}
+
+// The same events sent through both gateways at once (the agent resent
+// what the dead gateway had not acked) are stored once each, in order.
+func testEventsOnceAcross(t *testing.T, a, b store.Store) {
+	addNode(t, a, "n1")
+	const n = 20
+	var mu sync.Mutex
+	stored := map[uint64]int{}
+	errs := race(racers, func(i int) error {
+		for seq := uint64(1); seq <= n; seq++ {
+			ok, err := pick(a, b, i).AddEvent("n1", store.Event{Seq: seq, Type: "t", AtUnixMS: int64(seq)}, 1000)
+			if err != nil {
+				return err
+			}
+			if ok {
+				mu.Lock()
+				stored[seq]++
+				mu.Unlock()
+			}
+		}
+		return nil
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Errorf("event: %v", err)
+		}
+	}
+	evs, err := b.Events("n1", 0)
+	if err != nil || len(evs) != n {
+		t.Fatalf("events: %d %v, want %d", len(evs), err, n)
+	}
+	for i, e := range evs {
+		if e.Seq != uint64(i+1) {
+			t.Errorf("event %d has seq %d", i, e.Seq)
+		}
+	}
+	// AddEvent answers whether the seq is stored (every copy says yes):
+	// what counts is that the table holds each seq once.
+	if len(stored) != n {
+		t.Errorf("seqs answered stored: %d, want %d", len(stored), n)
+	}
+}
+
+// A command stored through one gateway, its result and a notice sent
+// through another reach a listener on either; a second copy of the result
+// and a command id stored twice send nothing.
+func testNotices(t *testing.T, a, b store.Store) {
+	sa, sb := a.(store.Shared), b.(store.Shared)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan store.Notice, 16)
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- sb.Listen(ctx, func(n store.Notice) { got <- n }, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("listen: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("listener not ready within 10s")
+	}
+	next := func(what string) store.Notice {
+		t.Helper()
+		select {
+		case n := <-got:
+			return n
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no notice within 5s", what)
+			return store.Notice{}
+		}
+	}
+	addNode(t, a, "n1")
+	addCommand(t, a, "c1", "n1", t0)
+	if n := next("command"); n != (store.Notice{Kind: store.NoticeCommand, Node: "n1", Command: "c1"}) {
+		t.Errorf("command notice: %+v", n)
+	}
+	if err := a.AddCommand(store.Command{ID: "c1", NodeID: "n1", Kind: "k", CreatedAt: t0}); err == nil {
+		t.Error("a command id stored twice")
+	}
+	if _, err := a.SetResult("n1", "c1", store.Result{Status: "SUCCEEDED"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := next("result"); n != (store.Notice{Kind: store.NoticeResult, Node: "n1", Command: "c1"}) {
+		t.Errorf("result notice: %+v", n)
+	}
+	if _, err := a.SetResult("n1", "c1", store.Result{Status: "SUCCEEDED"}); err != nil {
+		t.Fatal(err)
+	}
+	addCommand(t, a, "c2", "n1", t0.Add(time.Second))
+	if n := next("second command"); n.Command != "c2" {
+		t.Errorf("after a second result copy and a duplicate id, the next notice is %+v, want c2's command", n)
+	}
+	if _, done, err := b.CancelPending("c2", "stop", t0); err != nil || !done {
+		t.Fatalf("cancel: %v %v", done, err)
+	}
+	if n := next("cancel"); n != (store.Notice{Kind: store.NoticeResult, Node: "n1", Command: "c2"}) {
+		t.Errorf("cancel's notice: %+v", n)
+	}
+	want := store.Notice{Kind: store.NoticeSession, Node: "n1", Epoch: 7}
+	if err := sa.Notify(want); err != nil {
+		t.Fatal(err)
+	}
+	if n := next("session"); n != want {
+		t.Errorf("notice %+v, want %+v", n, want)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("listen after its context ended: %v", err)
+	}
+}
+
+// Pending lists commands not acked yet, oldest first, across nodes.
+func testPending(t *testing.T, a, b store.Store) {
+	addNode(t, a, "n1")
+	addNode(t, a, "n2")
+	addCommand(t, a, "c2", "n2", t0.Add(2*time.Second))
+	addCommand(t, b, "c1", "n1", t0.Add(time.Second))
+	addCommand(t, b, "c3", "n1", t0.Add(3*time.Second))
+	if err := a.MarkDelivered("n1", "c3"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.(store.Shared).Pending(10)
+	if err != nil || !equal(ids(p), []string{"c1", "c2"}) {
+		t.Errorf("pending: %v %v, want [c1 c2]", ids(p), err)
+	}
+	if p, _ := a.(store.Shared).Pending(1); !equal(ids(p), []string{"c1"}) {
+		t.Errorf("pending, limit 1: %v", ids(p))
+	}
+}
+
+// Of many gateways granting one free lease at once exactly one holder
+// gets it; it renews, others wait for its expiry, then one takes it.
+func testLeaseOneHolder(t *testing.T, a, b store.Store) {
+	const ttl = 45 * time.Second
+	// Held before and expired by t0: the racers find a row to take over.
+	if h, _, _, err := a.(store.Shared).TouchLease("site/lab", "x", t0.Add(-ttl-time.Second), ttl); err != nil || !h {
+		t.Fatalf("first grant: %v %v", h, err)
+	}
+	var mu sync.Mutex
+	var held []int
+	errs := race(racers, func(i int) error {
+		h, _, changed, err := pick(a, b, i).(store.Shared).TouchLease("site/lab", string(rune('a'+i)), t0, ttl)
+		if h {
+			mu.Lock()
+			held = append(held, i)
+			mu.Unlock()
+			if !changed {
+				return errors.New("granted without a change")
+			}
+		}
+		return err
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Errorf("touch: %v", err)
+		}
+	}
+	if len(held) != 1 {
+		t.Fatalf("holders %v, want one", held)
+	}
+	owner := string(rune('a' + held[0]))
+	other := "z"
+	sa, sb := a.(store.Shared), b.(store.Shared)
+	if h, until, changed, err := sb.TouchLease("site/lab", owner, t0.Add(10*time.Second), ttl); err != nil || !h || changed || !until.Equal(t0.Add(10*time.Second+ttl)) {
+		t.Errorf("renewal: %v %v %v %v", h, until, changed, err)
+	}
+	if h, _, _, err := sa.TouchLease("site/lab", other, t0.Add(20*time.Second), ttl); err != nil || h {
+		t.Errorf("another holder before expiry: %v %v", h, err)
+	}
+	if got, err := sa.LeaseHolder("site/lab", t0.Add(20*time.Second)); err != nil || got != owner {
+		t.Errorf("holder: %q %v, want %q", got, err, owner)
+	}
+	late := t0.Add(10*time.Second + ttl + time.Second)
+	if got, _ := sb.LeaseHolder("site/lab", late); got != "" {
+		t.Errorf("holder after expiry: %q", got)
+	}
+	if h, _, changed, err := sa.TouchLease("site/lab", other, late, ttl); err != nil || !h || !changed {
+		t.Errorf("taking an expired lease: %v %v %v", h, changed, err)
+	}
+	if got, _ := sb.LeaseHolder("missing", t0); got != "" {
+		t.Errorf("a lease never granted has holder %q", got)
+	}
+}

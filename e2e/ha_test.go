@@ -1,0 +1,246 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/bcd/components/base/testenv"
+	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/store/pgtest"
+)
+
+// haLab is several bcgw on one PostgreSQL database behind HAProxy.
+type haLab struct {
+	*lab
+	url    string // the database
+	dbFile string
+	ha     string // HAProxy's address, the one agents dial
+	gws    []*gw
+	ports  []string
+}
+
+// copyDir copies the regular files of src into dst (a fleet's gateways
+// share their keys: the second gets the first's).
+func copyDir(t testing.TB, src, dst string) {
+	t.Helper()
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// newHALab starts a PostgreSQL cluster, n gateways on one database of it
+// (the first makes the keys, the others get copies) and HAProxy in front.
+func newHALab(t *testing.T, n int, extra ...string) *haLab {
+	t.Helper()
+	c, err := pgtest.Start()
+	if errors.Is(err, pgtest.ErrNoPostgres) {
+		testenv.Skip(t, "%v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	url, err := c.NewDatabase(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &haLab{lab: newLab(t), url: url, ha: freePort(t)}
+	h.dbFile = filepath.Join(h.root, "database.url")
+	if err := os.WriteFile(h.dbFile, []byte(url+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		h.ports = append(h.ports, freePort(t))
+		dir := filepath.Join(h.root, "gw"+string(rune('1'+i)))
+		if i > 0 {
+			copyDir(t, h.gws[0].dataDir, dir)
+		}
+		h.gws = append(h.gws, nil)
+		h.startGW(i, extra...)
+	}
+	h.startHAProxy(h.ha, h.ports)
+	return h
+}
+
+// startGW starts (or starts again) gateway i on its port and data dir.
+func (h *haLab) startGW(i int, extra ...string) *gw {
+	h.t.Helper()
+	dir := filepath.Join(h.root, "gw"+string(rune('1'+i)))
+	g := h.startGateway(dir, h.ports[i], append([]string{"--database-file", h.dbFile, "--url", "https://" + h.ha}, extra...)...)
+	g.waitLog(h.t, "listening for the other gateways' notices", 30*time.Second)
+	h.gws[i] = g
+	return g
+}
+
+// front is gateway i as agents see it: its data dir (pins, admin) and
+// HAProxy's address.
+func (h *haLab) front(i int) *gw {
+	return &gw{proc: h.gws[i].proc, dataDir: h.gws[i].dataDir, addr: h.ha}
+}
+
+// holder returns the index of the live gateway holding node's session
+// with at least epoch minEpoch, or -1.
+func (h *haLab) holder(node string, minEpoch uint64, alive func(int) bool) int {
+	for i, g := range h.gws {
+		if !alive(i) {
+			continue
+		}
+		code, out, _ := h.run("", nil, "bcgw", "nodes", "--json", "--data-dir", g.dataDir)
+		if code != 0 {
+			continue
+		}
+		var ns []nodeView
+		if json.Unmarshal([]byte(out), &ns) != nil {
+			continue
+		}
+		for _, n := range ns {
+			if n.ID == node && n.Connected && n.Epoch >= minEpoch {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// TestGatewayFailoverBehindHAProxy: two bcgw on one PostgreSQL behind
+// HAProxy (TCP, TLS passed through); a fakehw node joins and connects
+// through HAProxy. A slow command is sent through the gateway that does
+// not hold the session; while it runs, the holder is killed with SIGKILL.
+// The node reconnects through HAProxy to the other gateway, which replays
+// what was in flight; the result reaches the store exactly once and the
+// side effect happened once. A command sent through the restarted gateway
+// reaches the node on the other.
+func TestGatewayFailoverBehindHAProxy(t *testing.T) {
+	h := newHALab(t, 2)
+	cfg, id := h.joinNode(h.front(0), "n", h.token(h.gws[0], "--uses", "1"), "node")
+	node := h.start("bcd-node", "node", "--config", cfg)
+	all := func(int) bool { return true }
+	var hold int
+	end := time.Now().Add(60 * time.Second)
+	for hold = h.holder(id, 1, all); hold < 0; hold = h.holder(id, 1, all) {
+		if time.Now().After(end) {
+			t.Fatal("the node did not connect through HAProxy within 60s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	other := 1 - hold
+	t.Logf("session on gw%d; commands through gw%d", hold+1, other+1)
+
+	// A quick command first, through the gateway without the session.
+	admin := gateway.NewAdminClient(h.gws[other].dataDir, "", "")
+	ctx := context.Background()
+	c0, err := admin.Send(ctx, gateway.CommandRequest{Node: id, Kind: "agent.ping"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := admin.Command(ctx, c0.ID, 20*time.Second); err != nil || v.Status != "SUCCEEDED" {
+		t.Fatalf("ping through the other gateway: %+v %v", v, err)
+	}
+
+	// The slow one: 6 s, the mark in its middle.
+	c1, err := admin.Send(ctx, gateway.CommandRequest{Node: id, Kind: "fakehw.mark", Body: json.RawMessage(`{"sleep_ms":6000}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	end = time.Now().Add(20 * time.Second)
+	for {
+		var state string
+		if err := conn.QueryRow(ctx, `SELECT state FROM commands WHERE id = $1`, c1.ID).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if state == "delivered" {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the slow command is %s after 20s", state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // running now, mid-command
+	killed := time.Now()
+	h.gws[hold].signal(syscall.SIGKILL)
+	h.gws[hold].wait(t, 10*time.Second)
+	alive := func(i int) bool { return i != hold }
+	end = time.Now().Add(60 * time.Second)
+	for h.holder(id, 2, alive) != other {
+		if time.Now().After(end) {
+			t.Fatal("the node did not reconnect to the other gateway within 60s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("reconnected to gw%d %s after the kill", other+1, time.Since(killed).Round(10*time.Millisecond))
+
+	v, err := admin.Command(ctx, c1.ID, 30*time.Second)
+	if err != nil || v.State != "done" || v.Status != "SUCCEEDED" {
+		t.Fatalf("the slow command after the kill: %+v %v", v, err)
+	}
+	var rows, copies int
+	var rec []byte
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM commands WHERE id = $1 AND state = 'done'`, c1.ID).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT record FROM commands WHERE id = $1`, c1.ID).Scan(&rec); err != nil {
+		t.Fatal(err)
+	}
+	var stored struct {
+		ResultCopies int `json:"result_copies"`
+		Result       *struct {
+			Status string `json:"status"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(rec, &stored); err != nil {
+		t.Fatal(err)
+	}
+	copies = stored.ResultCopies
+	if rows != 1 || copies < 1 || stored.Result == nil || stored.Result.Status != "SUCCEEDED" {
+		t.Errorf("the command in PostgreSQL: %d done rows, %d result copies, %+v", rows, copies, stored.Result)
+	}
+	marks, _ := os.ReadFile(filepath.Join(filepath.Dir(cfg), "data", "fakehw", "marks.log"))
+	if n := strings.Count(string(marks), c1.ID); n != 1 {
+		t.Errorf("the mark of %s happened %d times:\n%s", c1.ID, n, marks)
+	}
+
+	// The killed gateway comes back; a command through it reaches the
+	// node on the other.
+	g := h.startGW(hold)
+	back := gateway.NewAdminClient(g.dataDir, "", "")
+	c2, err := back.Send(ctx, gateway.CommandRequest{Node: id, Kind: "fakehw.mark"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := back.Command(ctx, c2.ID, 30*time.Second); err != nil || v.Status != "SUCCEEDED" {
+		t.Fatalf("a command through the restarted gateway: %+v %v", v, err)
+	}
+	node.signal(syscall.SIGTERM)
+	node.wait(t, 15*time.Second)
+}
