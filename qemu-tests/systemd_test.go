@@ -67,6 +67,7 @@ var systemdSteps = []systemdStep{
 	{"hardening unprivileged", stepHardeningUnprivileged, true},
 	{"GPU hold slices", stepSlices, true},
 	{"a crash-looping unit is failed", stepCrashLoop, true},
+	{"self-update through the helper", stepSelfUpdate, false},
 	{"apt purge", stepPurge, false},
 	{"bcd-site", stepSite, false},
 }
