@@ -89,10 +89,12 @@ func stepSelfUpdate(t *testing.T, e *systemdEnv) {
 
 	// Release 2 through bcgw release publish and bcgw upgrade --wait.
 	u.release(t, "2.0.0", 2, v2)
-	out := e.bcgw(t, "upgrade", e.nodeID, "--version", "2.0.0", "--wait")
-	t.Logf("bcgw upgrade --version 2.0.0 --wait:\n%s", tail(out, 1500))
-	if !strings.Contains(out, e.nodeID+": SUCCEEDED") || !strings.Contains(out, `"version":"2.0.0"`) {
-		t.Fatalf("bcgw upgrade to 2.0.0 did not succeed:\n%s", out)
+	b, err := exec.Command(e.bin, "upgrade", e.nodeID, "--version", "2.0.0", "--wait", "--timeout", "5m", "--data-dir", e.gwDir).CombinedOutput()
+	out := string(b)
+	t.Logf("bcgw upgrade --version 2.0.0 --wait (%v):\n%s", err, tail(out, 1500))
+	if err != nil || !strings.Contains(out, e.nodeID+": SUCCEEDED") || !strings.Contains(out, `"version":"2.0.0"`) {
+		u.dump(t)
+		t.Fatalf("bcgw upgrade to 2.0.0 did not succeed: %v\n%s", err, out)
 	}
 	s := u.waitState(t, "release 2 confirmed", 2*time.Minute, func(s sdUpdState) bool { return s.Floor == 2 && s.Pending == nil })
 	if s.running() != "2.0.0" {
@@ -164,8 +166,7 @@ func stepSelfUpdate(t *testing.T, e *systemdEnv) {
 
 	// Release 1 again: refused below the floor, nothing swapped.
 	u.release(t, "1.0.0", 1, v1)
-	cmd := exec.Command(e.bin, "upgrade", e.nodeID, "--version", "1.0.0", "--wait", "--data-dir", e.gwDir)
-	b, err := cmd.CombinedOutput()
+	b, err = exec.Command(e.bin, "upgrade", e.nodeID, "--version", "1.0.0", "--wait", "--timeout", "5m", "--data-dir", e.gwDir).CombinedOutput()
 	t.Logf("bcgw upgrade --version 1.0.0 --wait (%v):\n%s", err, tail(string(b), 1500))
 	if err == nil || !strings.Contains(string(b), "below the release floor") {
 		t.Errorf("release 1 again: want a refusal \"below the release floor\", got %v:\n%s", err, b)
