@@ -108,6 +108,11 @@ func (s *Slots) Init(bin, version string, sequence uint64) error {
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		return err
 	}
+	// Whatever the umask (bcd-helper.service's is 0077): under bcd helper
+	// the agent that runs the slots is another uid than their writer.
+	if err := os.Chmod(s.Dir, 0o755); err != nil {
+		return err
+	}
 	in, err := os.Open(bin)
 	if err != nil {
 		return fmt.Errorf("adopting %s into %s: %w", bin, SlotA, err)
@@ -374,6 +379,12 @@ func copyHashed(in io.Reader, dst string, size int64, want string) (string, erro
 		return "", err
 	}
 	defer os.Remove(tmp)
+	// 0755 whatever the umask: the agent runs the slot as another uid
+	// than root's helper that writes it.
+	if err := out.Chmod(0o755); err != nil {
+		out.Close()
+		return "", err
+	}
 	h := sha256.New()
 	limit := int64(1 << 30)
 	if size >= 0 {

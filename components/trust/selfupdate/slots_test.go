@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -219,4 +220,26 @@ func FuzzReadUpgrade(f *testing.F) {
 			t.Fatalf("current %q after Settle", cur)
 		}
 	})
+}
+
+// TestSlotsModeWhateverTheUmask: the slots are executed by the agent,
+// which under bcd helper is another uid than root who writes them, so the
+// binaries are 0755 and the directory 0755 even when the writer's umask
+// is 0077 (bcd-helper.service has UMask=0077).
+func TestSlotsModeWhateverTheUmask(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	s, _ := newSlots(t)
+	if _, err := upgrade(t, s, "0.2.0", 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{s.Dir, filepath.Join(s.Dir, SlotA), filepath.Join(s.Dir, SlotB)} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s is %v under umask 0077, want 0755 (the agent runs it as another uid)", p, fi.Mode().Perm())
+		}
+	}
 }
