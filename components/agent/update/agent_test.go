@@ -2,13 +2,7 @@ package update
 
 import (
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -23,8 +17,8 @@ import (
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/dispatch"
 	"github.com/better-compute/bcd/components/agent/journal"
-	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/release"
+	"github.com/better-compute/bcd/components/trust/release/releasetest"
 )
 
 // served is an HTTP server answering each path with its bytes.
@@ -42,7 +36,7 @@ func served(t *testing.T, files map[string][]byte) *httptest.Server {
 }
 
 // newAgent is an Agent over a Manager of r's keys, running version.
-func newAgent(t *testing.T, r *aReleaser, version string) (*Agent, *Manager, *aClock) {
+func newAgent(t *testing.T, r *releasetest.Keys, version string) (*Agent, *Manager, *aClock) {
 	mgr, c := newAManager(t, r)
 	data := t.TempDir()
 	return &Agent{Installer: mgr, StagingDir: mgr.StagingDir, DataDir: data, Version: version}, mgr, c
@@ -50,14 +44,14 @@ func newAgent(t *testing.T, r *aReleaser, version string) (*Agent, *Manager, *aC
 
 // upgradeDoc is release version at seq, its artifact served by srv (at
 // bytes served, which may differ from the release's binary).
-func upgradeDoc(t *testing.T, r *aReleaser, c *aClock, version string, seq uint64, files map[string][]byte, serve []byte, base string) []byte {
+func upgradeDoc(t *testing.T, r *releasetest.Keys, c *aClock, version string, seq uint64, files map[string][]byte, serve []byte, base string) []byte {
 	m, bin := aRel(version, seq, c.t.Add(time.Hour))
 	m.Artifacts[0].URL = base + "/bcd-" + version
 	if serve == nil {
 		serve = bin
 	}
 	files["/bcd-"+version] = serve
-	return r.sign(t, m, 2)
+	return r.Sign(t, m, 2)
 }
 
 // TestKindUpgrades: daemon.upgrade downloads, swaps, records itself and
@@ -65,7 +59,7 @@ func upgradeDoc(t *testing.T, r *aReleaser, c *aClock, version string, seq uint6
 // Welcome confirms, raising the floor. The old binary's Recover of the
 // same command (a rollback) reports it FAILED.
 func TestKindUpgrades(t *testing.T) {
-	r := newAReleaser(t, 3)
+	r := releasetest.NewKeys(t, 3)
 	a, mgr, c := newAgent(t, r, "0.1.0")
 	files := map[string][]byte{}
 	srv := served(t, files)
@@ -119,7 +113,7 @@ func TestKindUpgrades(t *testing.T) {
 // another architecture fail as final with the reason, swap nothing and
 // leave nothing staged nor recorded.
 func TestKindRefusesAsFinal(t *testing.T) {
-	r := newAReleaser(t, 3)
+	r := releasetest.NewKeys(t, 3)
 	cases := []struct {
 		name string
 		doc  func(a *Agent, c *aClock, files map[string][]byte, base string) []byte
@@ -127,7 +121,7 @@ func TestKindRefusesAsFinal(t *testing.T) {
 	}{
 		{"below threshold", func(a *Agent, c *aClock, files map[string][]byte, base string) []byte {
 			m, _ := aRel("0.2.0", 2, c.t.Add(time.Hour))
-			return r.sign(t, m, 1)
+			return r.Sign(t, m, 1)
 		}, "signed by 1 of the pinned keys"},
 		{"wrong hash", func(a *Agent, c *aClock, files map[string][]byte, base string) []byte {
 			return upgradeDoc(t, r, c, "0.2.0", 2, files, []byte("bcd 0.6.6"), base)
@@ -135,7 +129,7 @@ func TestKindRefusesAsFinal(t *testing.T) {
 		{"another architecture", func(a *Agent, c *aClock, files map[string][]byte, base string) []byte {
 			m, _ := aRel("0.2.0", 2, c.t.Add(time.Hour))
 			m.Artifacts[0].Arch = "arm64"
-			return r.sign(t, m, 2)
+			return r.Sign(t, m, 2)
 		}, "amd64"},
 	}
 	for _, tc := range cases {
@@ -168,7 +162,7 @@ func TestKindRefusesAsFinal(t *testing.T) {
 // upgrades otherwise, and fails terminally on a final refusal or a
 // release of another version than it asks for.
 func TestSection(t *testing.T) {
-	r := newAReleaser(t, 3)
+	r := releasetest.NewKeys(t, 3)
 	a, mgr, c := newAgent(t, r, "0.1.0")
 	files := map[string][]byte{}
 	srv := served(t, files)
@@ -209,49 +203,14 @@ type aClock struct{ t time.Time }
 
 func (c *aClock) now() time.Time { return c.t }
 
-type aReleaser struct {
-	keys []crypto.Signer
-	pins []string
-}
-
-func newAReleaser(t *testing.T, n int) *aReleaser {
-	r := &aReleaser{}
-	for range n {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		spki, _ := x509.MarshalPKIXPublicKey(k.Public())
-		sum := sha256.Sum256(spki)
-		r.keys = append(r.keys, k)
-		r.pins = append(r.pins, pki.PinPrefix+base64.StdEncoding.EncodeToString(sum[:]))
-	}
-	return r
-}
-
-// sign makes a signed document of m with the first n keys.
-func (r *aReleaser) sign(t *testing.T, m release.Manifest, n int) []byte {
-	t.Helper()
-	doc, err := release.Encode(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range r.keys[:n] {
-		if doc, err = release.Sign(doc, k); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return doc
-}
-
-func newAManager(t *testing.T, r *aReleaser) (*Manager, *aClock) {
+func newAManager(t *testing.T, r *releasetest.Keys) (*Manager, *aClock) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bcd-installed")
 	os.WriteFile(bin, []byte("bcd 0.1.0"), 0o755)
 	c := &aClock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
 	return &Manager{
 		Slots: &Slots{Dir: filepath.Join(dir, "slots"), Now: c.now},
-		Pins:  r.pins, Threshold: 2, Role: "node", Arch: "amd64",
+		Pins:  r.Pins, Threshold: 2, Role: "node", Arch: "amd64",
 		StagingDir: filepath.Join(dir, "staging"), Owner: os.Getuid(),
 		Adopt: bin, AdoptVersion: "0.1.0", Now: c.now,
 	}, c

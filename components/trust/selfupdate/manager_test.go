@@ -2,13 +2,6 @@ package selfupdate
 
 import (
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
 	"errors"
 	"os"
 	"path/filepath"
@@ -18,53 +11,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/release"
+	"github.com/better-compute/bcd/components/trust/release/releasetest"
 )
 
-type releaser struct {
-	keys []crypto.Signer
-	pins []string
-}
-
-func newReleaser(t *testing.T, n int) *releaser {
-	r := &releaser{}
-	for range n {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		spki, _ := x509.MarshalPKIXPublicKey(k.Public())
-		sum := sha256.Sum256(spki)
-		r.keys = append(r.keys, k)
-		r.pins = append(r.pins, pki.PinPrefix+base64.StdEncoding.EncodeToString(sum[:]))
-	}
-	return r
-}
-
-// sign makes a signed document of m with the first n keys.
-func (r *releaser) sign(t *testing.T, m release.Manifest, n int) []byte {
-	t.Helper()
-	doc, err := release.Encode(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range r.keys[:n] {
-		if doc, err = release.Sign(doc, k); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return doc
-}
-
-func newManager(t *testing.T, r *releaser) (*Manager, *clock) {
+func newManager(t *testing.T, r *releasetest.Keys) (*Manager, *clock) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bcd-installed")
 	os.WriteFile(bin, []byte("bcd 0.1.0"), 0o755)
 	c := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
 	return &Manager{
 		Slots: &Slots{Dir: filepath.Join(dir, "slots"), Now: c.now},
-		Pins:  r.pins, Threshold: 2, Role: "node", Arch: "amd64",
+		Pins:  r.Pins, Threshold: 2, Role: "node", Arch: "amd64",
 		StagingDir: filepath.Join(dir, "staging"), Owner: os.Getuid(),
 		Adopt: bin, AdoptVersion: "0.1.0", Now: c.now,
 	}, c
@@ -83,10 +41,10 @@ func rel(version string, seq uint64, expires time.Time) (release.Manifest, []byt
 // adopted) to a confirmed release with the floor at its sequence.
 func TestManagerUpgrade(t *testing.T) {
 	ctx := context.Background()
-	r := newReleaser(t, 3)
+	r := releasetest.NewKeys(t, 3)
 	mgr, c := newManager(t, r)
 	m, bin := rel("0.2.0", 2, c.t.Add(time.Hour))
-	doc := r.sign(t, m, 2)
+	doc := r.Sign(t, m, 2)
 	p, err := mgr.Prepare(ctx, doc)
 	if err != nil || p.Staged != "bcd-0.2.0" || p.Artifact.SHA256 != m.Artifacts[0].SHA256 {
 		t.Fatalf("Prepare = %+v, %v", p, err)
@@ -114,7 +72,7 @@ func TestManagerUpgrade(t *testing.T) {
 // its reason, and nothing is swapped.
 func TestManagerRefusesAsFinal(t *testing.T) {
 	ctx := context.Background()
-	r := newReleaser(t, 3)
+	r := releasetest.NewKeys(t, 3)
 	cases := []struct {
 		name string
 		make func(t *testing.T, mgr *Manager, now time.Time) []byte
@@ -122,11 +80,11 @@ func TestManagerRefusesAsFinal(t *testing.T) {
 	}{
 		{"below threshold", func(t *testing.T, mgr *Manager, now time.Time) []byte {
 			m, _ := rel("0.2.0", 2, now.Add(time.Hour))
-			return r.sign(t, m, 1)
+			return r.Sign(t, m, 1)
 		}, "signed by 1 of the pinned keys; 2 must sign"},
 		{"expired", func(t *testing.T, mgr *Manager, now time.Time) []byte {
 			m, _ := rel("0.2.0", 2, now.Add(-time.Second))
-			return r.sign(t, m, 2)
+			return r.Sign(t, m, 2)
 		}, "expired"},
 		{"below the floor", func(t *testing.T, mgr *Manager, now time.Time) []byte {
 			mgr.Slots.Init(mgr.Adopt, mgr.AdoptVersion, 0)
@@ -134,12 +92,12 @@ func TestManagerRefusesAsFinal(t *testing.T) {
 			rec.Floor = 5
 			mgr.Slots.save(rec)
 			m, _ := rel("0.2.0", 2, now.Add(time.Hour))
-			return r.sign(t, m, 2)
+			return r.Sign(t, m, 2)
 		}, "below the release floor 5"},
 		{"another architecture", func(t *testing.T, mgr *Manager, now time.Time) []byte {
 			m, _ := rel("0.2.0", 2, now.Add(time.Hour))
 			m.Artifacts[0].Arch = "arm64"
-			return r.sign(t, m, 2)
+			return r.Sign(t, m, 2)
 		}, "has no node binary for amd64"},
 		{"failed before", func(t *testing.T, mgr *Manager, now time.Time) []byte {
 			mgr.Slots.Init(mgr.Adopt, mgr.AdoptVersion, 0)
@@ -147,7 +105,7 @@ func TestManagerRefusesAsFinal(t *testing.T) {
 			rec.Failed = []string{"0.2.0"}
 			mgr.Slots.save(rec)
 			m, _ := rel("0.2.0", 2, now.Add(time.Hour))
-			return r.sign(t, m, 2)
+			return r.Sign(t, m, 2)
 		}, "--clear-failed"},
 	}
 	for _, tc := range cases {
@@ -178,7 +136,7 @@ func TestManagerRefusesAsFinal(t *testing.T) {
 // refused and nothing is swapped.
 func TestManagerRefusesAStagedFile(t *testing.T) {
 	ctx := context.Background()
-	r := newReleaser(t, 2)
+	r := releasetest.NewKeys(t, 2)
 	cases := map[string]func(t *testing.T, mgr *Manager, bin []byte){
 		"wrong hash": func(t *testing.T, mgr *Manager, bin []byte) {
 			os.MkdirAll(mgr.StagingDir, 0o700)
@@ -219,7 +177,7 @@ func TestManagerRefusesAStagedFile(t *testing.T) {
 			mgr, c := newManager(t, r)
 			m, bin := rel("0.2.0", 2, c.t.Add(time.Hour))
 			stage(t, mgr, bin)
-			if _, err := mgr.Swap(ctx, r.sign(t, m, 2)); err == nil {
+			if _, err := mgr.Swap(ctx, r.Sign(t, m, 2)); err == nil {
 				t.Fatal("swapped")
 			} else {
 				t.Log(err)
@@ -234,12 +192,12 @@ func TestManagerRefusesAStagedFile(t *testing.T) {
 // TestManagerAdoptsOnlyRootsBinary: with RootAdopt, a binary root does
 // not own, or that others can write, is not adopted.
 func TestManagerAdoptsOnlyRootsBinary(t *testing.T) {
-	r := newReleaser(t, 2)
+	r := releasetest.NewKeys(t, 2)
 	mgr, c := newManager(t, r)
 	mgr.RootAdopt = true
 	os.Chmod(mgr.Adopt, 0o777)
 	m, _ := rel("0.2.0", 2, c.t.Add(time.Hour))
-	if _, err := mgr.Prepare(context.Background(), r.sign(t, m, 2)); err == nil || !strings.Contains(err.Error(), "only root can write") {
+	if _, err := mgr.Prepare(context.Background(), r.Sign(t, m, 2)); err == nil || !strings.Contains(err.Error(), "only root can write") {
 		t.Errorf("Prepare = %v", err)
 	}
 	if _, err := os.Lstat(filepath.Join(mgr.Slots.Dir, Current)); err == nil {
