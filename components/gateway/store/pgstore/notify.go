@@ -75,26 +75,9 @@ func (p *PG) Listen(ctx context.Context, f func(store.Notice), synced func()) er
 // Pending lists commands no node has acked yet, oldest first.
 func (p *PG) Pending(limit int) ([]store.Command, error) {
 	var out []store.Command
-	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
-		out = out[:0]
-		rows, err := tx.Query(ctx, `SELECT id, record FROM commands WHERE state = 'pending' ORDER BY created_at, id LIMIT $1`, limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			var b []byte
-			if err := rows.Scan(&id, &b); err != nil {
-				return err
-			}
-			var c store.Command
-			if err := json.Unmarshal(b, &c); err != nil {
-				return fmt.Errorf("command %s: %w", id, err)
-			}
-			out = append(out, c)
-		}
-		return rows.Err()
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) (err error) {
+		out, err = records[store.Command](ctx, tx, "command", `SELECT id, record FROM commands WHERE state = 'pending' ORDER BY created_at, id LIMIT $1`, limit)
+		return err
 	})
 	return out, err
 }

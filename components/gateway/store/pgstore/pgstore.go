@@ -98,6 +98,30 @@ func record(ctx context.Context, q pgx.Tx, v any, sql string, args ...any) error
 	return json.Unmarshal(b, v)
 }
 
+// records reads the (id, record) rows sql selects, each record's JSON
+// into a T; what names the kind in an error ("node", "command").
+func records[T any](ctx context.Context, tx pgx.Tx, what, sql string, args ...any) ([]T, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var id string
+		var b []byte
+		if err := rows.Scan(&id, &b); err != nil {
+			return nil, err
+		}
+		var v T
+		if err := json.Unmarshal(b, &v); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", what, id, err)
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
 func nodeExists(ctx context.Context, tx pgx.Tx, id string) error {
 	var ok bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE id = $1)`, id).Scan(&ok); err != nil {
@@ -216,25 +240,9 @@ func (p *PG) Node(id string) (store.Node, error) {
 // Nodes lists every node by id (bytewise, as the bbolt store orders them).
 func (p *PG) Nodes() ([]store.Node, error) {
 	var out []store.Node
-	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id, record FROM nodes`)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			var b []byte
-			if err := rows.Scan(&id, &b); err != nil {
-				return err
-			}
-			var n store.Node
-			if err := json.Unmarshal(b, &n); err != nil {
-				return fmt.Errorf("node %s: %w", id, err)
-			}
-			out = append(out, n)
-		}
-		return rows.Err()
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) (err error) {
+		out, err = records[store.Node](ctx, tx, "node", `SELECT id, record FROM nodes`)
+		return err
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, err
@@ -311,25 +319,9 @@ func (p *PG) Command(id string) (store.Command, error) {
 // Unfinished lists a node's commands without a result, oldest first.
 func (p *PG) Unfinished(nodeID string) ([]store.Command, error) {
 	var out []store.Command
-	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id, record FROM commands WHERE node_id = $1 AND state <> 'done'`, nodeID)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			var b []byte
-			if err := rows.Scan(&id, &b); err != nil {
-				return err
-			}
-			var c store.Command
-			if err := json.Unmarshal(b, &c); err != nil {
-				return fmt.Errorf("command %s: %w", id, err)
-			}
-			out = append(out, c)
-		}
-		return rows.Err()
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) (err error) {
+		out, err = records[store.Command](ctx, tx, "command", `SELECT id, record FROM commands WHERE node_id = $1 AND state <> 'done'`, nodeID)
+		return err
 	})
 	// The record's time keeps nanoseconds; the column only microseconds.
 	sort.Slice(out, func(i, j int) bool {
