@@ -23,6 +23,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -103,11 +104,15 @@ func openDevice(path string) (Transport, error) {
 	if fi.Mode()&os.ModeDevice == 0 {
 		return nil, fmt.Errorf("%s is not a device (%s)", path, fi.Mode())
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	// Opened blocking, outside Go's poller: os.OpenFile would make a
+	// pollable character device O_NONBLOCK, and then the kernel queues
+	// the written command and a read before it is answered returns 0
+	// bytes (io.EOF), not EAGAIN. Blocking, the write runs the command.
+	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	return &deviceTransport{f: f}, nil
+	return &deviceTransport{f: os.NewFile(uintptr(fd), path)}, nil
 }
 
 // deviceTransport is a TPM character device (/dev/tpmrm0).
