@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/better-compute/bcd/components/helper/filetable"
@@ -38,7 +39,14 @@ type Error struct {
 	Retryable bool // busy, or a failure that may pass when tried again
 }
 
-func (e *Error) Error() string { return "bcd helper: " + e.Op + ": " + e.Msg }
+// Error names the operation once: many of the helper's messages already
+// begin with it ("gpu.reset: ...", "file.write /path: ...").
+func (e *Error) Error() string {
+	if e.Op == "" || strings.HasPrefix(e.Msg, e.Op+":") || strings.HasPrefix(e.Msg, e.Op+" ") {
+		return "bcd helper: " + e.Msg
+	}
+	return "bcd helper: " + e.Op + ": " + e.Msg
+}
 
 // IsRetryable reports whether err is a helper answer, or a connection
 // failure, worth trying again.

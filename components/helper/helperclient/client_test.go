@@ -321,3 +321,20 @@ func TestTPMAnswersOfAnotherShape(t *testing.T) {
 		t.Error("IsNoTPM")
 	}
 }
+
+// TestErrorNamesTheOperationOnce: a helper message that already begins
+// with its operation is not prefixed with it again.
+func TestErrorNamesTheOperationOnce(t *testing.T) {
+	for _, tt := range []struct {
+		op, msg, want string
+	}{
+		{"ssh.reload", "not allowed", "bcd helper: ssh.reload: not allowed"},
+		{"gpu.reset", "gpu.reset: GPU-1 is not a GPU of this host", "bcd helper: gpu.reset: GPU-1 is not a GPU of this host"},
+		{"file.write", "file.write /etc/x: refused", "bcd helper: file.write /etc/x: refused"},
+		{"gpu.reset", "gpu.resetx: odd", "bcd helper: gpu.reset: gpu.resetx: odd"},
+	} {
+		if got := (&Error{Op: tt.op, Msg: tt.msg}).Error(); got != tt.want {
+			t.Errorf("Error{%q, %q} = %q, want %q", tt.op, tt.msg, got, tt.want)
+		}
+	}
+}

@@ -54,6 +54,9 @@ func updateResults(cfg *config.Config, entrypoint string, now time.Time) []Resul
 		out = append(out, res(OK, "%s runs %s (%s), release floor %d", curPath, r.Slots[cur].Version, cur, r.Floor))
 	}
 	out = append(out, entrypointResult(entrypoint, curPath, res))
+	if pr, ok := packageResult(entrypoint, r, cur, res); ok {
+		out = append(out, pr)
+	}
 	if up != nil {
 		st := Warn
 		left := up.Deadline.Sub(now).Round(time.Second)
@@ -89,6 +92,28 @@ func entrypointResult(entrypoint, curPath string, res func(Status, string, ...an
 		return res(Fail, "the entrypoint %s is a link that does not lead to %s: what starts bypasses the slots (link it to %s)", entrypoint, curPath, curPath)
 	}
 	return res(OK, "the entrypoint %s links to %s", entrypoint, curPath)
+}
+
+// packageResult warns when the entrypoint is a regular file that is none
+// of the slots' binaries: the package manager replaced it (an apt upgrade
+// after the first self-update), and the slots go on running current,
+// so the upgrade an operator installed does not run (docs/update.md).
+func packageResult(entrypoint string, r update.Record, cur string, res func(Status, string, ...any) Result) (Result, bool) {
+	fi, err := os.Lstat(entrypoint)
+	if err != nil || !fi.Mode().IsRegular() {
+		return Result{}, false
+	}
+	sum, err := fileSHA256(entrypoint)
+	if err != nil {
+		return Result{}, false
+	}
+	for _, sl := range r.Slots {
+		if sl.SHA256 == sum {
+			return Result{}, false
+		}
+	}
+	return res(Warn, "the package's %s (changed %s) is none of the slots' binaries, and the slots run %s: since the first self-update a package upgrade changes what runs only through a release (publish it with bcgw release publish; docs/update.md)",
+		entrypoint, fi.ModTime().UTC().Format(time.RFC3339), r.Slots[cur].Version), true
 }
 
 func fileSHA256(p string) (string, error) {

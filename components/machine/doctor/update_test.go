@@ -40,6 +40,13 @@ func TestUpdateChecks(t *testing.T) {
 	if strings.Contains(got, "fail") || strings.Contains(got, "warn") || !strings.Contains(got, "runs 0.1.0 (bcd-a), release floor 1") || !strings.Contains(got, "executes") {
 		t.Errorf("healthy slots:\n%s", got)
 	}
+	// The package manager replaced the entrypoint: the slots still run
+	// 0.1.0, and doctor says the package's binary does not run.
+	os.WriteFile(entry, []byte("bcd 0.2.0 from apt"), 0o755)
+	if got := updateLines(updateResults(cfg, entry, time.Now())); !strings.Contains(got, "warn the package's "+entry+" (changed ") || !strings.Contains(got, "the slots run 0.1.0") {
+		t.Errorf("entrypoint replaced by the package manager:\n%s", got)
+	}
+	os.WriteFile(entry, []byte("bcd 0.1.0"), 0o755)
 	// A link elsewhere bypasses the slots.
 	link := filepath.Join(dir, "bcd-link")
 	os.Symlink(entry, link)
