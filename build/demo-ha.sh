@@ -95,7 +95,12 @@ frontend agents
 
 backend gateways
     balance leastconn
-    default-server check inter 1s fall 2 rise 2 on-marked-down shutdown-sessions
+    # A gateway is in rotation while GET /readyz answers 200: it answers 503
+    # when its database is unreachable or it is shutting down.
+    option httpchk
+    http-check send meth GET uri /readyz
+    http-check expect status 200
+    default-server check check-ssl verify none inter 1s fall 2 rise 2 on-marked-down shutdown-sessions
     server gw1 ${gw[0]}
     server gw2 ${gw[1]}
 CFG

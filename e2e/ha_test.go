@@ -26,6 +26,9 @@ type haLab struct {
 	ha     string // HAProxy's address, the one agents dial
 	gws    []*gw
 	ports  []string
+	// haproxy is the balancer's process (its log says which gateways
+	// its health check marks down).
+	haproxy *proc
 }
 
 // copyDir copies the regular files of src into dst (a fleet's gateways
@@ -83,7 +86,7 @@ func newHALab(t *testing.T, n int, extra ...string) *haLab {
 		h.gws = append(h.gws, nil)
 		h.startGW(i, extra...)
 	}
-	h.startHAProxy(h.ha, h.ports)
+	h.haproxy = h.startHAProxy(h.ha, h.ports)
 	return h
 }
 

@@ -14,8 +14,10 @@ import (
 
 // haproxyConfig is the configuration docs/gateway-store.md shows: TCP
 // mode, TLS passed through to the gateways (each terminates it with the
-// serving certificate the fleet shares), a connect check every second,
-// and a connection that fails to reach a gateway sent to another.
+// serving certificate the fleet shares), a health check every second on
+// each gateway's GET /readyz (503 when its database does not answer, or
+// it is shutting down; its sessions are then ended so agents redial), and
+// a connection that fails to reach a gateway sent to another.
 func haproxyConfig(listen string, gateways []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `global
@@ -37,7 +39,12 @@ frontend agents
 
 backend gateways
     balance leastconn
-    default-server check inter 1s fall 2 rise 2 on-marked-down shutdown-sessions
+    # A gateway is in rotation while GET /readyz answers 200: it answers 503
+    # when its database is unreachable or it is shutting down.
+    option httpchk
+    http-check send meth GET uri /readyz
+    http-check expect status 200
+    default-server check check-ssl verify none inter 1s fall 2 rise 2 on-marked-down shutdown-sessions
 `, listen)
 	for i, g := range gateways {
 		fmt.Fprintf(&b, "    server gw%d %s\n", i+1, g)

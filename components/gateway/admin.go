@@ -139,6 +139,7 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tokens", s.adminToken)
 	mux.HandleFunc("GET /v1/nodes", s.adminNodes)
+	mux.HandleFunc("GET /v1/health", s.adminHealth)
 	mux.HandleFunc("POST /v1/tpm/enroll", s.adminTPMEnroll)
 	mux.HandleFunc("POST /v1/nodes/{id}/revoke", s.adminRevoke)
 	mux.HandleFunc("POST /v1/commands", s.adminSend)

@@ -217,6 +217,12 @@ func (c *AdminClient) SubmitSpec(ctx context.Context, p PreparedSpec) (SubmitVie
 	return out, c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(p.Node)+"/spec/submit", p, &out)
 }
 
+// Health is the gateway's own health (its database, its sessions).
+func (c *AdminClient) Health(ctx context.Context) (HealthView, error) {
+	var out HealthView
+	return out, c.do(ctx, http.MethodGet, "/v1/health", nil, &out)
+}
+
 // Trust reads the trust bundle.
 func (c *AdminClient) Trust(ctx context.Context) (TrustView, error) {
 	var out TrustView

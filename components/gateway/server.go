@@ -85,6 +85,8 @@ type Server struct {
 	tunnels tunnelBook
 	// joins limits the rate of Join (joinlimit.go).
 	joins *joinLimiter
+	// health is whether the database answers (health.go).
+	health dbHealth
 
 	mu       sync.Mutex
 	waiters  map[string][]chan struct{} // command id -> admin calls waiting for its result
@@ -144,6 +146,7 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, cmdKey: ck, hub: newHub(), leases: newLeases(cfg.LeaseTTL), now: time.Now}
+	s.startHealth()
 	s.joins = newJoinLimiter(joinRate(cfg.JoinRate), DefaultJoinBurst, time.Now)
 	if sh, ok := st.(store.Shared); ok {
 		s.shared, s.leases.shared = sh, sh
@@ -228,6 +231,7 @@ func (s *Server) Run(ctx context.Context) error {
 		_ = json.NewEncoder(w).Encode(d)
 	})
 	mux.HandleFunc("GET "+ReleasePath+"{sha256}", s.serveRelease)
+	mux.HandleFunc("GET "+ReadyPath, s.serveReady)
 	withPeer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
 			r = r.WithContext(context.WithValue(r.Context(), peerKey{}, r.TLS.VerifiedChains[0][0]))
@@ -259,6 +263,7 @@ func (s *Server) Run(ctx context.Context) error {
 	lctx, stopLeases := context.WithCancel(ctx)
 	defer stopLeases()
 	go s.leaseLoop(lctx)
+	go s.healthLoop(lctx)
 	if s.shared != nil {
 		go s.sharedLoop(lctx)
 	}

@@ -23,6 +23,8 @@ import (
 type Store interface {
 	// Close releases the backend (the file, the connection pool).
 	Close() error
+	// Ping checks that the backend answers (the gateway's health).
+	Ping(ctx context.Context) error
 
 	// Join tokens.
 	PutToken(t Token) error

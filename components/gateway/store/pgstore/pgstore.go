@@ -78,6 +78,14 @@ func (p *PG) Close() error {
 	return nil
 }
 
+// Ping checks that the database answers a query.
+func (p *PG) Ping(ctx context.Context) error {
+	if err := p.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("ping postgres host=%s database=%s: %w", p.conn.Host, p.conn.Database, err)
+	}
+	return nil
+}
+
 // tx runs fn in one transaction (read committed; the rows a method must
 // own it locks itself) and commits when fn returns nil.
 func (p *PG) tx(fn func(ctx context.Context, tx pgx.Tx) error) error {

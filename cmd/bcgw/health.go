@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/gateway"
+)
+
+// health prints this gateway's health: its sessions and whether its
+// database answers. It exits 1 when the database does not, so a script
+// or a monitoring check can read the exit code (docs/gateway-store.md).
+func health(ctx context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "health")
+	var a adminFlags
+	a.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if code, ok := cli.Parse(fs, env, args, ""); !ok {
+		return code
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw health", err)
+	}
+	h, err := c.Health(ctx)
+	if err != nil {
+		return cli.Fail(env, "bcgw health", err)
+	}
+	code := 0
+	if !h.Database.Reachable {
+		code = cli.ExitFailure
+	}
+	if *asJSON {
+		if c := printJSON(env, h); c != 0 {
+			return c
+		}
+		return code
+	}
+	fmt.Fprintf(env.Stdout, "gateway   %s (bcgw %s), %d sessions\n", h.ServerName, h.Version, h.Sessions)
+	if h.Database.Reachable {
+		fmt.Fprintf(env.Stdout, "database  %s answers (since %s, checked %s)\n", h.Database.Backend, stamp(h.Database.Since), stamp(h.Database.Checked))
+	} else {
+		fmt.Fprintf(env.Stdout, "database  %s UNREACHABLE since %s (checked %s): %s\n", h.Database.Backend, stamp(h.Database.Since), stamp(h.Database.Checked), h.Database.Error)
+		fmt.Fprintf(env.Stdout, "          this gateway's agents cannot store results or events; %s answers 503 so a balancer sends them elsewhere\n", gateway.ReadyPath)
+	}
+	return code
+}

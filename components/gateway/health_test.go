@@ -1,0 +1,79 @@
+package gateway_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/store/pgtest"
+)
+
+// A database lost while serving is shown: the gateway logs it once, `bcgw
+// health` (the admin API) says unreachable with the error naming the
+// database, and the agents' port answers 503 on /readyz so a balancer's
+// health check sends agents elsewhere; all three turn back when the
+// database answers again. With bbolt /readyz is always 200.
+func TestDatabaseLostIsShown(t *testing.T) {
+	defer gateway.SetHealthEvery(50 * time.Millisecond)()
+	proxy, dbURL := pgtest.NewProxy(t, pgtest.Database(t))
+	g := startGateway(t, gateway.Config{Database: dbURL})
+	_, hc := g.clientHC(t, nil)
+	ready := func() (int, string) {
+		resp, err := hc.Get(g.url + gateway.ReadyPath)
+		if err != nil {
+			t.Fatalf("GET %s: %v", gateway.ReadyPath, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	adm := gateway.NewAdminClient(g.dir, "", "")
+	health := func() gateway.HealthView {
+		h, err := adm.Health(context.Background())
+		if err != nil {
+			t.Fatalf("admin health: %v", err)
+		}
+		return h
+	}
+	if code, body := ready(); code != 200 || body != "ready\n" {
+		t.Fatalf("readyz with the database: %d %q", code, body)
+	}
+	if h := health(); !h.Database.Reachable || h.Database.Backend != "postgresql" || h.Database.Error != "" {
+		t.Fatalf("health with the database: %+v", h)
+	}
+
+	proxy.Cut()
+	waitFor(t, "readyz 503", func() bool { code, _ := ready(); return code == http.StatusServiceUnavailable })
+	if code, body := ready(); code != 503 || body != "database unreachable\n" {
+		t.Errorf("readyz without the database: %d %q (it must name no detail)", code, body)
+	}
+	h := health()
+	if h.Database.Reachable || !strings.Contains(h.Database.Error, "ping postgres host="+proxy.Dir()) {
+		t.Errorf("health without the database: %+v", h.Database)
+	}
+	if n := strings.Count(g.logs.String(), `"msg":"database unreachable`); n != 1 {
+		t.Errorf("%d log lines for the lost database, want 1:\n%s", n, g.logs)
+	}
+
+	proxy.Open(t)
+	waitFor(t, "readyz 200 again", func() bool { code, _ := ready(); return code == 200 })
+	if h := health(); !h.Database.Reachable || h.Database.Error != "" || !h.Database.Since.After(h.Database.Checked.Add(-time.Minute)) {
+		t.Errorf("health with the database back: %+v", h.Database)
+	}
+	waitFor(t, "the log line", func() bool { return strings.Contains(g.logs.String(), `"msg":"database reachable again"`) })
+
+	b := startGateway(t, gateway.Config{})
+	_, bhc := b.clientHC(t, nil)
+	resp, err := bhc.Get(b.url + gateway.ReadyPath)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("readyz on bbolt: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if h, err := gateway.NewAdminClient(b.dir, "", "").Health(context.Background()); err != nil || h.Database.Backend != "bbolt" || !h.Database.Reachable {
+		t.Errorf("health on bbolt: %+v %v", h, err)
+	}
+}
