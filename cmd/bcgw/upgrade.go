@@ -31,14 +31,16 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // publish is `bcgw release publish FILE --artifact PATH...`: the signed
-// release document (bcrelease) and the binaries this gateway serves at
-// /releases/<sha256>. It writes into the gateway's data directory, so it
-// runs on the gateway's host.
-func publish(_ context.Context, env *cli.Env, args []string) int {
+// release document (bcrelease) and the binaries the gateways serve at
+// /releases/<sha256>, sent through the admin API. On a gateway with a
+// database the release goes into it, so every gateway sharing it serves
+// the release.
+func publish(ctx context.Context, env *cli.Env, args []string) int {
 	fs := cli.NewFlagSet(env, "bcgw", "release publish")
-	dataDir := fs.String("data-dir", "/var/lib/bcgw", "the gateway's data directory")
+	var a adminFlags
+	a.register(fs)
 	var arts multiFlag
-	fs.Var(&arts, "artifact", "a built binary of the release, served by this gateway; repeat for each")
+	fs.Var(&arts, "artifact", "a built binary of the release, served by the gateways; repeat for each")
 	const usage = "bcgw release publish FILE --artifact PATH..."
 	pos, code, ok := parseInterleaved(fs, env, args, 1, usage)
 	if !ok {
@@ -48,11 +50,27 @@ func publish(_ context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, "bcgw release publish", err)
 	}
-	p, err := gateway.PublishRelease(*dataDir, doc, arts)
+	c, err := a.client()
 	if err != nil {
 		return cli.Fail(env, "bcgw release publish", err)
 	}
-	fmt.Fprintf(env.Stdout, "published release %s (sequence %d): served here %s", p.Version, p.Sequence, strings.Join(p.Served, ", "))
+	req := gateway.PublishRequest{Doc: doc}
+	for _, f := range arts {
+		sum, err := c.UploadArtifact(ctx, f)
+		if err != nil {
+			return cli.Fail(env, "bcgw release publish", err)
+		}
+		req.Artifacts = append(req.Artifacts, sum)
+	}
+	p, err := c.PublishRelease(ctx, req)
+	if err != nil {
+		return cli.Fail(env, "bcgw release publish", err)
+	}
+	where := "by this gateway"
+	if p.Shared {
+		where = "by every gateway on the database"
+	}
+	fmt.Fprintf(env.Stdout, "published release %s (sequence %d): served %s %s", p.Version, p.Sequence, where, strings.Join(p.Served, ", "))
 	if len(p.Elsewhere) > 0 {
 		fmt.Fprintf(env.Stdout, "; fetched from their own URLs %s", strings.Join(p.Elsewhere, ", "))
 	}
@@ -79,11 +97,11 @@ func upgrade(ctx context.Context, env *cli.Env, args []string) int {
 	if *version == "" || *all == (len(pos) > 0) || len(pos) > 1 {
 		return cli.Usagef(env, "usage: %s", usage)
 	}
-	doc, err := gateway.PublishedRelease(a.dataDir, *version)
+	c, err := a.client()
 	if err != nil {
 		return cli.Fail(env, "bcgw upgrade", err)
 	}
-	c, err := a.client()
+	doc, err := c.ReleaseDoc(ctx, *version)
 	if err != nil {
 		return cli.Fail(env, "bcgw upgrade", err)
 	}

@@ -3,7 +3,9 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -67,6 +70,11 @@ func (c *AdminClient) doRaw(ctx context.Context, method, path string, body []byt
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	return c.send(req, out)
+}
+
+// send sends req with the admin bearer and decodes the answer into out.
+func (c *AdminClient) send(req *http.Request, out any) error {
 	if c.bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+c.bearer)
 	}
@@ -215,6 +223,47 @@ func (c *AdminClient) PrepareSpec(ctx context.Context, node string, spec []byte,
 func (c *AdminClient) SubmitSpec(ctx context.Context, p PreparedSpec) (SubmitView, error) {
 	var out SubmitView
 	return out, c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(p.Node)+"/spec/submit", p, &out)
+}
+
+// UploadArtifact sends a release binary (the file at path) to the
+// gateway, which keeps it for PublishRelease; it returns its SHA-256.
+func (c *AdminClient) UploadArtifact(ctx context.Context, path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+"/v1/releases/uploads/"+sum, f)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	if err := c.send(req, nil); err != nil {
+		return "", fmt.Errorf("upload %s: %w", path, err)
+	}
+	return sum, nil
+}
+
+// PublishRelease publishes a signed release document with the binaries
+// uploaded for it.
+func (c *AdminClient) PublishRelease(ctx context.Context, r PublishRequest) (Published, error) {
+	var out Published
+	return out, c.do(ctx, http.MethodPost, "/v1/releases", r, &out)
+}
+
+// ReleaseDoc returns a published release's document.
+func (c *AdminClient) ReleaseDoc(ctx context.Context, version string) ([]byte, error) {
+	var out ReleaseDocView
+	err := c.do(ctx, http.MethodGet, "/v1/releases/"+url.PathEscape(version), nil, &out)
+	return out.Doc, err
 }
 
 // Health is the gateway's own health (its database, its sessions).

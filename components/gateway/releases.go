@@ -15,6 +15,7 @@ import (
 	"regexp"
 
 	"github.com/better-compute/bcd/components/base/atomicfile"
+	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/release"
 )
 
@@ -34,6 +35,9 @@ var (
 	versionRe = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]{1,64})?$`)
 )
 
+// MaxReleaseArtifact bounds one uploaded release binary.
+const MaxReleaseArtifact = 1 << 30
+
 // Published is what PublishRelease stored.
 type Published struct {
 	Version  string `json:"version"`
@@ -42,16 +46,56 @@ type Published struct {
 	// Elsewhere the ones whose URLs point elsewhere.
 	Served    []string `json:"served"`
 	Elsewhere []string `json:"elsewhere,omitempty"`
+	// Shared: the release is in the database, so every gateway sharing it
+	// serves it (false on a bbolt gateway: only this one does).
+	Shared bool `json:"shared"`
+}
+
+// PublishRequest is the admin API's POST /v1/releases: a signed release
+// document as bcrelease wrote it (its exact bytes) and the SHA-256 of
+// each binary uploaded for it (PUT /v1/releases/uploads/<sha256>).
+type PublishRequest struct {
+	Doc       []byte   `json:"doc"`
+	Artifacts []string `json:"artifacts,omitempty"`
+}
+
+// ReleaseDocView is GET /v1/releases/<version>: the document as published.
+type ReleaseDocView struct {
+	Doc []byte `json:"doc"`
+}
+
+func (s *Server) releasesDir() string { return filepath.Join(s.cfg.DataDir, ReleasesDir) }
+
+// UploadArtifact stores a release binary the admin API received under
+// releases/uploads/<sum>, hashing what it writes: a body whose SHA-256 is
+// not sum, or longer than MaxReleaseArtifact, is refused and nothing is
+// kept. PublishRelease takes it from there.
+func (s *Server) UploadArtifact(sum string, r io.Reader) (int64, error) {
+	if !sha256Re.MatchString(sum) {
+		return 0, fmt.Errorf("%q is not a SHA-256 in hex", sum)
+	}
+	dir := filepath.Join(s.releasesDir(), "uploads")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, err
+	}
+	n, err := writeVerified(io.LimitReader(r, MaxReleaseArtifact+1), filepath.Join(dir, sum), sum)
+	if err == nil && n > MaxReleaseArtifact {
+		os.Remove(filepath.Join(dir, sum))
+		err = fmt.Errorf("the binary is larger than %d bytes", MaxReleaseArtifact)
+	}
+	return n, err
 }
 
 // PublishRelease stores a signed release document and the binaries
-// given for its artifacts in dataDir. Each file must be one of the
-// manifest's artifacts (same size and SHA-256), and each artifact whose
-// URL is this gateway's ReleasePath must have its file. The gateway does
-// not hold the release keys, so it checks the document's form, not its
-// signatures: nodes verify those. A version published before can only be
-// published again with the same document.
-func PublishRelease(dataDir string, doc []byte, files []string) (Published, error) {
+// uploaded for it. Each upload must be one of the manifest's artifacts
+// (same size and SHA-256), and each artifact whose URL is this gateway's
+// ReleasePath must have its binary (uploaded now, or published before).
+// The gateway does not hold the release keys, so it checks the document's
+// form, not its signatures: nodes verify those. A version published
+// before can only be published again with the same document. With a
+// database shared by several gateways the release goes into it, so each
+// of them serves it; the data directory keeps a copy either way.
+func (s *Server) PublishRelease(doc []byte, uploads []string) (Published, error) {
 	_, m, err := release.Decode(doc)
 	if err != nil {
 		return Published{}, err
@@ -59,28 +103,30 @@ func PublishRelease(dataDir string, doc []byte, files []string) (Published, erro
 	if !versionRe.MatchString(m.Version) {
 		return Published{}, fmt.Errorf("version %q is not a release version", m.Version)
 	}
-	dir := filepath.Join(dataDir, ReleasesDir)
-	docPath := filepath.Join(dir, m.Version+".json")
-	if old, err := os.ReadFile(docPath); err == nil && !bytes.Equal(old, doc) {
-		return Published{}, fmt.Errorf("release %s is already published with another document", m.Version)
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if old, err := s.ReleaseDoc(m.Version); err == nil && !bytes.Equal(old, doc) {
+		return Published{}, fmt.Errorf("release %s: %w", m.Version, store.ErrReleaseConflict)
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return Published{}, err
 	}
-	// Hash each file and match it to an artifact.
-	given := map[string]string{} // sha256 -> file
-	for _, f := range files {
-		sum, n, err := hashFile(f)
+	dir := s.releasesDir()
+	given := map[string]string{} // sha256 -> uploaded file
+	for _, sum := range uploads {
+		if !sha256Re.MatchString(sum) {
+			return Published{}, fmt.Errorf("%q is not a SHA-256 in hex", sum)
+		}
+		f := filepath.Join(dir, "uploads", sum)
+		fi, err := os.Stat(f)
 		if err != nil {
-			return Published{}, err
+			return Published{}, fmt.Errorf("binary %s was not uploaded (PUT /v1/releases/uploads/%s)", sum, sum)
 		}
 		found := false
 		for _, a := range m.Artifacts {
-			if a.SHA256 == sum && a.Size == n {
+			if a.SHA256 == sum && a.Size == fi.Size() {
 				found = true
 			}
 		}
 		if !found {
-			return Published{}, fmt.Errorf("%s (sha256 %s, %d bytes) is none of release %s's artifacts", f, sum, n, m.Version)
+			return Published{}, fmt.Errorf("binary %s (%d bytes) is none of release %s's artifacts", sum, fi.Size(), m.Version)
 		}
 		given[sum] = f
 	}
@@ -90,6 +136,12 @@ func PublishRelease(dataDir string, doc []byte, files []string) (Published, erro
 		u, err := url.Parse(a.URL)
 		here := err == nil && u.Path == ReleasePath+a.SHA256
 		_, ok := given[a.SHA256]
+		if here && !ok {
+			if f, err := s.artifact(a.SHA256); err == nil {
+				f.Close()
+				ok = true
+			}
+		}
 		switch {
 		case here && !ok:
 			return Published{}, fmt.Errorf("artifact %s is to be fetched from this gateway (%s) but no --artifact file is its binary", name, a.URL)
@@ -99,62 +151,98 @@ func PublishRelease(dataDir string, doc []byte, files []string) (Published, erro
 			p.Elsewhere = append(p.Elsewhere, name)
 		}
 	}
+	if rs, ok := s.store.(store.Releases); ok {
+		bins := map[string][]byte{}
+		for sum, f := range given {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return Published{}, err
+			}
+			if hexSHA256(b) != sum {
+				return Published{}, fmt.Errorf("uploaded binary %s changed on disk", sum)
+			}
+			bins[sum] = b
+		}
+		if err := rs.PutRelease(m.Version, doc, bins); err != nil {
+			return Published{}, err
+		}
+		p.Shared = true
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "artifacts"), 0o700); err != nil {
 		return Published{}, err
 	}
 	for sum, f := range given {
-		if err := copyVerified(f, filepath.Join(dir, "artifacts", sum), sum); err != nil {
+		if err := os.Rename(f, filepath.Join(dir, "artifacts", sum)); err != nil {
 			return Published{}, err
 		}
 	}
-	if err := atomicfile.Write(docPath, doc, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, m.Version+".json"), doc, 0o600); err != nil {
 		return Published{}, err
 	}
 	return p, nil
 }
 
-// PublishedRelease returns the published document of version.
-func PublishedRelease(dataDir, version string) ([]byte, error) {
+// ReleaseDoc returns the published document of version: this gateway's
+// copy, or the database's (store.ErrNotFound when neither has it).
+func (s *Server) ReleaseDoc(version string) ([]byte, error) {
 	if !versionRe.MatchString(version) {
 		return nil, fmt.Errorf("%q is not a release version", version)
 	}
-	b, err := os.ReadFile(filepath.Join(dataDir, ReleasesDir, version+".json"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("release %s is not published here (bcgw release publish)", version)
+	b, err := os.ReadFile(filepath.Join(s.releasesDir(), version+".json"))
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return b, err
 	}
-	return b, err
+	if rs, ok := s.store.(store.Releases); ok {
+		return rs.Release(version)
+	}
+	return nil, store.ErrNotFound
 }
 
-func hashFile(p string) (string, int64, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", 0, err
+// artifact opens the published binary whose SHA-256 is sum: this
+// gateway's copy, or else the database's, checked against sum and kept
+// as this gateway's copy.
+func (s *Server) artifact(sum string) (*os.File, error) {
+	path := filepath.Join(s.releasesDir(), "artifacts", sum)
+	f, err := os.Open(path)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return f, err
 	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, fmt.Errorf("reading %s: %w", p, err)
+	rs, ok := s.store.(store.Releases)
+	if !ok {
+		return nil, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
+	b, err := rs.ReleaseArtifact(sum)
+	if err != nil {
+		return nil, err
+	}
+	if hexSHA256(b) != sum {
+		return nil, fmt.Errorf("the database's release binary %s has another SHA-256", sum)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if err := atomicfile.Write(path, b, 0o600); err != nil {
+		return nil, err
+	}
+	return os.Open(path)
 }
 
-// copyVerified copies src to dst (through a temporary file renamed into
-// place), hashing what it writes: a file that changed since it was
-// matched is refused.
-func copyVerified(src, dst, sum string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
+func hexSHA256(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// writeVerified writes r to dst through a temporary file renamed into
+// place, hashing what it writes: what does not hash to sum is refused and
+// nothing is kept.
+func writeVerified(r io.Reader, dst, sum string) (int64, error) {
 	tmp := dst + ".part"
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(out, h), in)
+	n, err := io.Copy(io.MultiWriter(out, h), r)
 	if err == nil {
 		err = out.Sync()
 	}
@@ -162,13 +250,57 @@ func copyVerified(src, dst, sum string) error {
 		err = cerr
 	}
 	if err == nil && hex.EncodeToString(h.Sum(nil)) != sum {
-		err = fmt.Errorf("%s changed while it was published", src)
+		err = fmt.Errorf("the binary's SHA-256 is %s, not %s", hex.EncodeToString(h.Sum(nil)), sum)
+	}
+	if err == nil {
+		err = os.Rename(tmp, dst)
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return err
+		return n, err
 	}
-	return os.Rename(tmp, dst)
+	return n, nil
+}
+
+func (s *Server) adminUploadArtifact(w http.ResponseWriter, r *http.Request) {
+	n, err := s.UploadArtifact(r.PathValue("sha256"), r.Body)
+	if err != nil {
+		adminErr(w, http.StatusBadRequest, fmt.Errorf("upload: %w", err))
+		return
+	}
+	writeJSON(w, map[string]int64{"size": n})
+}
+
+func (s *Server) adminPublishRelease(w http.ResponseWriter, r *http.Request) {
+	var req PublishRequest
+	if err := decodeBody(r, &req); err != nil {
+		adminErr(w, http.StatusBadRequest, err)
+		return
+	}
+	p, err := s.PublishRelease(req.Doc, req.Artifacts)
+	if err != nil {
+		code := http.StatusBadRequest
+		if errors.Is(err, store.ErrReleaseConflict) {
+			code = http.StatusConflict
+		}
+		adminErr(w, code, err)
+		return
+	}
+	s.log.Info("release published", "version", p.Version, "sequence", p.Sequence, "served", p.Served, "shared", p.Shared)
+	writeJSON(w, p)
+}
+
+func (s *Server) adminReleaseDoc(w http.ResponseWriter, r *http.Request) {
+	v := r.PathValue("version")
+	b, err := s.ReleaseDoc(v)
+	if errors.Is(err, store.ErrNotFound) {
+		err = fmt.Errorf("release %s is not published (bcgw release publish): %w", v, err)
+	}
+	if err != nil {
+		adminErr(w, errCode(err, http.StatusBadRequest), err)
+		return
+	}
+	writeJSON(w, ReleaseDocView{Doc: b})
 }
 
 // serveRelease answers GET /releases/<sha256> with a published binary.
@@ -178,8 +310,11 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	f, err := os.Open(filepath.Join(s.cfg.DataDir, ReleasesDir, "artifacts", sum))
+	f, err := s.artifact(sum)
 	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, store.ErrNotFound) {
+			s.log.Warn("release binary", "sha256", sum, "err", err)
+		}
 		http.NotFound(w, r)
 		return
 	}

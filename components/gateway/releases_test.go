@@ -1,29 +1,29 @@
 package gateway
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"errors"
+	"log/slog"
 	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/release"
 )
 
-// TestPublishRelease: a release's binaries are stored by SHA-256 and
-// served at /releases/<sha256>; a file that is none of its artifacts, an
-// artifact to be served here without its file, and the same version with
-// another document are refused and store nothing new.
+// TestPublishRelease: a release's binaries are uploaded by SHA-256 and
+// served at /releases/<sha256>; an upload that does not hash to its name,
+// a binary that is none of its artifacts, an artifact to be served here
+// without its binary, and the same version with another document are
+// refused and store nothing new.
 func TestPublishRelease(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "bcd-node")
-	os.WriteFile(bin, []byte("bcd 0.2.0"), 0o755)
-	other := filepath.Join(dir, "other")
-	os.WriteFile(other, []byte("not bcd"), 0o755)
 	sum := sha256.Sum256([]byte("bcd 0.2.0"))
 	hexSum := hex.EncodeToString(sum[:])
 	doc := func(url string, seq uint64) []byte {
@@ -36,26 +36,52 @@ func TestPublishRelease(t *testing.T) {
 	}
 	here := doc("https://gw.example:8443/releases/"+hexSum, 2)
 	data := filepath.Join(dir, "gw")
-	if _, err := PublishRelease(data, here, []string{other}); err == nil || !strings.Contains(err.Error(), "none of release 0.2.0's artifacts") {
+	st, err := store.Open(filepath.Join(dir, "bcgw.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s := &Server{cfg: Config{DataDir: data}, store: st, log: slog.New(slog.DiscardHandler)}
+	upload := func(b []byte, sum string) error {
+		_, err := s.UploadArtifact(sum, bytes.NewReader(b))
+		return err
+	}
+	otherSum := sha256.Sum256([]byte("not bcd"))
+	if err := upload([]byte("bcd 0.2.0 changed"), hexSum); err == nil || !strings.Contains(err.Error(), "not "+hexSum) {
+		t.Errorf("an upload that does not hash to its name: %v", err)
+	}
+	if err := upload([]byte("not bcd"), hex.EncodeToString(otherSum[:])); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PublishRelease(here, []string{hex.EncodeToString(otherSum[:])}); err == nil || !strings.Contains(err.Error(), "none of release 0.2.0's artifacts") {
 		t.Errorf("another file: %v", err)
 	}
-	if _, err := PublishRelease(data, here, nil); err == nil || !strings.Contains(err.Error(), "no --artifact file is its binary") {
+	if _, err := s.PublishRelease(here, nil); err == nil || !strings.Contains(err.Error(), "no --artifact file is its binary") {
 		t.Errorf("no file: %v", err)
 	}
-	if _, err := PublishedRelease(data, "0.2.0"); err == nil || !strings.Contains(err.Error(), "not published here") {
+	if _, err := s.PublishRelease(here, []string{hexSum}); err == nil || !strings.Contains(err.Error(), "was not uploaded") {
+		t.Errorf("not uploaded: %v", err)
+	}
+	if _, err := s.ReleaseDoc("0.2.0"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("published after refusals: %v", err)
 	}
-	p, err := PublishRelease(data, here, []string{bin})
-	if err != nil || len(p.Served) != 1 || p.Served[0] != "node/amd64" {
+	if err := upload([]byte("bcd 0.2.0"), hexSum); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.PublishRelease(here, []string{hexSum})
+	if err != nil || len(p.Served) != 1 || p.Served[0] != "node/amd64" || p.Shared {
 		t.Fatalf("PublishRelease = %+v, %v", p, err)
 	}
-	if _, err := PublishRelease(data, doc("https://gw.example:8443/releases/"+hexSum, 3), []string{bin}); err == nil || !strings.Contains(err.Error(), "already published with another document") {
+	if _, err := s.PublishRelease(doc("https://gw.example:8443/releases/"+hexSum, 3), nil); !errors.Is(err, store.ErrReleaseConflict) {
 		t.Errorf("republished: %v", err)
 	}
-	if b, err := PublishedRelease(data, "0.2.0"); err != nil || string(b) != string(here) {
-		t.Errorf("PublishedRelease = %v", err)
+	// The same document again needs no upload: the binary is here.
+	if _, err := s.PublishRelease(here, nil); err != nil {
+		t.Errorf("the same document again: %v", err)
 	}
-	s := &Server{cfg: Config{DataDir: data}}
+	if b, err := s.ReleaseDoc("0.2.0"); err != nil || string(b) != string(here) {
+		t.Errorf("ReleaseDoc = %v", err)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+ReleasePath+"{sha256}", s.serveRelease)
 	for path, want := range map[string]int{ReleasePath + hexSum: 200, ReleasePath + strings.Repeat("0", 64): 404, ReleasePath + "..%2f0.2.0.json": 404} {

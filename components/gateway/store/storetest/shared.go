@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -29,6 +30,7 @@ func RunShared(t *testing.T, open OpenShared) {
 		{"NoticesReachEveryGateway", testNotices},
 		{"PendingCommands", testPending},
 		{"LeaseOneHolder", testLeaseOneHolder},
+		{"ReleasesAcrossGateways", testReleasesAcross},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := open(t)
@@ -285,5 +287,58 @@ func testLeaseOneHolder(t *testing.T, a, b store.Store) {
 	}
 	if got, _ := sb.LeaseHolder("missing", t0); got != "" {
 		t.Errorf("a lease never granted has holder %q", got)
+	}
+}
+
+// A release published through one gateway is read through the other;
+// of two gateways publishing one version with different documents at
+// once, exactly one wins and the other is ErrReleaseConflict; the same
+// document again is no change.
+func testReleasesAcross(t *testing.T, a, b store.Store) {
+	ra, ok1 := a.(store.Releases)
+	rb, ok2 := b.(store.Releases)
+	if !ok1 || !ok2 {
+		t.Fatal("a shared store must keep releases (store.Releases)")
+	}
+	if _, err := rb.Release("1.0.0"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Release before any: %v", err)
+	}
+	bin := []byte("\x7fELF bcd 1.0.0")
+	if err := ra.PutRelease("1.0.0", []byte(`{"v":1}`), map[string][]byte{"aa": bin}); err != nil {
+		t.Fatal(err)
+	}
+	if doc, err := rb.Release("1.0.0"); err != nil || string(doc) != `{"v":1}` {
+		t.Errorf("Release through the other = %q, %v", doc, err)
+	}
+	if got, err := rb.ReleaseArtifact("aa"); err != nil || !bytes.Equal(got, bin) {
+		t.Errorf("ReleaseArtifact through the other = %q, %v", got, err)
+	}
+	if err := rb.PutRelease("1.0.0", []byte(`{"v":1}`), nil); err != nil {
+		t.Errorf("the same document again: %v", err)
+	}
+	if err := rb.PutRelease("1.0.0", []byte(`{"v":2}`), map[string][]byte{"bb": bin}); !errors.Is(err, store.ErrReleaseConflict) {
+		t.Errorf("another document: %v", err)
+	}
+	if _, err := ra.ReleaseArtifact("bb"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the refused release's binary was stored: %v", err)
+	}
+	var mu sync.Mutex
+	won := 0
+	errs := race(racers, func(i int) error {
+		err := pick(a, b, i).(store.Releases).PutRelease("2.0.0", []byte{byte('0' + i)}, nil)
+		if err == nil {
+			mu.Lock()
+			won++
+			mu.Unlock()
+		}
+		return err
+	})
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, store.ErrReleaseConflict) {
+			t.Errorf("racing publisher: %v", err)
+		}
+	}
+	if won != 1 {
+		t.Errorf("%d publishers of 2.0.0 won, want 1", won)
 	}
 }

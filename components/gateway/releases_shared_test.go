@@ -1,0 +1,65 @@
+package gateway_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/trust/release"
+)
+
+// A release published through one gateway on the database is served by
+// the other (its binary at /releases/<sha256> on the agents' port, its
+// document on the admin API for bcgw upgrade), though the other's data
+// directory never had it: a node behind HAProxy may download from either.
+func TestReleaseServedByEveryGateway(t *testing.T) {
+	g1, g2 := twoGateways(t, gateway.Config{})
+	bin := []byte("\x7fELF bcd 0.2.0 for the fleet")
+	sum := sha256.Sum256(bin)
+	hexSum := hex.EncodeToString(sum[:])
+	path := filepath.Join(t.TempDir(), "bcd-node")
+	if err := os.WriteFile(path, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := release.Encode(release.Manifest{Type: release.Type, Version: "0.2.0", Sequence: 2, Expires: time.Now().Add(time.Hour),
+		Artifacts: []release.Artifact{{Role: "node", Arch: "amd64", Size: int64(len(bin)), SHA256: hexSum, URL: "https://bcgw.lab/releases/" + hexSum}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a1 := gateway.NewAdminClient(g1.dir, "", "")
+	up, err := a1.UploadArtifact(ctx, path)
+	if err != nil || up != hexSum {
+		t.Fatalf("upload = %s, %v", up, err)
+	}
+	p, err := a1.PublishRelease(ctx, gateway.PublishRequest{Doc: doc, Artifacts: []string{up}})
+	if err != nil || !p.Shared || len(p.Served) != 1 {
+		t.Fatalf("publish = %+v, %v", p, err)
+	}
+	if _, err := os.Stat(filepath.Join(g2.dir, gateway.ReleasesDir)); err == nil {
+		t.Fatal("the second gateway's data directory has the release before anyone asked it")
+	}
+	got, err := gateway.NewAdminClient(g2.dir, "", "").ReleaseDoc(ctx, "0.2.0")
+	if err != nil || string(got) != string(doc) {
+		t.Errorf("the document through the second gateway: %v", err)
+	}
+	_, hc := g2.clientHC(t, nil)
+	resp, err := hc.Get(g2.url + gateway.ReleasePath + hexSum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != string(bin) {
+		t.Errorf("the binary through the second gateway: %d, %d bytes", resp.StatusCode, len(b))
+	}
+	if _, err := gateway.NewAdminClient(g2.dir, "", "").ReleaseDoc(ctx, "0.3.0"); err == nil {
+		t.Error("a release never published has a document")
+	}
+}
