@@ -3,9 +3,9 @@ package gateway
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"log/slog"
-	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
