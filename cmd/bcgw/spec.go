@@ -196,7 +196,7 @@ func nodeStatus(ctx context.Context, env *cli.Env, args []string) int {
 		return printJSON(env, st)
 	}
 	writeStatus(env.Stdout, st)
-	if line := upgradeLine(ctx, c, a.dataDir, pos[0]); line != "" {
+	if line := upgradeLine(st.Upgrade); line != "" {
 		fmt.Fprintf(env.Stdout, "upgrade   %s\n", line)
 	}
 	return 0

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/better-compute/bcd/components/base/atomicfile"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/gateway"
 )
@@ -131,9 +129,6 @@ func upgrade(ctx context.Context, env *cli.Env, args []string) int {
 		fmt.Fprintf(env.Stdout, "%s: daemon.upgrade to %s sent as %s\n", id, *version, cmd.ID)
 		cmds = append(cmds, cmd)
 	}
-	if err := recordUpgrades(a.dataDir, *version, cmds); err != nil {
-		fmt.Fprintf(env.Stderr, "bcgw upgrade: recording the commands for bcgw status: %v\n", err)
-	}
 	if *wait {
 		end := time.Now().Add(*timeout)
 		for _, cmd := range cmds {
@@ -165,56 +160,21 @@ func upgrade(ctx context.Context, env *cli.Env, args []string) int {
 	return 0
 }
 
-// upgradesFile, in the gateway's releases directory, names each node's
-// latest daemon.upgrade sent by bcgw upgrade, so bcgw status shows its
-// progress.
-const upgradesFile = "upgrades.json"
-
-type sentUpgrade struct {
-	Command string    `json:"command"`
-	Version string    `json:"version"`
-	Sent    time.Time `json:"sent"`
-}
-
-func readUpgrades(dataDir string) map[string]sentUpgrade {
-	m := map[string]sentUpgrade{}
-	b, err := os.ReadFile(filepath.Join(dataDir, gateway.ReleasesDir, upgradesFile))
-	if err == nil {
-		json.Unmarshal(b, &m)
-	}
-	return m
-}
-
-func recordUpgrades(dataDir, version string, cmds []gateway.CommandView) error {
-	if len(cmds) == 0 {
-		return nil
-	}
-	m := readUpgrades(dataDir)
-	for _, c := range cmds {
-		m[c.Node] = sentUpgrade{Command: c.ID, Version: version, Sent: time.Now().UTC()}
-	}
-	b, _ := json.MarshalIndent(m, "", "  ")
-	return atomicfile.Write(filepath.Join(dataDir, gateway.ReleasesDir, upgradesFile), b, 0o600)
-}
-
-// upgradeLine is bcgw status's line for the node's latest bcgw upgrade:
-// the command's state, its progress while it runs, its result when done.
-func upgradeLine(ctx context.Context, c *gateway.AdminClient, dataDir, node string) string {
-	u, ok := readUpgrades(dataDir)[node]
-	if !ok {
+// upgradeLine is bcgw status's line for the node's latest daemon.upgrade
+// (the gateway keeps it): the command's state, its progress while it
+// runs, its result when done.
+func upgradeLine(u *gateway.UpgradeView) string {
+	if u == nil {
 		return ""
 	}
-	cmd, err := c.Command(ctx, u.Command, 0)
-	if err != nil {
-		return fmt.Sprintf("to %s (%s): %v", u.Version, u.Command, err)
-	}
+	cmd := u.Command
 	switch {
 	case cmd.State != "done" && len(cmd.Progress) > 0:
-		return fmt.Sprintf("to %s (%s): %s, progress %s", u.Version, u.Command, cmd.State, cmd.Progress)
+		return fmt.Sprintf("to %s (%s): %s, progress %s", u.Version, cmd.ID, cmd.State, cmd.Progress)
 	case cmd.State != "done":
-		return fmt.Sprintf("to %s (%s): %s", u.Version, u.Command, cmd.State)
+		return fmt.Sprintf("to %s (%s): %s", u.Version, cmd.ID, cmd.State)
 	case cmd.Status == "SUCCEEDED":
-		return fmt.Sprintf("to %s (%s): SUCCEEDED %s", u.Version, u.Command, cmd.Output)
+		return fmt.Sprintf("to %s (%s): SUCCEEDED %s", u.Version, cmd.ID, cmd.Output)
 	}
-	return fmt.Sprintf("to %s (%s): %s %s", u.Version, u.Command, cmd.Status, cmd.Error)
+	return fmt.Sprintf("to %s (%s): %s %s", u.Version, cmd.ID, cmd.Status, cmd.Error)
 }

@@ -341,6 +341,7 @@ func (s *Server) SubmitBatch(bf BatchFile) (BatchSubmitView, error) {
 			return out, fmt.Errorf("command %d (%s): %w (the %d commands before it were sent)", i, c.ID, err, i)
 		}
 		c.State = store.StatePending
+		s.noteUpgrade(c)
 		s.pushCommand(c)
 		v := viewCommand(c)
 		if len(refusals) > 0 {

@@ -293,6 +293,7 @@ func (s *Server) SubmitCommand(p PreparedCommand, secrets map[string][]byte) (st
 		return c, "", err
 	}
 	c.State = store.StatePending
+	s.noteUpgrade(c)
 	s.pushCommand(c)
 	s.log.Info("command submitted", "node", c.NodeID, "command_id", c.ID, "kind", c.Kind, "signed", len(c.Signature) > 0, "warning", warning)
 	return c, warning, nil

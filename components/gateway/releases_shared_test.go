@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -61,5 +62,21 @@ func TestReleaseServedByEveryGateway(t *testing.T) {
 	}
 	if _, err := gateway.NewAdminClient(g2.dir, "", "").ReleaseDoc(ctx, "0.3.0"); err == nil {
 		t.Error("a release never published has a document")
+	}
+
+	// A daemon.upgrade sent through one gateway (here as bcgw run would,
+	// not bcgw upgrade) is the node's upgrade in its status on the other.
+	a := g1.join(t)
+	if st, err := gateway.NewAdminClient(g2.dir, "", "").Status(ctx, a.NodeID); err != nil || st.Upgrade != nil {
+		t.Fatalf("status before any upgrade: %+v %v", st.Upgrade, err)
+	}
+	body, _ := json.Marshal(map[string]json.RawMessage{"release": doc})
+	c, err := a1.Send(ctx, gateway.CommandRequest{Node: a.NodeID, Kind: "daemon.upgrade", Body: body})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := gateway.NewAdminClient(g2.dir, "", "").Status(ctx, a.NodeID)
+	if err != nil || st.Upgrade == nil || st.Upgrade.Version != "0.2.0" || st.Upgrade.Command.ID != c.ID || st.Upgrade.Command.State != "pending" {
+		t.Errorf("status after the upgrade was sent: %+v %v", st.Upgrade, err)
 	}
 }

@@ -581,6 +581,7 @@ func (s *Server) SendCommandWithSecrets(nodeID, kind string, body []byte, deadli
 		return c, err
 	}
 	c.State = store.StatePending
+	s.noteUpgrade(c)
 	s.pushCommand(c)
 	s.log.Info("command sent", "node", nodeID, "command_id", c.ID, "kind", kind)
 	return c, nil

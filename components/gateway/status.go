@@ -114,6 +114,8 @@ type StatusView struct {
 	// "site"); ReportAt when the latest StatusReport arrived.
 	Report   json.RawMessage `json:"report,omitempty"`
 	ReportAt *time.Time      `json:"report_at,omitempty"`
+	// Upgrade is the node's latest daemon.upgrade (upgrades.go).
+	Upgrade *UpgradeView `json:"upgrade,omitempty"`
 }
 
 // EventView is a stored event as the admin API shows it.
@@ -301,6 +303,9 @@ func (s *Server) Status(node string) (StatusView, error) {
 		Node: n.ID, Role: n.Role, Site: n.Site, Connected: s.Connected(n.ID), LastSeen: n.LastSeen,
 		SpecGeneration: sp.Generation, AppliedGeneration: n.AppliedGeneration, ObservedGeneration: n.ObservedGeneration,
 		Sections: []SectionView{}, Conditions: []ConditionView{},
+	}
+	if v.Upgrade, err = s.upgradeView(node); err != nil {
+		return v, err
 	}
 	if len(n.InventoryHashes) > 0 {
 		v.InventoryHashes = n.InventoryHashes
