@@ -20,7 +20,18 @@ type progressBook struct {
 type progressEntry struct {
 	detail json.RawMessage
 	at     time.Time
+	// sent is when this gateway last passed the command's progress to the
+	// other gateways (a notice at most every progressNoticeEvery).
+	sent time.Time
 }
+
+// progressNoticeEvery bounds the progress notices of one command: the
+// others see its progress at most this late, and the result anyway.
+const progressNoticeEvery = time.Second
+
+// progressKeep is how long another gateway's progress is kept without an
+// update or a result (its result notice may be lost).
+const progressKeep = time.Hour
 
 // maxProgressEntries bounds the book; beyond it new commands' progress is
 // dropped until results clear old entries.
@@ -39,17 +50,58 @@ func (s *Server) storeProgress(nodeID string, p *bcdv1.CommandProgress) error {
 	if c.State == store.StateDone {
 		return nil // the result came first
 	}
+	now := s.now().UTC()
+	detail := append(json.RawMessage(nil), p.GetDetail()...)
+	tell, err := s.keepProgress(c.ID, detail, now, s.shared != nil)
+	if tell {
+		s.notify(store.Notice{Kind: store.NoticeProgress, Node: nodeID, Command: c.ID, Detail: detail, At: now})
+	}
+	return err
+}
+
+// keepProgress puts a command's progress in the book; with tell, it
+// reports whether the other gateways are due a notice of it.
+func (s *Server) keepProgress(id string, detail json.RawMessage, at time.Time, tell bool) (bool, error) {
 	b := &s.progress
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.m == nil {
 		b.m = map[string]progressEntry{}
 	}
-	if _, ok := b.m[c.ID]; !ok && len(b.m) >= maxProgressEntries {
-		return errors.New("too many commands in progress")
+	old, ok := b.m[id]
+	if !ok && len(b.m) >= maxProgressEntries {
+		return false, errors.New("too many commands in progress")
 	}
-	b.m[c.ID] = progressEntry{detail: append(json.RawMessage(nil), p.GetDetail()...), at: s.now().UTC()}
-	return nil
+	if ok && at.Before(old.at) {
+		return false, nil // an older report, come late through another gateway
+	}
+	e := progressEntry{detail: detail, at: at, sent: old.sent}
+	due := tell && at.Sub(old.sent) >= progressNoticeEvery
+	if due {
+		e.sent = at
+	}
+	b.m[id] = e
+	return due, nil
+}
+
+// progressNotice keeps the progress another gateway passed on.
+func (s *Server) progressNotice(n store.Notice) {
+	if len(n.Detail) > 4<<10 || !json.Valid(n.Detail) || n.Command == "" {
+		return
+	}
+	s.keepProgress(n.Command, append(json.RawMessage(nil), n.Detail...), n.At, false)
+}
+
+// pruneProgress forgets progress not updated within progressKeep.
+func (s *Server) pruneProgress() {
+	cut := s.now().Add(-progressKeep)
+	s.progress.mu.Lock()
+	defer s.progress.mu.Unlock()
+	for id, e := range s.progress.m {
+		if e.at.Before(cut) {
+			delete(s.progress.m, id)
+		}
+	}
 }
 
 // dropProgress forgets a command's progress once its result is stored.

@@ -99,6 +99,7 @@ func (s *Server) sweepLoop(ctx context.Context) {
 // sweep sends the commands still unacked (and older than a second, so
 // not those whose notice is on its way) to the sessions held here.
 func (s *Server) sweep() {
+	s.pruneProgress()
 	cs, err := s.shared.Pending(10000)
 	if err != nil {
 		s.log.Warn("pending commands not read", "err", err)
@@ -144,6 +145,9 @@ func (s *Server) onNotice(n store.Notice) {
 	switch n.Kind {
 	case store.NoticeResult:
 		s.wake(n.Command)
+		s.dropProgress(n.Command)
+	case store.NoticeProgress:
+		s.progressNotice(n)
 	case store.NoticeCommand:
 		if s.hub.get(n.Node) == nil {
 			return

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 )
 
@@ -86,6 +87,9 @@ type Notice struct {
 	Command string `json:"c,omitempty"`
 	Epoch   uint64 `json:"e,omitempty"`
 	Reason  string `json:"r,omitempty"`
+	// Detail and At are a running command's progress (NoticeProgress).
+	Detail json.RawMessage `json:"d,omitempty"`
+	At     time.Time       `json:"t,omitzero"`
 }
 
 // The kinds of Notice.
@@ -97,6 +101,9 @@ const (
 	NoticeRevoke  = "revoke"  // Node was revoked
 	NoticeSpec    = "spec"    // Node's desired spec changed on a gateway without its session
 	NoticeTrust   = "trust"   // the trust bundle changed (the others load it and drain)
+	// NoticeProgress: Node reported progress (Detail, At) of its running
+	// Command, so every gateway's command view shows it.
+	NoticeProgress = "progress"
 )
 
 // Shared is implemented by a store several gateways use at once (the

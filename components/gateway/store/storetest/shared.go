@@ -3,7 +3,9 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -179,7 +181,7 @@ func testNotices(t *testing.T, a, b store.Store) {
 	}
 	addNode(t, a, "n1")
 	addCommand(t, a, "c1", "n1", t0)
-	if n := next("command"); n != (store.Notice{Kind: store.NoticeCommand, Node: "n1", Command: "c1"}) {
+	if n := next("command"); !reflect.DeepEqual(n, store.Notice{Kind: store.NoticeCommand, Node: "n1", Command: "c1"}) {
 		t.Errorf("command notice: %+v", n)
 	}
 	if err := a.AddCommand(store.Command{ID: "c1", NodeID: "n1", Kind: "k", CreatedAt: t0}); err == nil {
@@ -188,7 +190,7 @@ func testNotices(t *testing.T, a, b store.Store) {
 	if _, err := a.SetResult("n1", "c1", store.Result{Status: "SUCCEEDED"}); err != nil {
 		t.Fatal(err)
 	}
-	if n := next("result"); n != (store.Notice{Kind: store.NoticeResult, Node: "n1", Command: "c1"}) {
+	if n := next("result"); !reflect.DeepEqual(n, store.Notice{Kind: store.NoticeResult, Node: "n1", Command: "c1"}) {
 		t.Errorf("result notice: %+v", n)
 	}
 	if _, err := a.SetResult("n1", "c1", store.Result{Status: "SUCCEEDED"}); err != nil {
@@ -201,14 +203,22 @@ func testNotices(t *testing.T, a, b store.Store) {
 	if _, done, err := b.CancelPending("c2", "stop", t0); err != nil || !done {
 		t.Fatalf("cancel: %v %v", done, err)
 	}
-	if n := next("cancel"); n != (store.Notice{Kind: store.NoticeResult, Node: "n1", Command: "c2"}) {
+	if n := next("cancel"); !reflect.DeepEqual(n, store.Notice{Kind: store.NoticeResult, Node: "n1", Command: "c2"}) {
 		t.Errorf("cancel's notice: %+v", n)
 	}
 	want := store.Notice{Kind: store.NoticeSession, Node: "n1", Epoch: 7}
 	if err := sa.Notify(want); err != nil {
 		t.Fatal(err)
 	}
-	if n := next("session"); n != want {
+	if n := next("session"); !reflect.DeepEqual(n, want) {
+		t.Errorf("notice %+v, want %+v", n, want)
+	}
+	// A progress notice carries its detail as it is, and its time.
+	want = store.Notice{Kind: store.NoticeProgress, Node: "n1", Command: "c2", Detail: json.RawMessage(`{"written":[1,2]}`), At: t0}
+	if err := sa.Notify(want); err != nil {
+		t.Fatal(err)
+	}
+	if n := next("progress"); string(n.Detail) != string(want.Detail) || !n.At.Equal(t0) || n.Command != "c2" {
 		t.Errorf("notice %+v, want %+v", n, want)
 	}
 	cancel()
