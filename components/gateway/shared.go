@@ -100,7 +100,11 @@ func (s *Server) sweepLoop(ctx context.Context) {
 // not those whose notice is on its way) to the sessions held here.
 func (s *Server) sweep() {
 	s.pruneProgress()
-	cs, err := s.shared.Pending(10000)
+	var held []string
+	for _, l := range s.hub.all() {
+		held = append(held, l.nodeID)
+	}
+	cs, err := s.shared.Pending(held, 10000)
 	if err != nil {
 		s.log.Warn("pending commands not read", "err", err)
 		return

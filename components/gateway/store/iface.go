@@ -119,9 +119,10 @@ type Shared interface {
 	Listen(ctx context.Context, f func(Notice), synced func()) error
 	// Notify sends a notice to every gateway.
 	Notify(n Notice) error
-	// Pending lists the commands not yet acked by their node, oldest
-	// first, at most limit (a safety net for lost notices).
-	Pending(limit int) ([]Command, error)
+	// Pending lists the commands for nodes not yet acked by their node,
+	// oldest first, at most limit (a safety net for lost notices: a
+	// gateway asks for the nodes whose sessions it holds).
+	Pending(nodes []string, limit int) ([]Command, error)
 	// TouchLease grants the lease name to holder when it is free or
 	// expired at now, and renews it for ttl when holder has it. It reports
 	// whether holder has it, until when, and whether the holder changed.

@@ -73,10 +73,14 @@ func (p *PG) Listen(ctx context.Context, f func(store.Notice), synced func()) er
 }
 
 // Pending lists commands no node has acked yet, oldest first.
-func (p *PG) Pending(limit int) ([]store.Command, error) {
+func (p *PG) Pending(nodes []string, limit int) ([]store.Command, error) {
+	if len(nodes) == 0 {
+		return nil, nil
+	}
 	var out []store.Command
 	err := p.tx(func(ctx context.Context, tx pgx.Tx) (err error) {
-		out, err = records[store.Command](ctx, tx, "command", `SELECT id, record FROM commands WHERE state = 'pending' ORDER BY created_at, id LIMIT $1`, limit)
+		out, err = records[store.Command](ctx, tx, "command", `SELECT id, record FROM commands
+			WHERE state = 'pending' AND node_id = ANY($2) ORDER BY created_at, id LIMIT $1`, limit, nodes)
 		return err
 	})
 	return out, err

@@ -237,12 +237,19 @@ func testPending(t *testing.T, a, b store.Store) {
 	if err := a.MarkDelivered("n1", "c3"); err != nil {
 		t.Fatal(err)
 	}
-	p, err := b.(store.Shared).Pending(10)
+	p, err := b.(store.Shared).Pending([]string{"n1", "n2"}, 10)
 	if err != nil || !equal(ids(p), []string{"c1", "c2"}) {
 		t.Errorf("pending: %v %v, want [c1 c2]", ids(p), err)
 	}
-	if p, _ := a.(store.Shared).Pending(1); !equal(ids(p), []string{"c1"}) {
+	if p, _ := a.(store.Shared).Pending([]string{"n1", "n2"}, 1); !equal(ids(p), []string{"c1"}) {
 		t.Errorf("pending, limit 1: %v", ids(p))
+	}
+	// Only the nodes asked for: a gateway's sweep reads its sessions' commands.
+	if p, _ := a.(store.Shared).Pending([]string{"n2", "n9"}, 10); !equal(ids(p), []string{"c2"}) {
+		t.Errorf("pending for n2: %v", ids(p))
+	}
+	if p, err := a.(store.Shared).Pending(nil, 10); err != nil || len(p) != 0 {
+		t.Errorf("pending for no node: %v %v", ids(p), err)
 	}
 }
 
