@@ -54,7 +54,7 @@ func program() *cli.Program {
 			{Name: "ssh-sign", Summary: "ssh-sign --principal NODE:ACCOUNT --pubkey FILE: a short-lived SSH user certificate", Run: sshSign},
 			{Name: "tunnel", Summary: "tunnel NODE --ssh|--tcp PORT: stdin and stdout to the node's sshd or port (an ssh ProxyCommand)", Run: tunnelCmd},
 			{Name: "console", Summary: "console NODE --account A: an interactive login shell on the node", Run: console},
-			{Name: "release", Summary: "release NODE --alloc ID: remove a GPU hold; release publish FILE --artifact PATH...: store a signed bcd release and serve its binaries", Run: releaseCmd},
+			{Name: "release", Summary: "release NODE --alloc ID: remove a GPU hold; release publish FILE --artifact PATH...: store a signed bcd release and serve its binaries; release list: the published releases and their expiry", Run: releaseCmd},
 			{Name: "upgrade", Summary: "upgrade NODE|--all --version V [--wait]: daemon.upgrade to a published release", Run: upgrade},
 			{Name: "events", Summary: "events NODE [--follow] [--json]: the node's stored events", Run: events},
 			{Name: "cache-images", Summary: "cache-images SITE --image SHA256=URL ...: what a site keeps in its image cache", Run: cacheImages},

@@ -7,10 +7,12 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/gateway"
+	relmanifest "github.com/better-compute/bcd/components/trust/release"
 )
 
 // releaseCmd is `bcgw release`: `publish` stores a signed release and its
@@ -18,6 +20,9 @@ import (
 func releaseCmd(ctx context.Context, env *cli.Env, args []string) int {
 	if len(args) > 0 && args[0] == "publish" {
 		return publish(ctx, env, args[1:])
+	}
+	if len(args) > 0 && args[0] == "list" {
+		return releaseList(ctx, env, args[1:])
 	}
 	return release(ctx, env, args)
 }
@@ -73,6 +78,68 @@ func publish(ctx context.Context, env *cli.Env, args []string) int {
 		fmt.Fprintf(env.Stdout, "; fetched from their own URLs %s", strings.Join(p.Elsewhere, ", "))
 	}
 	fmt.Fprintln(env.Stdout)
+	if _, m, err := relmanifest.Decode(doc); err == nil {
+		if w := expiryWarning(m.Version, m.Expires, time.Now()); w != "" {
+			fmt.Fprintf(env.Stderr, "bcgw release publish: warning: %s\n", w)
+		}
+	}
+	return 0
+}
+
+// expirySoon is when bcgw warns that a published release expires.
+const expirySoon = 7 * 24 * time.Hour
+
+// expiryWarning says that a release has expired or soon will: nodes
+// refuse an expired manifest (the freeze defence, docs/update.md), so a
+// release still to roll out needs a new manifest before then.
+func expiryWarning(version string, expires, now time.Time) string {
+	switch left := expires.Sub(now); {
+	case left <= 0:
+		return fmt.Sprintf("release %s expired at %s: nodes refuse it; sign a new manifest (bcrelease make, a new version and sequence) and publish that", version, expires.UTC().Format(time.RFC3339))
+	case left < expirySoon:
+		return fmt.Sprintf("release %s expires in %s (%s): nodes refuse it after that; roll it out before, or sign a new manifest and publish that", version, left.Round(time.Minute), expires.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
+// releaseList is `bcgw release list [--json]`: the published releases,
+// each with its expiry; a warning for each expired or expiring within a
+// week.
+func releaseList(ctx context.Context, env *cli.Env, args []string) int {
+	fs := cli.NewFlagSet(env, "bcgw", "release list")
+	var a adminFlags
+	a.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if code, ok := cli.Parse(fs, env, args, ""); !ok {
+		return code
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw release list", err)
+	}
+	rs, err := c.Releases(ctx)
+	if err != nil {
+		return cli.Fail(env, "bcgw release list", err)
+	}
+	if *asJSON {
+		return printJSON(env, rs)
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VERSION\tSEQUENCE\tEXPIRES\tARTIFACTS")
+	for _, r := range rs {
+		exp := r.Expires.UTC().Format(time.RFC3339)
+		if r.Expired {
+			exp += " (expired)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", r.Version, r.Sequence, exp, strings.Join(r.Artifacts, ","))
+	}
+	tw.Flush()
+	for _, r := range rs {
+		if w := expiryWarning(r.Version, r.Expires, now); w != "" && !r.Expired {
+			fmt.Fprintf(env.Stderr, "bcgw release list: warning: %s\n", w)
+		}
+	}
 	return 0
 }
 

@@ -142,6 +142,7 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 	mux.HandleFunc("GET /v1/health", s.adminHealth)
 	mux.HandleFunc("PUT /v1/releases/uploads/{sha256}", s.adminUploadArtifact)
 	mux.HandleFunc("POST /v1/releases", s.adminPublishRelease)
+	mux.HandleFunc("GET /v1/releases", s.adminReleases)
 	mux.HandleFunc("GET /v1/releases/{version}", s.adminReleaseDoc)
 	mux.HandleFunc("POST /v1/tpm/enroll", s.adminTPMEnroll)
 	mux.HandleFunc("POST /v1/nodes/{id}/revoke", s.adminRevoke)

@@ -259,6 +259,12 @@ func (c *AdminClient) PublishRelease(ctx context.Context, r PublishRequest) (Pub
 	return out, c.do(ctx, http.MethodPost, "/v1/releases", r, &out)
 }
 
+// Releases lists the published releases.
+func (c *AdminClient) Releases(ctx context.Context) ([]ReleaseView, error) {
+	var out []ReleaseView
+	return out, c.do(ctx, http.MethodGet, "/v1/releases", nil, &out)
+}
+
 // ReleaseDoc returns a published release's document.
 func (c *AdminClient) ReleaseDoc(ctx context.Context, version string) ([]byte, error) {
 	var out ReleaseDocView

@@ -13,6 +13,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
+	"strings"
+	"time"
 
 	"github.com/better-compute/bcd/components/base/atomicfile"
 	"github.com/better-compute/bcd/components/gateway/store"
@@ -326,4 +329,70 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	http.ServeContent(w, r, "", fi.ModTime(), f)
+}
+
+// ReleaseView is one published release in `bcgw release list`.
+type ReleaseView struct {
+	Version   string    `json:"version"`
+	Sequence  uint64    `json:"sequence"`
+	Expires   time.Time `json:"expires"`
+	Expired   bool      `json:"expired"`
+	Artifacts []string  `json:"artifacts"` // role/arch
+}
+
+// Releases lists the published releases (this gateway's and the
+// database's), by sequence.
+func (s *Server) Releases() ([]ReleaseView, error) {
+	versions := map[string]bool{}
+	ents, err := os.ReadDir(s.releasesDir())
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	for _, e := range ents {
+		if v, ok := strings.CutSuffix(e.Name(), ".json"); ok && versionRe.MatchString(v) {
+			versions[v] = true
+		}
+	}
+	if rs, ok := s.store.(store.Releases); ok {
+		vs, err := rs.ReleaseVersions()
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range vs {
+			versions[v] = true
+		}
+	}
+	now := s.now()
+	out := []ReleaseView{}
+	for v := range versions {
+		doc, err := s.ReleaseDoc(v)
+		if err != nil {
+			return nil, err
+		}
+		_, m, err := release.Decode(doc)
+		if err != nil {
+			return nil, fmt.Errorf("published release %s: %w", v, err)
+		}
+		rv := ReleaseView{Version: m.Version, Sequence: m.Sequence, Expires: m.Expires, Expired: !now.Before(m.Expires), Artifacts: []string{}}
+		for _, a := range m.Artifacts {
+			rv.Artifacts = append(rv.Artifacts, a.Role+"/"+a.Arch)
+		}
+		out = append(out, rv)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Sequence != out[j].Sequence {
+			return out[i].Sequence < out[j].Sequence
+		}
+		return out[i].Version < out[j].Version
+	})
+	return out, nil
+}
+
+func (s *Server) adminReleases(w http.ResponseWriter, r *http.Request) {
+	rs, err := s.Releases()
+	if err != nil {
+		adminErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, rs)
 }

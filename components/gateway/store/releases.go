@@ -21,4 +21,6 @@ type Releases interface {
 	Release(version string) ([]byte, error)
 	// ReleaseArtifact returns the binary whose SHA-256 is sum (ErrNotFound).
 	ReleaseArtifact(sum string) ([]byte, error)
+	// ReleaseVersions lists the stored versions.
+	ReleaseVersions() ([]string, error)
 }

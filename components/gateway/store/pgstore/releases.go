@@ -54,3 +54,19 @@ func (p *PG) bytesOf(sql, key string) ([]byte, error) {
 	})
 	return b, err
 }
+
+// ReleaseVersions lists the stored release versions (store.Releases).
+func (p *PG) ReleaseVersions() ([]string, error) {
+	var out []string
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		out = out[:0]
+		rows, err := tx.Query(ctx, `SELECT version FROM releases ORDER BY version`)
+		if err != nil {
+			return err
+		}
+		vs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		out = append(out, vs...)
+		return err
+	})
+	return out, err
+}

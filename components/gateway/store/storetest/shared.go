@@ -327,6 +327,9 @@ func testReleasesAcross(t *testing.T, a, b store.Store) {
 	if doc, err := rb.Release("1.0.0"); err != nil || string(doc) != `{"v":1}` {
 		t.Errorf("Release through the other = %q, %v", doc, err)
 	}
+	if vs, err := rb.ReleaseVersions(); err != nil || len(vs) != 1 || vs[0] != "1.0.0" {
+		t.Errorf("ReleaseVersions through the other = %v, %v", vs, err)
+	}
 	if got, err := rb.ReleaseArtifact("aa"); err != nil || !bytes.Equal(got, bin) {
 		t.Errorf("ReleaseArtifact through the other = %q, %v", got, err)
 	}
