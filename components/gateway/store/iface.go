@@ -120,3 +120,34 @@ type Shared interface {
 	// LeaseHolder returns the lease's holder at now ("" when free).
 	LeaseHolder(name string, now time.Time) (string, error)
 }
+
+// SealedKey is one of the gateway's long-lived keys as a KeyStore keeps
+// it: sealed under the fleet's key-encryption key (components/gateway/kek),
+// so the store alone opens none of them.
+type SealedKey struct {
+	// Name is the key's file name in a data directory (serving-ca.key,
+	// join-signing.key, ...).
+	Name string
+	// Version is bound into the seal; every key is version 1 today (there
+	// is no rotation).
+	Version uint32
+	Sealed  []byte
+}
+
+// KeyStore is implemented by a store that keeps the gateway's long-lived
+// keys for every gateway sharing it (the PostgreSQL store). The bbolt
+// store does not: its one gateway keeps its keys as files in its data
+// directory.
+type KeyStore interface {
+	// Keys returns the fingerprint of the key-encryption key the stored
+	// keys are sealed under, and the keys by name; ErrNotFound when no
+	// key set was stored.
+	Keys() (kekFingerprint string, keys []SealedKey, err error)
+	// AddKeysIfAbsent stores a key set and its key-encryption key's
+	// fingerprint in one transaction when none is stored, and reports
+	// whether it did. When a set is stored already (another gateway's,
+	// even one being stored at this moment) it changes nothing and
+	// reports false: of gateways starting together on an empty store,
+	// one set wins and every gateway reads it back.
+	AddKeysIfAbsent(kekFingerprint string, keys []SealedKey) (bool, error)
+}
