@@ -9,3 +9,18 @@ func WithBoundAside(cfg Config, f func(path string)) Config {
 
 // ListenPrivate is listenPrivate for the tests.
 var ListenPrivate = listenPrivate
+
+// KeyFiles is the gateway's key set by file name, as it uses it: from
+// the database (unsealed) or from the data directory (the files there).
+func (s *Server) KeyFiles() map[string][]byte {
+	out := map[string][]byte{}
+	for _, name := range sharedKeyFiles {
+		if b, err := s.keyFiles.read(name); err == nil {
+			out[name] = b
+		}
+	}
+	return out
+}
+
+// SharedKeyFiles lists the files of the key set a fleet shares.
+var SharedKeyFiles = sharedKeyFiles

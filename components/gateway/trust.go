@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -45,13 +44,14 @@ const trustDrainRedial = 500 * time.Millisecond
 
 // loadCommandKey returns bcgw's own command-signing key: nil for
 // CommandKeyNone, the given PEM file (which must exist), or the data
-// directory's, made (P-256, PKCS#8 PEM, 0600) when it is absent.
-func loadCommandKey(dataDir, setting string) (crypto.Signer, error) {
+// directory's (or the database's key set's), made (P-256, PKCS#8 PEM,
+// 0600) when it is absent.
+func loadCommandKey(kf keyFiles, setting string) (crypto.Signer, error) {
 	switch setting {
 	case CommandKeyNone:
 		return nil, nil
 	case "":
-		return loadOrCreateKey(filepath.Join(dataDir, CommandKeyFile))
+		return loadOrCreateKey(kf, CommandKeyFile)
 	default:
 		k, err := ReadSigningKey(setting)
 		if err != nil {
