@@ -55,7 +55,9 @@ type keyFiles interface {
 // dirKeys is a data directory's key files.
 type dirKeys string
 
-func (d dirKeys) read(name string) ([]byte, error) { return os.ReadFile(filepath.Join(string(d), name)) }
+func (d dirKeys) read(name string) ([]byte, error) {
+	return os.ReadFile(filepath.Join(string(d), name))
+}
 func (d dirKeys) write(name string, b []byte, mode os.FileMode) error {
 	return atomicfile.Write(filepath.Join(string(d), name), b, mode)
 }
