@@ -7,6 +7,13 @@ func WithBoundAside(cfg Config, f func(path string)) Config {
 	return cfg
 }
 
+// WithBeforeKeySet sets cfg's hook that runs when the database has no key
+// set yet, before the gateway offers its own.
+func WithBeforeKeySet(cfg Config, f func()) Config {
+	cfg.beforeKeySet = f
+	return cfg
+}
+
 // ListenPrivate is listenPrivate for the tests.
 var ListenPrivate = listenPrivate
 

@@ -62,6 +62,9 @@ type Config struct {
 	// boundAside, when set, sees the admin socket where it is bound,
 	// before it gets its mode and its place (tests).
 	boundAside func(path string)
+	// beforeKeySet, when set, runs when the database has no key set yet,
+	// before this gateway offers one (tests).
+	beforeKeySet func()
 }
 
 // Server is a running bcgw.
@@ -149,7 +152,7 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	var kf keyFiles = dirKeys(cfg.DataDir)
 	if ks, ok := st.(store.KeyStore); ok && kk != nil {
-		set, err := sharedKeys(ks, kk, cfg.DataDir, cfg.Log)
+		set, err := sharedKeys(ks, kk, cfg.DataDir, cfg.Log, cfg.beforeKeySet)
 		if err != nil {
 			st.Close()
 			return nil, fmt.Errorf("gateway: keys: %w", err)

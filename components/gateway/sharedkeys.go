@@ -109,46 +109,27 @@ var errNoKEK = errors.New("a gateway on a database needs its key-encryption key:
 // key files are then no longer used: when they are the same as the
 // database's the log names them as removable; when one differs the start
 // is refused (never one picked silently).
-func sharedKeys(ks store.KeyStore, k *kek.KEK, dataDir string, log *slog.Logger) (memKeys, error) {
+//
+// beforeStore, when set, runs once the database was found without keys,
+// before this gateway offers its set (tests: gateways meet there).
+func sharedKeys(ks store.KeyStore, k *kek.KEK, dataDir string, log *slog.Logger, beforeStore func()) (memKeys, error) {
 	local, err := localKeyFiles(dataDir)
 	if err != nil {
 		return nil, err
 	}
 	fp, sealed, err := ks.Keys()
 	if errors.Is(err, store.ErrNotFound) {
-		set := maps.Clone(local)
-		if set == nil {
-			set = memKeys{}
+		if beforeStore != nil {
+			beforeStore()
 		}
-		if err := completeKeySet(set); err != nil {
-			return nil, fmt.Errorf("make the key set: %w", err)
+		var set memKeys
+		if set, err = storeKeySet(ks, k, local, dataDir, log); err == nil && set == nil {
+			// Another gateway stored its set first: read that one.
+			fp, sealed, err = ks.Keys()
 		}
-		var out []store.SealedKey
-		for _, name := range sharedKeyFiles {
-			b, err := k.Seal(name, sealedKeyVersion, set[name])
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, store.SealedKey{Name: name, Version: sealedKeyVersion, Sealed: b})
-		}
-		added, err := ks.AddKeysIfAbsent(k.Fingerprint(), out)
-		if err != nil {
-			return nil, fmt.Errorf("store the key set: %w", err)
-		}
-		if added {
-			if len(local) > 0 {
-				log.Warn("adopted the data directory's key files into the database, sealed under the key-encryption key; "+
-					"the gateway no longer uses them and they may be removed",
-					"kek", k.Fingerprint(), "data_dir", dataDir, "adopted", sortedNames(local), "made", missing(set, local),
-					"removable", sortedNames(local))
-			} else {
-				log.Info("made the gateway's keys and stored them in the database, sealed under the key-encryption key",
-					"kek", k.Fingerprint(), "keys", len(out))
-			}
+		if set != nil {
 			return set, nil
 		}
-		// Another gateway stored its set first: read that one.
-		fp, sealed, err = ks.Keys()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read the key set: %w", err)
@@ -186,9 +167,42 @@ func sharedKeys(ks store.KeyStore, k *kek.KEK, dataDir string, log *slog.Logger)
 	return set, nil
 }
 
+// storeKeySet stores the data directory's key files (local), with the
+// keys they lack made anew, as the database's key set when the database
+// has none, and returns that set; nil when another set was there first.
+func storeKeySet(ks store.KeyStore, k *kek.KEK, local memKeys, dataDir string, log *slog.Logger) (memKeys, error) {
+	adopted := sortedNames(local)
+	set := maps.Clone(local)
+	if err := completeKeySet(set); err != nil {
+		return nil, fmt.Errorf("make the key set: %w", err)
+	}
+	var out []store.SealedKey
+	for _, name := range sharedKeyFiles {
+		b, err := k.Seal(name, sealedKeyVersion, set[name])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.SealedKey{Name: name, Version: sealedKeyVersion, Sealed: b})
+	}
+	added, err := ks.AddKeysIfAbsent(k.Fingerprint(), out)
+	if err != nil || !added {
+		return nil, err
+	}
+	if len(adopted) > 0 {
+		log.Warn("adopted the data directory's key files into the database, sealed under the key-encryption key; "+
+			"the gateway no longer uses them and they may be removed",
+			"kek", k.Fingerprint(), "data_dir", dataDir, "adopted", adopted, "made", missingFrom(set, adopted),
+			"removable", adopted)
+	} else {
+		log.Info("made the gateway's keys and stored them in the database, sealed under the key-encryption key",
+			"kek", k.Fingerprint(), "keys", len(out))
+	}
+	return set, nil
+}
+
 // localKeyFiles reads the shared key files the data directory holds.
 func localKeyFiles(dataDir string) (memKeys, error) {
-	var m memKeys
+	m := memKeys{}
 	for _, name := range sharedKeyFiles {
 		b, err := os.ReadFile(filepath.Join(dataDir, name))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -197,9 +211,6 @@ func localKeyFiles(dataDir string) (memKeys, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", filepath.Join(dataDir, name), err)
 		}
-		if m == nil {
-			m = memKeys{}
-		}
 		m[name] = b
 	}
 	return m, nil
@@ -207,11 +218,11 @@ func localKeyFiles(dataDir string) (memKeys, error) {
 
 func sortedNames(m memKeys) []string { return slices.Sorted(maps.Keys(m)) }
 
-// missing lists the names in set that local lacks.
-func missing(set, local memKeys) []string {
+// missingFrom lists the names in set that are not in names.
+func missingFrom(set memKeys, names []string) []string {
 	var out []string
 	for _, n := range sortedNames(set) {
-		if _, ok := local[n]; !ok {
+		if !slices.Contains(names, n) {
 			out = append(out, n)
 		}
 	}
