@@ -19,7 +19,9 @@ import (
 //     stored generation is still base (compare-and-swap), so of two
 //     writers on one base exactly one wins;
 //   - UpdateNode applies its function to the node as stored, with no
-//     other change to that node in between.
+//     other change to that node in between;
+//   - SwapMeta writes only over the value it was given, so of two
+//     writers from one value exactly one wins.
 type Store interface {
 	// Close releases the backend (the file, the connection pool).
 	Close() error
@@ -54,6 +56,11 @@ type Store interface {
 	// credentials, trust bundles, site state.
 	Meta(key string) ([]byte, error)
 	SetMeta(key string, v []byte) error
+	// SwapMeta sets key to v only while its stored value is old (nil
+	// old: while key is absent), and reports whether it did: a
+	// compare-and-swap, so of two writers from one old value exactly one
+	// wins (the trust bundle's versions, trust.go).
+	SwapMeta(key string, old, v []byte) (bool, error)
 	DeleteMeta(key string) error
 	MetaPrefix(prefix string) (map[string][]byte, error)
 	DeleteMetaPrefix(prefix string) error

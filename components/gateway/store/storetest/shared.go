@@ -32,6 +32,7 @@ func RunShared(t *testing.T, open OpenShared) {
 		{"PendingCommands", testPending},
 		{"LeaseOneHolder", testLeaseOneHolder},
 		{"OneKeySetAcrossGateways", testOneKeySet},
+		{"SwapMetaAcrossGateways", testSwapMetaAcross},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := open(t)
@@ -344,6 +345,39 @@ func testOneKeySet(t *testing.T, a, b store.Store) {
 		fp, ks := set(99)
 		if ok, err := k.AddKeysIfAbsent(fp, ks); ok || err != nil {
 			t.Errorf("a later set: stored %v %v", ok, err)
+		}
+	}
+}
+
+// Gateways swapping one value at once from the same old value (two trust
+// bundle changes at the same instant): exactly one wins, and every
+// gateway reads the winner's.
+func testSwapMetaAcross(t *testing.T, a, b store.Store) {
+	if err := a.SetMeta("trust/bundle", []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var won []int
+	errs := race(racers, func(i int) error {
+		ok, err := pick(a, b, i).SwapMeta("trust/bundle", []byte("v1"), fmt.Appendf(nil, "v2 by %d", i))
+		if ok {
+			mu.Lock()
+			won = append(won, i)
+			mu.Unlock()
+		}
+		return err
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Errorf("swap: %v", err)
+		}
+	}
+	if len(won) != 1 {
+		t.Fatalf("%d writers won (%v), want 1", len(won), won)
+	}
+	for _, s := range []store.Store{a, b} {
+		if got, err := s.Meta("trust/bundle"); err != nil || string(got) != fmt.Sprintf("v2 by %d", won[0]) {
+			t.Errorf("stored %q %v, want the winner's", got, err)
 		}
 	}
 }
