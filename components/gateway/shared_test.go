@@ -3,9 +3,11 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -255,4 +257,62 @@ func TestTrustAcrossGateways(t *testing.T) {
 		t.Fatalf("add a root on the second gateway: %+v %v", ch, err)
 	}
 	waitFor(t, "the first gateway to hold version 3", func() bool { return g1.s.TrustBundle().GetVersion() == 3 })
+}
+
+// Trust roots added through both gateways at the same moment: every one
+// of them ends in the bundle, each change its own version. Each change
+// writes its version only over the bundle it started from (SwapMeta); a
+// gateway that lost the race applies its change again to the winner's.
+func TestTrustChangesAtOnceAcrossGateways(t *testing.T) {
+	g1, g2 := twoGateways(t, gateway.Config{})
+	const each = 4
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*each)
+	var pins []string
+	var mu sync.Mutex
+	for i := range 2 * each {
+		g := []*gw{g1, g2}[i%2]
+		k, err := pki.GenerateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		spki := spkiOf(t, k)
+		wg.Go(func() {
+			ch, err := g.s.AddTrustRoot(spki)
+			if err == nil && !ch.Changed {
+				err = fmt.Errorf("root %s: not added", ch.Pin)
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			pins = append(pins, ch.Pin)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("add a root: %v", err)
+	}
+	want := uint64(1 + 2*each)
+	waitFor(t, "both gateways to hold the last version", func() bool {
+		return g1.s.TrustBundle().GetVersion() == want && g2.s.TrustBundle().GetVersion() == want
+	})
+	for _, g := range []*gw{g1, g2} {
+		v, err := g.s.Trust()
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, r := range v.Roots {
+			have[r.Pin] = true
+		}
+		for _, p := range pins {
+			if !have[p] {
+				t.Errorf("root %s missing from version %d (%d roots)", p, v.Version, len(v.Roots))
+			}
+		}
+	}
 }
