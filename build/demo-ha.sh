@@ -61,19 +61,20 @@ free_port() {
 ha=127.0.0.1:$(free_port)
 gw=("127.0.0.1:$(free_port)" "127.0.0.1:$(free_port)")
 
+# The fleet's key-encryption key: every gateway gets the same file, and the
+# first stores the gateways' keys in the database sealed under it; the
+# other reads them there (no key files are copied between gateways).
+"$bin/bcgw" kek generate --out "$demo/bcgw.kek"
+
 start_gw() { # index
   local i=$1 d=$demo/gw$(($1 + 1))
   "$bin/bcgw" serve --data-dir "$d" --listen "${gw[$i]}" --url "https://$ha" \
-    --database-file "$demo/database.url" 2>"$d.log" &
+    --database-file "$demo/database.url" --key-encryption-key "$demo/bcgw.kek" 2>"$d.log" &
   pids+=($!)
   for _ in $(seq 100); do grep -q '"msg":"bcgw serving"' "$d.log" 2>/dev/null && return; sleep 0.1; done
   echo "demo-ha: bcgw $((i + 1)) did not start:"; cat "$d.log"; exit 1
 }
 start_gw 0
-# The gateways of one fleet share their CAs and keys: the second gets
-# copies of the first's (the admin socket is each gateway's own).
-mkdir -m 700 "$demo/gw2"
-find "$demo/gw1" -maxdepth 1 -type f -exec cp -p {} "$demo/gw2/" \;
 start_gw 1
 echo "demo-ha: bcgw 1 on https://${gw[0]}, bcgw 2 on https://${gw[1]}"
 

@@ -31,33 +31,51 @@ type haLab struct {
 	haproxy *proc
 }
 
-// copyDir copies the regular files of src into dst (a fleet's gateways
-// share their keys: the second gets the first's).
-func copyDir(t testing.TB, src, dst string) {
-	t.Helper()
-	if err := os.MkdirAll(dst, 0o700); err != nil {
-		t.Fatal(err)
+// kekFile makes the fleet's key-encryption key once, with bcgw kek
+// generate (a new 0600 file in the lab), and returns its path. The
+// gateways on a database store their keys there sealed under it; no
+// output of any process of the lab may show it.
+func (l *lab) kekFile() string {
+	l.t.Helper()
+	p := filepath.Join(l.root, "bcgw.kek")
+	if _, err := os.Stat(p); err == nil {
+		return p
 	}
-	ents, err := os.ReadDir(src)
+	if code, _, errOut := l.run("", nil, "bcgw", "kek", "generate", "--out", p); code != 0 {
+		l.t.Fatalf("bcgw kek generate: exit %d: %s", code, errOut)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	key := strings.TrimSpace(strings.TrimPrefix(string(b), "bcgw-kek-v1:"))
+	if len(key) != 43 {
+		l.t.Fatalf("bcgw kek generate wrote %d bytes", len(b))
+	}
+	l.t.Cleanup(func() { l.out.assertAbsent(l.t, "the key-encryption key", key) })
+	return p
+}
+
+// keyFilesOf lists the key files (CAs, keys, JWKs) in a data directory.
+func keyFilesOf(t testing.TB, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []string
 	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
-			t.Fatal(err)
+		if n := e.Name(); strings.HasSuffix(n, ".key") || strings.HasSuffix(n, ".crt") || strings.HasSuffix(n, ".jwk") {
+			out = append(out, n)
 		}
 	}
+	return out
 }
 
 // newHALab starts a PostgreSQL cluster, n gateways on one database of it
-// (the first makes the keys, the others get copies) and HAProxy in front.
+// and HAProxy in front. The gateways share one key-encryption key and no
+// key file: the first stores the keys in the database, sealed, and the
+// others read them there, so all serve under the same pins.
 func newHALab(t *testing.T, n int, extra ...string) *haLab {
 	t.Helper()
 	c, err := pgtest.Start()
@@ -79,12 +97,17 @@ func newHALab(t *testing.T, n int, extra ...string) *haLab {
 	}
 	for i := range n {
 		h.ports = append(h.ports, freePort(t))
-		dir := filepath.Join(h.root, "gw"+string(rune('1'+i)))
-		if i > 0 {
-			copyDir(t, h.gws[0].dataDir, dir)
-		}
 		h.gws = append(h.gws, nil)
 		h.startGW(i, extra...)
+	}
+	pins := h.bcgw(h.gws[0], "well-known", "--pins")
+	for _, g := range h.gws {
+		if f := keyFilesOf(t, g.dataDir); len(f) > 0 {
+			t.Fatalf("key files in %s: %v", g.dataDir, f)
+		}
+		if p := h.bcgw(g, "well-known", "--pins"); p != pins {
+			t.Fatalf("the gateways' pins differ:\n%s\n%s", pins, p)
+		}
 	}
 	h.haproxy = h.startHAProxy(h.ha, h.ports)
 	return h
@@ -94,7 +117,7 @@ func newHALab(t *testing.T, n int, extra ...string) *haLab {
 func (h *haLab) startGW(i int, extra ...string) *gw {
 	h.t.Helper()
 	dir := filepath.Join(h.root, "gw"+string(rune('1'+i)))
-	g := h.startGateway(dir, h.ports[i], append([]string{"--database-file", h.dbFile, "--url", "https://" + h.ha}, extra...)...)
+	g := h.startGateway(dir, h.ports[i], append([]string{"--database-file", h.dbFile, "--key-encryption-key", h.kekFile(), "--url", "https://" + h.ha}, extra...)...)
 	g.waitLog(h.t, "listening for the other gateways' notices", 30*time.Second)
 	h.gws[i] = g
 	return g

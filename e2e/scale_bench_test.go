@@ -122,7 +122,7 @@ func BenchmarkScale(b *testing.B) {
 		if err := os.WriteFile(dbFile, []byte(url+"\n"), 0o600); err != nil {
 			b.Fatal(err)
 		}
-		g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0", "--database-file", dbFile)
+		g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0", "--database-file", dbFile, "--key-encryption-key", l.kekFile())
 		admin := gateway.NewAdminClient(g.dataDir, "", "")
 		tok := l.token(g, "--uses", fmt.Sprint(n))
 		cfg := l.simConfig(g, "sim")

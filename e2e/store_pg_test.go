@@ -51,7 +51,17 @@ func TestGatewayOnPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	gwDir := filepath.Join(l.root, "gw")
-	g := l.startGateway(gwDir, "127.0.0.1:0", "--database-file", dbFile)
+	// Without its key-encryption key a gateway on a database does not
+	// start (no fallback to key files), and says which flag it lacks.
+	code, _, errOut = l.run("", nil, "bcgw", "serve", "--data-dir", gwDir, "--listen", "127.0.0.1:0", "--database-file", dbFile)
+	if code == 0 || !strings.Contains(errOut, "--key-encryption-key FILE") {
+		t.Fatalf("bcgw serve on a database without a KEK: exit %d, %q", code, errOut)
+	}
+	if f := keyFilesOf(t, gwDir); len(f) > 0 {
+		t.Fatalf("a refused start wrote key files: %v", f)
+	}
+	kek := l.kekFile()
+	g := l.startGateway(gwDir, "127.0.0.1:0", "--database-file", dbFile, "--key-encryption-key", kek)
 	g.waitLog(t, "store on PostgreSQL", time.Second)
 	cfg, id := l.joinNode(g, "n", l.token(g, "--uses", "1"), "node")
 	node := l.start("bcd-node", "node", "--config", cfg)
@@ -67,13 +77,16 @@ func TestGatewayOnPostgres(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(gwDir, "bcgw.db")); !os.IsNotExist(err) {
 		t.Errorf("bcgw on PostgreSQL made a bbolt file: %v", err)
 	}
+	if f := keyFilesOf(t, gwDir); len(f) > 0 {
+		t.Errorf("bcgw on PostgreSQL wrote key files: %v", f)
+	}
 
 	// Restart bcgw on the same database and address.
 	g.signal(syscall.SIGTERM)
 	if code := g.wait(t, 15*time.Second); code != 0 {
 		t.Fatalf("bcgw after SIGTERM: exit %d", code)
 	}
-	g = l.startGateway(gwDir, g.addr, "--database-file", dbFile)
+	g = l.startGateway(gwDir, g.addr, "--database-file", dbFile, "--key-encryption-key", kek)
 	l.waitNode(g, id, "reconnected after the restart", func(n nodeView) bool { return n.Connected && n.Epoch >= 2 })
 	var after struct{ ID, State, Status string }
 	if err := json.Unmarshal([]byte(l.bcgw(g, "cancel", cmd.ID)), &after); err != nil { // a done command: cancel only shows it

@@ -59,6 +59,7 @@ func program() *cli.Program {
 			{Name: "events", Summary: "events NODE [--follow] [--json]: the node's stored events", Run: events},
 			{Name: "cache-images", Summary: "cache-images SITE --image SHA256=URL ...: what a site keeps in its image cache", Run: cacheImages},
 			{Name: "bmc-credentials", Summary: "store a BMC's login (the password from stdin)", Run: bmcCredentials},
+			{Name: "kek", Summary: "kek generate [--out FILE] | kek fingerprint FILE: the key-encryption key a fleet's gateways seal their keys in the database under", Run: kekCmd},
 			{Name: "well-known", Summary: "print the well-known document (--pins: the bcd join flags)", Run: wellKnown},
 		},
 		Version: cli.VersionInfo{Version: buildinfo.Version, Commit: buildinfo.Commit, Tags: buildinfo.Tags()},
@@ -136,6 +137,7 @@ func serve(ctx context.Context, env *cli.Env, args []string) int {
 	database := fs.String("database", "", "keep the store in PostgreSQL at this URL (no password in it: see --database-file); default the bbolt file DATA/bcgw.db")
 	databaseFile := fs.String("database-file", "", "a file holding the PostgreSQL URL of the store (it may carry a password)")
 	fs.StringVar(&cfg.CommandKey, "command-key", "", "bcgw's own command-signing key: a PEM file, or none (sign nothing); default DATA/command-signing.key, made at first start")
+	kekFlag := fs.String("key-encryption-key", "", "with --database: the key-encryption key's file (bcgw kek generate), the same for every gateway; the keys are stored in the database sealed under it (default: the systemd credential "+kekCredential+")")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if code, ok := cli.Parse(fs, env, args, ""); !ok {
 		return code
@@ -146,6 +148,9 @@ func serve(ctx context.Context, env *cli.Env, args []string) int {
 	}
 	cfg.Log = log
 	if cfg.Database, err = databaseURL(*database, *databaseFile); err != nil {
+		return cli.Usagef(env, "bcgw serve: %v", err)
+	}
+	if cfg.KEKFile, err = kekFile(*kekFlag, env.Getenv); err != nil {
 		return cli.Usagef(env, "bcgw serve: %v", err)
 	}
 	s, err := gateway.NewContext(ctx, cfg)

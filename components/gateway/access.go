@@ -55,19 +55,29 @@ func (s *Server) sshCA() (ssh.Signer, error) {
 	if s.access.ca != nil {
 		return s.access.ca, nil
 	}
-	p := filepath.Join(s.cfg.DataDir, sshCAFile)
-	b, err := os.ReadFile(p)
+	signer, err := loadSSHCA(s.keyFiles)
+	if err != nil {
+		return nil, err
+	}
+	s.access.ca = signer
+	return signer, nil
+}
+
+// loadSSHCA reads the SSH user CA (ed25519, PKCS#8 PEM), or makes and
+// stores one.
+func loadSSHCA(kf keyFiles) (ssh.Signer, error) {
+	b, err := kf.read(sshCAFile)
 	var key ed25519.PrivateKey
 	switch {
 	case err == nil:
 		blk, _ := pem.Decode(b)
 		if blk == nil {
-			return nil, fmt.Errorf("load %s: not PEM", p)
+			return nil, fmt.Errorf("load %s: not PEM", kf.where(sshCAFile))
 		}
 		k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
 		var ok bool
 		if key, ok = k.(ed25519.PrivateKey); err != nil || !ok {
-			return nil, fmt.Errorf("load %s: not an ed25519 key: %v", p, err)
+			return nil, fmt.Errorf("load %s: not an ed25519 key: %v", kf.where(sshCAFile), err)
 		}
 	case errors.Is(err, fs.ErrNotExist):
 		if _, key, err = ed25519.GenerateKey(rand.Reader); err != nil {
@@ -77,18 +87,13 @@ func (s *Server) sshCA() (ssh.Signer, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := atomicfile.Write(p, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		if err := kf.write(sshCAFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 			return nil, err
 		}
 	default:
-		return nil, fmt.Errorf("read %s: %w", p, err)
+		return nil, fmt.Errorf("read %s: %w", kf.where(sshCAFile), err)
 	}
-	signer, err := ssh.NewSignerFromKey(key)
-	if err != nil {
-		return nil, err
-	}
-	s.access.ca = signer
-	return signer, nil
+	return ssh.NewSignerFromKey(key)
 }
 
 func (s *Server) ticketKey() (*ecdsa.PrivateKey, error) {
@@ -97,7 +102,7 @@ func (s *Server) ticketKey() (*ecdsa.PrivateKey, error) {
 	if s.access.ticket != nil {
 		return s.access.ticket, nil
 	}
-	k, err := loadOrCreateKey(filepath.Join(s.cfg.DataDir, ticketSigningFile))
+	k, err := loadOrCreateKey(s.keyFiles, ticketSigningFile)
 	if err != nil {
 		return nil, err
 	}

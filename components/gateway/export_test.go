@@ -9,6 +9,13 @@ func WithBoundAside(cfg Config, f func(path string)) Config {
 	return cfg
 }
 
+// WithBeforeKeySet sets cfg's hook that runs when the database has no key
+// set yet, before the gateway offers its own.
+func WithBeforeKeySet(cfg Config, f func()) Config {
+	cfg.beforeKeySet = f
+	return cfg
+}
+
 // ListenPrivate is listenPrivate for the tests.
 var ListenPrivate = listenPrivate
 
@@ -19,3 +26,18 @@ func SetHealthEvery(d time.Duration) func() {
 	healthEvery = d
 	return func() { healthEvery = old }
 }
+
+// KeyFiles is the gateway's key set by file name, as it uses it: from
+// the database (unsealed) or from the data directory (the files there).
+func (s *Server) KeyFiles() map[string][]byte {
+	out := map[string][]byte{}
+	for _, name := range sharedKeyFiles {
+		if b, err := s.keyFiles.read(name); err == nil {
+			out[name] = b
+		}
+	}
+	return out
+}
+
+// SharedKeyFiles lists the files of the key set a fleet shares.
+var SharedKeyFiles = sharedKeyFiles

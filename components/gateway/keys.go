@@ -9,18 +9,15 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
 
-	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/pki"
 )
 
 // keys are the gateway's long-lived keys, made on first start and kept in
-// the data directory (0600).
+// the data directory (0600), or in the database sealed (sharedkeys.go).
 type keys struct {
 	servingCA   *pki.CA
 	nodeCA      *pki.CA
@@ -35,19 +32,19 @@ type keys struct {
 
 const caValidity = 10 * 365 * 24 * time.Hour
 
-func loadOrCreateCA(dir, name, cn string) (*pki.CA, error) {
-	crtPath, keyPath := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	crt, err1 := os.ReadFile(crtPath)
-	key, err2 := os.ReadFile(keyPath)
+func loadOrCreateCA(kf keyFiles, name, cn string) (*pki.CA, error) {
+	crtName, keyName := name+".crt", name+".key"
+	crt, err1 := kf.read(crtName)
+	key, err2 := kf.read(keyName)
 	if err1 == nil && err2 == nil {
 		ca, err := pki.LoadCA(crt, key)
 		if err != nil {
-			return nil, fmt.Errorf("load %s: %w", crtPath, err)
+			return nil, fmt.Errorf("load %s: %w", kf.where(crtName), err)
 		}
 		return ca, nil
 	}
 	if !errors.Is(err1, fs.ErrNotExist) && err1 != nil {
-		return nil, fmt.Errorf("read %s: %w", crtPath, err1)
+		return nil, fmt.Errorf("read %s: %w", kf.where(crtName), err1)
 	}
 	ca, err := pki.NewCA(cn, caValidity)
 	if err != nil {
@@ -57,22 +54,22 @@ func loadOrCreateCA(dir, name, cn string) (*pki.CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := identity.WriteFileAtomic(keyPath, kb, 0o600); err != nil {
+	if err := kf.write(keyName, kb, 0o600); err != nil {
 		return nil, err
 	}
-	if err := identity.WriteFileAtomic(crtPath, ca.CertPEM(), 0o644); err != nil {
+	if err := kf.write(crtName, ca.CertPEM(), 0o644); err != nil {
 		return nil, err
 	}
 	return ca, nil
 }
 
-func loadOrCreateKeys(dir, serverName string, ips []net.IP) (*keys, error) {
+func loadOrCreateKeys(kf keyFiles, serverName string, ips []net.IP) (*keys, error) {
 	k := &keys{}
 	var err error
-	if k.servingCA, err = loadOrCreateCA(dir, "serving-ca", "bcgw serving CA"); err != nil {
+	if k.servingCA, err = loadOrCreateCA(kf, "serving-ca", "bcgw serving CA"); err != nil {
 		return nil, err
 	}
-	if k.nodeCA, err = loadOrCreateCA(dir, "node-ca", "bcgw node CA"); err != nil {
+	if k.nodeCA, err = loadOrCreateCA(kf, "node-ca", "bcgw node CA"); err != nil {
 		return nil, err
 	}
 	// The serving leaf is issued anew at every start for the names asked.
@@ -87,24 +84,25 @@ func loadOrCreateKeys(dir, serverName string, ips []net.IP) (*keys, error) {
 	}
 	k.serving = tls.Certificate{Certificate: [][]byte{leaf.Raw, k.servingCA.Cert.Raw}, PrivateKey: leafKey, Leaf: leaf}
 
-	if k.joinSigning, err = loadOrCreateKey(filepath.Join(dir, "join-signing.key")); err != nil {
+	if k.joinSigning, err = loadOrCreateKey(kf, joinSigningFile); err != nil {
 		return nil, err
 	}
 	if k.signingSPKI, err = x509.MarshalPKIXPublicKey(k.joinSigning.Public()); err != nil {
 		return nil, fmt.Errorf("marshal join signing key: %w", err)
 	}
 
-	if k.workload, err = loadOrCreateKey(filepath.Join(dir, "workload-signing.key")); err != nil {
+	if k.workload, err = loadOrCreateKey(kf, workloadSigningFile); err != nil {
 		return nil, err
 	}
 
-	encPath := filepath.Join(dir, "join-encryption.jwk")
-	if b, err := os.ReadFile(encPath); err == nil {
+	if b, err := kf.read(joinEncryptionFile); err == nil {
 		var jwk jose.JSONWebKey
 		if err := json.Unmarshal(b, &jwk); err != nil || jwk.IsPublic() {
-			return nil, fmt.Errorf("load %s: not a private JWK", encPath)
+			return nil, fmt.Errorf("load %s: not a private JWK", kf.where(joinEncryptionFile))
 		}
 		k.encJWK = &jwk
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read %s: %w", kf.where(joinEncryptionFile), err)
 	} else {
 		jwk, err := pki.GenerateEncryptionJWK()
 		if err != nil {
@@ -114,7 +112,7 @@ func loadOrCreateKeys(dir, serverName string, ips []net.IP) (*keys, error) {
 		if err != nil {
 			return nil, fmt.Errorf("marshal join encryption key: %w", err)
 		}
-		if err := identity.WriteFileAtomic(encPath, b, 0o600); err != nil {
+		if err := kf.write(joinEncryptionFile, b, 0o600); err != nil {
 			return nil, err
 		}
 		k.encJWK = jwk
@@ -131,19 +129,19 @@ func (k *keys) pins() (serving, signing, encryption string, err error) {
 	return
 }
 
-// loadOrCreateKey reads a P-256 key (PKCS#8 PEM) at path, or makes and
-// stores one (0600).
-func loadOrCreateKey(path string) (crypto.Signer, error) {
-	b, err := os.ReadFile(path)
+// loadOrCreateKey reads a P-256 key (PKCS#8 PEM) called name, or makes
+// and stores one (0600).
+func loadOrCreateKey(kf keyFiles, name string) (crypto.Signer, error) {
+	b, err := kf.read(name)
 	if err == nil {
 		k, err := pki.ParsePrivateKeyPEM(b)
 		if err != nil {
-			return nil, fmt.Errorf("load %s: %w", path, err)
+			return nil, fmt.Errorf("load %s: %w", kf.where(name), err)
 		}
 		return k, nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return nil, fmt.Errorf("read %s: %w", kf.where(name), err)
 	}
 	key, err := pki.GenerateKey()
 	if err != nil {
@@ -153,7 +151,7 @@ func loadOrCreateKey(path string) (crypto.Signer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := identity.WriteFileAtomic(path, kb, 0o600); err != nil {
+	if err := kf.write(name, kb, 0o600); err != nil {
 		return nil, err
 	}
 	return key, nil

@@ -22,6 +22,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/better-compute/bcd/components/gateway/kek"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/pki"
@@ -53,10 +54,17 @@ type Config struct {
 	// DataDir/command-signing.key (made at first start), CommandKeyNone
 	// for none (bcgw then signs nothing), or the path of a PEM key file.
 	CommandKey string
-	Log        *slog.Logger
+	// KEKFile is the key-encryption key's file (bcgw kek generate), which
+	// a gateway on a database (Database set) must have: the fleet's keys
+	// are stored there sealed under it (sharedkeys.go). Unused on bbolt.
+	KEKFile string
+	Log     *slog.Logger
 	// boundAside, when set, sees the admin socket where it is bound,
 	// before it gets its mode and its place (tests).
 	boundAside func(path string)
+	// beforeKeySet, when set, runs when the database has no key set yet,
+	// before this gateway offers one (tests).
+	beforeKeySet func()
 }
 
 // Server is a running bcgw.
@@ -68,6 +76,9 @@ type Server struct {
 	// notices and leases across them (shared.go).
 	shared store.Shared
 	keys   *keys
+	// keyFiles is where the long-lived keys are: the data directory, or
+	// the key set unsealed from the database (sharedkeys.go).
+	keyFiles keyFiles
 	// cmdKey is bcgw's own command-signing key (nil without one); trust
 	// is the trust bundle Welcome carries (trust.go).
 	cmdKey   crypto.Signer
@@ -125,9 +136,30 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	if err := privateDir(cfg.DataDir, cfg.Log); err != nil {
 		return nil, err
 	}
+	var kk *kek.KEK
+	switch {
+	case cfg.Database != "" && cfg.KEKFile == "":
+		return nil, fmt.Errorf("gateway: %w", errNoKEK)
+	case cfg.Database != "":
+		var err error
+		if kk, err = kek.ReadFile(cfg.KEKFile); err != nil {
+			return nil, fmt.Errorf("gateway: --key-encryption-key: %w", err)
+		}
+	case cfg.KEKFile != "":
+		cfg.Log.Info("the key-encryption key is not used: without a database the keys are files in the data directory", "data_dir", cfg.DataDir)
+	}
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return nil, err
+	}
+	var kf keyFiles = dirKeys(cfg.DataDir)
+	if ks, ok := st.(store.KeyStore); ok && kk != nil {
+		set, err := sharedKeys(ks, kk, cfg.DataDir, cfg.Log, cfg.beforeKeySet)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("gateway: keys: %w", err)
+		}
+		kf = set
 	}
 	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 	if h, _, err := net.SplitHostPort(cfg.Listen); err == nil {
@@ -135,17 +167,17 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 			ips = append(ips, ip)
 		}
 	}
-	k, err := loadOrCreateKeys(cfg.DataDir, cfg.ServerName, ips)
+	k, err := loadOrCreateKeys(kf, cfg.ServerName, ips)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	ck, err := loadCommandKey(cfg.DataDir, cfg.CommandKey)
+	ck, err := loadCommandKey(kf, cfg.CommandKey)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, cmdKey: ck, hub: newHub(), leases: newLeases(cfg.LeaseTTL), now: time.Now}
+	s := &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, keyFiles: kf, cmdKey: ck, hub: newHub(), leases: newLeases(cfg.LeaseTTL), now: time.Now}
 	s.startHealth()
 	s.joins = newJoinLimiter(joinRate(cfg.JoinRate), DefaultJoinBurst, time.Now)
 	if sh, ok := st.(store.Shared); ok {

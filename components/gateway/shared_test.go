@@ -3,42 +3,47 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/kek"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
 	"github.com/better-compute/bcd/components/trust/pki"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
-// copyKeys gives dst the keys of the gateway in src (every regular file
-// but the admin socket): gateways of one fleet share their CAs and keys.
-func copyKeys(t *testing.T, src, dst string) {
+// writeKEK writes a new key-encryption key file (0600) in a temp dir and
+// returns its path and contents.
+func writeKEK(t *testing.T) (string, []byte) {
 	t.Helper()
-	if err := os.MkdirAll(dst, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	ents, err := os.ReadDir(src)
+	_, file, err := kek.Generate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
-			t.Fatal(err)
+	p := filepath.Join(t.TempDir(), "kek")
+	if err := os.WriteFile(p, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p, file
+}
+
+// keyFilesIn lists the files of the shared key set found in dir.
+func keyFilesIn(t *testing.T, dir string) []string {
+	t.Helper()
+	var found []string
+	for _, name := range gateway.SharedKeyFiles {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			found = append(found, name)
 		}
 	}
+	return found
 }
 
 // Two gateways on one PostgreSQL database: a node joined through one holds
@@ -157,7 +162,9 @@ func TestTwoGatewaysShareOneDatabase(t *testing.T) {
 }
 
 // twoGateways starts two gateways on one fresh database of a cluster of
-// their own, the second with the first's keys, both listening for notices.
+// their own, given one key-encryption key and no key files: the second
+// takes the keys the first stored in the database. Both listen for
+// notices.
 func twoGateways(t *testing.T, cfg gateway.Config) (*gw, *gw) {
 	t.Helper()
 	c, err := pgtest.Start()
@@ -173,11 +180,16 @@ func twoGateways(t *testing.T, cfg gateway.Config) (*gw, *gw) {
 		t.Fatal(err)
 	}
 	d1, d2 := filepath.Join(t.TempDir(), "gw1"), filepath.Join(t.TempDir(), "gw2")
+	cfg.KEKFile, _ = writeKEK(t)
 	cfg.Database, cfg.DataDir = url, d1
 	g1 := startGateway(t, cfg)
-	copyKeys(t, d1, d2)
 	cfg.DataDir = d2
 	g2 := startGateway(t, cfg)
+	for _, d := range []string{d1, d2} {
+		if f := keyFilesIn(t, d); len(f) > 0 {
+			t.Fatalf("key files in %s: %v", d, f)
+		}
+	}
 	for _, g := range []*gw{g1, g2} {
 		waitFor(t, "the notice listener", func() bool { return strings.Contains(g.logs.String(), "listening for the other gateways' notices") })
 	}
@@ -245,4 +257,62 @@ func TestTrustAcrossGateways(t *testing.T) {
 		t.Fatalf("add a root on the second gateway: %+v %v", ch, err)
 	}
 	waitFor(t, "the first gateway to hold version 3", func() bool { return g1.s.TrustBundle().GetVersion() == 3 })
+}
+
+// Trust roots added through both gateways at the same moment: every one
+// of them ends in the bundle, each change its own version. Each change
+// writes its version only over the bundle it started from (SwapMeta); a
+// gateway that lost the race applies its change again to the winner's.
+func TestTrustChangesAtOnceAcrossGateways(t *testing.T) {
+	g1, g2 := twoGateways(t, gateway.Config{})
+	const each = 4
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*each)
+	var pins []string
+	var mu sync.Mutex
+	for i := range 2 * each {
+		g := []*gw{g1, g2}[i%2]
+		k, err := pki.GenerateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		spki := spkiOf(t, k)
+		wg.Go(func() {
+			ch, err := g.s.AddTrustRoot(spki)
+			if err == nil && !ch.Changed {
+				err = fmt.Errorf("root %s: not added", ch.Pin)
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			pins = append(pins, ch.Pin)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("add a root: %v", err)
+	}
+	want := uint64(1 + 2*each)
+	waitFor(t, "both gateways to hold the last version", func() bool {
+		return g1.s.TrustBundle().GetVersion() == want && g2.s.TrustBundle().GetVersion() == want
+	})
+	for _, g := range []*gw{g1, g2} {
+		v, err := g.s.Trust()
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, r := range v.Roots {
+			have[r.Pin] = true
+		}
+		for _, p := range pins {
+			if !have[p] {
+				t.Errorf("root %s missing from version %d (%d roots)", p, v.Version, len(v.Roots))
+			}
+		}
+	}
 }

@@ -31,7 +31,8 @@ func TestStoreWaitsForDatabase(t *testing.T) {
 	t.Cleanup(c.Stop)
 
 	var logs lockedBuf
-	cfg := gateway.Config{DataDir: filepath.Join(t.TempDir(), "gw"), Listen: "127.0.0.1:0", Database: c.URL("later"),
+	kekFile, _ := writeKEK(t)
+	cfg := gateway.Config{DataDir: filepath.Join(t.TempDir(), "gw"), Listen: "127.0.0.1:0", Database: c.URL("later"), KEKFile: kekFile,
 		Log: slog.New(slog.NewJSONHandler(&logs, nil))}
 	type res struct {
 		s   *gateway.Server
@@ -111,7 +112,8 @@ func TestStoreRefusesNewerSchema(t *testing.T) {
 	}
 	var logs lockedBuf
 	start := time.Now()
-	_, err = gateway.NewContext(ctx, gateway.Config{DataDir: filepath.Join(t.TempDir(), "gw"), Listen: "127.0.0.1:0", Database: url,
+	kekFile, _ := writeKEK(t)
+	_, err = gateway.NewContext(ctx, gateway.Config{DataDir: filepath.Join(t.TempDir(), "gw"), Listen: "127.0.0.1:0", Database: url, KEKFile: kekFile,
 		Log: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err == nil || !strings.Contains(err.Error(), "newer") || !strings.Contains(err.Error(), "run a bcgw at least as new") {
 		t.Fatalf("start on a newer schema: %v", err)

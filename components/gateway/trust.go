@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -45,13 +44,14 @@ const trustDrainRedial = 500 * time.Millisecond
 
 // loadCommandKey returns bcgw's own command-signing key: nil for
 // CommandKeyNone, the given PEM file (which must exist), or the data
-// directory's, made (P-256, PKCS#8 PEM, 0600) when it is absent.
-func loadCommandKey(dataDir, setting string) (crypto.Signer, error) {
+// directory's (or the database's key set's), made (P-256, PKCS#8 PEM,
+// 0600) when it is absent.
+func loadCommandKey(kf keyFiles, setting string) (crypto.Signer, error) {
 	switch setting {
 	case CommandKeyNone:
 		return nil, nil
 	case "":
-		return loadOrCreateKey(filepath.Join(dataDir, CommandKeyFile))
+		return loadOrCreateKey(kf, CommandKeyFile)
 	default:
 		k, err := ReadSigningKey(setting)
 		if err != nil {
@@ -181,7 +181,18 @@ type trustState struct {
 	mu  sync.Mutex
 	doc bundle.Document
 	tb  *bcdv1.TrustBundle
+	// raw is the stored value the held bundle came from (nil before one
+	// is stored): the next version is written only over it (SwapMeta).
+	raw []byte
 }
+
+// errTrustMoved: the stored trust bundle is no longer the one this
+// gateway holds (another gateway stored a version first).
+var errTrustMoved = errors.New("the trust bundle changed on another gateway")
+
+// trustAttempts bounds how often a change starts again from a bundle
+// another gateway stored meanwhile.
+const trustAttempts = 5
 
 // loadTrust reads the stored trust bundle, or makes version 1 at first
 // start: bcgw's own command-signing key as the only root, or no root
@@ -206,7 +217,7 @@ func (s *Server) loadTrust() error {
 			return fmt.Errorf("the stored trust bundle does not verify with join-signing.key: %w", err)
 		}
 		tb.Version, tb.CommandSigningRoots = doc.Version, doc.CommandSigningRoots
-		s.trust.doc, s.trust.tb = doc, tb
+		s.trust.doc, s.trust.tb, s.trust.raw = doc, tb, b
 		return nil
 	}
 	doc := bundle.Document{Version: 1}
@@ -217,7 +228,15 @@ func (s *Server) loadTrust() error {
 		}
 		doc.CommandSigningRoots = [][]byte{spki}
 	}
-	if err := s.storeTrust(doc); err != nil {
+	if err := s.storeTrust(doc); errors.Is(err, errTrustMoved) {
+		// Another gateway starting at the same moment made version 1
+		// first: hold that one.
+		changed, err := s.reloadTrustLocked()
+		if err == nil && !changed {
+			err = errors.New("the trust bundle another gateway stored is not newer")
+		}
+		return err
+	} else if err != nil {
 		return err
 	}
 	s.log.Info("trust bundle made", "version", doc.Version, "roots", len(doc.CommandSigningRoots))
@@ -249,7 +268,7 @@ func (s *Server) reloadTrustLocked() (bool, error) {
 		return false, nil
 	}
 	tb.Version, tb.CommandSigningRoots = doc.Version, doc.CommandSigningRoots
-	s.trust.doc, s.trust.tb = doc, tb
+	s.trust.doc, s.trust.tb, s.trust.raw = doc, tb, b
 	return true, nil
 }
 
@@ -270,9 +289,10 @@ func (s *Server) reloadTrust() {
 	}
 }
 
-// storeTrust signs doc with the join-signing key, stores it and makes it
-// the bundle Welcome carries. The caller holds s.trust.mu (or runs
-// before the server does).
+// storeTrust signs doc with the join-signing key, stores it over the
+// stored bundle this gateway holds (errTrustMoved when another gateway
+// stored one since) and makes it the bundle Welcome carries. The caller
+// holds s.trust.mu (or runs before the server does).
 func (s *Server) storeTrust(doc bundle.Document) error {
 	tb, err := bundle.Sign(s.keys.joinSigning, doc)
 	if err != nil {
@@ -282,10 +302,14 @@ func (s *Server) storeTrust(doc bundle.Document) error {
 	if err != nil {
 		return err
 	}
-	if err := s.store.SetMeta(metaTrustBundle, b); err != nil {
+	swapped, err := s.store.SwapMeta(metaTrustBundle, s.trust.raw, b)
+	if err != nil {
 		return fmt.Errorf("store the trust bundle: %w", err)
 	}
-	s.trust.doc, s.trust.tb = doc, tb
+	if !swapped {
+		return fmt.Errorf("store the trust bundle version %d: %w", doc.Version, errTrustMoved)
+	}
+	s.trust.doc, s.trust.tb, s.trust.raw = doc, tb, b
 	return nil
 }
 
@@ -452,24 +476,33 @@ func (s *Server) changeTrust(der []byte, f func(doc *bundle.Document) (bool, err
 // failed to store the new version, and the held one stays.
 func (s *Server) commitTrust(f func(doc *bundle.Document) (bool, error)) (bundle.Document, bool, error) {
 	s.trust.mu.Lock()
-	if s.shared != nil {
-		// Another gateway may have changed it since: start from the stored one.
-		if _, err := s.reloadTrustLocked(); err != nil {
-			s.trust.mu.Unlock()
-			return s.trust.doc, false, err
+	var doc bundle.Document
+	for attempt := 1; ; attempt++ {
+		if s.shared != nil {
+			// Another gateway may have changed it since: start from the stored one.
+			if _, err := s.reloadTrustLocked(); err != nil {
+				s.trust.mu.Unlock()
+				return s.trust.doc, false, err
+			}
 		}
-	}
-	doc := s.trust.doc
-	changed, err := f(&doc)
-	if err != nil || !changed {
-		held := s.trust.doc
-		s.trust.mu.Unlock()
-		return held, false, err
-	}
-	doc.Version++
-	if err := s.storeTrust(doc); err != nil {
-		s.trust.mu.Unlock()
-		return doc, true, err
+		doc = s.trust.doc
+		changed, err := f(&doc)
+		if err != nil || !changed {
+			held := s.trust.doc
+			s.trust.mu.Unlock()
+			return held, false, err
+		}
+		doc.Version++
+		err = s.storeTrust(doc)
+		if err == nil {
+			break
+		}
+		// Another gateway stored a version since the reload: apply the
+		// change again to that one.
+		if !errors.Is(err, errTrustMoved) || attempt == trustAttempts {
+			s.trust.mu.Unlock()
+			return doc, true, err
+		}
 	}
 	s.trust.mu.Unlock()
 	if s.shared != nil {

@@ -20,7 +20,9 @@ import (
 //     stored generation is still base (compare-and-swap), so of two
 //     writers on one base exactly one wins;
 //   - UpdateNode applies its function to the node as stored, with no
-//     other change to that node in between.
+//     other change to that node in between;
+//   - SwapMeta writes only over the value it was given, so of two
+//     writers from one value exactly one wins.
 type Store interface {
 	// Close releases the backend (the file, the connection pool).
 	Close() error
@@ -57,6 +59,11 @@ type Store interface {
 	// credentials, trust bundles, site state.
 	Meta(key string) ([]byte, error)
 	SetMeta(key string, v []byte) error
+	// SwapMeta sets key to v only while its stored value is old (nil
+	// old: while key is absent), and reports whether it did: a
+	// compare-and-swap, so of two writers from one old value exactly one
+	// wins (the trust bundle's versions, trust.go).
+	SwapMeta(key string, old, v []byte) (bool, error)
 	DeleteMeta(key string) error
 	MetaPrefix(prefix string) (map[string][]byte, error)
 	DeleteMetaPrefix(prefix string) error
@@ -129,4 +136,35 @@ type Shared interface {
 	TouchLease(name, holder string, now time.Time, ttl time.Duration) (held bool, until time.Time, changed bool, err error)
 	// LeaseHolder returns the lease's holder at now ("" when free).
 	LeaseHolder(name string, now time.Time) (string, error)
+}
+
+// SealedKey is one of the gateway's long-lived keys as a KeyStore keeps
+// it: sealed under the fleet's key-encryption key (components/gateway/kek),
+// so the store alone opens none of them.
+type SealedKey struct {
+	// Name is the key's file name in a data directory (serving-ca.key,
+	// join-signing.key, ...).
+	Name string
+	// Version is bound into the seal; every key is version 1 today (there
+	// is no rotation).
+	Version uint32
+	Sealed  []byte
+}
+
+// KeyStore is implemented by a store that keeps the gateway's long-lived
+// keys for every gateway sharing it (the PostgreSQL store). The bbolt
+// store does not: its one gateway keeps its keys as files in its data
+// directory.
+type KeyStore interface {
+	// Keys returns the fingerprint of the key-encryption key the stored
+	// keys are sealed under, and the keys by name; ErrNotFound when no
+	// key set was stored.
+	Keys() (kekFingerprint string, keys []SealedKey, err error)
+	// AddKeysIfAbsent stores a key set and its key-encryption key's
+	// fingerprint in one transaction when none is stored, and reports
+	// whether it did. When a set is stored already (another gateway's,
+	// even one being stored at this moment) it changes nothing and
+	// reports false: of gateways starting together on an empty store,
+	// one set wins and every gateway reads it back.
+	AddKeysIfAbsent(kekFingerprint string, keys []SealedKey) (bool, error)
 }

@@ -472,6 +472,25 @@ func (s *Bolt) SetMeta(key string, v []byte) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Put([]byte(key), v) })
 }
 
+// SwapMeta sets key to v while its value is old (nil: absent), read and
+// written in one Update.
+func (s *Bolt) SwapMeta(key string, old, v []byte) (bool, error) {
+	if v == nil {
+		v = []byte{}
+	}
+	var swapped bool
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bMeta)
+		cur := b.Get([]byte(key))
+		if (old == nil) != (cur == nil) || !bytes.Equal(cur, old) {
+			return nil
+		}
+		swapped = true
+		return b.Put([]byte(key), v)
+	})
+	return swapped, err
+}
+
 // MetaPrefix returns every value of the gateway's own whose key starts
 // with prefix, by key.
 func (s *Bolt) MetaPrefix(prefix string) (map[string][]byte, error) {

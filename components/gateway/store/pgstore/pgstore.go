@@ -451,6 +451,30 @@ func (p *PG) SetMeta(key string, v []byte) error {
 	})
 }
 
+// SwapMeta sets key to v while its value is old: with old nil an insert
+// that a present row turns into nothing (ON CONFLICT DO NOTHING), else an
+// UPDATE whose WHERE compares the value. A second writer from the same
+// old value waits on the first's row lock, re-checks WHERE against the
+// committed row and updates nothing.
+func (p *PG) SwapMeta(key string, old, v []byte) (bool, error) {
+	if v == nil {
+		v = []byte{}
+	}
+	var swapped bool
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		var tag pgconn.CommandTag
+		var err error
+		if old == nil {
+			tag, err = tx.Exec(ctx, `INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING`, key, v)
+		} else {
+			tag, err = tx.Exec(ctx, `UPDATE meta SET value = $3 WHERE key = $1 AND value = $2`, key, old, v)
+		}
+		swapped = err == nil && tag.RowsAffected() == 1
+		return err
+	})
+	return swapped, err
+}
+
 // DeleteMeta deletes one value.
 func (p *PG) DeleteMeta(key string) error {
 	return p.tx(func(ctx context.Context, tx pgx.Tx) error {

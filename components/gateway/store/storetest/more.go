@@ -452,3 +452,64 @@ func testConcurrentUpdateNode(t *testing.T, open Open) {
 		t.Errorf("epoch %d after %d increments", n.Epoch, 3*racers)
 	}
 }
+
+// SwapMeta writes only over the value it was given: nil old only while
+// the key is absent, an empty value is a value, and a miss changes
+// nothing.
+func testSwapMeta(t *testing.T, open Open) {
+	s, _ := open(t)
+	steps := []struct {
+		old, v []byte
+		want   bool
+		stored string
+	}{
+		{nil, []byte("v1"), true, "v1"},
+		{nil, []byte("again"), false, "v1"},
+		{[]byte("v0"), []byte("v2"), false, "v1"},
+		{[]byte{}, []byte("v2"), false, "v1"},
+		{[]byte("v1"), []byte{}, true, ""},
+		{nil, []byte("v3"), false, ""},
+		{[]byte{}, []byte("v3"), true, "v3"},
+	}
+	for i, st := range steps {
+		ok, err := s.SwapMeta("k", st.old, st.v)
+		if err != nil || ok != st.want {
+			t.Fatalf("step %d: swap %q -> %q: %v %v, want %v", i, st.old, st.v, ok, err, st.want)
+		}
+		if got, err := s.Meta("k"); err != nil || string(got) != st.stored {
+			t.Fatalf("step %d: stored %q %v, want %q", i, got, err, st.stored)
+		}
+	}
+}
+
+// Writers swapping from one value at once: exactly one wins, and the
+// value is the winner's.
+func testConcurrentSwapMeta(t *testing.T, open Open) {
+	s, _ := open(t)
+	if err := s.SetMeta("k", []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	won := make(chan int, racers)
+	for _, err := range race(racers, func(i int) error {
+		ok, err := s.SwapMeta("k", []byte("v1"), []byte{byte('a' + i)})
+		if ok {
+			won <- i
+		}
+		return err
+	}) {
+		if err != nil {
+			t.Errorf("swap: %v", err)
+		}
+	}
+	close(won)
+	var ws []int
+	for i := range won {
+		ws = append(ws, i)
+	}
+	if len(ws) != 1 {
+		t.Fatalf("%d writers won (%v), want 1", len(ws), ws)
+	}
+	if got, _ := s.Meta("k"); string(got) != string([]byte{byte('a' + ws[0])}) {
+		t.Errorf("stored %q, want the winner's", got)
+	}
+}

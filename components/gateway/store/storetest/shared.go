@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
@@ -33,6 +34,8 @@ func RunShared(t *testing.T, open OpenShared) {
 		{"PendingCommands", testPending},
 		{"LeaseOneHolder", testLeaseOneHolder},
 		{"ReleasesAcrossGateways", testReleasesAcross},
+		{"OneKeySetAcrossGateways", testOneKeySet},
+		{"SwapMetaAcrossGateways", testSwapMetaAcross},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := open(t)
@@ -360,5 +363,95 @@ func testReleasesAcross(t *testing.T, a, b store.Store) {
 	}
 	if won != 1 {
 		t.Errorf("%d publishers of 2.0.0 won, want 1", won)
+	}
+}
+
+// Gateways starting together on an empty store each offer a key set:
+// exactly one is stored, whole, and every gateway reads that one back
+// (its fingerprint and every key); a later offer changes nothing.
+func testOneKeySet(t *testing.T, a, b store.Store) {
+	ka, oka := a.(store.KeyStore)
+	kb, okb := b.(store.KeyStore)
+	if !oka || !okb {
+		t.Fatalf("a shared store that keeps no keys: %T", a)
+	}
+	if _, _, err := ka.Keys(); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("keys of an empty store: %v", err)
+	}
+	set := func(i int) (string, []store.SealedKey) {
+		var ks []store.SealedKey
+		for _, n := range []string{"a.key", "b.crt", "c.jwk"} {
+			ks = append(ks, store.SealedKey{Name: n, Version: 1, Sealed: fmt.Appendf(nil, "sealed %s by %d\x00\xff", n, i)})
+		}
+		return fmt.Sprintf("fp-%d", i), ks
+	}
+	var mu sync.Mutex
+	var won []int
+	errs := race(racers, func(i int) error {
+		fp, ks := set(i)
+		ok, err := pick(ka.(store.Store), kb.(store.Store), i).(store.KeyStore).AddKeysIfAbsent(fp, ks)
+		if ok {
+			mu.Lock()
+			won = append(won, i)
+			mu.Unlock()
+		}
+		return err
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Errorf("add keys: %v", err)
+		}
+	}
+	if len(won) != 1 {
+		t.Fatalf("%d key sets stored (%v), want 1", len(won), won)
+	}
+	wantFP, want := set(won[0])
+	for _, k := range []store.KeyStore{ka, kb, ka} {
+		fp, got, err := k.Keys()
+		if err != nil || fp != wantFP || len(got) != len(want) {
+			t.Fatalf("keys read: %s %d keys %v, want %s %d", fp, len(got), err, wantFP, len(want))
+		}
+		for i := range want {
+			if got[i].Name != want[i].Name || got[i].Version != want[i].Version || !bytes.Equal(got[i].Sealed, want[i].Sealed) {
+				t.Errorf("key %d: %+v, want %+v", i, got[i], want[i])
+			}
+		}
+		fp, ks := set(99)
+		if ok, err := k.AddKeysIfAbsent(fp, ks); ok || err != nil {
+			t.Errorf("a later set: stored %v %v", ok, err)
+		}
+	}
+}
+
+// Gateways swapping one value at once from the same old value (two trust
+// bundle changes at the same instant): exactly one wins, and every
+// gateway reads the winner's.
+func testSwapMetaAcross(t *testing.T, a, b store.Store) {
+	if err := a.SetMeta("trust/bundle", []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var won []int
+	errs := race(racers, func(i int) error {
+		ok, err := pick(a, b, i).SwapMeta("trust/bundle", []byte("v1"), fmt.Appendf(nil, "v2 by %d", i))
+		if ok {
+			mu.Lock()
+			won = append(won, i)
+			mu.Unlock()
+		}
+		return err
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Errorf("swap: %v", err)
+		}
+	}
+	if len(won) != 1 {
+		t.Fatalf("%d writers won (%v), want 1", len(won), won)
+	}
+	for _, s := range []store.Store{a, b} {
+		if got, err := s.Meta("trust/bundle"); err != nil || string(got) != fmt.Sprintf("v2 by %d", won[0]) {
+			t.Errorf("stored %q %v, want the winner's", got, err)
+		}
 	}
 }

@@ -45,6 +45,8 @@ func Run(t *testing.T, open Open) {
 		{"SubmittedSpec", testSubmittedSpec},
 		{"RecordsRoundTrip", testRecordsRoundTrip},
 		{"MetaDelete", testMetaDelete},
+		{"SwapMeta", testSwapMeta},
+		{"ConcurrentSwapMeta", testConcurrentSwapMeta},
 		{"EventSeqRange", testEventSeqRange},
 		{"ConcurrentSpend", testConcurrentSpend},
 		{"ConcurrentResults", testConcurrentResults},

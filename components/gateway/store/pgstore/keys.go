@@ -1,0 +1,84 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/bcd/components/gateway/store"
+)
+
+var _ store.KeyStore = (*PG)(nil)
+
+// Keys reads the stored key set and the fingerprint of the key-encryption
+// key it is sealed under (tables gateway_kek and gateway_keys, one
+// snapshot); store.ErrNotFound when none was stored.
+func (p *PG) Keys() (string, []store.SealedKey, error) {
+	var fp string
+	var keys []store.SealedKey
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		keys = nil
+		if err := tx.QueryRow(ctx, `SELECT fingerprint FROM gateway_kek`).Scan(&fp); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return store.ErrNotFound
+			}
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT name, version, sealed FROM gateway_keys ORDER BY name`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k store.SealedKey
+			var v int32
+			if err := rows.Scan(&k.Name, &v, &k.Sealed); err != nil {
+				return err
+			}
+			if v <= 0 {
+				return fmt.Errorf("key %s: version %d", k.Name, v)
+			}
+			k.Version = uint32(v)
+			keys = append(keys, k)
+		}
+		return rows.Err()
+	})
+	// The fingerprint and the keys are committed together and never
+	// changed, so a fingerprint seen means its keys are there for the
+	// next statement (read committed takes a snapshot per statement).
+	return fp, keys, err
+}
+
+// AddKeysIfAbsent writes the fingerprint row and then the keys in one
+// transaction. The fingerprint row's primary key decides between gateways
+// starting together: a second inserter waits on the first's uncommitted
+// row, then finds it (ON CONFLICT DO NOTHING, no row) and writes nothing.
+func (p *PG) AddKeysIfAbsent(fp string, keys []store.SealedKey) (bool, error) {
+	if fp == "" || len(keys) == 0 {
+		return false, errors.New("add keys: no fingerprint or no keys")
+	}
+	var added bool
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		added = false
+		tag, err := tx.Exec(ctx, `INSERT INTO gateway_kek (one, fingerprint) VALUES (true, $1) ON CONFLICT (one) DO NOTHING`, fp)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+		for _, k := range keys {
+			if k.Version == 0 || k.Version > 1<<31-1 {
+				return fmt.Errorf("key %s: version %d", k.Name, k.Version)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO gateway_keys (name, version, sealed) VALUES ($1, $2, $3)`, k.Name, int32(k.Version), k.Sealed); err != nil {
+				return fmt.Errorf("key %s: %w", k.Name, err)
+			}
+		}
+		added = true
+		return nil
+	})
+	return added, err
+}
