@@ -20,7 +20,8 @@ import (
 func TestDatabaseLostIsShown(t *testing.T) {
 	defer gateway.SetHealthEvery(50 * time.Millisecond)()
 	proxy, dbURL := pgtest.NewProxy(t, pgtest.Database(t))
-	g := startGateway(t, gateway.Config{Database: dbURL})
+	kekFile, _ := writeKEK(t)
+	g := startGateway(t, gateway.Config{Database: dbURL, KEKFile: kekFile})
 	_, hc := g.clientHC(t, nil)
 	ready := func() (int, string) {
 		resp, err := hc.Get(g.url + gateway.ReadyPath)
