@@ -22,15 +22,15 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/better-compute/bcd/components/base/atomicfile"
 	"github.com/better-compute/bcd/components/base/nodespec"
 	"github.com/better-compute/bcd/components/base/sshspec"
+	"github.com/better-compute/bcd/components/gateway/store"
 )
 
 // Files of the access section's keys under the data directory.
 const (
 	sshCAFile         = "ssh-user-ca.key"     // the SSH user CA (ed25519, PKCS#8 PEM)
-	sshSerialFile     = "ssh-serial"          // the last certificate serial issued
+	sshSerialFile     = "ssh-serial"          // the last certificate serial an earlier release issued
 	ticketSigningFile = "ticket-signing.key"  // the exec-ticket signing key (P-256)
 	ticketKID         = "bcgw-ticket-signing" // its kid in the nodes' JWKS
 )
@@ -242,24 +242,60 @@ type SSHSignView struct {
 	ValidBefore int64  `json:"valid_before"`
 }
 
-// sshSerialMu serializes serials.
-var sshSerialMu sync.Mutex
+// metaSSHSerial is the last SSH certificate serial issued, in the store,
+// so gateways sharing a database never issue one serial twice (a serial
+// is what the KRL revokes).
+const metaSSHSerial = "ssh/serial"
 
+// nextSerial takes the next certificate serial: a compare-and-swap on the
+// stored one, tried again when another gateway took it first. A gateway
+// of an earlier release counted from 1 in its own data directory
+// (ssh-serial), so the first serial a database holds is the time in
+// seconds times 2^20: above any count a gateway of a fleet reached before,
+// whichever gateway issues first. The next serial is past this gateway's
+// own count as well.
 func (s *Server) nextSerial() (uint64, error) {
-	sshSerialMu.Lock()
-	defer sshSerialMu.Unlock()
-	p := filepath.Join(s.cfg.DataDir, sshSerialFile)
-	var n uint64
-	if b, err := os.ReadFile(p); err == nil {
-		if n, err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err != nil {
-			return 0, fmt.Errorf("%s: %w", p, err)
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	legacy, err := s.fileSerial()
+	if err != nil {
 		return 0, err
 	}
-	n++
-	if err := atomicfile.Write(p, []byte(strconv.FormatUint(n, 10)+"\n"), 0o600); err != nil {
+	for range 32 {
+		old, err := s.store.Meta(metaSSHSerial)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return 0, err
+		}
+		var n uint64
+		if len(old) == 0 {
+			old, n = nil, uint64(s.now().Unix())<<20
+		} else if n, err = strconv.ParseUint(string(old), 10, 64); err != nil {
+			return 0, fmt.Errorf("the stored SSH certificate serial %q: %w", old, err)
+		}
+		n = max(n, legacy) + 1
+		ok, err := s.store.SwapMeta(metaSSHSerial, old, []byte(strconv.FormatUint(n, 10)))
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			return n, nil
+		}
+	}
+	return 0, errors.New("SSH certificate serial: other gateways took 32 serials in a row; try again")
+}
+
+// fileSerial is the serial count an earlier release kept in the data
+// directory (0 without one).
+func (s *Server) fileSerial() (uint64, error) {
+	p := filepath.Join(s.cfg.DataDir, sshSerialFile)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
 		return 0, err
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", p, err)
 	}
 	return n, nil
 }
