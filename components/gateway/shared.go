@@ -100,6 +100,7 @@ func (s *Server) sweepLoop(ctx context.Context) {
 // not those whose notice is on its way) to the sessions held here.
 func (s *Server) sweep() {
 	s.pruneProgress()
+	s.pruneTPMChallenges()
 	var held []string
 	for _, l := range s.hub.all() {
 		held = append(held, l.nodeID)

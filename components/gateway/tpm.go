@@ -272,7 +272,12 @@ func (s *Server) joinTPM(ctx context.Context, m *bcdv1.JoinRequest) (*connect.Re
 	binding := tpmBinding(m)
 	now := s.now()
 	if id := a.GetChallengeId(); id != "" {
-		err := s.tpm.answer(id, binding, a.GetChallengeAnswer(), now)
+		var err error
+		if s.shared != nil {
+			err = s.answerShared(id, binding, a.GetChallengeAnswer(), now)
+		} else {
+			err = s.tpm.answer(id, binding, a.GetChallengeAnswer(), now)
+		}
 		if err != nil && !errors.Is(err, errUnknownChallenge) {
 			return nil, refuse(connect.CodePermissionDenied, "%v", err)
 		}
@@ -293,6 +298,11 @@ func (s *Server) joinTPM(ctx context.Context, m *bcdv1.JoinRequest) (*connect.Re
 	round, err := s.tpm.open(id, binding, secret, now)
 	if err != nil {
 		return nil, refuse(connect.CodePermissionDenied, "%v", err)
+	}
+	if s.shared != nil {
+		if err := s.openShared(id, binding, secret, now); err != nil {
+			return nil, connectErr(connect.CodeUnavailable, "storing the TPM challenge: %v", err)
+		}
 	}
 	log.Info("TPM challenge sent", "challenge", id, "round", round)
 	return connect.NewResponse(&bcdv1.JoinResponse{Challenge: &bcdv1.TPMChallenge{
@@ -511,4 +521,95 @@ func (s *Server) adminTPMEnroll(w http.ResponseWriter, r *http.Request) {
 func (c *AdminClient) EnrollTPM(ctx context.Context, r TPMEnrollRequest) (TPMEnrollResponse, error) {
 	var out TPMEnrollResponse
 	return out, c.do(ctx, http.MethodPost, "/v1/tpm/enroll", r, &out)
+}
+
+// With several gateways on one database, a challenge is also kept in the
+// store, so the answer is checked by whichever gateway it reaches (an
+// agent's second call may ride another connection through the balancer).
+// The store keeps the secret's SHA-256, not the secret. The rounds a
+// request was given stay counted by each gateway in memory.
+const metaTPMChallengePrefix = "tpm/challenge/"
+
+type storedChallenge struct {
+	Binding string    `json:"binding"`     // hex
+	Secret  string    `json:"secret_hash"` // hex SHA-256 of the secret
+	Expires time.Time `json:"expires"`
+	// Used: answered (kept a while after, so a replay is told so).
+	Used bool `json:"used,omitempty"`
+}
+
+func (s *Server) openShared(id string, binding [32]byte, secret []byte, now time.Time) error {
+	sum := sha256.Sum256(secret)
+	b, _ := json.Marshal(storedChallenge{Binding: hex.EncodeToString(binding[:]), Secret: hex.EncodeToString(sum[:]), Expires: now.Add(tpmChallengeTTL)})
+	return s.store.SetMeta(metaTPMChallengePrefix+id, b)
+}
+
+// answerShared checks an answer against the stored challenge and takes
+// the challenge whatever the outcome (a compare-and-swap to used), so of
+// answers reaching several gateways at once one is checked and the
+// others are "already answered".
+func (s *Server) answerShared(id string, binding [32]byte, answer []byte, now time.Time) error {
+	key := metaTPMChallengePrefix + id
+	old, err := s.store.Meta(key)
+	if errors.Is(err, store.ErrNotFound) || err == nil && len(old) == 0 {
+		return errUnknownChallenge
+	}
+	if err != nil {
+		return err
+	}
+	var ch storedChallenge
+	if err := json.Unmarshal(old, &ch); err != nil {
+		return fmt.Errorf("the stored TPM challenge %s: %w", id, err)
+	}
+	if ch.Used {
+		return fmt.Errorf("TPM challenge %s was already answered", id)
+	}
+	if now.After(ch.Expires) {
+		return errUnknownChallenge // as an expired challenge in memory: a new one
+	}
+	used := ch
+	used.Used, used.Expires = true, ch.Expires.Add(tpmChallengeTTL)
+	b, _ := json.Marshal(used)
+	ok, err := s.store.SwapMeta(key, old, b)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("TPM challenge %s was already answered", id)
+	}
+	s.tpm.forget(id)
+	if ch.Binding != hex.EncodeToString(binding[:]) {
+		return fmt.Errorf("TPM challenge %s was made for another request", id)
+	}
+	sum := sha256.Sum256(answer)
+	want, _ := hex.DecodeString(ch.Secret)
+	if subtle.ConstantTimeCompare(want, sum[:]) != 1 {
+		return errors.New("the TPM challenge was answered wrongly: the AK is not in the TPM that holds this EK")
+	}
+	return nil
+}
+
+// forget drops an open challenge answered through the store.
+func (c *tpmChallenges) forget(id string) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// pruneTPMChallenges removes the stored challenges past their time:
+// never answered, or answered a challenge's time ago.
+func (s *Server) pruneTPMChallenges() {
+	m, err := s.store.MetaPrefix(metaTPMChallengePrefix)
+	if err != nil {
+		return
+	}
+	now := s.now()
+	for k, v := range m {
+		var ch storedChallenge
+		if json.Unmarshal(v, &ch) != nil || now.After(ch.Expires) {
+			if err := s.store.DeleteMeta(k); err != nil {
+				s.log.Warn("expired TPM challenge not removed from the store", "key", k, "err", err)
+			}
+		}
+	}
 }
