@@ -42,15 +42,7 @@ func TestGatewayLosingItsDatabaseLeavesRotation(t *testing.T) {
 
 	cfg, id := h.joinNode(h.front(0), "n", h.token(h.gws[0], "--uses", "1"), "node")
 	node := h.start("bcd-node", "node", "--config", cfg)
-	all := func(int) bool { return true }
-	var hold int
-	end := time.Now().Add(60 * time.Second)
-	for hold = h.holder(id, 1, all); hold < 0; hold = h.holder(id, 1, all) {
-		if time.Now().After(end) {
-			t.Fatal("the node did not connect through HAProxy within 60s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	hold := h.waitHolder(id)
 	other := 1 - hold
 
 	proxies[hold].Cut()

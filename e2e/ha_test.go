@@ -123,6 +123,23 @@ func (h *haLab) startGW(i int, extra ...string) *gw {
 	return g
 }
 
+// waitHolder waits (60 s) for node's first session through HAProxy and
+// returns the gateway holding it.
+func (h *haLab) waitHolder(node string) int {
+	h.t.Helper()
+	all := func(int) bool { return true }
+	end := time.Now().Add(60 * time.Second)
+	for {
+		if i := h.holder(node, 1, all); i >= 0 {
+			return i
+		}
+		if time.Now().After(end) {
+			h.t.Fatal("the node did not connect through HAProxy within 60s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // front is gateway i as agents see it: its data dir (pins, admin) and
 // HAProxy's address.
 func (h *haLab) front(i int) *gw {
@@ -165,15 +182,7 @@ func TestGatewayFailoverBehindHAProxy(t *testing.T) {
 	h := newHALab(t, 2)
 	cfg, id := h.joinNode(h.front(0), "n", h.token(h.gws[0], "--uses", "1"), "node")
 	node := h.start("bcd-node", "node", "--config", cfg)
-	all := func(int) bool { return true }
-	var hold int
-	end := time.Now().Add(60 * time.Second)
-	for hold = h.holder(id, 1, all); hold < 0; hold = h.holder(id, 1, all) {
-		if time.Now().After(end) {
-			t.Fatal("the node did not connect through HAProxy within 60s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	hold := h.waitHolder(id)
 	other := 1 - hold
 	t.Logf("session on gw%d; commands through gw%d", hold+1, other+1)
 
@@ -198,7 +207,7 @@ func TestGatewayFailoverBehindHAProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	end = time.Now().Add(20 * time.Second)
+	end := time.Now().Add(20 * time.Second)
 	for {
 		var state string
 		if err := conn.QueryRow(ctx, `SELECT state FROM commands WHERE id = $1`, c1.ID).Scan(&state); err != nil {
