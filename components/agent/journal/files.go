@@ -30,10 +30,13 @@ const (
 	snapName  = "snapshot"
 	lockName  = "lock"
 	logPrefix = "log."
-	// compactAt is how large the log may grow (and at least as large as
-	// the last snapshot) before the state is written as a new snapshot.
-	compactAt = 8 << 20
 )
+
+// compactAt is how large the log may grow (and at least as large as the
+// last snapshot) before the state is written as a new snapshot: the files
+// stay under twice the state (at most MaxBytes) plus this. A variable for
+// tests.
+var compactAt int64 = 8 << 20
 
 func logName(gen uint64) string { return logPrefix + strconv.FormatUint(gen, 10) }
 

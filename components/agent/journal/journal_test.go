@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 func open(t *testing.T, dir, node string) *Journal {
