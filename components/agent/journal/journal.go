@@ -15,6 +15,7 @@
 package journal
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -138,14 +139,14 @@ func (j *Journal) Accept(id, kind, lane string, command []byte) (*Entry, bool, e
 	isNew := false
 	err := j.w.do(func(h *state) (*change, error) {
 		if e := h.entries[id]; e != nil {
-			out = copyEntry(e)
+			out = readCopy(e)
 			return nil, nil
 		}
 		if h.bytes > MaxBytes {
 			return nil, ErrFull
 		}
-		e := &Entry{ID: id, Kind: kind, Lane: lane, Command: command, State: Accepted, AcceptedAt: j.now().UTC()}
-		out, isNew = copyEntry(e), true
+		e := &Entry{ID: id, Kind: kind, Lane: lane, Command: bytes.Clone(command), State: Accepted, AcceptedAt: j.now().UTC()}
+		out, isNew = readCopy(e), true
 		return &change{Put: e}, nil
 	})
 	return out, isNew, err
@@ -172,7 +173,7 @@ func (j *Journal) Finish(id string, result []byte) error {
 		if e.State == Done {
 			return errNoChange
 		}
-		e.State, e.Result, e.FinishedAt, e.Command = Done, result, j.now().UTC(), nil
+		e.State, e.Result, e.FinishedAt, e.Command = Done, bytes.Clone(result), j.now().UTC(), nil
 		return nil
 	})
 }
@@ -212,14 +213,23 @@ func (j *Journal) update(id string, f func(*Entry) error) error {
 	})
 }
 
+// copyEntry copies an entry for a write to change (the state's entries
+// are never changed in place; a write replaces its byte slices whole).
 func copyEntry(e *Entry) *Entry { c := *e; return &c }
+
+// readCopy copies an entry for a caller, who may change it.
+func readCopy(e *Entry) *Entry {
+	c := *e
+	c.Command, c.Result = bytes.Clone(e.Command), bytes.Clone(e.Result)
+	return &c
+}
 
 // Get returns one entry, or nil.
 func (j *Journal) Get(id string) (*Entry, error) {
 	j.mu.RLock()
 	defer j.mu.RUnlock()
 	if e := j.st.entries[id]; e != nil {
-		return copyEntry(e), nil
+		return readCopy(e), nil
 	}
 	return nil, nil
 }
@@ -241,13 +251,13 @@ func (j *Journal) Entries(states ...string) ([]*Entry, error) {
 	if open {
 		for id := range j.st.open {
 			if e := j.st.entries[id]; want[e.State] {
-				out = append(out, copyEntry(e))
+				out = append(out, readCopy(e))
 			}
 		}
 	} else {
 		for _, e := range j.st.entries {
 			if len(want) == 0 || want[e.State] {
-				out = append(out, copyEntry(e))
+				out = append(out, readCopy(e))
 			}
 		}
 	}
@@ -271,7 +281,7 @@ func (j *Journal) Unacked() ([]*Entry, error) {
 	var out []*Entry
 	j.mu.RLock()
 	for id := range j.st.unacked {
-		out = append(out, copyEntry(j.st.entries[id]))
+		out = append(out, readCopy(j.st.entries[id]))
 	}
 	j.mu.RUnlock()
 	sortEntries(out)
@@ -328,7 +338,7 @@ func (j *Journal) AppendEvent(typ string, body []byte) (uint64, error) {
 	err := j.w.do(func(h *state) (*change, error) {
 		seq = h.eventSeq + 1
 		return &change{
-			Event: &Event{Seq: seq, Type: typ, Body: body, At: j.now().UTC()},
+			Event: &Event{Seq: seq, Type: typ, Body: bytes.Clone(body), At: j.now().UTC()},
 			Drop:  max(0, len(h.events)+1-j.maxEvents),
 		}, nil
 	})
@@ -349,7 +359,11 @@ func (j *Journal) AckEvents(seq uint64) error {
 func (j *Journal) Events() ([]Event, uint64, error) {
 	j.mu.RLock()
 	defer j.mu.RUnlock()
-	return slices.Clone(j.st.events), j.st.eventAck, nil
+	out := slices.Clone(j.st.events)
+	for i := range out {
+		out[i].Body = bytes.Clone(out[i].Body)
+	}
+	return out, j.st.eventAck, nil
 }
 
 // Dropped is how many unacked events the cap has dropped.
@@ -359,7 +373,7 @@ func (j *Journal) Dropped() uint64 {
 	return j.st.dropped
 }
 
-// nodeOf is the node a journal belongs to.
+// nodeCheck refuses a journal of another node.
 func nodeCheck(have, want string) error {
 	if have != want {
 		return fmt.Errorf("%w (%s, not %s): move it aside with bcd join --reset --yes", ErrOtherNode, have, want)
