@@ -191,16 +191,9 @@ func (l *Log) write(b []byte) error {
 		return l.err
 	}
 	if end := l.size + int64(len(b)); l.segment > 0 && end > l.alloc {
-		grow := (end - l.alloc + l.segment - 1) / l.segment * l.segment
-		err := syscall.Fallocate(int(l.f.Fd()), 0, l.alloc, grow)
-		switch {
-		case err == nil:
-			l.alloc += grow
-		case errors.Is(err, syscall.EOPNOTSUPP):
-			l.segment = 0 // a file system without fallocate: the file grows as written
-		default:
-			l.err = fmt.Errorf("fallocate(%s, %d, %d) = %w", l.path, l.alloc, grow, err)
-			return l.err
+		if err := l.grow(end); err != nil {
+			l.err = err
+			return err
 		}
 	}
 	if _, err := l.f.WriteAt(b, l.size); err != nil {
@@ -208,6 +201,26 @@ func (l *Log) write(b []byte) error {
 		return l.err
 	}
 	l.size += int64(len(b))
+	return nil
+}
+
+// grow preallocates the file past end by whole segments: zeros written
+// and fdatasynced, so the blocks are allocated and initialized (not
+// fallocate's unwritten extents, whose conversion on first write makes
+// every later fdatasync commit the file system's journal too) and the
+// file's size is on disk. A commit's fdatasync then flushes only the
+// records' own blocks. This is the one fdatasync per segment beyond the
+// commits'.
+func (l *Log) grow(end int64) error {
+	n := (end - l.alloc + l.segment - 1) / l.segment * l.segment
+	if _, err := l.f.WriteAt(make([]byte, n), l.alloc); err != nil {
+		return fmt.Errorf("preallocate %s: write at %d: %w", l.path, l.alloc, err)
+	}
+	l.syncs++
+	if err := syscall.Fdatasync(int(l.f.Fd())); err != nil {
+		return fmt.Errorf("preallocate: fdatasync(%s) = %w", l.path, err)
+	}
+	l.alloc += n
 	return nil
 }
 
