@@ -193,7 +193,7 @@ func (f *files) rotate(s *state) error {
 		return fmt.Errorf("new log: %w", err)
 	}
 	n, err := writeSnapshot(f.dir, gen, s)
-	f.rotSyncs += 3 // the snapshot's header and body, the directory (the new log counts its own)
+	f.rotSyncs += 2 // the snapshot, the directory (the new log counts its own)
 	if err != nil {
 		l.Close()
 		os.Remove(lp)

@@ -33,8 +33,12 @@ const (
 	HeaderSize  = 16
 	FrameHeader = 8
 	MaxRecord   = 8 << 20
-	// Segment is how much a log is preallocated by at a time.
-	Segment = 1 << 20
+	// Segment is how much a log is preallocated by at a time, once it
+	// holds FirstSegment; before that it doubles from FirstSegment, so a
+	// journal that writes little (a simulated fleet's thousands of them)
+	// takes little.
+	Segment      = 1 << 20
+	FirstSegment = 16 << 10
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -136,21 +140,28 @@ type Log struct {
 }
 
 // Create makes a new log file of generation gen at path (it must not
-// exist), preallocated by segment bytes at a time (0: not preallocated,
-// as for a snapshot written once), with its header on disk. The caller
-// fsyncs the directory.
+// exist). A log (segment > 0) is preallocated, its header and first
+// segment written and fdatasynced at once, so a snapshot may name it; a
+// file written once (segment 0, a snapshot) grows as written, and its
+// writer syncs it. The caller fsyncs the directory.
 func Create(path string, gen uint64, segment int64) (*Log, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	l := &Log{f: f, path: path, gen: gen, segment: segment}
-	if err := l.write(AppendHeader(nil, gen)); err != nil {
-		f.Close()
-		os.Remove(path)
-		return nil, err
+	hdr := AppendHeader(nil, gen)
+	if segment > 0 {
+		first := min(FirstSegment, segment)
+		buf := append(hdr, make([]byte, first-HeaderSize)...)
+		if _, err = f.WriteAt(buf, 0); err == nil {
+			l.size, l.alloc = HeaderSize, first
+			err = l.Sync()
+		}
+	} else {
+		err = l.write(hdr)
 	}
-	if err := l.Sync(); err != nil {
+	if err != nil {
 		f.Close()
 		os.Remove(path)
 		return nil, err
@@ -212,7 +223,8 @@ func (l *Log) write(b []byte) error {
 // records' own blocks. This is the one fdatasync per segment beyond the
 // commits'.
 func (l *Log) grow(end int64) error {
-	n := (end - l.alloc + l.segment - 1) / l.segment * l.segment
+	step := min(max(l.alloc, FirstSegment), l.segment)
+	n := (end - l.alloc + step - 1) / step * step
 	if _, err := l.f.WriteAt(make([]byte, n), l.alloc); err != nil {
 		return fmt.Errorf("preallocate %s: write at %d: %w", l.path, l.alloc, err)
 	}

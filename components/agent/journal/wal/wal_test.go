@@ -37,8 +37,8 @@ func TestAppendSyncParse(t *testing.T) {
 	}
 	l.Close()
 	st, _ := os.Stat(p)
-	if st.Size() != Segment {
-		t.Errorf("file is %d bytes, want one preallocated segment (%d)", st.Size(), Segment)
+	if st.Size() < l.Size() || st.Size() > 2*l.Size() || st.Size()%FirstSegment != 0 {
+		t.Errorf("file is %d bytes for %d written, want whole segments, at most twice as many", st.Size(), l.Size())
 	}
 	c, err := ReadFile(p)
 	if err != nil {
@@ -54,23 +54,33 @@ func TestAppendSyncParse(t *testing.T) {
 	}
 }
 
-// TestGrowsBySegments: records past the first segment grow the file by
-// whole segments, never to the byte.
+// TestGrowsBySegments: a log grows by whole segments, never to the byte:
+// doubling from the first segment, then a segment at a time.
 func TestGrowsBySegments(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "log")
-	l, err := Create(p, 1, 4096)
+	l, err := Create(p, 1, Segment)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	for i := 0; i < 30; i++ {
-		if err := l.Append([][]byte{bytes.Repeat([]byte{'a'}, 1000)}); err != nil {
+	syncs := l.Syncs()
+	rec := bytes.Repeat([]byte{'a'}, 1000)
+	var sizes []int64
+	for l.Size() < 3*Segment {
+		if err := l.Append([][]byte{rec}); err != nil {
 			t.Fatal(err)
 		}
 		st, _ := os.Stat(p)
-		if st.Size()%4096 != 0 || st.Size() < l.Size() {
-			t.Fatalf("after %d bytes the file is %d", l.Size(), st.Size())
+		if n := len(sizes); n == 0 || sizes[n-1] != st.Size() {
+			sizes = append(sizes, st.Size())
 		}
+	}
+	want := []int64{16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 3 << 20, 4 << 20}
+	if fmt.Sprint(sizes) != fmt.Sprint(want) {
+		t.Fatalf("file sizes %v, want %v", sizes, want)
+	}
+	if got := l.Syncs() - syncs; got != uint64(len(want)-1) {
+		t.Fatalf("%d fdatasyncs to grow %d times", got, len(want)-1)
 	}
 }
 
