@@ -30,8 +30,8 @@ import (
 // fails fails every write in it: the head goes back to the state on disk,
 // and the journal starts a new generation from that state (files.go), so
 // the failed group's records, whatever of them reached the disk, are never
-// read. If that fails too, the log takes no more writes until the journal
-// is opened again.
+// read. If that fails too, every write fails until a commit manages to
+// start one (each failed commit tries again).
 
 // ErrClosed is returned by writes after Close.
 var ErrClosed = errors.New("journal is closed")
@@ -215,7 +215,7 @@ func (w *writer) flush(n int) error {
 		j.log.Fail(err)
 		w.head = j.st.clone()
 		if rerr := j.rotate(j.st); rerr != nil {
-			return fmt.Errorf("%w (and starting a new log: %v; the journal takes no writes until it is opened again)", err, rerr)
+			return fmt.Errorf("%w (and starting a new log: %v; the log takes no writes until a later commit starts one)", err, rerr)
 		}
 		return err
 	}
