@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/better-compute/bcd/components/agent/journal/wal"
 )
 
 // Group commit. Every write of the journal is a function that reads the
@@ -36,15 +38,15 @@ import (
 // ErrClosed is returned by writes after Close.
 var ErrClosed = errors.New("journal is closed")
 
-// maxGroup bounds one commit: its transaction and the time the writes in
-// it wait.
+// maxGroup bounds one commit: its log write and the time the writes in it
+// wait.
 const maxGroup = 256
 
 // Stats counts the writer's work since Open.
 type Stats struct {
 	Writes  uint64 // write functions committed or failed
 	Commits uint64 // groups written to the log, each with one fdatasync
-	Syncs   uint64 // every fsync and fdatasync: the commits' and those of new generations (snapshots)
+	Syncs   uint64 // every fsync and fdatasync: the commits', the log's segments' and new generations' (snapshots)
 }
 
 // Stats returns the writer's counts.
@@ -168,7 +170,10 @@ func (w *writer) commit(group []*write) {
 		c, err := wr.fn(w.head)
 		if err == nil && c != nil {
 			var rec []byte
-			if rec, err = json.Marshal(c); err == nil {
+			if rec, err = json.Marshal(c); err == nil && len(rec) > wal.MaxRecord {
+				err = fmt.Errorf("a write of %d bytes, more than a journal record holds (%d)", len(rec), wal.MaxRecord)
+			}
+			if err == nil {
 				w.head.apply(c)
 				w.recs = append(w.recs, rec)
 				w.changes = append(w.changes, c)

@@ -325,3 +325,19 @@ func TestIndexes(t *testing.T) {
 	defer j.Close()
 	check(j)
 }
+
+// TestOversizedWriteFailsAlone: a write larger than a log record holds
+// fails alone; the rest of its group and the journal go on.
+func TestOversizedWriteFailsAlone(t *testing.T) {
+	j := open(t, t.TempDir(), "n1")
+	defer j.Close()
+	if _, _, err := j.Accept("big", "k", "", make([]byte, 7<<20)); err == nil {
+		t.Fatal("a 7 MiB command (over 8 MiB as JSON) was accepted")
+	}
+	if _, isNew, err := j.Accept("small", "k", "", nil); err != nil || !isNew {
+		t.Fatalf("accept after the oversized write: %v", err)
+	}
+	if e, _ := j.Get("big"); e != nil {
+		t.Fatal("the oversized write is in the journal")
+	}
+}
