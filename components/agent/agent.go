@@ -149,6 +149,12 @@ func Run(ctx context.Context, c Config) error {
 	if opened.MovedAside != "" {
 		log.Error("the journal was unreadable; moved aside and started anew", "moved_to", opened.MovedAside, "err", opened.Reason)
 	}
+	if opened.Imported != "" {
+		log.Info("the previous release's journal imported", "moved_to", opened.Imported)
+	}
+	if opened.TornTail > 0 {
+		log.Info("the journal's log ended in a write torn by a crash; cut", "bytes", opened.TornTail, "records_replayed", opened.Replayed)
+	}
 	// sctx ends the session: on ctx, when the dispatcher fails, or when a
 	// fakehw reboot asks.
 	sctx, stopS := context.WithCancel(ctx)

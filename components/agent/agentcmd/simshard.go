@@ -19,9 +19,10 @@ import (
 )
 
 // FilesPerMachine is what one sim machine holds open: its TLS connection
-// to the gateway, its journal (bbolt) and its status socket's listener,
-// plus one for a renewal's or a tunnel's second connection.
-const FilesPerMachine = 4
+// to the gateway, its journal (the log and the lock) and its status
+// socket's listener, plus one for a renewal's or a tunnel's second
+// connection.
+const FilesPerMachine = 5
 
 // filesReserved is what a sim process holds besides its machines (stdio,
 // the epoll fd, the config, a child's pipes, PostgreSQL-free slack).

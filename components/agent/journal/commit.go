@@ -1,60 +1,71 @@
 package journal
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/better-compute/bcd/components/agent/journal/wal"
 )
 
-// Group commit. Every write of the journal is a function of one bbolt
-// transaction. A write that finds no commit under way commits itself, in
+// Group commit. Every write of the journal is a function that reads the
+// journal's state as of the writes before it and returns its change (one
+// log record). A write that finds no commit under way commits itself, in
 // its caller's goroutine, with every write queued by then (no handoff, no
 // timer: a write alone goes at once; after a shared commit it first yields
 // once, so the callers that commit answered can join it). Writes that
-// arrive while a commit is being fsynced queue; when it ends, the first of
-// them is woken to commit the whole queue (up to maxGroup) in one
-// transaction. bbolt fsyncs the
-// pages, then the meta page, and only after that commit returns does any
-// caller in the group get its answer, so the journal's rules hold as they
-// did with one transaction per write: nothing runs before its acceptance
-// is durable, and no result is acked before it is durable.
+// arrive while a commit is being fdatasynced queue; when it ends, the
+// first of them is woken to commit the whole queue (up to maxGroup).
 //
-// A write whose function fails must leave nothing behind, but it may
-// already have changed the shared transaction. So a group with a failed
-// write is rolled back whole and each of its writes is then committed
-// alone, in order; the functions are run again and must set their
-// outputs afresh on each run.
+// A commit runs the group's functions in order against the writer's head
+// state (the state on disk plus the group's earlier changes), appends
+// their records to the log in one write, and fdatasyncs it once. Only then
+// are the changes applied to the state readers see, and only then does
+// any caller in the group get its answer: nothing runs before its
+// acceptance is durable, no result is acked before it is durable.
+//
+// A write whose function fails changes nothing and gets its error; the
+// rest of its group commits without it. A commit whose write or fdatasync
+// fails fails every write in it: the head goes back to the state on disk,
+// and the journal starts a new generation from that state (files.go), so
+// the failed group's records, whatever of them reached the disk, are never
+// read. If that fails too, every write fails until a commit manages to
+// start one (each failed commit tries again).
 
 // ErrClosed is returned by writes after Close.
 var ErrClosed = errors.New("journal is closed")
 
-// maxGroup bounds one commit: its transaction and the time the writes in
-// it wait.
+// maxGroup bounds one commit: its log write and the time the writes in it
+// wait.
 const maxGroup = 256
 
 // Stats counts the writer's work since Open.
 type Stats struct {
 	Writes  uint64 // write functions committed or failed
-	Commits uint64 // bbolt commits (each is two fdatasyncs: pages, then meta)
+	Commits uint64 // groups written to the log, each with one fdatasync
+	Syncs   uint64 // every fsync and fdatasync: the commits', the log's segments' and new generations' (snapshots)
 }
 
 // Stats returns the writer's counts.
 func (j *Journal) Stats() Stats {
-	return Stats{Writes: j.w.writes.Load(), Commits: j.w.commits.Load()}
+	j.w.mu.Lock()
+	syncs := j.w.syncs
+	j.w.mu.Unlock()
+	return Stats{Writes: j.w.writes.Load(), Commits: j.w.commits.Load(), Syncs: syncs}
 }
 
 type write struct {
-	fn    func(*bolt.Tx) error
-	done  chan error    // its answer, once its group is committed
-	lead  chan struct{} // woken to commit the queue
-	errOf error         // fn's error in the last run
+	fn   func(*state) (*change, error)
+	done chan error    // its answer, once its group is committed
+	lead chan struct{} // woken to commit the queue
 }
 
 type writer struct {
-	db    *bolt.DB
+	j     *Journal
+	head  *state // the state on disk plus the changes of the group being committed
 	mu    sync.Mutex
 	idle  *sync.Cond // signalled when busy turns false
 	busy  bool       // a commit is under way
@@ -63,25 +74,29 @@ type writer struct {
 	// lastGroup is how many writes the last commit held; more than one
 	// means writes are arriving together.
 	lastGroup int
+	recs      [][]byte
+	changes   []*change
+	errs      []error
+	syncs     uint64 // files.syncs() after the last commit, for Stats
 
 	writes, commits atomic.Uint64
 
-	// beforeCommit, when set (tests), runs after a group's functions and
-	// before its commit: the place a crash loses the whole group. An error
-	// stands for a failed commit (an fsync's EIO): the group is rolled
-	// back and every write in it gets the error.
+	// beforeCommit, when set (tests), runs after a group's records are
+	// written to the log and before its fdatasync: the place a crash or a
+	// power cut loses the group. An error stands for a failed fdatasync
+	// (EIO): every write in the group gets it.
 	beforeCommit func(n int) error
 }
 
-func startWriter(db *bolt.DB) *writer {
-	w := &writer{db: db}
+func startWriter(j *Journal, head *state) *writer {
+	w := &writer{j: j, head: head, syncs: j.syncs()}
 	w.idle = sync.NewCond(&w.mu)
 	return w
 }
 
-// do runs fn in a committed transaction and returns once that transaction
-// is on disk (fsynced), or with fn's error, or the commit's.
-func (w *writer) do(fn func(*bolt.Tx) error) error {
+// do runs fn as one write and returns once its change is on disk
+// (fdatasynced), or with fn's error, or the commit's.
+func (w *writer) do(fn func(*state) (*change, error)) error {
 	wr := &write{fn: fn, done: make(chan error, 1), lead: make(chan struct{}, 1)}
 	w.mu.Lock()
 	if w.shut {
@@ -148,51 +163,72 @@ func (w *writer) stop() {
 	w.mu.Unlock()
 }
 
-// errInGroup marks a group rolled back because one of its writes failed.
-var errInGroup = errors.New("a write in the group failed")
-
 func (w *writer) commit(group []*write) {
 	w.writes.Add(uint64(len(group)))
-	if len(group) > 1 {
-		err := w.run(group)
-		if !errors.Is(err, errInGroup) {
-			for _, wr := range group {
-				wr.done <- err
-			}
-			return
-		}
-	}
-	// One write alone, or a group with a failed write: each in its own
-	// transaction.
+	w.recs, w.changes, w.errs = w.recs[:0], w.changes[:0], w.errs[:0]
 	for _, wr := range group {
-		err := w.run([]*write{wr})
-		if errors.Is(err, errInGroup) {
-			err = wr.errOf
+		c, err := wr.fn(w.head)
+		if err == nil && c != nil {
+			var rec []byte
+			if rec, err = json.Marshal(c); err == nil && len(rec) > wal.MaxRecord {
+				err = fmt.Errorf("a write of %d bytes, more than a journal record holds (%d)", len(rec), wal.MaxRecord)
+			}
+			if err == nil {
+				w.head.apply(c)
+				w.recs = append(w.recs, rec)
+				w.changes = append(w.changes, c)
+			}
 		}
-		wr.done <- err
+		w.errs = append(w.errs, err)
 	}
+	// A group that changed nothing read only what is on disk: no record,
+	// no fdatasync.
+	if len(w.recs) > 0 {
+		if err := w.flush(len(group)); err != nil {
+			for i := range w.errs {
+				w.errs[i] = err
+			}
+		}
+	}
+	for i, wr := range group {
+		wr.done <- w.errs[i]
+	}
+	// The log has grown past its bound: the state becomes the snapshot of a
+	// new generation. The group is answered already; the next waits. A
+	// failure leaves the current log in use, and the next commit tries again.
+	if size := w.j.log.Size(); size > compactAt && size > w.j.snapBytes {
+		_ = w.j.rotate(w.j.st)
+	}
+	w.mu.Lock()
+	w.syncs = w.j.syncs()
+	w.mu.Unlock()
 }
 
-// run runs the group's functions in one transaction and commits it. A
-// failed function rolls it back and returns errInGroup (the function's own
-// error is kept on its write).
-func (w *writer) run(group []*write) error {
-	tx, err := w.db.Begin(true)
+// flush writes the group's records and fdatasyncs them, then applies the
+// changes to the state readers see. A failure resets the head and starts
+// a new generation from the state on disk.
+func (w *writer) flush(n int) error {
+	j := w.j
+	err := j.log.Append(w.recs)
+	if err == nil && w.beforeCommit != nil {
+		err = w.beforeCommit(n)
+	}
+	if err == nil {
+		err = j.log.Sync()
+	}
 	if err != nil {
+		j.log.Fail(err)
+		w.head = j.st.clone()
+		if rerr := j.rotate(j.st); rerr != nil {
+			return fmt.Errorf("%w (and starting a new log: %v; the log takes no writes until a later commit starts one)", err, rerr)
+		}
 		return err
 	}
-	for _, wr := range group {
-		if wr.errOf = wr.fn(tx); wr.errOf != nil {
-			_ = tx.Rollback()
-			return errInGroup
-		}
-	}
-	if w.beforeCommit != nil {
-		if err := w.beforeCommit(len(group)); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-	}
 	w.commits.Add(1)
-	return tx.Commit()
+	j.mu.Lock()
+	for _, c := range w.changes {
+		j.st.apply(c)
+	}
+	j.mu.Unlock()
+	return nil
 }

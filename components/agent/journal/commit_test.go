@@ -14,28 +14,36 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // crashChildEnv makes the test binary the child of TestAckedWritesSurviveCrash.
 const crashChildEnv = "BCD_JOURNAL_CRASH_CHILD"
 
 // TestAckedWritesSurviveCrash kills a process that writes to the journal
-// from many goroutines at a random commit, after the group's writes are in
-// the transaction and before it is committed (where a crash or power cut
-// loses the group). Every write the child saw return (it prints each one
-// at once) must be in the journal when it is opened again: an accept that
-// returned, a start, a result. A writer that answered before the commit
-// fails this.
+// from many goroutines at a random commit, after the group's records are
+// written to the log and before their fdatasync (where a crash or power
+// cut loses the group). Every write the child saw return (it prints each
+// one at once) must be in the journal when it is opened again: an accept
+// that returned, a start, a result.
+//
+// In the power-cut trials the child also does to the log what a power cut
+// does to a write that was not fdatasynced: of the bytes written since the
+// last fdatasync, a random part at the start survives and the rest is
+// lost (zeroed), then the child is killed. A writer that answered before
+// the fdatasync fails these (its callers printed writes that are gone).
 func TestAckedWritesSurviveCrash(t *testing.T) {
 	if os.Getenv(crashChildEnv) != "" {
 		return
 	}
 	rng := rand.New(rand.NewSource(1))
-	for trial := 0; trial < 12; trial++ {
+	for trial := 0; trial < 24; trial++ {
 		dir := t.TempDir()
 		at := 2 + rng.Intn(40)
+		powerCut := trial%2 == 1
 		cmd := exec.Command(os.Args[0], "-test.run", "^TestCrashChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, "BCD_JOURNAL_CRASH_AT="+strconv.Itoa(at))
+		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, "BCD_JOURNAL_CRASH_AT="+strconv.Itoa(at),
+			"BCD_JOURNAL_POWER_CUT="+strconv.FormatBool(powerCut))
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		err := cmd.Run()
@@ -80,6 +88,7 @@ func TestCrashChild(t *testing.T) {
 		return // only as the child
 	}
 	at, _ := strconv.Atoi(os.Getenv("BCD_JOURNAL_CRASH_AT"))
+	powerCut := os.Getenv("BCD_JOURNAL_POWER_CUT") == "true"
 	j, _, err := Open(filepath.Join(dir, File), "crash")
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +96,20 @@ func TestCrashChild(t *testing.T) {
 	n := 0
 	j.w.beforeCommit = func(int) error {
 		if n++; n == at {
+			if powerCut {
+				l := j.log
+				keep := l.Synced() + rand.Int63n(l.Size()-l.Synced()+1)
+				f, err := os.OpenFile(l.Path(), os.O_RDWR, 0)
+				if err != nil {
+					panic(err)
+				}
+				if _, err := f.WriteAt(make([]byte, l.Size()-keep), keep); err != nil {
+					panic(err)
+				}
+				f.Close()
+				// Time for a caller answered too early to print its write.
+				time.Sleep(20 * time.Millisecond)
+			}
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
 		}

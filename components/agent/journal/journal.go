@@ -1,34 +1,41 @@
 // Package journal is the agent's durable record of every command it
-// accepted and every event it raised, in one bbolt file fsynced on each
-// write. It is what makes delivery exactly-once: a command id is recorded
-// before anything runs, marked running before its side effect, and its
-// result is kept and re-sent until the gateway acks it. docs/delivery.md
-// states the rules.
+// accepted and every event it raised. It is what makes delivery
+// exactly-once: a command id is recorded before anything runs, marked
+// running before its side effect, and its result is kept and re-sent until
+// the gateway acks it. docs/delivery.md states the rules.
 //
-// Writes are committed in groups (group commit, commit.go): writes that
-// arrive while a commit is being fsynced share the next commit and its
-// fsyncs, and no write returns to its caller before the commit holding it
-// is on disk.
+// The journal is a directory: a snapshot of its state and a write-ahead
+// log (package wal) of every write since, both replayed into memory on
+// Open. A write is one log record; writes are committed in groups
+// (commit.go): the writes that arrive while a group is being fdatasynced
+// share the next group and its one fdatasync, and no write returns to its
+// caller before the group holding it is on disk. Readers see only what is
+// on disk. When the log has grown past its bound, the state is written as
+// a new snapshot and a new log started (files.go).
 package journal
 
 import (
-	"encoding/binary"
-	"encoding/json"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"sort"
+	"slices"
+	"strings"
+	"sync"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
-// File is the journal's name under the data directory.
-const File = "journal.db"
+// File is the journal's name under the data directory (a directory).
+// LegacyFile is the bbolt file of the releases before it, imported once by
+// Open and moved aside.
+const (
+	File       = "journal"
+	LegacyFile = "journal.db"
+)
 
 // Limits.
 const (
-	MaxBytes          = 64 << 20 // the file may not grow past this
+	MaxBytes          = 64 << 20 // the state (what a snapshot holds) may not grow past this
 	MaxUnackedEvents  = 10000    // the oldest unacked event is dropped beyond this
 	DefaultAckedTTL   = 24 * time.Hour
 	maxStoredResultSz = 1 << 20
@@ -46,25 +53,6 @@ var (
 	ErrOtherNode = errors.New("journal belongs to another node")
 	ErrFull      = errors.New("journal is full (64 MiB); results waiting for acks fill it")
 	ErrUnknown   = errors.New("no such command in the journal")
-)
-
-var (
-	bMeta     = []byte("meta")
-	bCommands = []byte("commands")
-	bEvents   = []byte("events")
-	kNodeID   = []byte("node_id")
-	kEventSeq = []byte("event_seq")
-	kEventAck = []byte("event_ack")
-	kDropped  = []byte("events_dropped")
-	kEventN   = []byte("events_unacked")
-	// The indexes: ids of the entries accepted or running (what a restart
-	// runs or settles), and of the results not acked (what goes out after
-	// each Welcome), so a restart does not decode every entry kept for a
-	// day. kIndexed marks them built (a journal from before them is
-	// indexed once on Open).
-	bOpen    = []byte("open")
-	bUnacked = []byte("unacked")
-	kIndexed = []byte("indexed")
 )
 
 // Entry is one command as the journal holds it.
@@ -93,173 +81,55 @@ type Event struct {
 // Journal is safe for concurrent use; its writes are committed in groups
 // (commit.go).
 type Journal struct {
-	db        *bolt.DB
-	path      string
+	files
 	now       func() time.Time
 	maxEvents int
+	mu        sync.RWMutex // guards st
+	st        *state       // what is on disk: what readers see
 	w         *writer
 }
 
 // Opened reports what Open found.
 type Opened struct {
-	// MovedAside names the corrupt file Open renamed, when it had to.
+	// MovedAside names the corrupt file or directory Open renamed, when it
+	// had to, and Reason says why.
 	MovedAside string
 	Reason     error
+	// Imported names where the previous release's bbolt journal went
+	// after Open imported it.
+	Imported string
+	// Replayed counts the log records replayed after the snapshot.
+	Replayed int
+	// TornTail counts the bytes of a write torn by a crash that ended the
+	// log; they were cut (a crash does this; nothing acked is in them).
+	TornTail int64
 }
 
-// Open opens the journal at path for nodeID. A file bbolt cannot read is
-// moved aside (path.corrupt-UNIX) and a new journal started; Opened says
-// so. A journal of another node is refused with ErrOtherNode.
+// Open opens the journal at path (a directory) for nodeID, creating it if
+// need be, from the bbolt journal of the previous release when there is
+// one beside it. A snapshot or log that cannot be read is moved aside
+// with its directory (path.corrupt-UNIX) and a new journal started;
+// Opened says so. A journal of another node is refused with ErrOtherNode.
 func Open(path, nodeID string) (*Journal, Opened, error) {
-	var op Opened
-	db, err := openDB(path)
-	if err != nil && !isLockTimeout(err) {
-		if _, serr := os.Stat(path); serr == nil {
-			aside := fmt.Sprintf("%s.corrupt-%d", path, time.Now().Unix())
-			if rerr := os.Rename(path, aside); rerr != nil {
-				return nil, op, fmt.Errorf("open %s: %w; and moving it aside: %v", path, err, rerr)
-			}
-			op = Opened{MovedAside: aside, Reason: err}
-			db, err = openDB(path)
-		}
-	}
+	j := &Journal{now: time.Now, maxEvents: MaxUnackedEvents}
+	st, op, err := j.files.open(path, nodeID)
 	if err != nil {
-		return nil, op, fmt.Errorf("open %s: %w", path, err)
-	}
-	j := &Journal{db: db, path: path, now: time.Now, maxEvents: MaxUnackedEvents}
-	// Set up before the writer starts, in a transaction of its own.
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bMeta, bCommands, bEvents, bOpen, bUnacked} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		m := tx.Bucket(bMeta)
-		if m.Get(kIndexed) == nil {
-			if err := buildIndexes(tx); err != nil {
-				return err
-			}
-		}
-		if have := m.Get(kNodeID); have != nil {
-			if string(have) != nodeID {
-				return fmt.Errorf("%w (%s, not %s): move it aside with bcd join --reset --yes", ErrOtherNode, have, nodeID)
-			}
-			return nil
-		}
-		return m.Put(kNodeID, []byte(nodeID))
-	})
-	if err != nil {
-		db.Close()
 		return nil, op, fmt.Errorf("journal %s: %w", path, err)
 	}
-	j.w = startWriter(db)
+	j.st = st
+	j.w = startWriter(j, st.clone())
 	return j, op, nil
 }
 
-func openDB(path string) (db *bolt.DB, err error) {
-	// bbolt panics on some corrupt files instead of returning an error.
-	defer func() {
-		if r := recover(); r != nil {
-			db, err = nil, fmt.Errorf("corrupt journal: %v", r)
-		}
-	}()
-	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true})
-	if err != nil {
-		return nil, err
-	}
-	// A quick check that the pages are readable.
-	if cerr := db.View(func(tx *bolt.Tx) error {
-		for range tx.Check() {
-			return errors.New("corrupt journal: bbolt check failed")
-		}
-		return nil
-	}); cerr != nil {
-		db.Close()
-		return nil, cerr
-	}
-	return db, nil
-}
-
-func isLockTimeout(err error) bool { return errors.Is(err, bolt.ErrTimeout) }
-
 // Close lets the writes already handed to the writer commit, then closes
-// the file; writes after Close fail with ErrClosed.
+// the files; writes after Close fail with ErrClosed.
 func (j *Journal) Close() error {
 	j.w.stop()
-	return j.db.Close()
+	return j.files.close()
 }
 
-// Path is the journal's file.
-func (j *Journal) Path() string { return j.path }
-
-func (j *Journal) full() bool {
-	st, err := os.Stat(j.path)
-	return err == nil && st.Size() > MaxBytes
-}
-
-func getEntry(tx *bolt.Tx, id string) (*Entry, error) {
-	b := tx.Bucket(bCommands).Get([]byte(id))
-	if b == nil {
-		return nil, nil
-	}
-	var e Entry
-	if err := json.Unmarshal(b, &e); err != nil {
-		return nil, fmt.Errorf("journal entry %s: %w", id, err)
-	}
-	return &e, nil
-}
-
-func putEntry(tx *bolt.Tx, e *Entry) error {
-	b, err := json.Marshal(e)
-	if err != nil {
-		return err
-	}
-	if err := tx.Bucket(bCommands).Put([]byte(e.ID), b); err != nil {
-		return err
-	}
-	return index(tx, e)
-}
-
-// index keeps e's id in the open and unacked indexes as its state says.
-func index(tx *bolt.Tx, e *Entry) error {
-	id := []byte(e.ID)
-	for _, ix := range []struct {
-		bucket []byte
-		in     bool
-	}{
-		{bOpen, e.State == Accepted || e.State == Running},
-		{bUnacked, e.State == Done && !e.Acked},
-	} {
-		b := tx.Bucket(ix.bucket)
-		var err error
-		if ix.in {
-			err = b.Put(id, []byte{1})
-		} else if b.Get(id) != nil {
-			err = b.Delete(id)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// buildIndexes indexes every entry, once, for a journal written before
-// the indexes.
-func buildIndexes(tx *bolt.Tx) error {
-	err := tx.Bucket(bCommands).ForEach(func(k, v []byte) error {
-		var e Entry
-		if err := json.Unmarshal(v, &e); err != nil {
-			return fmt.Errorf("journal entry %s: %w", k, err)
-		}
-		e.ID = string(k)
-		return index(tx, &e)
-	})
-	if err != nil {
-		return err
-	}
-	return tx.Bucket(bMeta).Put(kIndexed, []byte{1})
-}
+// Path is the journal's directory.
+func (j *Journal) Path() string { return j.dir }
 
 // Accept records a command before anything runs. It returns the entry and
 // whether it is new; an id seen before returns the stored entry and false,
@@ -267,19 +137,17 @@ func buildIndexes(tx *bolt.Tx) error {
 func (j *Journal) Accept(id, kind, lane string, command []byte) (*Entry, bool, error) {
 	var out *Entry
 	isNew := false
-	err := j.w.do(func(tx *bolt.Tx) error {
-		out, isNew = nil, false // the writer may run this more than once (commit.go)
-		e, err := getEntry(tx, id)
-		if err != nil || e != nil {
-			out = e
-			return err
+	err := j.w.do(func(h *state) (*change, error) {
+		if e := h.entries[id]; e != nil {
+			out = readCopy(e)
+			return nil, nil
 		}
-		if j.full() {
-			return ErrFull
+		if h.bytes > MaxBytes {
+			return nil, ErrFull
 		}
-		out = &Entry{ID: id, Kind: kind, Lane: lane, Command: command, State: Accepted, AcceptedAt: j.now().UTC()}
-		isNew = true
-		return putEntry(tx, out)
+		e := &Entry{ID: id, Kind: kind, Lane: lane, Command: bytes.Clone(command), State: Accepted, AcceptedAt: j.now().UTC()}
+		out, isNew = readCopy(e), true
+		return &change{Put: e}, nil
 	})
 	return out, isNew, err
 }
@@ -303,9 +171,9 @@ func (j *Journal) Finish(id string, result []byte) error {
 	}
 	return j.update(id, func(e *Entry) error {
 		if e.State == Done {
-			return nil
+			return errNoChange
 		}
-		e.State, e.Result, e.FinishedAt, e.Command = Done, result, j.now().UTC(), nil
+		e.State, e.Result, e.FinishedAt, e.Command = Done, bytes.Clone(result), j.now().UTC(), nil
 		return nil
 	})
 }
@@ -313,9 +181,10 @@ func (j *Journal) Finish(id string, result []byte) error {
 // AckResult records that the gateway stored a command's result.
 func (j *Journal) AckResult(id string) error {
 	err := j.update(id, func(e *Entry) error {
-		if e.State == Done && !e.Acked {
-			e.Acked, e.AckedAt = true, j.now().UTC()
+		if e.State != Done || e.Acked {
+			return errNoChange
 		}
+		e.Acked, e.AckedAt = true, j.now().UTC()
 		return nil
 	})
 	if errors.Is(err, ErrUnknown) {
@@ -324,31 +193,45 @@ func (j *Journal) AckResult(id string) error {
 	return err
 }
 
+// errNoChange tells update the entry stays as it is (and the write succeeds).
+var errNoChange = errors.New("no change")
+
 func (j *Journal) update(id string, f func(*Entry) error) error {
-	return j.w.do(func(tx *bolt.Tx) error {
-		e, err := getEntry(tx, id)
-		if err != nil {
-			return err
-		}
+	return j.w.do(func(h *state) (*change, error) {
+		e := h.entries[id]
 		if e == nil {
-			return fmt.Errorf("%w: %s", ErrUnknown, id)
+			return nil, fmt.Errorf("%w: %s", ErrUnknown, id)
 		}
-		if err := f(e); err != nil {
-			return err
+		n := copyEntry(e)
+		if err := f(n); err != nil {
+			if errors.Is(err, errNoChange) {
+				return nil, nil
+			}
+			return nil, err
 		}
-		return putEntry(tx, e)
+		return &change{Put: n}, nil
 	})
+}
+
+// copyEntry copies an entry for a write to change (the state's entries
+// are never changed in place; a write replaces its byte slices whole).
+func copyEntry(e *Entry) *Entry { c := *e; return &c }
+
+// readCopy copies an entry for a caller, who may change it.
+func readCopy(e *Entry) *Entry {
+	c := *e
+	c.Command, c.Result = bytes.Clone(e.Command), bytes.Clone(e.Result)
+	return &c
 }
 
 // Get returns one entry, or nil.
 func (j *Journal) Get(id string) (*Entry, error) {
-	var e *Entry
-	err := j.db.View(func(tx *bolt.Tx) error {
-		var err error
-		e, err = getEntry(tx, id)
-		return err
-	})
-	return e, err
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	if e := j.st.entries[id]; e != nil {
+		return readCopy(e), nil
+	}
+	return nil, nil
 }
 
 // Entries returns every entry in the given states (all when none given),
@@ -364,36 +247,31 @@ func (j *Journal) Entries(states ...string) ([]*Entry, error) {
 		open = open && (s == Accepted || s == Running)
 	}
 	var out []*Entry
-	err := j.db.View(func(tx *bolt.Tx) error {
-		if open {
-			return collect(tx, bOpen, func(e *Entry) bool { return want[e.State] }, &out)
+	j.mu.RLock()
+	if open {
+		for id := range j.st.open {
+			if e := j.st.entries[id]; want[e.State] {
+				out = append(out, readCopy(e))
+			}
 		}
-		return tx.Bucket(bCommands).ForEach(func(k, v []byte) error {
-			var e Entry
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("journal entry %s: %w", k, err)
-			}
+	} else {
+		for _, e := range j.st.entries {
 			if len(want) == 0 || want[e.State] {
-				out = append(out, &e)
+				out = append(out, readCopy(e))
 			}
-			return nil
-		})
-	})
-	sort.Slice(out, func(a, b int) bool { return out[a].AcceptedAt.Before(out[b].AcceptedAt) })
-	return out, err
+		}
+	}
+	j.mu.RUnlock()
+	sortEntries(out)
+	return out, nil
 }
 
-// collect appends the entries an index names that keep says to keep.
-func collect(tx *bolt.Tx, index []byte, keep func(*Entry) bool, out *[]*Entry) error {
-	return tx.Bucket(index).ForEach(func(k, _ []byte) error {
-		e, err := getEntry(tx, string(k))
-		if err != nil || e == nil {
-			return err
+func sortEntries(es []*Entry) {
+	slices.SortFunc(es, func(a, b *Entry) int {
+		if c := a.AcceptedAt.Compare(b.AcceptedAt); c != 0 {
+			return c
 		}
-		if keep(e) {
-			*out = append(*out, e)
-		}
-		return nil
+		return strings.Compare(a.ID, b.ID)
 	})
 }
 
@@ -401,11 +279,13 @@ func collect(tx *bolt.Tx, index []byte, keep func(*Entry) bool, out *[]*Entry) e
 // acked, oldest accepted first, through the unacked index.
 func (j *Journal) Unacked() ([]*Entry, error) {
 	var out []*Entry
-	err := j.db.View(func(tx *bolt.Tx) error {
-		return collect(tx, bUnacked, func(e *Entry) bool { return e.State == Done && !e.Acked }, &out)
-	})
-	sort.Slice(out, func(a, b int) bool { return out[a].AcceptedAt.Before(out[b].AcceptedAt) })
-	return out, err
+	j.mu.RLock()
+	for id := range j.st.unacked {
+		out = append(out, readCopy(j.st.entries[id]))
+	}
+	j.mu.RUnlock()
+	sortEntries(out)
+	return out, nil
 }
 
 // Recover settles what a previous process left: a running command is
@@ -434,122 +314,77 @@ func (j *Journal) Recover(idempotent func(kind string) bool, interrupted func(*E
 func (j *Journal) Sweep(ttl time.Duration) (int, error) {
 	cut := j.now().Add(-ttl)
 	n := 0
-	err := j.w.do(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bCommands)
-		var del [][]byte
-		_ = b.ForEach(func(k, v []byte) error {
-			var e Entry
-			if json.Unmarshal(v, &e) == nil && e.Acked && e.AckedAt.Before(cut) {
-				del = append(del, append([]byte(nil), k...))
-			}
-			return nil
-		})
-		for _, k := range del {
-			if err := b.Delete(k); err != nil {
-				return err
-			}
-			// An acked entry is in neither index; this keeps it so.
-			if err := index(tx, &Entry{ID: string(k)}); err != nil {
-				return err
+	err := j.w.do(func(h *state) (*change, error) {
+		var del []string
+		for id, e := range h.entries {
+			if e.Acked && e.AckedAt.Before(cut) {
+				del = append(del, id)
 			}
 		}
 		n = len(del)
-		return nil
+		if n == 0 {
+			return nil, nil
+		}
+		slices.Sort(del)
+		return &change{Del: del}, nil
 	})
 	return n, err
-}
-
-func u64(b []byte) uint64 {
-	if len(b) != 8 {
-		return 0
-	}
-	return binary.BigEndian.Uint64(b)
-}
-
-func be(n uint64) []byte {
-	b := make([]byte, 8)
-	binary.BigEndian.PutUint64(b, n)
-	return b
 }
 
 // AppendEvent stores an event and returns its sequence number. Beyond
 // MaxUnackedEvents the oldest unacked event is dropped and counted.
 func (j *Journal) AppendEvent(typ string, body []byte) (uint64, error) {
 	var seq uint64
-	err := j.w.do(func(tx *bolt.Tx) error {
-		m, ev := tx.Bucket(bMeta), tx.Bucket(bEvents)
-		seq = u64(m.Get(kEventSeq)) + 1
-		if err := m.Put(kEventSeq, be(seq)); err != nil {
-			return err
-		}
-		b, err := json.Marshal(Event{Seq: seq, Type: typ, Body: body, At: j.now().UTC()})
-		if err != nil {
-			return err
-		}
-		if err := ev.Put(be(seq), b); err != nil {
-			return err
-		}
-		n := u64(m.Get(kEventN)) + 1
-		for ; n > uint64(j.maxEvents); n-- {
-			k, _ := ev.Cursor().First()
-			if k == nil {
-				break
-			}
-			if err := ev.Delete(k); err != nil {
-				return err
-			}
-			if err := m.Put(kDropped, be(u64(m.Get(kDropped))+1)); err != nil {
-				return err
-			}
-		}
-		return m.Put(kEventN, be(n))
+	err := j.w.do(func(h *state) (*change, error) {
+		seq = h.eventSeq + 1
+		return &change{
+			Event: &Event{Seq: seq, Type: typ, Body: bytes.Clone(body), At: j.now().UTC()},
+			Drop:  max(0, len(h.events)+1-j.maxEvents),
+		}, nil
 	})
 	return seq, err
 }
 
 // AckEvents drops every event up to and including seq.
 func (j *Journal) AckEvents(seq uint64) error {
-	return j.w.do(func(tx *bolt.Tx) error {
-		m, ev := tx.Bucket(bMeta), tx.Bucket(bEvents)
-		if seq <= u64(m.Get(kEventAck)) {
-			return nil
+	return j.w.do(func(h *state) (*change, error) {
+		if seq <= h.eventAck {
+			return nil, nil
 		}
-		if err := m.Put(kEventAck, be(seq)); err != nil {
-			return err
-		}
-		n := u64(m.Get(kEventN))
-		c := ev.Cursor()
-		for k, _ := c.First(); k != nil && u64(k) <= seq; k, _ = c.First() {
-			if err := c.Delete(); err != nil {
-				return err
-			}
-			n--
-		}
-		return m.Put(kEventN, be(n))
+		return &change{AckTo: seq}, nil
 	})
 }
 
 // Events returns the unacked events, oldest first, and the last acked seq.
 func (j *Journal) Events() ([]Event, uint64, error) {
-	var out []Event
-	var acked uint64
-	err := j.db.View(func(tx *bolt.Tx) error {
-		acked = u64(tx.Bucket(bMeta).Get(kEventAck))
-		return tx.Bucket(bEvents).ForEach(func(k, v []byte) error {
-			var e Event
-			if err := json.Unmarshal(v, &e); err != nil {
-				return err
-			}
-			out = append(out, e)
-			return nil
-		})
-	})
-	return out, acked, err
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	out := slices.Clone(j.st.events)
+	for i := range out {
+		out[i].Body = bytes.Clone(out[i].Body)
+	}
+	return out, j.st.eventAck, nil
 }
 
 // Dropped is how many unacked events the cap has dropped.
 func (j *Journal) Dropped() uint64 {
-	var n uint64
-	_ = j.db.View(func(tx *bolt.Tx) error { n = u64(tx.Bucket(bMeta).Get(kDropped)); return nil })
-	return n
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	return j.st.dropped
+}
+
+// nodeCheck refuses a journal of another node.
+func nodeCheck(have, want string) error {
+	if have != want {
+		return fmt.Errorf("%w (%s, not %s): move it aside with bcd join --reset --yes", ErrOtherNode, have, want)
+	}
+	return nil
+}
+
+func moveAside(path, why string) (string, error) {
+	aside := fmt.Sprintf("%s.%s-%d", path, why, time.Now().Unix())
+	if err := os.Rename(path, aside); err != nil {
+		return "", err
+	}
+	return aside, nil
 }

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 func open(t *testing.T, dir, node string) *Journal {
@@ -141,24 +139,103 @@ func TestOtherNodeRefused(t *testing.T) {
 }
 
 func TestCorruptMovedAside(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(dir, p string) error // damage the journal at p
+		file  string                    // the damaged file, under the moved-aside path
+	}{
+		{"snapshot", func(dir, p string) error {
+			return os.WriteFile(filepath.Join(p, snapName), []byte(strings.Repeat("garbage!", 4096)), 0o600)
+		}, snapName},
+		{"snapshot torn", func(dir, p string) error {
+			b, err := os.ReadFile(filepath.Join(p, snapName))
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(p, snapName), b[:len(b)-3], 0o600)
+		}, snapName},
+		{"a file in the journal's place", func(dir, p string) error {
+			if err := os.RemoveAll(p); err != nil {
+				return err
+			}
+			return os.WriteFile(p, []byte(strings.Repeat("garbage!", 4096)), 0o600)
+		}, ""},
+		{"bbolt journal.db", func(dir, p string) error {
+			if err := os.RemoveAll(p); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(dir, LegacyFile), []byte(strings.Repeat("garbage!", 4096)), 0o600)
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, File)
+			j := open(t, dir, "n1")
+			if _, _, err := j.Accept("old", "k", "", nil); err != nil {
+				t.Fatal(err)
+			}
+			j.Close()
+			if err := tc.write(dir, p); err != nil {
+				t.Fatal(err)
+			}
+			j, op, err := Open(p, "n1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j.Close()
+			if op.MovedAside == "" || op.Reason == nil {
+				t.Fatalf("corrupt file not reported: %+v", op)
+			}
+			b, err := os.ReadFile(filepath.Join(op.MovedAside, tc.file))
+			if err != nil || (len(b) == 0) {
+				t.Fatalf("moved-aside file: %v", err)
+			}
+			if _, isNew, err := j.Accept("c", "k", "", nil); err != nil || !isNew {
+				t.Fatalf("fresh journal: %v", err)
+			}
+		})
+	}
+}
+
+// TestTornLogTailCut: a log whose last write was torn (a crash in the
+// middle of a write) is read up to the last whole record, silently (the
+// journal is not moved aside); the torn bytes are reported and never read.
+func TestTornLogTailCut(t *testing.T) {
 	dir := t.TempDir()
-	p := filepath.Join(dir, File)
-	if err := os.WriteFile(p, []byte(strings.Repeat("garbage!", 4096)), 0o600); err != nil {
+	j := open(t, dir, "n1")
+	for _, id := range []string{"a", "b", "c"} {
+		if _, _, err := j.Accept(id, "k", "", []byte("cmd")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lp := j.log.Path()
+	size := j.log.Size()
+	j.Close()
+	f, err := os.OpenFile(lp, os.O_RDWR, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	j, op, err := Open(p, "n1")
+	// Half of c's record is lost, and garbage follows.
+	if _, err := f.WriteAt([]byte("\x01\x02torn write"), size-20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	j, op, err := Open(filepath.Join(dir, File), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if op.MovedAside == "" || op.Reason == nil {
-		t.Fatalf("corrupt file not reported: %+v", op)
+	if op.MovedAside != "" || op.TornTail == 0 || op.Replayed != 2 {
+		t.Fatalf("opened %+v; want the torn tail reported, 2 records replayed, nothing moved aside", op)
 	}
-	if b, err := os.ReadFile(op.MovedAside); err != nil || !strings.HasPrefix(string(b), "garbage!") {
-		t.Fatalf("moved-aside file: %v", err)
+	if a, _ := j.Get("a"); a == nil {
+		t.Fatal("a whole record before the torn one was lost")
+	}
+	if c, _ := j.Get("c"); c != nil {
+		t.Fatalf("the torn record was read: %+v", c)
 	}
 	if _, isNew, err := j.Accept("c", "k", "", nil); err != nil || !isNew {
-		t.Fatalf("fresh journal: %v", err)
+		t.Fatalf("accept after the cut: new=%v %v", isNew, err)
 	}
 }
 
@@ -242,19 +319,25 @@ func TestIndexes(t *testing.T) {
 		}
 	}
 	check(j)
-	// As a journal from before the indexes: no index buckets, no marker.
-	if err := j.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bOpen, bUnacked} {
-			if err := tx.DeleteBucket(b); err != nil {
-				return err
-			}
-		}
-		return tx.Bucket(bMeta).Delete(kIndexed)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	// The same after a reopen, from the snapshot and the log replayed.
 	j.Close()
 	j = open(t, dir, "n1")
 	defer j.Close()
 	check(j)
+}
+
+// TestOversizedWriteFailsAlone: a write larger than a log record holds
+// fails alone; the rest of its group and the journal go on.
+func TestOversizedWriteFailsAlone(t *testing.T) {
+	j := open(t, t.TempDir(), "n1")
+	defer j.Close()
+	if _, _, err := j.Accept("big", "k", "", make([]byte, 7<<20)); err == nil {
+		t.Fatal("a 7 MiB command (over 8 MiB as JSON) was accepted")
+	}
+	if _, isNew, err := j.Accept("small", "k", "", nil); err != nil || !isNew {
+		t.Fatalf("accept after the oversized write: %v", err)
+	}
+	if e, _ := j.Get("big"); e != nil {
+		t.Fatal("the oversized write is in the journal")
+	}
 }

@@ -226,11 +226,12 @@ func readKey(path string) (storedKey, error) {
 	return storedKey{file: key}, nil
 }
 
-// Reset moves identity.json, node.key, node.key.next and journal.db aside
+// Reset moves identity.json, node.key, node.key.next and the journal
+// (its directory, and the bbolt journal.db of older releases) aside
 // (to NAME.reset-UNIXTIME) and returns what it moved.
 func Reset(dir string, now time.Time) ([]string, error) {
 	var moved []string
-	for _, n := range []string{IdentityFile, KeyFile, KeyFile + ".next", "journal.db"} {
+	for _, n := range []string{IdentityFile, KeyFile, KeyFile + ".next", "journal", "journal.db"} {
 		p := filepath.Join(dir, n)
 		if _, err := os.Lstat(p); err != nil {
 			continue
@@ -247,7 +248,7 @@ func Reset(dir string, now time.Time) ([]string, error) {
 // ResetCandidates lists the files Reset would move.
 func ResetCandidates(dir string) []string {
 	var out []string
-	for _, n := range []string{IdentityFile, KeyFile, KeyFile + ".next", "journal.db"} {
+	for _, n := range []string{IdentityFile, KeyFile, KeyFile + ".next", "journal", "journal.db"} {
 		p := filepath.Join(dir, n)
 		if _, err := os.Lstat(p); err == nil {
 			out = append(out, p)

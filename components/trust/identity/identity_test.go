@@ -282,7 +282,10 @@ func TestReset(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wantMoved := []string{filepath.Join(dir, identity.IdentityFile), filepath.Join(dir, identity.KeyFile), filepath.Join(dir, "journal.db")}
+	if err := os.Mkdir(filepath.Join(dir, "journal"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	wantMoved := []string{filepath.Join(dir, identity.IdentityFile), filepath.Join(dir, identity.KeyFile), filepath.Join(dir, "journal"), filepath.Join(dir, "journal.db")}
 	sort.Strings(wantMoved)
 	cand := identity.ResetCandidates(dir)
 	sort.Strings(cand)
