@@ -107,18 +107,15 @@ func (f *files) open(path, nodeID string) (*state, Opened, error) {
 	}
 	f.removeStale()
 	if _, err := os.Lstat(legacy); err == nil {
-		// Imported now, or before a crash that came before this move.
-		aside, err := moveAside(legacy, "imported")
+		// Imported now, or before a crash that came before its tombstone
+		// (tombstone.go): a rolled-back update must not find it missing.
+		aside, err := retireLegacy(legacy, st.node)
 		if err != nil {
 			f.close()
-			return nil, op, fmt.Errorf("moving the imported %s aside: %w", legacy, err)
+			return nil, op, err
 		}
 		if imported {
 			op.Imported = aside
-		}
-		if err := wal.SyncDir(filepath.Dir(legacy)); err != nil {
-			f.close()
-			return nil, op, err
 		}
 	}
 	return st, op, nil
@@ -131,7 +128,9 @@ func (f *files) load(nodeID, legacy string, op *Opened) (st *state, imported boo
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		f.gen = 0
-		if _, lerr := os.Lstat(legacy); lerr != nil {
+		if _, lerr := os.Lstat(legacy); lerr != nil || isTombstone(legacy) {
+			// No journal yet, or only the tombstone of one imported before
+			// whose directory is gone (moved aside, or removed by hand).
 			return newState(nodeID), false, nil
 		}
 		st, err := importLegacy(legacy, nodeID)

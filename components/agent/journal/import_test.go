@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,8 +97,10 @@ func TestImportLegacyJournal(t *testing.T) {
 	if op.Imported == "" || op.MovedAside != "" {
 		t.Fatalf("opened %+v, want the import reported", op)
 	}
-	if _, err := os.Stat(legacy); !os.IsNotExist(err) {
-		t.Fatalf("journal.db still in place after the import: %v", err)
+	// journal.db is now a tombstone: the release before, started again
+	// by a rolled-back update, refuses it rather than start empty.
+	if err := previousReleaseOpens(legacy, "n1"); err == nil || !strings.Contains(err.Error(), "JOURNAL MOVED: the journal of n1 is now the directory journal/") {
+		t.Fatalf("the release before opens journal.db after the import: %v", err)
 	}
 	if _, err := os.Stat(op.Imported); err != nil {
 		t.Fatalf("imported file not kept aside: %v", err)
@@ -135,9 +139,9 @@ func TestImportLegacyJournal(t *testing.T) {
 	}
 	j.Close()
 
-	// A crash after the import's snapshot and before the move leaves
-	// journal.db in place: it is moved aside, not imported again (which
-	// would bring back "run" as running).
+	// A crash after the import's snapshot and before the tombstone leaves
+	// journal.db in place: it is retired, not imported again (which would
+	// bring back "run" as running).
 	if err := os.Rename(op.Imported, legacy); err != nil {
 		t.Fatal(err)
 	}
@@ -149,13 +153,71 @@ func TestImportLegacyJournal(t *testing.T) {
 	if op2.Imported != "" {
 		t.Fatalf("imported twice: %+v", op2)
 	}
-	if _, err := os.Stat(legacy); !os.IsNotExist(err) {
-		t.Fatalf("journal.db not moved aside on the second open: %v", err)
+	if !isTombstone(legacy) {
+		t.Fatal("journal.db is not a tombstone after the second open")
 	}
 	if r, _ := j.Get("run"); r.State != Done {
 		t.Fatalf("the running entry came back from journal.db: %+v", r)
 	}
 	if evs, _, _ := j.Events(); len(evs) != 4 {
 		t.Fatalf("%d events after reopen, want 4", len(evs))
+	}
+}
+
+// previousReleaseOpens is what the release before the write-ahead log did
+// with journal.db on Open: its buckets made, then its node id compared
+// with the node's (it refused another node's journal, ErrOtherNode).
+func previousReleaseOpens(path, node string) error {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.Update(func(tx *bolt.Tx) error {
+		for _, n := range []string{"meta", "commands", "events", "open", "unacked"} {
+			if _, err := tx.CreateBucketIfNotExists([]byte(n)); err != nil {
+				return err
+			}
+		}
+		m := tx.Bucket([]byte("meta"))
+		if have := m.Get([]byte("node_id")); have != nil {
+			if string(have) != node {
+				return fmt.Errorf("%w (%s, not %s): move it aside with bcd join --reset --yes", ErrOtherNode, have, node)
+			}
+			return nil
+		}
+		return m.Put([]byte("node_id"), []byte(node))
+	})
+}
+
+// TestTombstoneWithoutDirectory: a node reset (bcd join --reset moves the
+// journal directory and journal.db aside) or a journal directory removed
+// by hand beside a tombstone starts an empty journal, and a tombstone is
+// never imported as a journal.
+func TestTombstoneWithoutDirectory(t *testing.T) {
+	dir := t.TempDir()
+	legacy := filepath.Join(dir, LegacyFile)
+	writeLegacy(t, legacy, "n1", []*Entry{{ID: "acc", Kind: "k", State: Accepted, AcceptedAt: time.Now().UTC()}}, nil, 0, 0, 0)
+	j, _, err := Open(filepath.Join(dir, File), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	if err := os.RemoveAll(filepath.Join(dir, File)); err != nil {
+		t.Fatal(err)
+	}
+	j, op, err := Open(filepath.Join(dir, File), "n1")
+	if err != nil {
+		t.Fatalf("open beside a tombstone: %v", err)
+	}
+	defer j.Close()
+	if op.Imported != "" {
+		t.Errorf("a tombstone was imported: %+v", op)
+	}
+	if es, _ := j.Entries(); len(es) != 0 {
+		t.Errorf("entries %v from a tombstone", es)
+	}
+	if !isTombstone(legacy) {
+		t.Error("the tombstone is gone")
 	}
 }
