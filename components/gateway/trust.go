@@ -14,13 +14,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/better-compute/bcd/components/base/privfile"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/bundle"
 	"github.com/better-compute/bcd/components/trust/intent"
@@ -65,27 +65,9 @@ func loadCommandKey(kf keyFiles, setting string) (crypto.Signer, error) {
 // KEY") from a file that only its owner may read. Errors name the file,
 // never its contents.
 func ReadSigningKey(path string) (crypto.Signer, error) {
-	f, err := os.Open(path)
+	b, err := privfile.Read(path, 64<<10, "a PEM private key is far smaller")
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%s is readable by group or others (mode %v); chmod 600 it", path, st.Mode().Perm())
-	}
-	if st.Size() > 64<<10 {
-		return nil, fmt.Errorf("%s is %d bytes; a PEM private key is far smaller", path, st.Size())
-	}
-	b := make([]byte, st.Size())
-	if _, err := f.ReadAt(b, 0); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	k, err := pki.ParsePrivateKeyPEM(b)
 	clear(b)

@@ -22,7 +22,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+
+	"github.com/better-compute/bcd/components/base/privfile"
 )
 
 // Size is a KEK's length in bytes (AES-256).
@@ -133,29 +134,11 @@ func Parse(b []byte) (*KEK, error) {
 // no group or other permissions, at most MaxFile bytes). Errors name the
 // file, never its contents.
 func ReadFile(path string) (*KEK, error) {
-	f, err := os.Open(path)
+	b, err := privfile.Read(path, MaxFile, "a key-encryption key file is one short line")
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%s is readable by group or others (mode %v); chmod 600 it", path, st.Mode().Perm())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxFile+1))
 	defer clear(b)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > MaxFile {
-		return nil, fmt.Errorf("%s is over %d bytes; a key-encryption key file is one short line", path, MaxFile)
-	}
 	k, err := Parse(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
