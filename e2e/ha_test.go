@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
 )
@@ -78,14 +76,7 @@ func keyFilesOf(t testing.TB, dir string) []string {
 // others read them there, so all serve under the same pins.
 func newHALab(t *testing.T, n int, extra ...string) *haLab {
 	t.Helper()
-	c, err := pgtest.Start()
-	if errors.Is(err, pgtest.ErrNoPostgres) {
-		testenv.Skip(t, "%v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
+	c := pgtest.StartT(t)
 	url, err := c.NewDatabase(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
 )
 
@@ -24,14 +22,7 @@ import (
 // holds no bbolt file. A URL with a password on argv is refused without
 // showing it.
 func TestGatewayOnPostgres(t *testing.T) {
-	c, err := pgtest.Start()
-	if errors.Is(err, pgtest.ErrNoPostgres) {
-		testenv.Skip(t, "%v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
+	c := pgtest.StartT(t)
 	ctx := context.Background()
 	url, err := c.NewDatabase(ctx)
 	if err != nil {

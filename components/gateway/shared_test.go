@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/gateway/kek"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
@@ -167,14 +165,7 @@ func TestTwoGatewaysShareOneDatabase(t *testing.T) {
 // notices.
 func twoGateways(t *testing.T, cfg gateway.Config) (*gw, *gw) {
 	t.Helper()
-	c, err := pgtest.Start()
-	if errors.Is(err, pgtest.ErrNoPostgres) {
-		testenv.Skip(t, "%v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
+	c := pgtest.StartT(t)
 	url, err := c.NewDatabase(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/gateway/kek"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
@@ -34,14 +33,7 @@ type keyLab struct {
 
 func newKeyLab(t *testing.T) *keyLab {
 	t.Helper()
-	c, err := pgtest.Start()
-	if errors.Is(err, pgtest.ErrNoPostgres) {
-		testenv.Skip(t, "%v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
+	c := pgtest.StartT(t)
 	return &keyLab{t: t, c: c}
 }
 

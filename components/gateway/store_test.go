@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/gateway/store/pgstore"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
@@ -21,14 +19,7 @@ import (
 // logged with what was dialled; the gateway starts once it answers. A
 // start given up (ctx ended) returns the last error.
 func TestStoreWaitsForDatabase(t *testing.T) {
-	c, err := pgtest.Start()
-	if errors.Is(err, pgtest.ErrNoPostgres) {
-		testenv.Skip(t, "%v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
+	c := pgtest.StartT(t)
 
 	var logs lockedBuf
 	kekFile, _ := writeKEK(t)
@@ -84,14 +75,7 @@ func TestStoreWaitsForDatabase(t *testing.T) {
 // A database migrated by a newer bcgw is refused at once, saying so (no
 // retry loop).
 func TestStoreRefusesNewerSchema(t *testing.T) {
-	c, err := pgtest.Start()
-	if errors.Is(err, pgtest.ErrNoPostgres) {
-		testenv.Skip(t, "%v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
+	c := pgtest.StartT(t)
 	ctx := context.Background()
 	url, err := c.NewDatabase(ctx)
 	if err != nil {

@@ -234,6 +234,22 @@ var (
 	once      sync.Once
 )
 
+// StartT starts a cluster of the test's own (one it may stop or whose
+// socket it may proxy), stopped when the test ends. Without PostgreSQL
+// the test is skipped (a failure under CI).
+func StartT(t testing.TB) *Cluster {
+	t.Helper()
+	c, err := Start()
+	if errors.Is(err, ErrNoPostgres) {
+		testenv.Skip(t, "%v", err)
+	}
+	if err != nil {
+		t.Fatalf("start PostgreSQL: %v", err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
 // Database returns the URL of a fresh database on the test binary's one
 // cluster, started on first use. Without PostgreSQL the test is skipped
 // (a failure under CI).
