@@ -68,7 +68,7 @@ gw=("127.0.0.1:$(free_port)" "127.0.0.1:$(free_port)")
 
 start_gw() { # index
   local i=$1 d=$demo/gw$(($1 + 1))
-  "$bin/bcgw" serve --data-dir "$d" --listen "${gw[$i]}" --url "https://$ha" \
+  "$bin/bcgw" serve --name "gw$(($1 + 1))" --data-dir "$d" --listen "${gw[$i]}" --url "https://$ha" \
     --database-file "$demo/database.url" --key-encryption-key "$demo/bcgw.kek" 2>"$d.log" &
   pids+=($!)
   for _ in $(seq 100); do grep -q '"msg":"bcgw serving"' "$d.log" 2>/dev/null && return; sleep 0.1; done

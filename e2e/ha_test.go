@@ -104,11 +104,14 @@ func newHALab(t *testing.T, n int, extra ...string) *haLab {
 	return h
 }
 
+// gwName is gateway i's name (bcgw serve --name) and data dir.
+func (h *haLab) gwName(i int) string { return "gw" + string(rune('1'+i)) }
+
 // startGW starts (or starts again) gateway i on its port and data dir.
 func (h *haLab) startGW(i int, extra ...string) *gw {
 	h.t.Helper()
-	dir := filepath.Join(h.root, "gw"+string(rune('1'+i)))
-	g := h.startGateway(dir, h.ports[i], append([]string{"--database-file", h.dbFile, "--key-encryption-key", h.kekFile(), "--url", "https://" + h.ha}, extra...)...)
+	dir := filepath.Join(h.root, h.gwName(i))
+	g := h.startGateway(dir, h.ports[i], append([]string{"--name", h.gwName(i), "--database-file", h.dbFile, "--key-encryption-key", h.kekFile(), "--url", "https://" + h.ha}, extra...)...)
 	g.waitLog(h.t, "listening for the other gateways' notices", 30*time.Second)
 	h.gws[i] = g
 	return g
@@ -153,7 +156,7 @@ func (h *haLab) holder(node string, minEpoch uint64, alive func(int) bool) int {
 			continue
 		}
 		for _, n := range ns {
-			if n.ID == node && n.Connected && n.Epoch >= minEpoch {
+			if n.ID == node && n.Connected && n.Gateway == h.gwName(i) && n.Epoch >= minEpoch {
 				return i
 			}
 		}
@@ -186,6 +189,16 @@ func TestGatewayFailoverBehindHAProxy(t *testing.T) {
 	}
 	if v, err := admin.Command(ctx, c0.ID, 20*time.Second); err != nil || v.Status != "SUCCEEDED" {
 		t.Fatalf("ping through the other gateway: %+v %v", v, err)
+	}
+	// The gateway without the session says which one holds it, and sends
+	// a tunnel there.
+	code, out, _ := h.run("", nil, "bcgw", "nodes", "--data-dir", h.gws[other].dataDir)
+	if code != 0 || !strings.Contains(out, h.gwName(hold)) {
+		t.Errorf("bcgw nodes on gw%d: exit %d\n%s\nwant the session on %s", other+1, code, out, h.gwName(hold))
+	}
+	code, _, errOut := h.run("", nil, "bcgw", "tunnel", id, "--tcp", "22", "--data-dir", h.gws[other].dataDir)
+	if want := "is on gateway " + h.gwName(hold); code != 1 || !strings.Contains(errOut, want) {
+		t.Errorf("bcgw tunnel on gw%d: exit %d, %s\nwant exit 1 and %q", other+1, code, errOut, want)
 	}
 
 	// The slow one: 6 s, the mark in its middle.

@@ -278,6 +278,7 @@ type nodeView struct {
 	Epoch     uint64 `json:"epoch"`
 	Revoked   bool   `json:"revoked"`
 	BootLease bool   `json:"boot_lease"`
+	Gateway   string `json:"gateway"`
 }
 
 func (l *lab) nodes(g *gw) []nodeView {

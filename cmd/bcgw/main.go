@@ -127,6 +127,7 @@ func serve(ctx context.Context, env *cli.Env, args []string) int {
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8443", "address of the gateway (AgentGateway and well-known)")
 	fs.StringVar(&cfg.URL, "url", "", "gateway URL published to agents (default https://LISTEN)")
 	fs.StringVar(&cfg.ServerName, "server-name", "bcgw.lab", "TLS server name of the gateway certificate")
+	fs.StringVar(&cfg.Name, "name", "", "this gateway's name among several on one database, shown where a node's session is (default HOSTNAME:DATA-DIR)")
 	fs.StringVar(&cfg.AdminListen, "admin-listen", "", "also serve the admin API on this loopback address (bearer token in DATA/admin.token)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", 0, "refuse sessions beyond this many with a retry pushback (0: no limit)")
 	fs.DurationVar(&cfg.Pushback, "pushback", 2*time.Second, "the pushback a busy refusal carries")
@@ -224,13 +225,9 @@ func nodes(ctx context.Context, env *cli.Env, args []string) int {
 		return printJSON(env, ns)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tROLE\tSITE\tCONNECTED\tEPOCH\tREVOKED\tHOSTNAME\tAK")
+	fmt.Fprintln(tw, "NODE\tROLE\tSITE\tCONNECTED\tEPOCH\tREVOKED\tHOSTNAME\tAK\tGATEWAY")
 	for _, n := range ns {
-		ak := n.AK
-		if ak == "" {
-			ak = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%v\t%s\t%s\n", n.ID, n.Role, n.Site, n.Connected, n.Epoch, n.Revoked, n.Hostname, ak)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%v\t%s\t%s\t%s\n", n.ID, n.Role, n.Site, n.Connected, n.Epoch, n.Revoked, n.Hostname, orDash(n.AK), orDash(n.Gateway))
 	}
 	tw.Flush()
 	return 0

@@ -223,6 +223,9 @@ func writeStatus(w io.Writer, v gateway.StatusView) {
 	conn := "not connected"
 	if v.Connected {
 		conn = "connected"
+		if v.Gateway != "" {
+			conn += " to gateway " + v.Gateway
+		}
 	}
 	fmt.Fprintf(tw, "session\t%s, last seen %s\n", conn, stamp(v.LastSeen))
 	spec := "none"

@@ -34,7 +34,10 @@ type NodeView struct {
 	Role      string    `json:"role"`
 	Site      string    `json:"site"`
 	Hostname  string    `json:"hostname"`
-	Connected bool      `json:"connected"`
+	// Connected is true while a gateway holds the node's session: this
+	// one, or on a shared database the one Gateway names.
+	Connected bool   `json:"connected"`
+	Gateway   string `json:"gateway,omitempty"`
 	BootLease bool      `json:"boot_lease,omitempty"` // a site agent holding its site's boot lease
 	Epoch     uint64    `json:"epoch"`
 	Revoked   bool      `json:"revoked"`
@@ -374,7 +377,8 @@ func (s *Server) adminNodes(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]NodeView, 0, len(nodes))
 	for _, n := range nodes {
-		out = append(out, NodeView{ID: n.ID, Role: n.Role, Site: n.Site, Hostname: n.Hostname, Connected: s.Connected(n.ID),
+		on, connected := s.sessionOn(n)
+		out = append(out, NodeView{ID: n.ID, Role: n.Role, Site: n.Site, Hostname: n.Hostname, Connected: connected, Gateway: on,
 			BootLease: n.Role == "site" && s.leases.holder(n.Site, s.now()) == n.ID,
 			Epoch:     n.Epoch, Revoked: n.Revoked, LastSeen: n.LastSeen, NotAfter: n.NotAfter, AK: n.AK})
 	}

@@ -41,6 +41,10 @@ type Config struct {
 	URL         string // gateway URL published in the well-known document; default https://Listen
 	ServerName  string // TLS name of the serving certificate; default bcgw.lab
 	TrustDomain string // SPIFFE trust domain; default bcgw.lab
+	// Name is this gateway's name among several on one database, stored
+	// with each session it holds (store.Node.Gateway); default
+	// hostname/Listen.
+	Name string
 	// AdminListen, when set, also serves the admin API on this loopback
 	// address with the bearer token in DataDir/admin.token.
 	AdminListen  string
@@ -117,6 +121,9 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.ServerName == "" {
 		cfg.ServerName = "bcgw.lab"
+	}
+	if cfg.Name == "" {
+		cfg.Name = defaultName(cfg.DataDir)
 	}
 	if cfg.TrustDomain == "" {
 		cfg.TrustDomain = "bcgw.lab"
@@ -712,6 +719,22 @@ func (s *Server) resultStored(id string) {
 
 // Connected reports whether a node has a live session.
 func (s *Server) Connected(nodeID string) bool { return s.hub.connected(nodeID) }
+
+// defaultName is a gateway's name when it is given none: its host and its
+// data directory, which is where its admin socket lives (bcgw --data-dir).
+func defaultName(dataDir string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	return host + ":" + dataDir
+}
+
+// Name is this gateway's name among several on one database.
+func (s *Server) Name() string { return s.cfg.Name }
 
 // privateDir makes dir, or tightens an existing one, to mode 0700: it
 // holds the CA key, the store and the admin socket.

@@ -269,9 +269,15 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	if _, err := s.store.UpdateNode(n.ID, func(x *store.Node) error {
 		x.AppliedGeneration, x.ObservedGeneration = hello.GetAppliedGeneration(), hello.GetObservedGeneration()
 		x.TrustVersion, x.TrustVersionAt = hello.GetTrustBundleVersion(), s.now().UTC()
+		if x.Epoch == epoch {
+			x.Gateway = s.cfg.Name
+		}
 		return nil
 	}); err != nil {
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
+	}
+	if s.shared != nil {
+		defer s.sessionEnded(n.ID, epoch, log)
 	}
 	l.beat.helloStored(time.Time{}, hello.GetAppliedGeneration(), hello.GetObservedGeneration())
 

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway/store"
@@ -210,4 +212,44 @@ func (s *Server) onNotice(n store.Notice) {
 			l.push(outFrame{f: f})
 		}()
 	}
+}
+
+// errNotOurs stops a store update that finds the node's session is no
+// longer the one this gateway ended.
+var errNotOurs = errors.New("the node's session moved on")
+
+// sessionEnded clears the node's Gateway when the session that ended is
+// still its latest (the same epoch, held here): a node whose agent
+// reconnected elsewhere in the meantime keeps the other gateway's name.
+func (s *Server) sessionEnded(nodeID string, epoch uint64, log *slog.Logger) {
+	_, err := s.store.UpdateNode(nodeID, func(x *store.Node) error {
+		if x.Epoch != epoch || x.Gateway != s.cfg.Name {
+			return errNotOurs
+		}
+		x.Gateway = ""
+		return nil
+	})
+	if err != nil && !errors.Is(err, errNotOurs) {
+		// A gateway stopping may have closed its store: the node's next
+		// session writes Gateway again.
+		log.Debug("session's end not stored", "err", err)
+	}
+}
+
+// sessionOn says which gateway holds the node's session: this one when
+// its hub holds it; on a shared store, the one the node's record names,
+// while the record was refreshed recently enough for that gateway to be
+// alive (heartbeats write it at least every seenRefresh). A gateway that
+// died leaves its name until then, or until the node's next session.
+func (s *Server) sessionOn(n store.Node) (gateway string, connected bool) {
+	if s.hub.connected(n.ID) {
+		return s.cfg.Name, true
+	}
+	if s.shared == nil || n.Gateway == "" || n.Gateway == s.cfg.Name {
+		return "", false
+	}
+	if s.now().Sub(n.LastSeen) > seenRefresh+2*s.cfg.Heartbeat {
+		return "", false
+	}
+	return n.Gateway, true
 }

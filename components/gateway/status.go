@@ -92,6 +92,7 @@ type StatusView struct {
 	Role      string    `json:"role"`
 	Site      string    `json:"site"`
 	Connected bool      `json:"connected"`
+	Gateway   string    `json:"gateway,omitempty"` // the gateway holding its session (NodeView)
 	LastSeen  time.Time `json:"last_seen,omitzero"`
 	// SpecGeneration is the gateway's desired spec generation (0: none);
 	// AppliedGeneration the one the agent holds, ObservedGeneration the
@@ -300,10 +301,11 @@ func (s *Server) Status(node string) (StatusView, error) {
 		return StatusView{}, err
 	}
 	v := StatusView{
-		Node: n.ID, Role: n.Role, Site: n.Site, Connected: s.Connected(n.ID), LastSeen: n.LastSeen,
+		Node: n.ID, Role: n.Role, Site: n.Site, LastSeen: n.LastSeen,
 		SpecGeneration: sp.Generation, AppliedGeneration: n.AppliedGeneration, ObservedGeneration: n.ObservedGeneration,
 		Sections: []SectionView{}, Conditions: []ConditionView{},
 	}
+	v.Gateway, v.Connected = s.sessionOn(n)
 	if v.Upgrade, err = s.upgradeView(node); err != nil {
 		return v, err
 	}

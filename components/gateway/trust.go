@@ -388,7 +388,8 @@ func (s *Server) Trust() (TrustView, error) {
 		if n.Revoked {
 			continue
 		}
-		tn := TrustNode{Node: n.ID, Connected: s.Connected(n.ID), TrustVersion: n.TrustVersion}
+		_, connected := s.sessionOn(n)
+		tn := TrustNode{Node: n.ID, Connected: connected, TrustVersion: n.TrustVersion}
 		if !n.TrustVersionAt.IsZero() {
 			at := n.TrustVersionAt
 			tn.At = &at

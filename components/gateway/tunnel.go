@@ -149,11 +149,17 @@ func (s *Server) openTunnel(ctx context.Context, node string, r TunnelRequest) (
 	if r.TTL < 10*time.Second || r.TTL > ticket.MaxLifetime {
 		return nil, c, fmt.Errorf("ttl must be from 10s to %s", ticket.MaxLifetime)
 	}
-	if _, err := s.nodeForSpec(node); err != nil {
+	n, err := s.nodeForSpec(node)
+	if err != nil {
 		return nil, c, err
 	}
-	if !s.hub.connected(node) {
+	if on, connected := s.sessionOn(n); !connected {
 		return nil, c, fmt.Errorf("node %s is not connected: a tunnel goes over its session", node)
+	} else if on != s.cfg.Name {
+		// The tunnel's bytes would have to cross between gateways, which
+		// share a database and no stream (docs/gateway-store.md).
+		return nil, c, fmt.Errorf("node %s's session is on gateway %s, not on this one (%s): a tunnel goes over its session, so open it there (bcgw --data-dir on that host)",
+			node, on, s.cfg.Name)
 	}
 	key, err := s.ticketKey()
 	if err != nil {

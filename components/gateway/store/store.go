@@ -84,6 +84,11 @@ type Node struct {
 	MAC      string    `json:"mac,omitempty"`
 	NotAfter time.Time `json:"not_after"`
 	Epoch    uint64    `json:"epoch"`
+	// Gateway names the gateway holding the node's session (Config.Name),
+	// set when it accepts the session and cleared when that session ends;
+	// a gateway that dies leaves it until the node's next session. Several
+	// gateways on one store read it to say where a node is connected.
+	Gateway string `json:"gateway,omitempty"`
 	Revoked  bool      `json:"revoked"`
 	JoinedAt time.Time `json:"joined_at"`
 	LastSeen time.Time `json:"last_seen"`
