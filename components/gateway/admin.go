@@ -30,14 +30,14 @@ const AdminTokenFile = "admin.token"
 
 // NodeView is a node as the admin API lists it.
 type NodeView struct {
-	ID        string    `json:"id"`
-	Role      string    `json:"role"`
-	Site      string    `json:"site"`
-	Hostname  string    `json:"hostname"`
+	ID       string `json:"id"`
+	Role     string `json:"role"`
+	Site     string `json:"site"`
+	Hostname string `json:"hostname"`
 	// Connected is true while a gateway holds the node's session: this
 	// one, or on a shared database the one Gateway names.
-	Connected bool   `json:"connected"`
-	Gateway   string `json:"gateway,omitempty"`
+	Connected bool      `json:"connected"`
+	Gateway   string    `json:"gateway,omitempty"`
 	BootLease bool      `json:"boot_lease,omitempty"` // a site agent holding its site's boot lease
 	Epoch     uint64    `json:"epoch"`
 	Revoked   bool      `json:"revoked"`

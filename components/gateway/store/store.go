@@ -88,7 +88,7 @@ type Node struct {
 	// set when it accepts the session and cleared when that session ends;
 	// a gateway that dies leaves it until the node's next session. Several
 	// gateways on one store read it to say where a node is connected.
-	Gateway string `json:"gateway,omitempty"`
+	Gateway  string    `json:"gateway,omitempty"`
 	Revoked  bool      `json:"revoked"`
 	JoinedAt time.Time `json:"joined_at"`
 	LastSeen time.Time `json:"last_seen"`
