@@ -126,8 +126,8 @@ for i in 1 2 3; do
 done
 unset token
 
-connected() { # data dir -> how many nodes have their session on that gateway
-  "$bin/bcgw" nodes --json --data-dir "$1" | grep -c '"connected": true' || true
+connected() { # data dir -> how many nodes have their session on that gateway (its --name)
+  "$bin/bcgw" nodes --json --data-dir "$1" | grep -c "\"gateway\": \"$(basename "$1")\"" || true
 }
 for _ in $(seq 150); do
   [ $(($(connected "$demo/gw1") + $(connected "$demo/gw2"))) = 3 ] && break
