@@ -12,26 +12,14 @@ import (
 // database answers. It exits 1 when the database does not, so a script
 // or a monitoring check can read the exit code (docs/gateway-store.md).
 func health(ctx context.Context, env *cli.Env, args []string) int {
-	fs := cli.NewFlagSet(env, "bcgw", "health")
-	var a adminFlags
-	a.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if code, ok := cli.Parse(fs, env, args, ""); !ok {
+	h, asJSON, code, ok := fetchView(ctx, env, args, "health", (*gateway.AdminClient).Health)
+	if !ok {
 		return code
 	}
-	c, err := a.client()
-	if err != nil {
-		return cli.Fail(env, "bcgw health", err)
-	}
-	h, err := c.Health(ctx)
-	if err != nil {
-		return cli.Fail(env, "bcgw health", err)
-	}
-	code := 0
 	if !h.Database.Reachable {
 		code = cli.ExitFailure
 	}
-	if *asJSON {
+	if asJSON {
 		if c := printJSON(env, h); c != 0 {
 			return c
 		}

@@ -205,23 +205,35 @@ func printJSON(env *cli.Env, v any) int {
 	return 0
 }
 
-func nodes(ctx context.Context, env *cli.Env, args []string) int {
-	fs := cli.NewFlagSet(env, "bcgw", "nodes")
+// fetchView runs the start of a command that reads one view and takes no
+// arguments: its admin flags and --json, then the one admin call. ok is
+// false when the command is over, with its exit code (usage, or the call
+// failed).
+func fetchView[T any](ctx context.Context, env *cli.Env, args []string, name string,
+	get func(*gateway.AdminClient, context.Context) (T, error)) (v T, asJSON bool, code int, ok bool) {
+	fs := cli.NewFlagSet(env, "bcgw", name)
 	var a adminFlags
 	a.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
+	j := fs.Bool("json", false, "print JSON")
 	if code, ok := cli.Parse(fs, env, args, ""); !ok {
-		return code
+		return v, false, code, false
 	}
 	c, err := a.client()
-	if err != nil {
-		return cli.Fail(env, "bcgw nodes", err)
+	if err == nil {
+		v, err = get(c, ctx)
 	}
-	ns, err := c.Nodes(ctx)
 	if err != nil {
-		return cli.Fail(env, "bcgw nodes", err)
+		return v, false, cli.Fail(env, "bcgw "+name, err), false
 	}
-	if *asJSON {
+	return v, *j, 0, true
+}
+
+func nodes(ctx context.Context, env *cli.Env, args []string) int {
+	ns, asJSON, code, ok := fetchView(ctx, env, args, "nodes", (*gateway.AdminClient).Nodes)
+	if !ok {
+		return code
+	}
+	if asJSON {
 		return printJSON(env, ns)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)

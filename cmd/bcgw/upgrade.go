@@ -106,22 +106,11 @@ func expiryWarning(version string, expires, now time.Time) string {
 // each with its expiry; a warning for each expired or expiring within a
 // week.
 func releaseList(ctx context.Context, env *cli.Env, args []string) int {
-	fs := cli.NewFlagSet(env, "bcgw", "release list")
-	var a adminFlags
-	a.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if code, ok := cli.Parse(fs, env, args, ""); !ok {
+	rs, asJSON, code, ok := fetchView(ctx, env, args, "release list", (*gateway.AdminClient).Releases)
+	if !ok {
 		return code
 	}
-	c, err := a.client()
-	if err != nil {
-		return cli.Fail(env, "bcgw release list", err)
-	}
-	rs, err := c.Releases(ctx)
-	if err != nil {
-		return cli.Fail(env, "bcgw release list", err)
-	}
-	if *asJSON {
+	if asJSON {
 		return printJSON(env, rs)
 	}
 	now := time.Now()
