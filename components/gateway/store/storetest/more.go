@@ -288,6 +288,32 @@ func testEventSeqRange(t *testing.T, open Open) {
 }
 
 // race runs f on n goroutines started together and returns their errors.
+// oneWinner runs try by racers at once and fails the test unless exactly
+// one of them won and none failed; it returns the winner.
+func oneWinner(t *testing.T, what string, try func(i int) (won bool, err error)) int {
+	t.Helper()
+	var mu sync.Mutex
+	var won []int
+	errs := race(racers, func(i int) error {
+		ok, err := try(i)
+		if ok {
+			mu.Lock()
+			won = append(won, i)
+			mu.Unlock()
+		}
+		return err
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	if len(won) != 1 {
+		t.Fatalf("%s: %d of %d won (%v), want 1", what, len(won), racers, won)
+	}
+	return won[0]
+}
+
 func race(n int, f func(i int) error) []error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -489,27 +515,10 @@ func testConcurrentSwapMeta(t *testing.T, open Open) {
 	if err := s.SetMeta("k", []byte("v1")); err != nil {
 		t.Fatal(err)
 	}
-	won := make(chan int, racers)
-	for _, err := range race(racers, func(i int) error {
-		ok, err := s.SwapMeta("k", []byte("v1"), []byte{byte('a' + i)})
-		if ok {
-			won <- i
-		}
-		return err
-	}) {
-		if err != nil {
-			t.Errorf("swap: %v", err)
-		}
-	}
-	close(won)
-	var ws []int
-	for i := range won {
-		ws = append(ws, i)
-	}
-	if len(ws) != 1 {
-		t.Fatalf("%d writers won (%v), want 1", len(ws), ws)
-	}
-	if got, _ := s.Meta("k"); string(got) != string([]byte{byte('a' + ws[0])}) {
+	w := oneWinner(t, "swap", func(i int) (bool, error) {
+		return s.SwapMeta("k", []byte("v1"), []byte{byte('a' + i)})
+	})
+	if got, _ := s.Meta("k"); string(got) != string([]byte{byte('a' + w)}) {
 		t.Errorf("stored %q, want the winner's", got)
 	}
 }

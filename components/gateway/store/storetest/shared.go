@@ -345,25 +345,13 @@ func testReleasesAcross(t *testing.T, a, b store.Store) {
 	if _, err := ra.ReleaseArtifact("bb"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the refused release's binary was stored: %v", err)
 	}
-	var mu sync.Mutex
-	won := 0
-	errs := race(racers, func(i int) error {
+	oneWinner(t, "publishers of 2.0.0", func(i int) (bool, error) {
 		err := pick(a, b, i).(store.Releases).PutRelease("2.0.0", []byte{byte('0' + i)}, nil)
-		if err == nil {
-			mu.Lock()
-			won++
-			mu.Unlock()
+		if errors.Is(err, store.ErrReleaseConflict) {
+			return false, nil
 		}
-		return err
+		return err == nil, err
 	})
-	for _, err := range errs {
-		if err != nil && !errors.Is(err, store.ErrReleaseConflict) {
-			t.Errorf("racing publisher: %v", err)
-		}
-	}
-	if won != 1 {
-		t.Errorf("%d publishers of 2.0.0 won, want 1", won)
-	}
 }
 
 // Gateways starting together on an empty store each offer a key set:
@@ -385,27 +373,11 @@ func testOneKeySet(t *testing.T, a, b store.Store) {
 		}
 		return fmt.Sprintf("fp-%d", i), ks
 	}
-	var mu sync.Mutex
-	var won []int
-	errs := race(racers, func(i int) error {
+	w := oneWinner(t, "key sets stored", func(i int) (bool, error) {
 		fp, ks := set(i)
-		ok, err := pick(ka.(store.Store), kb.(store.Store), i).(store.KeyStore).AddKeysIfAbsent(fp, ks)
-		if ok {
-			mu.Lock()
-			won = append(won, i)
-			mu.Unlock()
-		}
-		return err
+		return pick(ka.(store.Store), kb.(store.Store), i).(store.KeyStore).AddKeysIfAbsent(fp, ks)
 	})
-	for _, err := range errs {
-		if err != nil {
-			t.Errorf("add keys: %v", err)
-		}
-	}
-	if len(won) != 1 {
-		t.Fatalf("%d key sets stored (%v), want 1", len(won), won)
-	}
-	wantFP, want := set(won[0])
+	wantFP, want := set(w)
 	for _, k := range []store.KeyStore{ka, kb, ka} {
 		fp, got, err := k.Keys()
 		if err != nil || fp != wantFP || len(got) != len(want) {
@@ -430,27 +402,11 @@ func testSwapMetaAcross(t *testing.T, a, b store.Store) {
 	if err := a.SetMeta("trust/bundle", []byte("v1")); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var won []int
-	errs := race(racers, func(i int) error {
-		ok, err := pick(a, b, i).SwapMeta("trust/bundle", []byte("v1"), fmt.Appendf(nil, "v2 by %d", i))
-		if ok {
-			mu.Lock()
-			won = append(won, i)
-			mu.Unlock()
-		}
-		return err
+	w := oneWinner(t, "swap", func(i int) (bool, error) {
+		return pick(a, b, i).SwapMeta("trust/bundle", []byte("v1"), fmt.Appendf(nil, "v2 by %d", i))
 	})
-	for _, err := range errs {
-		if err != nil {
-			t.Errorf("swap: %v", err)
-		}
-	}
-	if len(won) != 1 {
-		t.Fatalf("%d writers won (%v), want 1", len(won), won)
-	}
 	for _, s := range []store.Store{a, b} {
-		if got, err := s.Meta("trust/bundle"); err != nil || string(got) != fmt.Sprintf("v2 by %d", won[0]) {
+		if got, err := s.Meta("trust/bundle"); err != nil || string(got) != fmt.Sprintf("v2 by %d", w) {
 			t.Errorf("stored %q %v, want the winner's", got, err)
 		}
 	}
