@@ -59,17 +59,17 @@ func (s *Server) startHealth() {
 	s.health.DatabaseHealth = DatabaseHealth{Backend: backend, Reachable: true, Since: now, Checked: now}
 }
 
-// healthLoop pings the database every healthEvery until ctx ends.
-func (s *Server) healthLoop(ctx context.Context) {
-	t := time.NewTicker(healthEvery)
+// every runs f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			f()
 		}
-		s.checkDatabase(ctx)
 	}
 }
 

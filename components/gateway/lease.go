@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"sync"
 	"time"
@@ -131,24 +130,15 @@ func (s *Server) siteTouch(node, site string) {
 	}
 }
 
-// leaseLoop hands a lapsed lease to another connected site agent of the
-// same site, until ctx ends.
-func (s *Server) leaseLoop(ctx context.Context) {
-	t := time.NewTicker(s.leases.ttl / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+// handLapsedLeases hands a lapsed lease to another connected site agent
+// of the same site (every third of the lease's lifetime).
+func (s *Server) handLapsedLeases() {
+	for _, l := range s.hub.all() {
+		if l.role != "site" {
+			continue
 		}
-		for _, l := range s.hub.all() {
-			if l.role != "site" {
-				continue
-			}
-			if s.leases.holder(l.site, s.now()) == "" {
-				s.siteTouch(l.nodeID, l.site)
-			}
+		if s.leases.holder(l.site, s.now()) == "" {
+			s.siteTouch(l.nodeID, l.site)
 		}
 	}
 }

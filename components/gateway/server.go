@@ -301,8 +301,8 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	lctx, stopLeases := context.WithCancel(ctx)
 	defer stopLeases()
-	go s.leaseLoop(lctx)
-	go s.healthLoop(lctx)
+	go every(lctx, s.leases.ttl/3, s.handLapsedLeases)
+	go every(lctx, healthEvery, func() { s.checkDatabase(lctx) }) // the database's health (health.go)
 	if s.shared != nil {
 		go s.sharedLoop(lctx)
 	}

@@ -60,7 +60,7 @@ func (s *Server) notify(n store.Notice) {
 // sharedLoop listens for notices until ctx ends, listening again after a
 // lost connection (1 s, doubling to 30 s), and runs the sweep.
 func (s *Server) sharedLoop(ctx context.Context) {
-	go s.sweepLoop(ctx)
+	go every(ctx, sharedSweep, s.sweep)
 	wait := time.Second
 	for ctx.Err() == nil {
 		start := time.Now()
@@ -82,19 +82,6 @@ func (s *Server) sharedLoop(ctx context.Context) {
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 30*time.Second)
-	}
-}
-
-func (s *Server) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(sharedSweep)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.sweep()
-		}
 	}
 }
 
