@@ -76,7 +76,9 @@ func TestHAFailoverSoak(t *testing.T) {
 	for i, g := range h.gws {
 		admins[i] = gateway.NewAdminClient(g.dataDir, "", "")
 	}
-	// connected counts the distinct nodes with a session on a live gateway.
+	// connected counts the distinct nodes with a session on a live gateway,
+	// each counted by the gateway holding it: every gateway lists the whole
+	// fleet, and a gateway just killed is still named for a while.
 	connected := func() (int, []string) {
 		ids := map[string]bool{}
 		for i := range gws {
@@ -93,7 +95,7 @@ func TestHAFailoverSoak(t *testing.T) {
 				continue
 			}
 			for _, n := range ns {
-				if n.Connected {
+				if n.Connected && n.Gateway == h.gwName(i) {
 					ids[n.ID] = true
 				}
 			}
@@ -210,7 +212,7 @@ func TestHAFailoverSoak(t *testing.T) {
 				t.Fatalf("gw%d nodes: %v", i+1, err)
 			}
 			for _, n := range ns {
-				if n.Connected {
+				if n.Connected && n.Gateway == h.gwName(i) {
 					held[i]++
 				}
 			}
