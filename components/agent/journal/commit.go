@@ -219,7 +219,14 @@ func (w *writer) flush(n int) error {
 	if err != nil {
 		j.log.Fail(err)
 		w.head = j.st.clone()
+		// The group's frames must not be read again, by this process or the
+		// next: zeroed here, and gone with the log when a new generation
+		// starts from the state on disk.
+		derr := j.log.Discard()
 		if rerr := j.rotate(j.st); rerr != nil {
+			if derr != nil {
+				return fmt.Errorf("%w (and neither discarding the group: %v, nor starting a new log: %v; the log takes no writes until a later commit starts one)", err, derr, rerr)
+			}
 			return fmt.Errorf("%w (and starting a new log: %v; the log takes no writes until a later commit starts one)", err, rerr)
 		}
 		return err

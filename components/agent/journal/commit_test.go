@@ -12,9 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/better-compute/bcd/components/agent/journal/wal"
 )
 
 // crashChildEnv makes the test binary the child of TestAckedWritesSurviveCrash.
@@ -226,5 +229,91 @@ func TestFailedWriteInGroup(t *testing.T) {
 	all, _ := j.Entries()
 	if len(all) != 24 {
 		t.Fatalf("%d entries, want 24", len(all))
+	}
+}
+
+// TestFailedGroupNotReadAgain: a commit whose fdatasync fails while no new
+// log can be started either leaves the failed group's frames, whole and
+// with valid checksums, in the log it stays on. They must not come back
+// when the journal is opened again (this boot's page cache holds them).
+func TestFailedGroupNotReadAgain(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir, "n1")
+	if _, _, err := j.Accept("before", "k", "control", nil); err != nil {
+		t.Fatal(err)
+	}
+	eio := errors.New("fdatasync: input/output error")
+	j.w.beforeCommit = func(int) error { return eio }
+	createLog = func(string, uint64, int64) (*wal.Log, error) { return nil, errors.New("no space left on device") }
+	defer func() { createLog = wal.Create }()
+	if _, _, err := j.Accept("failed", "k", "control", nil); !errors.Is(err, eio) {
+		t.Fatalf("Accept on a failing disk: %v", err)
+	}
+	j.Close()
+	createLog = wal.Create
+	j = open(t, dir, "n1")
+	defer j.Close()
+	if e, _ := j.Get("failed"); e != nil {
+		t.Fatalf("the failed Accept is in the journal read again: %+v", e)
+	}
+	if e, _ := j.Get("before"); e == nil {
+		t.Fatal("the Accept before the failure is gone")
+	}
+}
+
+// TestCompactionUnsyncedDirectory: a compaction whose new snapshot was
+// renamed into place but whose directory fsync failed may or may not be
+// durable, and a restart that finds it removes the old log. No write after
+// it may be acked into that old log: here the rotations tried after it
+// fail before their rename, so the snapshot in place lacks such a write,
+// and the reopen must still find every write that was acked. Once the
+// disk works again, the journal takes writes.
+func TestCompactionUnsyncedDirectory(t *testing.T) {
+	old := compactAt
+	compactAt = 16 << 10
+	defer func() { compactAt = old }()
+	dir := t.TempDir()
+	j := open(t, dir, "n1")
+	var broken, renamed atomic.Bool
+	broken.Store(true)
+	syncDir = func(d string) error {
+		if broken.Load() {
+			renamed.Store(true) // the only caller renamed a snapshot just before
+			return errors.New("fsync: input/output error")
+		}
+		return wal.SyncDir(d)
+	}
+	createLog = func(p string, gen uint64, seg int64) (*wal.Log, error) {
+		if renamed.Load() && broken.Load() {
+			return nil, errors.New("no space left on device")
+		}
+		return wal.Create(p, gen, seg)
+	}
+	defer func() { syncDir, createLog = wal.SyncDir, wal.Create }()
+	var acked []string
+	after := 0
+	for i := 0; i < 2000 && after < 5; i++ {
+		if renamed.Load() {
+			after++
+		}
+		id := fmt.Sprintf("c%04d", i)
+		if _, _, err := j.Accept(id, "k", "control", bytes.Repeat([]byte("x"), 100)); err == nil {
+			acked = append(acked, id)
+		}
+	}
+	if !renamed.Load() {
+		t.Fatal("no compaction was tried")
+	}
+	j.Close()
+	broken.Store(false)
+	j = open(t, dir, "n1")
+	defer j.Close()
+	for _, id := range acked {
+		if e, _ := j.Get(id); e == nil {
+			t.Errorf("%s was acked and is gone after a reopen", id)
+		}
+	}
+	if _, _, err := j.Accept("last", "k", "control", nil); err != nil {
+		t.Fatalf("an Accept once the disk works: %v", err)
 	}
 }

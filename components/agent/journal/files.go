@@ -38,6 +38,12 @@ const (
 // tests.
 var compactAt int64 = 8 << 20
 
+// createLog and syncDir are wal's, swapped by tests to fail a rotation.
+var (
+	createLog = wal.Create
+	syncDir   = wal.SyncDir
+)
+
 func logName(gen uint64) string { return logPrefix + strconv.FormatUint(gen, 10) }
 
 // files is the journal's directory and the log open in it. Only Open,
@@ -187,15 +193,22 @@ func (f *files) rotate(s *state) error {
 	gen := f.gen + 1
 	lp := filepath.Join(f.dir, logName(gen))
 	_ = os.Remove(lp) // a rotation that crashed before its snapshot left it
-	l, err := wal.Create(lp, gen, wal.Segment)
+	l, err := createLog(lp, gen, wal.Segment)
 	if err != nil {
 		return fmt.Errorf("new log: %w", err)
 	}
-	n, err := writeSnapshot(f.dir, gen, s)
+	n, renamed, err := writeSnapshot(f.dir, gen, s)
 	f.rotSyncs += 2 // the snapshot, the directory (the new log counts its own)
 	if err != nil {
 		l.Close()
 		os.Remove(lp)
+		if renamed && f.log != nil {
+			// The new snapshot is in place but may not be durable: a restart
+			// reads either it (and no log, removing the old one) or the old
+			// snapshot and log. Nothing more may go to the old log, or the
+			// first case loses it: the next commit tries the rotation again.
+			f.log.Fail(fmt.Errorf("journal: a new snapshot's directory could not be synced: %w", err))
+		}
 		return err
 	}
 	old := f.log
@@ -209,33 +222,35 @@ func (f *files) rotate(s *state) error {
 }
 
 // writeSnapshot writes s as the snapshot of generation gen: to a temporary
-// file, fsynced, renamed over the snapshot, the directory fsynced.
-func writeSnapshot(dir string, gen uint64, s *state) (int64, error) {
+// file, fsynced, renamed over the snapshot, the directory fsynced. renamed
+// says the new snapshot took the old one's place, even when the directory's
+// fsync then failed.
+func writeSnapshot(dir string, gen uint64, s *state) (size int64, renamed bool, err error) {
 	recs, err := s.snapshotRecords()
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	tmp := filepath.Join(dir, snapName+".tmp")
 	_ = os.Remove(tmp)
 	l, err := wal.Create(tmp, gen, 0)
 	if err != nil {
-		return 0, fmt.Errorf("snapshot: %w", err)
+		return 0, false, fmt.Errorf("snapshot: %w", err)
 	}
 	defer l.Close()
 	for len(recs) > 0 {
 		n := min(len(recs), 4096)
 		if err := l.Append(recs[:n]); err != nil {
-			return 0, fmt.Errorf("snapshot: %w", err)
+			return 0, false, fmt.Errorf("snapshot: %w", err)
 		}
 		recs = recs[n:]
 	}
 	if err := l.Sync(); err != nil {
-		return 0, fmt.Errorf("snapshot: %w", err)
+		return 0, false, fmt.Errorf("snapshot: %w", err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, snapName)); err != nil {
-		return 0, fmt.Errorf("snapshot: %w", err)
+		return 0, false, fmt.Errorf("snapshot: %w", err)
 	}
-	return l.Size(), wal.SyncDir(dir)
+	return l.Size(), true, syncDir(dir)
 }
 
 // removeStale removes logs of other generations and a snapshot.tmp: what

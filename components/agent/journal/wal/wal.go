@@ -135,6 +135,7 @@ type Log struct {
 	alloc   int64 // the file's allocated size
 	segment int64
 	buf     []byte
+	dirty   int64 // the end of what a write may have reached, failed writes included
 	err     error // the first write or sync that failed: the log takes no more
 	syncs   uint64
 }
@@ -207,6 +208,7 @@ func (l *Log) write(b []byte) error {
 			return err
 		}
 	}
+	l.dirty = max(l.dirty, l.size+int64(len(b)))
 	if _, err := l.f.WriteAt(b, l.size); err != nil {
 		l.err = fmt.Errorf("write %s at %d: %w", l.path, l.size, err)
 		return l.err
@@ -258,6 +260,26 @@ func (l *Log) Fail(err error) {
 	if l.err == nil {
 		l.err = err
 	}
+}
+
+// Discard overwrites with zeros whatever was written past Synced, failed
+// writes included, and fdatasyncs, so the log read again ends at Synced.
+// Frames whose fdatasync failed are whole and carry valid checksums: left
+// in place, this boot's page cache would hand them to the next reader (a
+// restart) as if they had been committed. It works on a failed log too.
+func (l *Log) Discard() error {
+	if l.dirty <= l.synced {
+		return nil
+	}
+	if _, err := l.f.WriteAt(make([]byte, l.dirty-l.synced), l.synced); err != nil {
+		return fmt.Errorf("discard %s past %d: %w", l.path, l.synced, err)
+	}
+	l.syncs++
+	if err := syscall.Fdatasync(int(l.f.Fd())); err != nil {
+		return fmt.Errorf("discard: fdatasync(%s) = %w", l.path, err)
+	}
+	l.dirty = l.synced
+	return nil
 }
 
 // Close closes the file.
