@@ -139,39 +139,64 @@ func (f *files) load(nodeID, legacy string, op *Opened) (st *state, imported boo
 			// whose directory is gone (moved aside, or removed by hand).
 			return newState(nodeID), false, nil
 		}
-		st, err := importLegacy(legacy, nodeID)
-		var corrupt errCorrupt
-		if errors.As(err, &corrupt) {
-			// As a corrupt bbolt journal always was: moved aside, a new
-			// journal started.
-			aside, rerr := moveAside(legacy, "corrupt")
-			if rerr != nil {
-				return nil, false, fmt.Errorf("%w; and moving it aside: %v", err, rerr)
-			}
-			op.MovedAside, op.Reason = aside, err
-			return newState(nodeID), false, nil
-		}
-		return st, err == nil, err
+		return f.importFrom(legacy, nodeID, newState(nodeID), op)
 	case err != nil:
 		return nil, false, err
 	}
+	st, err = f.replay(b, nodeID, op)
+	if err != nil {
+		return nil, false, err
+	}
+	if _, lerr := os.Lstat(legacy); lerr == nil && !isTombstone(legacy) {
+		// journal.db is still there, beside a snapshot: an Open that
+		// imported it ended before its tombstone (the last step, so nothing
+		// ran on what it imported). If the release before has run on it
+		// since (a rollback in between), it is not the file imported, and
+		// it is the truth: import it again. Otherwise open() retires it.
+		if sum, err := fileSHA256(legacy); err != nil || sum != st.importedFrom {
+			f.gen = 0
+			return f.importFrom(legacy, nodeID, st, op)
+		}
+	}
+	return st, false, nil
+}
+
+// importFrom imports the legacy journal. A corrupt one is moved aside, as
+// a corrupt bbolt journal always was, and the journal goes on from
+// otherwise (empty, or what it held).
+func (f *files) importFrom(legacy, nodeID string, otherwise *state, op *Opened) (*state, bool, error) {
+	st, err := importLegacy(legacy, nodeID)
+	var corrupt errCorrupt
+	if errors.As(err, &corrupt) {
+		aside, rerr := moveAside(legacy, "corrupt")
+		if rerr != nil {
+			return nil, false, fmt.Errorf("%w; and moving it aside: %v", err, rerr)
+		}
+		op.MovedAside, op.Reason = aside, err
+		return otherwise, false, nil
+	}
+	return st, err == nil, err
+}
+
+// replay reads a snapshot and replays its log.
+func (f *files) replay(b []byte, nodeID string, op *Opened) (*state, error) {
 	st, gen, err := parseSnapshot(b)
 	if err != nil {
-		return nil, false, errCorrupt{fmt.Errorf("%s: %w", snapName, err)}
+		return nil, errCorrupt{fmt.Errorf("%s: %w", snapName, err)}
 	}
 	if err := nodeCheck(st.node, nodeID); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	f.gen, f.snapBytes = gen, int64(len(b))
 	c, err := wal.ReadFile(filepath.Join(f.dir, logName(gen)))
 	if errors.Is(err, fs.ErrNotExist) {
-		return st, false, nil // a rotation ended before its log was written to
+		return st, nil // a rotation ended before its log was written to
 	}
 	if err != nil {
-		return nil, false, errCorrupt{err}
+		return nil, errCorrupt{err}
 	}
 	if c.Gen != gen {
-		return nil, false, errCorrupt{fmt.Errorf("%s holds generation %d", logName(gen), c.Gen)}
+		return nil, errCorrupt{fmt.Errorf("%s holds generation %d", logName(gen), c.Gen)}
 	}
 	for i, rec := range c.Records {
 		ch, err := decodeChange(rec)
@@ -179,12 +204,12 @@ func (f *files) load(nodeID, legacy string, op *Opened) (st *state, imported boo
 			err = errors.New("a snapshot record in the log")
 		}
 		if err != nil {
-			return nil, false, errCorrupt{fmt.Errorf("%s record %d: %w", logName(gen), i, err)}
+			return nil, errCorrupt{fmt.Errorf("%s record %d: %w", logName(gen), i, err)}
 		}
 		st.apply(ch)
 	}
 	op.Replayed, op.TornTail = len(c.Records), c.Torn
-	return st, false, nil
+	return st, nil
 }
 
 // rotate starts generation gen+1: a new log, and s written as its

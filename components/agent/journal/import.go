@@ -1,10 +1,14 @@
 package journal
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -42,6 +46,10 @@ func importLegacy(path, nodeID string) (st *state, err error) {
 			st, err = nil, errCorrupt{fmt.Errorf("%s: %v", path, r)}
 		}
 	}()
+	sum, err := fileSHA256(path)
+	if err != nil {
+		return nil, err
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, ReadOnly: true})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("open %s: %w (is another bcd running on this data directory?)", path, err)
@@ -66,7 +74,7 @@ func importLegacy(path, nodeID string) (st *state, err error) {
 			return err
 		}
 		st = newState(node)
-		st.apply(&change{Head: &head{Node: node, EventSeq: u64(m.Get(kEventSeq)), EventAck: u64(m.Get(kEventAck)), Dropped: u64(m.Get(kDropped))}})
+		st.apply(&change{Head: &head{Node: node, EventSeq: u64(m.Get(kEventSeq)), EventAck: u64(m.Get(kEventAck)), Dropped: u64(m.Get(kDropped)), Imported: sum}})
 		if b := tx.Bucket(bCommands); b != nil {
 			if err := b.ForEach(func(k, v []byte) error {
 				var e Entry
@@ -102,4 +110,18 @@ func importLegacy(path, nodeID string) (st *state, err error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// fileSHA256 is the SHA-256 (hex) of the file at path.
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -221,3 +221,48 @@ func TestTombstoneWithoutDirectory(t *testing.T) {
 		t.Error("the tombstone is gone")
 	}
 }
+
+// TestImportAgainAfterRollback: an Open imported journal.db and ended
+// before its tombstone (a crash; the tombstone is its last step, so
+// nothing ran), then the update was rolled back and the release before
+// ran on journal.db: it finished "acc" and accepted "new". The next Open
+// imports journal.db again rather than go on from the first import's
+// snapshot, which would run "acc" a second time and forget "new".
+func TestImportAgainAfterRollback(t *testing.T) {
+	dir := t.TempDir()
+	legacy := filepath.Join(dir, LegacyFile)
+	at := time.Date(2026, 11, 1, 10, 0, 0, 0, time.UTC)
+	writeLegacy(t, legacy, "n1", []*Entry{{ID: "acc", Kind: "k", State: Accepted, AcceptedAt: at}}, nil, 0, 0, 0)
+	j, op, err := Open(filepath.Join(dir, File), "n1")
+	if err != nil || op.Imported == "" {
+		t.Fatalf("first open: %+v %v", op, err)
+	}
+	j.Close()
+	if err := os.Rename(op.Imported, legacy); err != nil { // no tombstone yet
+		t.Fatal(err)
+	}
+	if err := os.Remove(legacy); err != nil { // the release before, running on it
+		t.Fatal(err)
+	}
+	writeLegacy(t, legacy, "n1", []*Entry{
+		{ID: "acc", Kind: "k", State: Done, Result: []byte("r"), AcceptedAt: at, StartedAt: at, FinishedAt: at},
+		{ID: "new", Kind: "k", State: Accepted, AcceptedAt: at.Add(time.Second)},
+	}, nil, 0, 0, 0)
+	j, op, err = Open(filepath.Join(dir, File), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if op.Imported == "" {
+		t.Errorf("journal.db changed since the import and was not imported again: %+v", op)
+	}
+	if e, _ := j.Get("acc"); e == nil || e.State != Done {
+		t.Errorf("acc: %+v, want done as the release before left it", e)
+	}
+	if e, _ := j.Get("new"); e == nil {
+		t.Error("new, accepted by the release before, is gone")
+	}
+	if !isTombstone(legacy) {
+		t.Error("journal.db is not a tombstone")
+	}
+}

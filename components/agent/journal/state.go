@@ -23,6 +23,11 @@ type state struct {
 	eventAck uint64
 	dropped  uint64
 	bytes    int64 // about what a snapshot of this state takes
+	// importedFrom is the SHA-256 (hex) of the legacy journal.db this
+	// journal was imported from, kept in every snapshot's head: an Open
+	// that finds journal.db beside a snapshot tells by it whether the file
+	// changed since (files.go, load).
+	importedFrom string
 }
 
 func newState(node string) *state {
@@ -65,6 +70,7 @@ type head struct {
 	EventSeq uint64 `json:"event_seq,omitempty"`
 	EventAck uint64 `json:"event_ack,omitempty"`
 	Dropped  uint64 `json:"events_dropped,omitempty"`
+	Imported string `json:"imported_sha256,omitempty"`
 }
 
 type end struct {
@@ -81,7 +87,7 @@ func eventSize(e *Event) int64 { return int64(80 + len(e.Type) + 4*len(e.Body)/3
 
 func (s *state) apply(c *change) {
 	if h := c.Head; h != nil {
-		s.node, s.eventSeq, s.eventAck, s.dropped = h.Node, h.EventSeq, h.EventAck, h.Dropped
+		s.node, s.eventSeq, s.eventAck, s.dropped, s.importedFrom = h.Node, h.EventSeq, h.EventAck, h.Dropped, h.Imported
 	}
 	for _, id := range c.Del {
 		s.remove(id)
@@ -145,7 +151,7 @@ func (s *state) snapshotRecords() ([][]byte, error) {
 		out = append(out, b)
 		return nil
 	}
-	if err := add(&change{Head: &head{Node: s.node, EventSeq: s.eventSeq, EventAck: s.eventAck, Dropped: s.dropped}}); err != nil {
+	if err := add(&change{Head: &head{Node: s.node, EventSeq: s.eventSeq, EventAck: s.eventAck, Dropped: s.dropped, Imported: s.importedFrom}}); err != nil {
 		return nil, err
 	}
 	ids := make([]string, 0, len(s.entries))
