@@ -134,6 +134,7 @@ func (s *Server) PublishRelease(doc []byte, uploads []string) (Published, error)
 		given[sum] = f
 	}
 	p := Published{Version: m.Version, Sequence: m.Sequence}
+	local := map[string]string{} // binaries served here that were not uploaded now
 	for _, a := range m.Artifacts {
 		name := a.Role + "/" + a.Arch
 		u, err := url.Parse(a.URL)
@@ -141,6 +142,7 @@ func (s *Server) PublishRelease(doc []byte, uploads []string) (Published, error)
 		_, ok := given[a.SHA256]
 		if here && !ok {
 			if f, err := s.artifact(a.SHA256); err == nil {
+				local[a.SHA256] = f.Name()
 				f.Close()
 				ok = true
 			}
@@ -155,7 +157,13 @@ func (s *Server) PublishRelease(doc []byte, uploads []string) (Published, error)
 		}
 	}
 	if rs, ok := s.store.(store.Releases); ok {
+		// Every binary served here goes to the database, the ones this
+		// gateway kept from before it shared one included: the other
+		// gateways serve the release too (stored once by its SHA-256).
 		bins := map[string][]byte{}
+		for sum, f := range local {
+			given[sum] = f
+		}
 		for sum, f := range given {
 			b, err := os.ReadFile(f)
 			if err != nil {
@@ -175,6 +183,9 @@ func (s *Server) PublishRelease(doc []byte, uploads []string) (Published, error)
 		return Published{}, err
 	}
 	for sum, f := range given {
+		if _, kept := local[sum]; kept {
+			continue
+		}
 		if err := os.Rename(f, filepath.Join(dir, "artifacts", sum)); err != nil {
 			return Published{}, err
 		}

@@ -64,6 +64,33 @@ func TestReleaseServedByEveryGateway(t *testing.T) {
 		t.Error("a release never published has a document")
 	}
 
+	// A binary the first gateway kept from before it shared a database
+	// (in its data directory only), named again by a later release without
+	// an upload: the second gateway serves it too.
+	old := []byte("\x7fELF bcd site 0.1.0, published on bbolt")
+	oldSum := sha256.Sum256(old)
+	oldHex := hex.EncodeToString(oldSum[:])
+	if err := os.WriteFile(filepath.Join(g1.dir, gateway.ReleasesDir, "artifacts", oldHex), old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	doc3, err := release.Encode(release.Manifest{Type: release.Type, Version: "0.3.1", Sequence: 3, Expires: time.Now().Add(time.Hour),
+		Artifacts: []release.Artifact{{Role: "site", Arch: "amd64", Size: int64(len(old)), SHA256: oldHex, URL: "https://bcgw.lab/releases/" + oldHex}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := a1.PublishRelease(ctx, gateway.PublishRequest{Doc: doc3}); err != nil || len(p.Served) != 1 {
+		t.Fatalf("publish 0.3.1 = %+v, %v", p, err)
+	}
+	resp, err = hc.Get(g2.url + gateway.ReleasePath + oldHex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != string(old) {
+		t.Errorf("the first gateway's kept binary through the second: %d, %d bytes", resp.StatusCode, len(b))
+	}
+
 	// A daemon.upgrade sent through one gateway (here as bcgw run would,
 	// not bcgw upgrade) is the node's upgrade in its status on the other.
 	a := g1.join(t)
