@@ -1,6 +1,10 @@
 package gateway
 
-import "time"
+import (
+	"time"
+
+	"github.com/better-compute/bcd/components/gateway/store"
+)
 
 // WithBoundAside sets cfg's hook that sees the admin socket where it is
 // first bound (the external tests cannot reach the field).
@@ -41,3 +45,7 @@ func (s *Server) KeyFiles() map[string][]byte {
 
 // SharedKeyFiles lists the files of the key set a fleet shares.
 var SharedKeyFiles = sharedKeyFiles
+
+// NoteUpgrade is noteUpgrade for the tests: c recorded as its node's
+// upgrade, as if it had just been sent.
+func (s *Server) NoteUpgrade(c store.Command) { s.noteUpgrade(c) }

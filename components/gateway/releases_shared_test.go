@@ -107,3 +107,29 @@ func TestReleaseServedByEveryGateway(t *testing.T) {
 		t.Errorf("status after the upgrade was sent: %+v %v", st.Upgrade, err)
 	}
 }
+
+// A node's latest upgrade is the one sent last, whichever gateway records
+// it last: an earlier daemon.upgrade recorded after a later one (two
+// gateways sending at once) does not replace it.
+func TestLatestUpgradeKeepsTheLater(t *testing.T) {
+	g := startGateway(t, gateway.Config{})
+	a := g.join(t)
+	c1, err := g.s.SendCommand(a.NodeID, "daemon.upgrade", nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	c2, err := g.s.SendCommand(a.NodeID, "daemon.upgrade", nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older, err := g.s.Store().Command(c1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.s.NoteUpgrade(older)
+	st, err := gateway.NewAdminClient(g.dir, "", "").Status(context.Background(), a.NodeID)
+	if err != nil || st.Upgrade == nil || st.Upgrade.Command.ID != c2.ID {
+		t.Fatalf("latest upgrade %+v %v, want %s", st.Upgrade, err, c2.ID)
+	}
+}
