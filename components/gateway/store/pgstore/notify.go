@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,14 +17,26 @@ const channel = "bcgw"
 
 var _ store.Shared = (*PG)(nil)
 
+// maxNotice is PostgreSQL's bound on a notice's payload (under 8000
+// bytes).
+const maxNotice = 7999
+
 // notify queues a notice in tx: PostgreSQL delivers it to every listener
-// when tx commits, and never when it rolls back.
+// when tx commits, and never when it rolls back. It is encoded without
+// HTML escapes, which would grow a progress detail of 4 KiB past the
+// bound.
 func notify(ctx context.Context, tx pgx.Tx, n store.Notice) error {
-	b, err := json.Marshal(n)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(n); err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, string(b))
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if len(b) > maxNotice {
+		return fmt.Errorf("a %s notice of %d bytes, more than PostgreSQL carries (%d)", n.Kind, len(b), maxNotice)
+	}
+	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, string(b))
 	return err
 }
 

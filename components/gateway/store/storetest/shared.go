@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -223,6 +224,15 @@ func testNotices(t *testing.T, a, b store.Store) {
 	}
 	if n := next("progress"); string(n.Detail) != string(want.Detail) || !n.At.Equal(t0) || n.Command != "c2" {
 		t.Errorf("notice %+v, want %+v", n, want)
+	}
+	// The largest detail a node may send (4 KiB), of the characters JSON
+	// encoders like to escape, still fits in a notice.
+	want.Detail = json.RawMessage(`"` + strings.Repeat("<&>", 4094/3) + `"`)
+	if err := sa.Notify(want); err != nil {
+		t.Fatalf("a notice with %d bytes of detail: %v", len(want.Detail), err)
+	}
+	if n := next("large progress"); string(n.Detail) != string(want.Detail) {
+		t.Errorf("large detail: %d bytes back, want %d", len(n.Detail), len(want.Detail))
 	}
 	cancel()
 	if err := <-done; err != nil {
