@@ -32,7 +32,8 @@ import (
 // lost (the listener's connection dropped) is made up for by the sweep:
 // every sharedSweep, and at once after the listener reconnects, commands
 // still unacked are sent again to the sessions held here, and every
-// waiter reads its command again. An agent takes a command it already
+// waiter reads its command again. After a reconnect, catchUp also reads
+// the trust bundle again and each held node's revocation and spec. An agent takes a command it already
 // holds as the same command (its journal keys on the id), so a second
 // copy runs nothing twice.
 
@@ -67,6 +68,7 @@ func (s *Server) sharedLoop(ctx context.Context) {
 		err := s.shared.Listen(ctx, s.onNotice, func() {
 			s.log.Info("listening for the other gateways' notices")
 			go s.sweep()
+			go s.catchUp()
 			s.wakeAll()
 		})
 		if ctx.Err() != nil {
@@ -198,6 +200,29 @@ func (s *Server) onNotice(n store.Notice) {
 			l.fullGen.Store(gen)
 			l.push(outFrame{f: f})
 		}()
+	}
+}
+
+// catchUp makes up for the notices other than commands' and results'
+// (which the sweep covers) that were lost while the listener was away:
+// the trust bundle is read again, and each session held here gets its
+// node's revocation, or a spec changed meanwhile through another gateway
+// that neither this session was sent nor the agent said it holds.
+func (s *Server) catchUp() {
+	defer s.reloadTrust() // last: a changed bundle drains the sessions
+	for _, l := range s.hub.all() {
+		n, err := s.store.Node(l.nodeID)
+		if err != nil {
+			continue
+		}
+		if n.Revoked {
+			s.onNotice(store.Notice{Kind: store.NoticeRevoke, Node: n.ID})
+			continue
+		}
+		sp, err := s.store.Spec(n.ID)
+		if err == nil && sp.Generation > n.AppliedGeneration && sp.Generation > l.fullGen.Load() {
+			s.onNotice(store.Notice{Kind: store.NoticeSpec, Node: n.ID})
+		}
 	}
 }
 

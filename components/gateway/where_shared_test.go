@@ -4,8 +4,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/store/pgtest"
+	"github.com/better-compute/bcd/components/trust/pki"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -75,5 +78,75 @@ func TestWhereANodeIsConnected(t *testing.T) {
 	waitFor(t, "the second gateway to list it on the first", on(a2, g1.s.Name()))
 	if n := view(a1); !n.Connected || n.Gateway != g1.s.Name() {
 		t.Errorf("the first gateway lists %+v, want connected to itself", n)
+	}
+}
+
+// Notices lost while a gateway's listener was away (its database cut)
+// are made up for when it listens again: a trust root added and a node
+// revoked through the other gateway meanwhile reach it, the bundle and
+// the revocation of a session it holds.
+func TestLostNoticesMadeUp(t *testing.T) {
+	c := pgtest.StartT(t)
+	url, err := c.NewDatabase(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, viaProxy := pgtest.NewProxy(t, url)
+	kekFile, _ := writeKEK(t)
+	g1 := startGateway(t, gateway.Config{Database: url, KEKFile: kekFile})
+	g2 := startGateway(t, gateway.Config{Database: viaProxy, KEKFile: kekFile})
+	for _, g := range []*gw{g1, g2} {
+		waitFor(t, "the notice listener", func() bool { return strings.Contains(g.logs.String(), "listening for the other gateways' notices") })
+	}
+	a := g1.join(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, f, err := openSession(t, ctx, g2.client(t, certOf(a)), a.NodeID)
+	if err != nil || f.GetWelcome() == nil {
+		t.Fatalf("session on the second gateway: %v %v", f, err)
+	}
+
+	proxy.Cut()
+	waitFor(t, "the second gateway to lose its listener", func() bool {
+		return strings.Contains(g2.logs.String(), "notices from the other gateways lost")
+	})
+	k, _ := pki.GenerateKey()
+	if _, err := g1.s.AddTrustRoot(spkiOf(t, k)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g1.s.Revoke(a.NodeID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the notices are gone by now
+	proxy.Open(t)
+
+	revoked := make(chan bool, 1)
+	go func() {
+		for {
+			f, err := st.Receive()
+			if err != nil {
+				revoked <- false
+				return
+			}
+			if f.GetRevocation() != nil {
+				revoked <- true
+				return
+			}
+		}
+	}()
+	select {
+	case ok := <-revoked:
+		if !ok {
+			t.Error("the session ended without its revocation")
+		}
+	case <-time.After(40 * time.Second):
+		t.Error("no revocation within 40s of the database coming back")
+	}
+	end := time.Now().Add(40 * time.Second)
+	for g2.s.TrustBundle().GetVersion() != 2 {
+		if time.Now().After(end) {
+			t.Fatalf("the second gateway holds trust version %d, want 2", g2.s.TrustBundle().GetVersion())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
