@@ -76,8 +76,15 @@ func (f *files) open(path, nodeID string) (*state, Opened, error) {
 		}
 		op.MovedAside, op.Reason = aside, errors.New("not a journal directory")
 	}
-	if err := os.MkdirAll(path, 0o700); err != nil {
-		return nil, op, err
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		// A new journal's directory entry is made durable before anything
+		// in it is counted on.
+		if err := os.MkdirAll(path, 0o700); err != nil {
+			return nil, op, err
+		}
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			return nil, op, err
+		}
 	}
 	if err := f.lockDir(); err != nil {
 		return nil, op, err
