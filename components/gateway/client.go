@@ -3,9 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/better-compute/bcd/components/base/filehash"
 )
 
 // AdminClient talks to a running bcgw's admin API, over the data
@@ -233,11 +233,10 @@ func (c *AdminClient) UploadArtifact(ctx context.Context, path string) (string, 
 		return "", err
 	}
 	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("reading %s: %w", path, err)
+	sum, err := filehash.Reader(f, path)
+	if err != nil {
+		return "", err
 	}
-	sum := hex.EncodeToString(h.Sum(nil))
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return "", err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/agent/journal/wal"
+	"github.com/better-compute/bcd/components/base/filehash"
 )
 
 // The journal's directory holds:
@@ -160,7 +161,7 @@ func (f *files) load(nodeID, legacy string, op *Opened) (st *state, imported boo
 		// ran on what it imported). If the release before has run on it
 		// since (a rollback in between), it is not the file imported, and
 		// it is the truth: import it again. Otherwise open() retires it.
-		if sum, err := fileSHA256(legacy); err != nil || sum != st.importedFrom {
+		if sum, err := filehash.SHA256(legacy); err != nil || sum != st.importedFrom {
 			f.gen = 0
 			return f.importFrom(legacy, nodeID, st, op)
 		}

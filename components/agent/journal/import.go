@@ -1,17 +1,15 @@
 package journal
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/better-compute/bcd/components/base/filehash"
 )
 
 // The bbolt journal of the releases before the write-ahead log
@@ -46,7 +44,7 @@ func importLegacy(path, nodeID string) (st *state, err error) {
 			st, err = nil, errCorrupt{fmt.Errorf("%s: %v", path, r)}
 		}
 	}()
-	sum, err := fileSHA256(path)
+	sum, err := filehash.SHA256(path)
 	if err != nil {
 		return nil, err
 	}
@@ -110,18 +108,4 @@ func importLegacy(path, nodeID string) (st *state, err error) {
 		return nil, err
 	}
 	return st, nil
-}
-
-// fileSHA256 is the SHA-256 (hex) of the file at path.
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

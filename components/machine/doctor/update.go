@@ -2,11 +2,8 @@ package doctor
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +11,7 @@ import (
 
 	"github.com/better-compute/bcd/components/agent/update"
 	"github.com/better-compute/bcd/components/base/config"
+	"github.com/better-compute/bcd/components/base/filehash"
 )
 
 // Update is the self-update checks (docs/update.md): release pins
@@ -48,7 +46,7 @@ func updateResults(cfg *config.Config, entrypoint string, now time.Time) []Resul
 		return append(out, res(Fail, "the slots in %s: %v (bcd update shows them)", s.Dir, err))
 	}
 	curPath := filepath.Join(s.Dir, update.Current)
-	if sum, err := fileSHA256(filepath.Join(s.Dir, cur)); err != nil || sum != r.Slots[cur].SHA256 {
+	if sum, err := filehash.SHA256(filepath.Join(s.Dir, cur)); err != nil || sum != r.Slots[cur].SHA256 {
 		out = append(out, res(Fail, "%s names %s, which is not the binary recorded for it (%v): the node may not start; bcd update shows the slots", curPath, cur, err))
 	} else {
 		out = append(out, res(OK, "%s runs %s (%s), release floor %d", curPath, r.Slots[cur].Version, cur, r.Floor))
@@ -103,7 +101,7 @@ func packageResult(entrypoint string, r update.Record, cur string, res func(Stat
 	if err != nil || !fi.Mode().IsRegular() {
 		return Result{}, false
 	}
-	sum, err := fileSHA256(entrypoint)
+	sum, err := filehash.SHA256(entrypoint)
 	if err != nil {
 		return Result{}, false
 	}
@@ -114,17 +112,4 @@ func packageResult(entrypoint string, r update.Record, cur string, res func(Stat
 	}
 	return res(Warn, "the package's %s (changed %s) is none of the slots' binaries, and the slots run %s: since the first self-update a package upgrade changes what runs only through a release (publish it with bcgw release publish; docs/update.md)",
 		entrypoint, fi.ModTime().UTC().Format(time.RFC3339), r.Slots[cur].Version), true
-}
-
-func fileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
