@@ -571,7 +571,7 @@ func (s *Server) Revoke(nodeID string) error {
 	if s.shared != nil {
 		s.notify(store.Notice{Kind: store.NoticeRevoke, Node: nodeID}) // whichever gateway holds its session ends it
 	} else {
-		s.hub.sendFinal(nodeID, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Revocation{Revocation: &bcdv1.RevocationNotice{Reason: "revoked by an operator"}}})
+		s.hub.sendFinal(nodeID, revocationFrame())
 	}
 	s.log.Info("node revoked", "node", nodeID)
 	return nil

@@ -205,7 +205,7 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	log := s.log.With("node", n.ID, "rpc", "Session")
 	if n.Revoked {
 		log.Info("session refused", "reason", "revoked")
-		return st.Send(&bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Revocation{Revocation: &bcdv1.RevocationNotice{Reason: "revoked by an operator"}}})
+		return st.Send(revocationFrame())
 	}
 	serial := cert.SerialNumber.Text(16)
 	if !n.Current(serial) {

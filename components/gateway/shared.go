@@ -179,7 +179,7 @@ func (s *Server) onNotice(n store.Notice) {
 			l.close()
 		}
 	case store.NoticeRevoke:
-		go s.hub.sendFinal(n.Node, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Revocation{Revocation: &bcdv1.RevocationNotice{Reason: "revoked by an operator"}}})
+		go s.hub.sendFinal(n.Node, revocationFrame())
 	case store.NoticeTrust:
 		go s.reloadTrust()
 	case store.NoticeSpec:
@@ -216,7 +216,9 @@ func (s *Server) catchUp() {
 			continue
 		}
 		if n.Revoked {
-			s.onNotice(store.Notice{Kind: store.NoticeRevoke, Node: n.ID})
+			// Before the trust bundle's drain (deferred), which would end
+			// the session first.
+			s.hub.sendFinal(n.ID, revocationFrame())
 			continue
 		}
 		sp, err := s.store.Spec(n.ID)
@@ -224,6 +226,12 @@ func (s *Server) catchUp() {
 			s.onNotice(store.Notice{Kind: store.NoticeSpec, Node: n.ID})
 		}
 	}
+}
+
+// revocationFrame tells an agent its certificate was revoked; its session
+// ends after it.
+func revocationFrame() *bcdv1.GatewayFrame {
+	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Revocation{Revocation: &bcdv1.RevocationNotice{Reason: "revoked by an operator"}}}
 }
 
 // errNotOurs stops a store update that finds the node's session is no
