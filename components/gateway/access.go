@@ -259,27 +259,21 @@ func (s *Server) nextSerial() (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for range 32 {
-		old, err := s.store.Meta(metaSSHSerial)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return 0, err
-		}
-		var n uint64
+	var n uint64
+	err = store.UpdateMeta(s.store, metaSSHSerial, 32, func(old []byte) ([]byte, error) {
+		var perr error
 		if len(old) == 0 {
-			old, n = nil, uint64(s.now().Unix())<<20
-		} else if n, err = strconv.ParseUint(string(old), 10, 64); err != nil {
-			return 0, fmt.Errorf("the stored SSH certificate serial %q: %w", old, err)
+			n = uint64(s.now().Unix()) << 20
+		} else if n, perr = strconv.ParseUint(string(old), 10, 64); perr != nil {
+			return nil, fmt.Errorf("the stored SSH certificate serial %q: %w", old, perr)
 		}
 		n = max(n, legacy) + 1
-		ok, err := s.store.SwapMeta(metaSSHSerial, old, []byte(strconv.FormatUint(n, 10)))
-		if err != nil {
-			return 0, err
-		}
-		if ok {
-			return n, nil
-		}
+		return []byte(strconv.FormatUint(n, 10)), nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("SSH certificate serial: %w", err)
 	}
-	return 0, errors.New("SSH certificate serial: other gateways took 32 serials in a row; try again")
+	return n, nil
 }
 
 // fileSerial is the serial count an earlier release kept in the data

@@ -43,7 +43,7 @@ type Config struct {
 	TrustDomain string // SPIFFE trust domain; default bcgw.lab
 	// Name is this gateway's name among several on one database, stored
 	// with each session it holds (store.Node.Gateway); default
-	// hostname/Listen.
+	// HOSTNAME:DATA-DIR.
 	Name string
 	// AdminListen, when set, also serves the admin API on this loopback
 	// address with the bearer token in DataDir/admin.token.

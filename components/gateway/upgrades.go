@@ -45,32 +45,19 @@ func (s *Server) noteUpgrade(c store.Command) {
 		}
 	}
 	b, _ := json.Marshal(rec)
-	if err := s.recordUpgrade(upgradeMetaPrefix+c.NodeID, rec, b); err != nil {
-		s.log.Warn("recording the node's upgrade for bcgw status", "node", c.NodeID, "command_id", c.ID, "err", err)
-	}
-}
-
-// recordUpgrade writes rec over the stored record unless that one was
-// sent later: a compare-and-swap, so two gateways sending upgrades to one
-// node at once leave the later one, whichever writes last.
-func (s *Server) recordUpgrade(key string, rec upgradeRecord, b []byte) error {
-	for range 8 {
-		old, err := s.store.Meta(key)
-		if errors.Is(err, store.ErrNotFound) {
-			old, err = nil, nil
-		}
-		if err != nil {
-			return err
-		}
+	// Over the stored record unless that one was sent later: two gateways
+	// sending upgrades to one node at once leave the later one, whichever
+	// writes last.
+	err := store.UpdateMeta(s.store, upgradeMetaPrefix+c.NodeID, 8, func(old []byte) ([]byte, error) {
 		var have upgradeRecord
 		if len(old) > 0 && json.Unmarshal(old, &have) == nil && have.Sent.After(rec.Sent) {
-			return nil
+			return nil, nil
 		}
-		if ok, err := s.store.SwapMeta(key, old, b); ok || err != nil {
-			return err
-		}
+		return b, nil
+	})
+	if err != nil {
+		s.log.Warn("recording the node's upgrade for bcgw status", "node", c.NodeID, "command_id", c.ID, "err", err)
 	}
-	return errors.New("other gateways changed the record 8 times in a row")
 }
 
 // upgradeView is the node's latest upgrade, or nil when it had none.

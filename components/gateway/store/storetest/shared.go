@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,7 @@ func RunShared(t *testing.T, open OpenShared) {
 		{"ReleasesAcrossGateways", testReleasesAcross},
 		{"OneKeySetAcrossGateways", testOneKeySet},
 		{"SwapMetaAcrossGateways", testSwapMetaAcross},
+		{"UpdateMetaAcrossGateways", testUpdateMetaAcross},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := open(t)
@@ -402,6 +404,34 @@ func testOneKeySet(t *testing.T, a, b store.Store) {
 		if ok, err := k.AddKeysIfAbsent(fp, ks); ok || err != nil {
 			t.Errorf("a later set: stored %v %v", ok, err)
 		}
+	}
+}
+
+// Gateways counting on one stored value at once (SSH certificate serials)
+// with UpdateMeta: every increment lands, none twice, and a function that
+// returns nil writes nothing.
+func testUpdateMetaAcross(t *testing.T, a, b store.Store) {
+	for i, err := range race(racers, func(i int) error {
+		return store.UpdateMeta(pick(a, b, i), "ssh/serial", 100, func(old []byte) ([]byte, error) {
+			n := 0
+			if len(old) > 0 {
+				n, _ = strconv.Atoi(string(old))
+			}
+			return []byte(strconv.Itoa(n + 1)), nil
+		})
+	}) {
+		if err != nil {
+			t.Errorf("racer %d: %v", i, err)
+		}
+	}
+	if got, err := b.Meta("ssh/serial"); err != nil || string(got) != strconv.Itoa(racers) {
+		t.Errorf("counted to %q %v, want %d: an increment was lost", got, err, racers)
+	}
+	if err := store.UpdateMeta(a, "ssh/serial", 1, func([]byte) ([]byte, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := a.Meta("ssh/serial"); string(got) != strconv.Itoa(racers) {
+		t.Errorf("a nil update wrote %q", got)
 	}
 }
 
