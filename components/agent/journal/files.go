@@ -91,7 +91,10 @@ func (f *files) open(path, nodeID string) (*state, Opened, error) {
 		return nil, op, err
 	}
 	legacy := filepath.Join(filepath.Dir(path), LegacyFile)
-	st, imported, err := f.load(nodeID, legacy, &op)
+	// Read once: whether a journal.db that is no tombstone is beside the
+	// directory (to import, or to retire after a crash).
+	live := legacyLive(legacy)
+	st, imported, err := f.load(nodeID, legacy, live, &op)
 	var corrupt errCorrupt
 	if errors.As(err, &corrupt) {
 		f.unlock()
@@ -108,6 +111,9 @@ func (f *files) open(path, nodeID string) (*state, Opened, error) {
 		}
 		st, imported, err = newState(nodeID), false, nil
 		f.gen = 0
+		if live {
+			st, imported, err = f.importFrom(legacy, nodeID, st, &op)
+		}
 	}
 	if err != nil {
 		f.unlock()
@@ -120,7 +126,7 @@ func (f *files) open(path, nodeID string) (*state, Opened, error) {
 		return nil, op, err
 	}
 	f.removeStale()
-	if _, err := os.Lstat(legacy); err == nil {
+	if _, err := os.Lstat(legacy); err == nil && live {
 		// Imported now, or before a crash that came before its tombstone
 		// (tombstone.go): a rolled-back update must not find it missing.
 		aside, err := retireLegacy(legacy, st.node)
@@ -135,14 +141,21 @@ func (f *files) open(path, nodeID string) (*state, Opened, error) {
 	return st, op, nil
 }
 
+// legacyLive reports whether a bbolt journal.db that is not a tombstone
+// is at legacy.
+func legacyLive(legacy string) bool {
+	_, err := os.Lstat(legacy)
+	return err == nil && !isTombstone(legacy)
+}
+
 // load reads the snapshot and replays its log; with no snapshot, it
-// imports the legacy bbolt journal, or starts an empty one.
-func (f *files) load(nodeID, legacy string, op *Opened) (st *state, imported bool, err error) {
+// imports the legacy bbolt journal (live), or starts an empty one.
+func (f *files) load(nodeID, legacy string, live bool, op *Opened) (st *state, imported bool, err error) {
 	b, err := os.ReadFile(filepath.Join(f.dir, snapName))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		f.gen = 0
-		if _, lerr := os.Lstat(legacy); lerr != nil || isTombstone(legacy) {
+		if !live {
 			// No journal yet, or only the tombstone of one imported before
 			// whose directory is gone (moved aside, or removed by hand).
 			return newState(nodeID), false, nil
@@ -155,7 +168,7 @@ func (f *files) load(nodeID, legacy string, op *Opened) (st *state, imported boo
 	if err != nil {
 		return nil, false, err
 	}
-	if _, lerr := os.Lstat(legacy); lerr == nil && !isTombstone(legacy) {
+	if live {
 		// journal.db is still there, beside a snapshot: an Open that
 		// imported it ended before its tombstone (the last step, so nothing
 		// ran on what it imported). If the release before has run on it

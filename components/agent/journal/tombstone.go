@@ -55,12 +55,9 @@ func isTombstone(path string) (ok bool) {
 // retireLegacy puts a tombstone in the place of the imported journal.db,
 // keeping the file itself as journal.db.imported-UNIX (a hard link made
 // first, then the tombstone renamed over journal.db: there is a
-// journal.db at every moment). A tombstone is left as it is. It returns
-// where the imported file went ("" when there was nothing to retire).
+// journal.db at every moment). legacy is no tombstone (legacyLive). It
+// returns where the imported file went.
 func retireLegacy(legacy, nodeID string) (string, error) {
-	if isTombstone(legacy) {
-		return "", nil
-	}
 	aside := fmt.Sprintf("%s.imported-%d", legacy, time.Now().Unix())
 	if err := os.Link(legacy, aside); err != nil {
 		return "", fmt.Errorf("keeping the imported %s as %s: %w", legacy, aside, err)
