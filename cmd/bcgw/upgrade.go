@@ -172,11 +172,11 @@ func upgrade(ctx context.Context, env *cli.Env, args []string) int {
 		}
 		slices.Sort(targets)
 	}
-	body, _ := json.Marshal(map[string]json.RawMessage{"release": doc})
+	body, _ := json.Marshal(relmanifest.UpgradeBody{Release: doc})
 	var cmds []gateway.CommandView
 	failed := 0
 	for _, id := range targets {
-		cmd, err := c.Send(ctx, gateway.CommandRequest{Node: id, Kind: "daemon.upgrade", Body: body, DeadlineSeconds: int(timeout.Seconds())})
+		cmd, err := c.Send(ctx, gateway.CommandRequest{Node: id, Kind: relmanifest.UpgradeKind, Body: body, DeadlineSeconds: int(timeout.Seconds())})
 		if err != nil {
 			fmt.Fprintf(env.Stderr, "bcgw upgrade: %s: %v\n", id, err)
 			failed++

@@ -32,13 +32,11 @@ type upgradeRecord struct {
 // noteUpgrade records c as its node's latest upgrade when it is a
 // daemon.upgrade; a failure to record is logged, not the command's.
 func (s *Server) noteUpgrade(c store.Command) {
-	if c.Kind != "daemon.upgrade" {
+	if c.Kind != release.UpgradeKind {
 		return
 	}
 	rec := upgradeRecord{Command: c.ID, Sent: c.CreatedAt}
-	var body struct {
-		Release json.RawMessage `json:"release"`
-	}
+	var body release.UpgradeBody
 	if json.Unmarshal(c.Body, &body) == nil {
 		if _, m, err := release.Decode(body.Release); err == nil {
 			rec.Version = m.Version

@@ -25,7 +25,7 @@ import (
 
 // KindName is the self-terminating command that upgrades a node or
 // site agent to a signed release.
-const KindName = "daemon.upgrade"
+const KindName = release.UpgradeKind
 
 // CommandFile is, in data_dir, the daemon.upgrade a swap restarted for:
 // written before the restart, read by the next binary's Recover.
@@ -68,12 +68,8 @@ type Progress struct {
 	Size    int64  `json:"size,omitempty"`
 }
 
-// Body is daemon.upgrade's body: the signed release document itself,
-// or an http(s) URL to fetch it from.
-type Body struct {
-	Release    json.RawMessage `json:"release,omitempty"`
-	ReleaseURL string          `json:"release_url,omitempty"`
-}
+// Body is daemon.upgrade's body (release.UpgradeBody).
+type Body = release.UpgradeBody
 
 // SetRestart is given the agent's restart: it stops the agent so the
 // role's main executes the slots' current binary.

@@ -290,3 +290,15 @@ func isVersion(v string) bool {
 	}
 	return true
 }
+
+// UpgradeKind is the command that upgrades a node or site agent to a
+// release: the agent runs it (components/agent/update), the gateway keeps
+// each node's latest one, and bcgw upgrade sends it.
+const UpgradeKind = "daemon.upgrade"
+
+// UpgradeBody is UpgradeKind's body: the signed release document itself,
+// or an http(s) URL to fetch it from.
+type UpgradeBody struct {
+	Release    json.RawMessage `json:"release,omitempty"`
+	ReleaseURL string          `json:"release_url,omitempty"`
+}
