@@ -269,9 +269,7 @@ func TestFailedGroupNotReadAgain(t *testing.T) {
 // and the reopen must still find every write that was acked. Once the
 // disk works again, the journal takes writes.
 func TestCompactionUnsyncedDirectory(t *testing.T) {
-	old := compactAt
-	compactAt = 16 << 10
-	defer func() { compactAt = old }()
+	smallLogs(t)
 	dir := t.TempDir()
 	j := open(t, dir, "n1")
 	var broken, renamed atomic.Bool

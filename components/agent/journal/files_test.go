@@ -37,13 +37,19 @@ func must[T any](v T, err error) T {
 	return v
 }
 
+// smallLogs makes the log's bound 16 KiB for the test, so a few hundred
+// writes compact it.
+func smallLogs(t *testing.T) {
+	old := compactAt
+	compactAt = 16 << 10
+	t.Cleanup(func() { compactAt = old })
+}
+
 // TestCompaction: a log past its bound is written as a new snapshot and a
 // new log started, the old log removed; the state is the same before and
 // after, and after a reopen.
 func TestCompaction(t *testing.T) {
-	old := compactAt
-	compactAt = 16 << 10
-	defer func() { compactAt = old }()
+	smallLogs(t)
 	dir := t.TempDir()
 	j := open(t, dir, "n1")
 	gen0 := j.gen
