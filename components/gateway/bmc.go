@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/gateway/store"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
@@ -43,9 +44,9 @@ func (s *Server) SetBMCCredentials(addr string, c BMCCredentials) error {
 
 // bmcCommand returns the running bmc.* command a secret is asked for and
 // the BMC address it names.
-func (s *Server) bmcCommand(l *live, req *bcdv1.SecretRequest) (store.Command, string, error) {
+func (s *Server) bmcCommand(l *hub.Live, req *bcdv1.SecretRequest) (store.Command, string, error) {
 	c, err := s.store.Command(req.GetCommandId())
-	if err != nil || c.NodeID != l.nodeID || !strings.HasPrefix(c.Kind, "bmc.") || c.State == store.StateDone || l.role != "site" {
+	if err != nil || c.NodeID != l.NodeID || !strings.HasPrefix(c.Kind, "bmc.") || c.State == store.StateDone || l.Role != "site" {
 		return c, "", errors.New("the secret is bound to a running bmc.* command of this site agent")
 	}
 	addr := bmcAddress(c.Body)
@@ -77,7 +78,7 @@ func bmcLegacyTLS(body []byte) bool {
 	return b.BMC.LegacyTLS
 }
 
-func (s *Server) bmcSecret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
+func (s *Server) bmcSecret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, error) {
 	c, addr, err := s.bmcCommand(l, req)
 	if err != nil {
 		return nil, err

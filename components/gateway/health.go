@@ -104,7 +104,7 @@ func (s *Server) Health() HealthView {
 	s.health.mu.Lock()
 	db := s.health.DatabaseHealth
 	s.health.mu.Unlock()
-	return HealthView{ServerName: s.cfg.ServerName, Version: buildinfo.Version, Sessions: s.hub.count(), Database: db}
+	return HealthView{ServerName: s.cfg.ServerName, Version: buildinfo.Version, Sessions: s.hub.Count(), Database: db}
 }
 
 func (s *Server) adminHealth(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.Health()) }
@@ -121,7 +121,7 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		w.Write([]byte("database unreachable\n"))
 		return
-	case s.hub.isDraining():
+	case s.hub.Draining():
 		w.WriteHeader(http.StatusServiceUnavailable)
 		w.Write([]byte("shutting down\n"))
 		return

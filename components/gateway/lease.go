@@ -133,12 +133,12 @@ func (s *Server) siteTouch(node, site string) {
 // handLapsedLeases hands a lapsed lease to another connected site agent
 // of the same site (every third of the lease's lifetime).
 func (s *Server) handLapsedLeases() {
-	for _, l := range s.hub.all() {
-		if l.role != "site" {
+	for _, l := range s.hub.All() {
+		if l.Role != "site" {
 			continue
 		}
-		if s.leases.holder(l.site, s.now()) == "" {
-			s.siteTouch(l.nodeID, l.site)
+		if s.leases.holder(l.Site, s.now()) == "" {
+			s.siteTouch(l.NodeID, l.Site)
 		}
 	}
 }

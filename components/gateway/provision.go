@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/gateway/store"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
@@ -86,12 +87,12 @@ func (s *Server) putCommandSecret(cmdID, name string, v []byte) error {
 
 // provisionSecret answers a ramdisk's SecretRequest for a running
 // deploy.image command of its own.
-func (s *Server) provisionSecret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
-	if l.role != "ramdisk" {
+func (s *Server) provisionSecret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, error) {
+	if l.Role != "ramdisk" {
 		return nil, fmt.Errorf("only a ramdisk may ask for %s", req.GetName())
 	}
 	c, err := s.store.Command(req.GetCommandId())
-	if err != nil || c.NodeID != l.nodeID || c.Kind != "deploy.image" || c.State == store.StateDone {
+	if err != nil || c.NodeID != l.NodeID || c.Kind != "deploy.image" || c.State == store.StateDone {
 		return nil, fmt.Errorf("%s is bound to a running deploy.image command of this ramdisk", req.GetName())
 	}
 	if req.GetName() == SecretUserData {
@@ -113,7 +114,7 @@ func (s *Server) provisionSecret(l *live, req *bcdv1.SecretRequest) ([]byte, err
 	if err := s.provisionable(body.OS.NodeID); err != nil {
 		return nil, err
 	}
-	ramdisk, err := s.store.Node(l.nodeID)
+	ramdisk, err := s.store.Node(l.NodeID)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/seal"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -28,10 +29,10 @@ const DiscoveryTokenTTL = time.Hour
 // answerSecret answers a SecretRequest. Secrets are bound to a workflow
 // step: the request names the command that needs it, which must be this
 // node's, still running, and of a kind that may ask for that secret.
-func (s *Server) answerSecret(l *live, req *bcdv1.SecretRequest) *bcdv1.GatewayFrame {
+func (s *Server) answerSecret(l *hub.Live, req *bcdv1.SecretRequest) *bcdv1.GatewayFrame {
 	ans := &bcdv1.SecretAnswer{RequestId: req.GetRequestId()}
 	var val []byte
-	err := seal.VerifyRequest(l.nodeKey, l.nodeID, req)
+	err := seal.VerifyRequest(l.NodeKey, l.NodeID, req)
 	if err == nil {
 		val, err = s.secret(l, req)
 	}
@@ -40,14 +41,14 @@ func (s *Server) answerSecret(l *live, req *bcdv1.SecretRequest) *bcdv1.GatewayF
 	}
 	if err != nil {
 		ans.Error = err.Error()
-		s.log.Warn("secret refused", "node", l.nodeID, "name", req.GetName(), "command_id", req.GetCommandId(), "reason", err.Error())
+		s.log.Warn("secret refused", "node", l.NodeID, "name", req.GetName(), "command_id", req.GetCommandId(), "reason", err.Error())
 	} else {
-		s.log.Info("secret answered", "node", l.nodeID, "name", req.GetName(), "command_id", req.GetCommandId())
+		s.log.Info("secret answered", "node", l.NodeID, "name", req.GetName(), "command_id", req.GetCommandId())
 	}
 	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_SecretAnswer{SecretAnswer: ans}}
 }
 
-func (s *Server) secret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
+func (s *Server) secret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, error) {
 	if req.GetName() == secretBMCCredentials || req.GetName() == secretBMCNewPassword {
 		return s.bmcSecret(l, req)
 	}
@@ -60,11 +61,11 @@ func (s *Server) secret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
 	if req.GetName() != SecretDiscoveryToken {
 		return nil, fmt.Errorf("no secret %q", req.GetName())
 	}
-	if l.role != "site" {
+	if l.Role != "site" {
 		return nil, errors.New("only a site agent may ask for a discovery token")
 	}
 	c, err := s.store.Command(req.GetCommandId())
-	if err != nil || c.NodeID != l.nodeID || c.Kind != "boot.prepareRamdisk" || c.State == store.StateDone {
+	if err != nil || c.NodeID != l.NodeID || c.Kind != "boot.prepareRamdisk" || c.State == store.StateDone {
 		return nil, errors.New("the secret is bound to a running boot.prepareRamdisk command of this site agent")
 	}
 	var body struct {
@@ -75,7 +76,7 @@ func (s *Server) secret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
 	if err != nil || len(mac) != 6 {
 		return nil, errors.New("the command names no MAC")
 	}
-	n, err := s.store.Node(l.nodeID)
+	n, err := s.store.Node(l.NodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -89,12 +90,12 @@ func (s *Server) secret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
 
 // headerSecret answers a site.httpProxy's secret header: only to the site
 // agent running that command, only a header sent with it.
-func (s *Server) headerSecret(l *live, req *bcdv1.SecretRequest) ([]byte, error) {
-	if l.role != "site" {
+func (s *Server) headerSecret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, error) {
+	if l.Role != "site" {
 		return nil, errors.New("only a site agent may ask for a secret header")
 	}
 	c, err := s.store.Command(req.GetCommandId())
-	if err != nil || c.NodeID != l.nodeID || c.Kind != "site.httpProxy" || c.State == store.StateDone {
+	if err != nil || c.NodeID != l.NodeID || c.Kind != "site.httpProxy" || c.State == store.StateDone {
 		return nil, errors.New("a secret header is bound to a running site.httpProxy command of this site agent")
 	}
 	v, _ := s.store.Meta(commandKey(c.ID, "secret/"+req.GetName()))

@@ -22,6 +22,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/gateway/kek"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/intent"
@@ -87,7 +88,7 @@ type Server struct {
 	// is the trust bundle Welcome carries (trust.go).
 	cmdKey   crypto.Signer
 	trust    trustState
-	hub      *hub
+	hub      *hub.Hub
 	leases   *leases
 	now      func() time.Time
 	tpm      tpmChallenges // the tpm attestor's open challenges (tpm.go)
@@ -184,7 +185,7 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, keyFiles: kf, cmdKey: ck, hub: newHub(), leases: newLeases(cfg.LeaseTTL), now: time.Now}
+	s := &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, keyFiles: kf, cmdKey: ck, hub: hub.New(), leases: newLeases(cfg.LeaseTTL), now: time.Now}
 	s.startHealth()
 	s.joins = newJoinLimiter(joinRate(cfg.JoinRate), DefaultJoinBurst, time.Now)
 	if sh, ok := st.(store.Shared); ok {
@@ -316,7 +317,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	// Drain: ask every agent to redial (another gateway, or this one after a
 	// restart), give the frames a moment to go out, then stop.
-	n := s.hub.drainAll("gateway shutting down")
+	n := s.hub.DrainAll("gateway shutting down")
 	s.log.Info("draining sessions", "sessions", n)
 	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -571,7 +572,7 @@ func (s *Server) Revoke(nodeID string) error {
 	if s.shared != nil {
 		s.notify(store.Notice{Kind: store.NoticeRevoke, Node: nodeID}) // whichever gateway holds its session ends it
 	} else {
-		s.hub.sendFinal(nodeID, revocationFrame())
+		s.hub.SendFinal(nodeID, revocationFrame())
 	}
 	s.log.Info("node revoked", "node", nodeID)
 	return nil
@@ -649,7 +650,7 @@ func (s *Server) CancelCommand(id, reason string) (store.Command, error) {
 				return c, fmt.Errorf("signing the cancel of %s: %w", id, err)
 			}
 		}
-		s.hub.send(c.NodeID, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Cancel{Cancel: cf}})
+		s.hub.Send(c.NodeID, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Cancel{Cancel: cf}})
 	}
 	s.log.Info("command cancel", "command_id", id, "node", c.NodeID, "before_delivery", done)
 	return c, nil
@@ -718,7 +719,7 @@ func (s *Server) resultStored(id string) {
 }
 
 // Connected reports whether a node has a live session.
-func (s *Server) Connected(nodeID string) bool { return s.hub.connected(nodeID) }
+func (s *Server) Connected(nodeID string) bool { return s.hub.Connected(nodeID) }
 
 // defaultName is a gateway's name when it is given none: its host and its
 // data directory, which is where its admin socket lives (bcgw --data-dir).

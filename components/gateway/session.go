@@ -2,192 +2,17 @@ package gateway
 
 import (
 	"context"
-	"crypto"
 	"errors"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/intent"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
-
-// outFrame is a frame queued for a session; a final frame ends it once sent.
-type outFrame struct {
-	f     *bcdv1.GatewayFrame
-	final bool
-}
-
-// live is one accepted session.
-type live struct {
-	// nodeKey is the public key of the certificate the session runs
-	// under: the node key that attests results.
-	nodeKey crypto.PublicKey
-	nodeID  string
-	role    string
-	site    string
-	epoch   uint64
-	out     chan outFrame
-	done    chan struct{}
-	once    sync.Once
-	// specReady is set once the session sent what its Hello asked of the
-	// desired spec; spec changes are pushed to it only from then on (before,
-	// the full spec it gets covers them).
-	specReady atomic.Bool
-	// fullGen is the generation of the last full spec sent on this session.
-	fullGen atomic.Uint64
-	// beat is what this session last wrote of its heartbeats (heartbeat.go).
-	beat beatState
-}
-
-func (l *live) close() { l.once.Do(func() { close(l.done) }) }
-
-// push queues a frame unless the session has ended.
-func (l *live) push(f outFrame) {
-	select {
-	case l.out <- f:
-	case <-l.done:
-	}
-}
-
-// hub tracks the live session of each node.
-type hub struct {
-	mu       sync.Mutex
-	sessions map[string]*live
-	reserved int // sessions past the limit check, not yet registered
-	draining bool
-}
-
-// reserve holds a place for a session under the limit (0: none) until
-// release; a node that already has a session may always replace it.
-func (h *hub) reserve(nodeID string, limit int) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if limit > 0 && h.sessions[nodeID] == nil && len(h.sessions)+h.reserved >= limit {
-		return false
-	}
-	h.reserved++
-	return true
-}
-
-func (h *hub) release() {
-	h.mu.Lock()
-	h.reserved--
-	h.mu.Unlock()
-}
-
-func newHub() *hub { return &hub{sessions: map[string]*live{}} }
-
-// register makes l the node's session, ending any older one.
-func (h *hub) register(l *live) (count int, ok bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.draining {
-		return 0, false
-	}
-	if old := h.sessions[l.nodeID]; old != nil {
-		old.close()
-	}
-	h.sessions[l.nodeID] = l
-	return len(h.sessions), true
-}
-
-func (h *hub) unregister(l *live) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.sessions[l.nodeID] == l {
-		delete(h.sessions, l.nodeID)
-	}
-}
-
-func (h *hub) isDraining() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.draining
-}
-
-func (h *hub) all() []*live {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]*live, 0, len(h.sessions))
-	for _, l := range h.sessions {
-		out = append(out, l)
-	}
-	return out
-}
-
-func (h *hub) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.sessions)
-}
-
-func (h *hub) get(nodeID string) *live {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.sessions[nodeID]
-}
-
-func (h *hub) connected(nodeID string) bool { return h.get(nodeID) != nil }
-
-func (h *hub) send(nodeID string, f *bcdv1.GatewayFrame) {
-	if l := h.get(nodeID); l != nil {
-		go l.push(outFrame{f: f})
-	}
-}
-
-func (h *hub) sendFinal(nodeID string, f *bcdv1.GatewayFrame) {
-	if l := h.get(nodeID); l != nil {
-		l.push(outFrame{f: f, final: true})
-	}
-}
-
-// drainAll sends Drain to every session and refuses new ones.
-func (h *hub) drainAll(reason string) int {
-	h.mu.Lock()
-	h.draining = true
-	all := make([]*live, 0, len(h.sessions))
-	for _, l := range h.sessions {
-		all = append(all, l)
-	}
-	h.mu.Unlock()
-	return drain(all, reason, 500*time.Millisecond)
-}
-
-// drainLive sends Drain to every live session (each agent redials after
-// redial plus its jitter) and goes on accepting new ones.
-func (h *hub) drainLive(reason string, redial time.Duration) int {
-	return drain(h.all(), reason, redial)
-}
-
-// drain queues a final Drain on each session and waits (up to 2 s) until
-// each is sent or the session ended.
-func drain(all []*live, reason string, redial time.Duration) int {
-	var wg sync.WaitGroup
-	for _, l := range all {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f := &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Drain{Drain: &bcdv1.Drain{Reason: reason, RedialAfterMs: uint32(redial.Milliseconds())}}}
-			select {
-			case l.out <- outFrame{f: f, final: true}:
-				// Wait until the sender wrote it, or give up.
-				select {
-				case <-l.done:
-				case <-time.After(2 * time.Second):
-				}
-			case <-l.done:
-			case <-time.After(2 * time.Second):
-			}
-		}()
-	}
-	wg.Wait()
-	return len(all)
-}
 
 // busy refuses a session with a retry pushback the agent honours.
 func (s *Server) busy() error {
@@ -220,14 +45,14 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 			return nil
 		})
 	}
-	if !s.hub.reserve(n.ID, s.cfg.MaxSessions) {
-		log.Warn("session refused", "reason", "busy", "sessions", s.hub.count())
+	if !s.hub.Reserve(n.ID, s.cfg.MaxSessions) {
+		log.Warn("session refused", "reason", "busy", "sessions", s.hub.Count())
 		return s.busy()
 	}
 	reserved := true
 	defer func() {
 		if reserved {
-			s.hub.release()
+			s.hub.Release()
 		}
 	}()
 	first, err := st.Receive()
@@ -241,22 +66,22 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	if hello.GetNodeId() != n.ID {
 		return connectErr(connect.CodePermissionDenied, "Hello names node %s but the certificate is for %s", hello.GetNodeId(), n.ID)
 	}
-	if s.hub.isDraining() {
+	if s.hub.Draining() {
 		return connectErr(connect.CodeUnavailable, "gateway is draining")
 	}
 	epoch, err := s.store.NextEpoch(n.ID, s.now().UTC())
 	if err != nil {
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
 	}
-	l := &live{nodeKey: cert.PublicKey, nodeID: n.ID, role: n.Role, site: n.Site, epoch: epoch, out: make(chan outFrame, 64), done: make(chan struct{})}
-	_, ok := s.hub.register(l)
-	s.hub.release()
+	l := hub.NewLive(cert.PublicKey, n.ID, n.Role, n.Site, epoch)
+	_, ok := s.hub.Register(l)
+	s.hub.Release()
 	reserved = false
 	if !ok {
 		return connectErr(connect.CodeUnavailable, "gateway is draining")
 	}
-	defer s.hub.unregister(l)
-	defer l.close()
+	defer s.hub.Unregister(l)
+	defer l.Close()
 	if s.shared != nil {
 		// A session of this node left on another gateway (half-open, its
 		// agent gone) ends there (shared.go).
@@ -279,7 +104,7 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	if s.shared != nil {
 		defer s.sessionEnded(n.ID, epoch, log)
 	}
-	l.beat.helloStored(time.Time{}, hello.GetAppliedGeneration(), hello.GetObservedGeneration())
+	l.Beat.HelloStored(time.Time{}, hello.GetAppliedGeneration(), hello.GetObservedGeneration())
 
 	if err := st.Send(&bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Welcome{Welcome: &bcdv1.Welcome{
 		Epoch: epoch, ServerTimeUnixMs: s.now().UnixMilli(), HeartbeatSeconds: uint32(s.cfg.Heartbeat / time.Second),
@@ -313,12 +138,12 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	go func() { recvErr <- s.receive(st, l, log) }()
 	for {
 		select {
-		case f := <-l.out:
-			if err := st.Send(f.f); err != nil {
+		case f := <-l.Out():
+			if err := st.Send(f.F); err != nil {
 				return err
 			}
-			if f.final {
-				l.close()
+			if f.Final {
+				l.Close()
 				return nil
 			}
 		case err := <-recvErr:
@@ -328,7 +153,7 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 				log.Info("session ended")
 			}
 			return nil
-		case <-l.done:
+		case <-l.Done():
 			log.Info("session replaced or closed")
 			return nil
 		case <-ctx.Done():
@@ -338,7 +163,7 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 }
 
 // receive handles the agent's frames until the stream ends.
-func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame], l *live, log interface {
+func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame], l *hub.Live, log interface {
 	Info(string, ...any)
 	Warn(string, ...any)
 }) error {
@@ -352,7 +177,7 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 			s.heartbeat(l, x.Heartbeat, log)
 		case *bcdv1.AgentFrame_Ack:
 			for _, id := range x.Ack.GetCommandIds() {
-				if err := s.store.MarkDelivered(l.nodeID, id); err != nil {
+				if err := s.store.MarkDelivered(l.NodeID, id); err != nil {
 					log.Warn("ack for unknown command", "command_id", id)
 				}
 			}
@@ -363,15 +188,15 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 				StartedMS: r.GetStartedUnixMs(), FinishedMS: r.GetFinishedUnixMs(),
 			}
 			if len(r.GetAttestation()) > 0 {
-				if c, err := s.store.Command(r.GetCommandId()); err == nil && c.NodeID == l.nodeID {
-					if err := intent.VerifyResult(l.nodeKey, l.nodeID, c.Kind, r); err != nil {
+				if c, err := s.store.Command(r.GetCommandId()); err == nil && c.NodeID == l.NodeID {
+					if err := intent.VerifyResult(l.NodeKey, l.NodeID, c.Kind, r); err != nil {
 						log.Warn("result attestation does not verify under the node's key", "command_id", r.GetCommandId(), "err", err)
 					} else {
 						res.Attestation = r.GetAttestation()
 					}
 				}
 			}
-			first, err := s.store.SetResult(l.nodeID, r.GetCommandId(), res)
+			first, err := s.store.SetResult(l.NodeID, r.GetCommandId(), res)
 			if errors.Is(err, store.ErrNotFound) {
 				// Not ours (or long gone): ack it so the agent stops re-sending.
 				log.Warn("result for an unknown command; acked and dropped", "command_id", r.GetCommandId())
@@ -386,9 +211,9 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 				}
 				s.resultStored(r.GetCommandId())
 			}
-			l.push(outFrame{f: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{ResultIds: []string{r.GetCommandId()}}}}})
+			l.Push(hub.Frame{F: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{ResultIds: []string{r.GetCommandId()}}}}})
 		case *bcdv1.AgentFrame_Event:
-			if err := s.storeEvent(l.nodeID, x.Event, log); err != nil {
+			if err := s.storeEvent(l.NodeID, x.Event, log); err != nil {
 				// Not acked, and the session ends: acking a later event
 				// would drop this one on the agent (an ack covers every
 				// seq up to its own). The agent sends it again after its
@@ -396,14 +221,14 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 				log.Warn("event not stored; ending the session", "seq", x.Event.GetSeq(), "err", err)
 				return connectErr(connect.CodeUnavailable, "event %d not stored: %v", x.Event.GetSeq(), err)
 			}
-			l.push(outFrame{f: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{EventSeq: x.Event.GetSeq()}}}})
+			l.Push(hub.Frame{F: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{EventSeq: x.Event.GetSeq()}}}})
 		case *bcdv1.AgentFrame_Status:
 			rep := x.Status
-			if err := s.storeStatus(l.nodeID, rep); err != nil {
+			if err := s.storeStatus(l.NodeID, rep); err != nil {
 				log.Warn("status report refused", "err", err)
 			}
 			if v := rep.GetTrustVersion(); v > 0 {
-				if err := s.noteTrustVersion(l.nodeID, v); err != nil {
+				if err := s.noteTrustVersion(l.NodeID, v); err != nil {
 					log.Warn("trust bundle acknowledgement not stored", "version", v, "err", err)
 				} else {
 					log.Info("trust bundle taken", "version", v)
@@ -413,15 +238,15 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 				s.resendFullSpec(l, rep, log)
 			}
 		case *bcdv1.AgentFrame_Progress:
-			if err := s.storeProgress(l.nodeID, x.Progress); err != nil {
+			if err := s.storeProgress(l.NodeID, x.Progress); err != nil {
 				log.Warn("progress refused", "command_id", x.Progress.GetCommandId(), "err", err)
 			}
 		case *bcdv1.AgentFrame_SecretRequest:
 			req := x.SecretRequest
-			go l.push(outFrame{f: s.answerSecret(l, req)})
+			go l.Push(hub.Frame{F: s.answerSecret(l, req)})
 		case *bcdv1.AgentFrame_WorkloadTokenRequest:
 			req := x.WorkloadTokenRequest
-			go l.push(outFrame{f: s.answerWorkloadToken(l, req)})
+			go l.Push(hub.Frame{F: s.answerWorkloadToken(l, req)})
 		case *bcdv1.AgentFrame_Hello:
 			return connectErr(connect.CodeInvalidArgument, "Hello sent twice")
 		default:
@@ -436,12 +261,12 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 // Hello), then lets spec changes reach the session. It runs before the
 // session's send loop, under the node's spec lock, so no change is lost or
 // sent ahead of it.
-func (s *Server) welcomeSpec(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame], l *live, applied uint64, log interface {
+func (s *Server) welcomeSpec(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame], l *hub.Live, applied uint64, log interface {
 	Info(string, ...any)
 }) error {
-	unlock := s.specLocks.lock(l.nodeID)
+	unlock := s.specLocks.lock(l.NodeID)
 	defer unlock()
-	f, gen, err := s.fullSpecFrame(l.nodeID)
+	f, gen, err := s.fullSpecFrame(l.NodeID)
 	if err != nil {
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
 	}
@@ -449,10 +274,10 @@ func (s *Server) welcomeSpec(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.Gate
 		if err := st.Send(f); err != nil {
 			return err
 		}
-		l.fullGen.Store(gen)
+		l.FullGen.Store(gen)
 		log.Info("desired spec sent in full", "generation", gen, "applied_generation", applied)
 	}
-	l.specReady.Store(true)
+	l.SpecReady.Store(true)
 	return nil
 }
 
@@ -461,13 +286,13 @@ func (s *Server) welcomeSpec(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.Gate
 // the stored spec in full, unless the agent refused that very generation
 // after this session sent it in full: sending it again would not help, and
 // the next change (or session) sends it again.
-func (s *Server) resendFullSpec(l *live, rep *bcdv1.StatusReport, log interface {
+func (s *Server) resendFullSpec(l *hub.Live, rep *bcdv1.StatusReport, log interface {
 	Info(string, ...any)
 	Warn(string, ...any)
 }) {
-	unlock := s.specLocks.lock(l.nodeID)
+	unlock := s.specLocks.lock(l.NodeID)
 	defer unlock()
-	f, gen, err := s.fullSpecFrame(l.nodeID)
+	f, gen, err := s.fullSpecFrame(l.NodeID)
 	switch {
 	case err != nil:
 		log.Warn("full spec asked for, not sent", "err", err)
@@ -475,12 +300,12 @@ func (s *Server) resendFullSpec(l *live, rep *bcdv1.StatusReport, log interface 
 	case f == nil:
 		log.Info("full spec asked for; this node has no desired spec")
 		return
-	case rep.GetRefusedGeneration() == gen && l.fullGen.Load() == gen:
+	case rep.GetRefusedGeneration() == gen && l.FullGen.Load() == gen:
 		log.Warn("the agent refused the full spec of this generation; not sent again until the spec changes",
 			"generation", gen, "spec_error", rep.GetSpecError())
 		return
 	}
-	l.fullGen.Store(gen)
-	l.push(outFrame{f: f})
+	l.FullGen.Store(gen)
+	l.Push(hub.Frame{F: f})
 	log.Info("desired spec sent in full on request", "generation", gen, "refused_generation", rep.GetRefusedGeneration(), "spec_error", rep.GetSpecError())
 }

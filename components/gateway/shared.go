@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/intent"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -46,7 +47,7 @@ var sharedSweep = 5 * time.Second
 // session (this one included).
 func (s *Server) pushCommand(c store.Command) {
 	if s.shared == nil {
-		s.hub.send(c.NodeID, commandFrame(c))
+		s.hub.Send(c.NodeID, commandFrame(c))
 	}
 }
 
@@ -93,8 +94,8 @@ func (s *Server) sweep() {
 	s.pruneProgress()
 	s.pruneTPMChallenges()
 	var held []string
-	for _, l := range s.hub.all() {
-		held = append(held, l.nodeID)
+	for _, l := range s.hub.All() {
+		held = append(held, l.NodeID)
 	}
 	cs, err := s.shared.Pending(held, 10000)
 	if err != nil {
@@ -104,7 +105,7 @@ func (s *Server) sweep() {
 	old := s.now().Add(-time.Second)
 	for _, c := range cs {
 		if c.CreatedAt.Before(old) {
-			s.hub.send(c.NodeID, commandFrame(c))
+			s.hub.Send(c.NodeID, commandFrame(c))
 		}
 	}
 }
@@ -145,7 +146,7 @@ func (s *Server) onNotice(n store.Notice) {
 	case store.NoticeProgress:
 		s.progressNotice(n)
 	case store.NoticeCommand:
-		if s.hub.get(n.Node) == nil {
+		if s.hub.Get(n.Node) == nil {
 			return
 		}
 		go func() {
@@ -155,11 +156,11 @@ func (s *Server) onNotice(n store.Notice) {
 				return
 			}
 			if c.NodeID == n.Node && c.State == store.StatePending {
-				s.hub.send(c.NodeID, commandFrame(c))
+				s.hub.Send(c.NodeID, commandFrame(c))
 			}
 		}()
 	case store.NoticeCancel:
-		if s.hub.get(n.Node) == nil {
+		if s.hub.Get(n.Node) == nil {
 			return
 		}
 		cf := &bcdv1.Cancel{CommandId: n.Command, Reason: n.Reason}
@@ -170,35 +171,35 @@ func (s *Server) onNotice(n store.Notice) {
 				return
 			}
 		}
-		s.hub.send(n.Node, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Cancel{Cancel: cf}})
+		s.hub.Send(n.Node, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Cancel{Cancel: cf}})
 	case store.NoticeSession:
 		// The node's newer session is on another gateway (or this one,
 		// which registered it already): an older one here has lost.
-		if l := s.hub.get(n.Node); l != nil && l.epoch < n.Epoch {
-			s.log.Info("session moved to another gateway; ending it here", "node", n.Node, "epoch", l.epoch, "new_epoch", n.Epoch)
-			l.close()
+		if l := s.hub.Get(n.Node); l != nil && l.Epoch < n.Epoch {
+			s.log.Info("session moved to another gateway; ending it here", "node", n.Node, "epoch", l.Epoch, "new_epoch", n.Epoch)
+			l.Close()
 		}
 	case store.NoticeRevoke:
-		go s.hub.sendFinal(n.Node, revocationFrame())
+		go s.hub.SendFinal(n.Node, revocationFrame())
 	case store.NoticeTrust:
 		go s.reloadTrust()
 	case store.NoticeSpec:
-		l := s.hub.get(n.Node)
+		l := s.hub.Get(n.Node)
 		if l == nil {
 			return
 		}
 		go func() {
 			unlock := s.specLocks.lock(n.Node)
 			defer unlock()
-			if !l.specReady.Load() {
+			if !l.SpecReady.Load() {
 				return // its Welcome sends the spec in full
 			}
 			f, gen, err := s.fullSpecFrame(n.Node)
 			if err != nil || f == nil {
 				return
 			}
-			l.fullGen.Store(gen)
-			l.push(outFrame{f: f})
+			l.FullGen.Store(gen)
+			l.Push(hub.Frame{F: f})
 		}()
 	}
 }
@@ -210,19 +211,19 @@ func (s *Server) onNotice(n store.Notice) {
 // that neither this session was sent nor the agent said it holds.
 func (s *Server) catchUp() {
 	defer s.reloadTrust() // last: a changed bundle drains the sessions
-	for _, l := range s.hub.all() {
-		n, err := s.store.Node(l.nodeID)
+	for _, l := range s.hub.All() {
+		n, err := s.store.Node(l.NodeID)
 		if err != nil {
 			continue
 		}
 		if n.Revoked {
 			// Before the trust bundle's drain (deferred), which would end
 			// the session first.
-			s.hub.sendFinal(n.ID, revocationFrame())
+			s.hub.SendFinal(n.ID, revocationFrame())
 			continue
 		}
 		sp, err := s.store.Spec(n.ID)
-		if err == nil && sp.Generation > n.AppliedGeneration && sp.Generation > l.fullGen.Load() {
+		if err == nil && sp.Generation > n.AppliedGeneration && sp.Generation > l.FullGen.Load() {
 			s.onNotice(store.Notice{Kind: store.NoticeSpec, Node: n.ID})
 		}
 	}
@@ -259,16 +260,16 @@ func (s *Server) sessionEnded(nodeID string, epoch uint64, log *slog.Logger) {
 // sessionOn says which gateway holds the node's session: this one when
 // its hub holds it; on a shared store, the one the node's record names,
 // while the record was refreshed recently enough for that gateway to be
-// alive (heartbeats write it at least every seenRefresh). A gateway that
+// alive (heartbeats write it at least every hub.SeenRefresh). A gateway that
 // died leaves its name until then, or until the node's next session.
 func (s *Server) sessionOn(n store.Node) (gateway string, connected bool) {
-	if s.hub.connected(n.ID) {
+	if s.hub.Connected(n.ID) {
 		return s.cfg.Name, true
 	}
 	if s.shared == nil || n.Gateway == "" || n.Gateway == s.cfg.Name {
 		return "", false
 	}
-	if s.now().Sub(n.LastSeen) > seenRefresh+2*s.cfg.Heartbeat {
+	if s.now().Sub(n.LastSeen) > hub.SeenRefresh+2*s.cfg.Heartbeat {
 		return "", false
 	}
 	return n.Gateway, true

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/better-compute/bcd/components/base/nodespec"
+	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/intent"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -134,13 +135,13 @@ func (s *Server) commitSpecLocked(node string, p specPlan, submitted bool, sig [
 		return 0, err
 	}
 	sent := false
-	if l := s.hub.get(node); l != nil && l.specReady.Load() {
+	if l := s.hub.Get(node); l != nil && l.SpecReady.Load() {
 		if !ds.GetPatch() {
-			l.fullGen.Store(rec.Generation)
+			l.FullGen.Store(rec.Generation)
 		}
 		// In order, under the node's lock: the agent sees the generations
 		// one after another.
-		l.push(outFrame{f: desiredFrame(ds)})
+		l.Push(hub.Frame{F: desiredFrame(ds)})
 		sent = true
 	} else if s.shared != nil {
 		// Its session may be on another gateway, which sends it in full.

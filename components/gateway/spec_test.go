@@ -6,13 +6,14 @@ import (
 	"crypto"
 	"encoding/json"
 	"errors"
-	jose "github.com/go-jose/go-jose/v4"
-	josejwt "github.com/go-jose/go-jose/v4/jwt"
-	"google.golang.org/protobuf/proto"
 	"io"
 	"strings"
 	"testing"
 	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	josejwt "github.com/go-jose/go-jose/v4/jwt"
+	"google.golang.org/protobuf/proto"
 
 	"connectrpc.com/connect"
 

@@ -266,7 +266,7 @@ func (s *Server) reloadTrust() {
 		return
 	}
 	if changed {
-		n := s.hub.drainLive("trust bundle changed", trustDrainRedial)
+		n := s.hub.DrainLive("trust bundle changed", trustDrainRedial)
 		s.log.Info("trust bundle changed on another gateway", "version", v, "sessions_drained", n)
 	}
 }
@@ -494,7 +494,7 @@ func (s *Server) commitTrust(f func(doc *bundle.Document) (bool, error)) (bundle
 	}
 	// The new bundle is in place before the sessions are listed: a session
 	// registered after this point builds its Welcome with it.
-	n := s.hub.drainLive("trust bundle changed", trustDrainRedial)
+	n := s.hub.DrainLive("trust bundle changed", trustDrainRedial)
 	approvers := uint64(0)
 	if doc.Approvers != nil {
 		approvers = doc.Approvers.Epoch

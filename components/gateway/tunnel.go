@@ -173,7 +173,7 @@ func (s *Server) openTunnel(ctx context.Context, node string, r TunnelRequest) (
 	}
 	id := randomID(15)
 	o := s.tunnels.add(id, node)
-	s.hub.send(node, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_OpenTunnel{OpenTunnel: &bcdv1.OpenTunnel{TunnelId: id, Target: r.Kind, Ticket: tok}}})
+	s.hub.Send(node, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_OpenTunnel{OpenTunnel: &bcdv1.OpenTunnel{TunnelId: id, Target: r.Kind, Ticket: tok}}})
 	t := time.NewTimer(tunnelOpenWait)
 	defer t.Stop()
 	select {

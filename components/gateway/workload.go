@@ -11,6 +11,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
+	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/seal"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -25,21 +26,21 @@ func (s *Server) WorkloadKey() crypto.PublicKey { return s.keys.workload.Public(
 // answerWorkloadToken answers a node's signed request with a JWT for the
 // audience (issuer bcgw, subject the node), sealed to the request's reply
 // key; nothing travels in clear.
-func (s *Server) answerWorkloadToken(l *live, req *bcdv1.WorkloadTokenRequest) *bcdv1.GatewayFrame {
+func (s *Server) answerWorkloadToken(l *hub.Live, req *bcdv1.WorkloadTokenRequest) *bcdv1.GatewayFrame {
 	ans := &bcdv1.WorkloadTokenAnswer{RequestId: req.GetRequestId()}
-	err := seal.VerifyWorkloadRequest(l.nodeKey, l.nodeID, req)
+	err := seal.VerifyWorkloadRequest(l.NodeKey, l.NodeID, req)
 	var tok string
 	if err == nil {
-		tok, err = s.workloadToken(l.nodeID, req.GetAudience())
+		tok, err = s.workloadToken(l.NodeID, req.GetAudience())
 	}
 	if err == nil {
 		ans.Sealed, err = seal.SealTo(req.GetReplyKey(), req.GetRequestId(), []byte(tok), s.now())
 	}
 	if err != nil {
 		ans.Error = err.Error()
-		s.log.Warn("workload token refused", "node", l.nodeID, "audience", req.GetAudience(), "reason", err.Error())
+		s.log.Warn("workload token refused", "node", l.NodeID, "audience", req.GetAudience(), "reason", err.Error())
 	} else {
-		s.log.Info("workload token answered", "node", l.nodeID, "audience", req.GetAudience())
+		s.log.Info("workload token answered", "node", l.NodeID, "audience", req.GetAudience())
 	}
 	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_WorkloadTokenAnswer{WorkloadTokenAnswer: ans}}
 }

@@ -1,4 +1,4 @@
-package gateway
+package hub
 
 import (
 	"testing"
@@ -8,11 +8,11 @@ import (
 // TestHeartbeatCoalescing: after the Hello, the first heartbeat is
 // written (it sets last-seen); then one is written only when it carries
 // other generations or other inventory hashes, or when the stored
-// last-seen is seenRefresh old.
+// last-seen is SeenRefresh old.
 func TestHeartbeatCoalescing(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
-	var b beatState
-	b.helloStored(time.Time{}, 3, 3)
+	var b Beat
+	b.HelloStored(time.Time{}, 3, 3)
 	h1 := map[string]string{"gpus": "sha256:aa"}
 	h2 := map[string]string{"gpus": "sha256:bb"}
 	steps := []struct {
@@ -30,27 +30,27 @@ func TestHeartbeatCoalescing(t *testing.T) {
 		{"the same hashes again", 75 * time.Second, 4, 4, h1, false},
 		{"no hashes in this beat", 90 * time.Second, 4, 4, nil, false},
 		{"other hashes", 105 * time.Second, 4, 4, h2, true},
-		{"just under the refresh", 105*time.Second + seenRefresh - time.Second, 4, 4, nil, false},
-		{"last-seen refresh due", 105*time.Second + seenRefresh, 4, 4, nil, true},
-		{"right after the refresh", 120*time.Second + seenRefresh, 4, 4, nil, false},
+		{"just under the refresh", 105*time.Second + SeenRefresh - time.Second, 4, 4, nil, false},
+		{"last-seen refresh due", 105*time.Second + SeenRefresh, 4, 4, nil, true},
+		{"right after the refresh", 120*time.Second + SeenRefresh, 4, 4, nil, false},
 	}
 	for _, st := range steps {
 		now := t0.Add(st.at)
-		got := b.due(now, st.applied, st.observed, st.hashes)
+		got := b.Due(now, st.applied, st.observed, st.hashes)
 		if got != st.want {
 			t.Fatalf("%s: due = %v, want %v", st.name, got, st.want)
 		}
 		if got {
-			b.wrote(now, st.applied, st.observed, st.hashes)
+			b.Wrote(now, st.applied, st.observed, st.hashes)
 		}
 		if !b.lastBeat.Equal(now) {
 			t.Fatalf("%s: last beat %v not noted", st.name, b.lastBeat)
 		}
 	}
 	// A write that failed is not noted: the next heartbeat tries again.
-	var c beatState
-	c.helloStored(time.Time{}, 1, 1)
-	if !c.due(t0, 1, 1, nil) || !c.due(t0.Add(time.Second), 1, 1, nil) {
+	var c Beat
+	c.HelloStored(time.Time{}, 1, 1)
+	if !c.Due(t0, 1, 1, nil) || !c.Due(t0.Add(time.Second), 1, 1, nil) {
 		t.Fatal("a heartbeat whose write was not noted is not due again")
 	}
 }
