@@ -515,6 +515,13 @@ func TestSliceThroughTheSocket(t *testing.T) {
 	}
 	assertFile(t, filepath.Join(h.root, "run/systemd/system/bcd-alloc-a1.slice.d/50-bcd.conf"),
 		[]byte("# Written by bcd (slice.apply); slice.remove removes it.\n[Slice]\nAllowedCPUs=0-1\nAllowedMemoryNodes=0\n"), 0o644)
+	// memory_max alone, through the socket's strict decoder (issue 30:
+	// the decoder refused the field the rest supports).
+	if err := h.client.ApplySlice(ctx, "a1", "", "", 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	assertFile(t, filepath.Join(h.root, "run/systemd/system/bcd-alloc-a1.slice.d/50-bcd.conf"),
+		[]byte("# Written by bcd (slice.apply); slice.remove removes it.\n[Slice]\nMemoryMax=1073741824\n"), 0o644)
 	err := h.client.ApplySlice(ctx, "a1", "0-9", "", 0)
 	var herr *helperclient.Error
 	if !errors.As(err, &herr) || !strings.Contains(herr.Msg, "CPU 4 is not one of this host's") {
@@ -528,7 +535,7 @@ func TestSliceThroughTheSocket(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	want := []string{"daemon-reload", "start bcd-alloc-a1.slice", "show --property=ActiveState --value bcd-alloc-a1.slice", "daemon-reload"}
+	want := []string{"daemon-reload", "start bcd-alloc-a1.slice", "daemon-reload", "start bcd-alloc-a1.slice", "show --property=ActiveState --value bcd-alloc-a1.slice", "daemon-reload"}
 	if !reflect.DeepEqual(calls, want) {
 		t.Errorf("systemctl calls %q, want %q", calls, want)
 	}

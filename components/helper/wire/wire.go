@@ -180,7 +180,7 @@ const (
 var requestKeys = map[string]valueType{
 	"v": tNumber, "op": tString, "kind": tString, "id": tString, "data": tString,
 	"ruleset": tString, "rules": tNumber, "reason": tString, "gpu": tString,
-	"slice": tString, "cpus": tString, "mems": tString,
+	"slice": tString, "cpus": tString, "mems": tString, "memory_max": tNumber,
 	"unique": tString, "digest": tString, "qualifying_data": tString,
 	"access": tObject, "document": tString,
 }
