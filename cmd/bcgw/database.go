@@ -4,15 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
+
+	"github.com/better-compute/bcd/components/base/privfile"
 )
+
+// maxDatabaseFile bounds --database-file: one URL.
+const maxDatabaseFile = 4096
 
 // databaseURL picks the store's PostgreSQL URL from --database or
 // --database-file ("" for the bbolt store in the data directory). A URL
 // given on the command line must not carry a password, which anyone can
-// read in the process list: a password goes in the file (mode 0600 or
-// stricter is the operator's to set), in PGPASSWORD or in ~/.pgpass.
+// read in the process list: a password goes in the file, in PGPASSWORD
+// or in ~/.pgpass. The file is read under the key-encryption key file's
+// rule (privfile): a regular file that group and others cannot read.
 func databaseURL(flag, file string) (string, error) {
 	if flag != "" && file != "" {
 		return "", errors.New("give --database or --database-file, not both")
@@ -26,10 +31,11 @@ func databaseURL(flag, file string) (string, error) {
 	if file == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(file)
+	b, err := privfile.Read(file, maxDatabaseFile, "a database URL file is one line")
 	if err != nil {
 		return "", fmt.Errorf("--database-file: %w", err)
 	}
+	defer clear(b)
 	u := strings.TrimSpace(string(b))
 	if u == "" || strings.ContainsAny(u, "\n\r") {
 		return "", fmt.Errorf("--database-file %s: want one line, the database URL", file)

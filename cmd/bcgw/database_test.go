@@ -17,6 +17,14 @@ func TestDatabaseURL(t *testing.T) {
 		return p
 	}
 	withPW := write("pw", "postgres://bcgw:s3cret-pw@db.lab/bcgw\n")
+	worldReadable := write("world", "postgres://bcgw:s3cret-pw@db.lab/bcgw\n")
+	if err := os.Chmod(worldReadable, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	groupReadable := write("group", "postgres://bcgw:s3cret-pw@db.lab/bcgw\n")
+	if err := os.Chmod(groupReadable, 0o640); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name, flag, file, want, wantErr string
 	}{
@@ -31,6 +39,11 @@ func TestDatabaseURL(t *testing.T) {
 		{"absent file", "", filepath.Join(dir, "absent"), "", "no such file"},
 		{"empty file", "", write("empty", "\n"), "", "want one line"},
 		{"two lines", "", write("two", "postgres:///a\npostgres:///b\n"), "", "want one line"},
+		// The password file under the key-encryption key file's rule.
+		{"world-readable file", "", worldReadable, "", "readable by group or others (mode -rw-r--r--); chmod 600 it"},
+		{"group-readable file", "", groupReadable, "", "chmod 600 it"},
+		{"a directory", "", dir, "", "is not a regular file"},
+		{"an oversized file", "", write("big", "postgres:///"+strings.Repeat("x", 5000)), "", "over 4096 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
