@@ -26,7 +26,9 @@ const maxCheckError = 256
 // may be written as t: a CDI spec (kind cdi) must pass cdispec.Check for
 // allocation t.ID with device nodes only of this host's own GPUs, read
 // now; an environment file (kind allocation-env) must pass
-// cdispec.CheckEnv. Other kinds pass. A nil answer lets the write go on.
+// cdispec.CheckEnv; a k8s-token file must be one kubeadm bootstrap token
+// (filetable.CheckK8sToken). Other kinds pass. A nil answer lets the
+// write go on.
 func (srv *server) checkHoldFile(t filetable.Target, data []byte) (*wire.Response, string) {
 	var err error
 	switch t.Kind {
@@ -59,6 +61,8 @@ func (srv *server) checkHoldFile(t filetable.Target, data []byte) (*wire.Respons
 		}
 	case "allocation-env":
 		err = cdispec.CheckEnv(data)
+	case "k8s-token":
+		err = filetable.CheckK8sToken(data)
 	default:
 		return nil, ""
 	}

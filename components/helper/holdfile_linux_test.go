@@ -81,8 +81,10 @@ func TestHoldFilesWritten(t *testing.T) {
 	if *reads != 2 {
 		t.Errorf("the host's GPUs were read %d times for 2 CDI writes and an environment file", *reads)
 	}
-	// Other kinds are not checked: any content.
+	// A k8s-token file takes a kubeadm bootstrap token, with or without
+	// its newline.
 	wantOK(t, o.call(t, fileWrite("k8s-token", "", []byte("abcdef.0123456789abcdef"))))
+	wantOK(t, o.call(t, fileWrite("k8s-token", "", []byte("abcdef.0123456789abcdef\n"))))
 	// Removing takes no content and reads no GPU.
 	wantOK(t, o.call(t, `{"v":1,"op":"file.remove","kind":"cdi","id":"alloc_a-1"}`))
 	if *reads != 2 {
@@ -146,6 +148,16 @@ func TestHoldFileRefusals(t *testing.T) {
 			wantErr: "environment file: the last line has no newline"},
 		{name: "an env file with a command", kind: "allocation-env", id: "a1", data: []byte("BCD_ALLOCATION=$(" + marker + ")\n"),
 			wantErr: "the value of BCD_ALLOCATION has characters"},
+		// A k8s-token file lands in root's directory: only a kubeadm
+		// bootstrap token is written (issue 30, finding 7).
+		{name: "a k8s token that is a script", kind: "k8s-token", data: []byte("#!/bin/sh\n" + marker + "\n"),
+			wantErr: "file.write /var/lib/bcd-hostconfig/k8s/bootstrap-token: 35 bytes: a k8s-token file holds one kubeadm bootstrap token"},
+		{name: "a k8s token with a second line", kind: "k8s-token", data: []byte("abcdef.0123456789abcdef\nx\n"),
+			wantErr: "a k8s-token file holds one kubeadm bootstrap token"},
+		{name: "a k8s token in upper case", kind: "k8s-token", data: []byte("ABCDEF.0123456789abcdef"),
+			wantErr: "byte 0 is not [a-z0-9]"},
+		{name: "an empty k8s token", kind: "k8s-token", data: []byte{},
+			wantErr: "0 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

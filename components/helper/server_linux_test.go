@@ -252,11 +252,11 @@ func TestFileWriteAndRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertFile(t, filepath.Join(h.root, "var/lib/bcd-hostconfig/k8s/bootstrap-token"), []byte("abcdef.0123456789abcdef"), 0o600)
-	// An empty file is a file.
-	if err := h.client.WriteFile(ctx, "/var/lib/bcd-hostconfig/k8s/bootstrap-token", nil); err != nil {
-		t.Fatal(err)
+	// Anything but a bootstrap token is refused, the file left as it was.
+	if err := h.client.WriteFile(ctx, "/var/lib/bcd-hostconfig/k8s/bootstrap-token", nil); err == nil || !strings.Contains(err.Error(), "0 bytes: a k8s-token file holds one kubeadm bootstrap token") {
+		t.Fatalf("an empty k8s token: %v", err)
 	}
-	assertFile(t, filepath.Join(h.root, "var/lib/bcd-hostconfig/k8s/bootstrap-token"), nil, 0o600)
+	assertFile(t, filepath.Join(h.root, "var/lib/bcd-hostconfig/k8s/bootstrap-token"), []byte("abcdef.0123456789abcdef"), 0o600)
 
 	if err := h.client.RemoveFile(ctx, "/etc/cdi/bcd-gpu0.json"); err != nil {
 		t.Fatal(err)
@@ -330,6 +330,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 	must(t, os.Chmod(filepath.Join(h.root, "var/lib/bcd-hostconfig"), 0o775))
 
 	data := base64.StdEncoding.EncodeToString([]byte("evil"))
+	token := base64.StdEncoding.EncodeToString([]byte("abcdef.0123456789abcdef"))
 	// Content a hold's file check passes, so the walker's refusals show.
 	planted := base64.StdEncoding.EncodeToString(holdSpec(t, "planted", "/dev/nvidia0"))
 	env := base64.StdEncoding.EncodeToString([]byte("BCD_ALLOCATION=a1\n"))
@@ -353,7 +354,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 		{"symlink on the way", `{"v":1,"op":"file.write","kind":"allocation-env","id":"a1","data":"` + env + `"}`, "bcd-alloc is a symlink"},
 		{"remove through a symlink on the way", `{"v":1,"op":"file.remove","kind":"allocation-env","id":"a1"}`, "bcd-alloc is a symlink"},
 		{"directory at the target", `{"v":1,"op":"file.remove","kind":"cdi","id":"dir"}`, "is not a regular file"},
-		{"directory others can write", `{"v":1,"op":"file.write","kind":"k8s-token","data":"` + data + `"}`, "can be written by group or others"},
+		{"directory others can write", `{"v":1,"op":"file.write","kind":"k8s-token","data":"` + token + `"}`, "can be written by group or others"},
 		{"file too large", `{"v":1,"op":"file.write","kind":"k8s-token","data":"` + base64.StdEncoding.EncodeToString(make([]byte, 1<<20+1)) + `"}`, "more than 1048576"},
 		{"CDI spec too large", `{"v":1,"op":"file.write","kind":"cdi","id":"x","data":"` + base64.StdEncoding.EncodeToString(make([]byte, 64<<10+1)) + `"}`, "CDI spec is 65537 bytes; at most 65536"},
 		{"CDI spec that is not one", `{"v":1,"op":"file.write","kind":"cdi","id":"x","data":"` + data + `"}`, "file.write /etc/cdi/bcd-x.json: CDI spec: invalid character"},
@@ -389,11 +390,11 @@ func must(t *testing.T, err error) {
 // TestRequestOfExactly4MiB: 4 MiB is served, 4 MiB and one byte refused.
 func TestRequestOfExactly4MiB(t *testing.T) {
 	h := startHelper(t, nil)
-	req := `{"v":1,"op":"file.write","kind":"k8s-token","data":"aGk="}`
+	req := `{"v":1,"op":"file.write","kind":"k8s-token","data":"YWJjZGVmLjAxMjM0NTY3ODlhYmNkZWY="}`
 	if got := h.raw(t, []byte(req+strings.Repeat(" ", wire.MaxRequest-len(req)))); got != `{"v":1,"ok":true}` {
 		t.Fatalf("answer %s", got)
 	}
-	assertFile(t, filepath.Join(h.root, "var/lib/bcd-hostconfig/k8s/bootstrap-token"), []byte("hi"), 0o600)
+	assertFile(t, filepath.Join(h.root, "var/lib/bcd-hostconfig/k8s/bootstrap-token"), []byte("abcdef.0123456789abcdef"), 0o600)
 }
 
 // TestBusy: with 32 requests in flight the 33rd is answered busy, which
@@ -660,7 +661,7 @@ func TestStartsWithGoodConfig(t *testing.T) {
 		must(t, os.Symlink(filepath.Join(s.top, "bcd-a"), c.Entrypoint))
 		s.euid, s.fakeHW = os.Geteuid(), true
 	})
-	if err := h.client.WriteFile(context.Background(), "/var/lib/bcd-hostconfig/k8s/bootstrap-token", []byte("t")); err != nil {
+	if err := h.client.WriteFile(context.Background(), "/var/lib/bcd-hostconfig/k8s/bootstrap-token", []byte("abcdef.0123456789abcdef")); err != nil {
 		t.Fatal(err)
 	}
 }

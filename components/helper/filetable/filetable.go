@@ -147,3 +147,31 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// CheckK8sToken accepts what a k8s-token file may hold: exactly one
+// kubeadm bootstrap token, [a-z0-9]{6}.[a-z0-9]{16} (its id and its
+// secret), with at most one newline after it. The file lands in root's
+// directory, so anything else (another line, a space, an empty file) is
+// refused. The error never quotes the content: it is a secret.
+func CheckK8sToken(data []byte) error {
+	b := data
+	if n := len(b); n > 0 && b[n-1] == '\n' {
+		b = b[:n-1]
+	}
+	const form = "a k8s-token file holds one kubeadm bootstrap token, [a-z0-9]{6}.[a-z0-9]{16}, and at most a newline after it"
+	if len(b) != 6+1+16 {
+		return fmt.Errorf("%d bytes: %s", len(data), form)
+	}
+	for i, c := range b {
+		if i == 6 {
+			if c != '.' {
+				return errors.New("no '.' after the token id: " + form)
+			}
+			continue
+		}
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			return fmt.Errorf("byte %d is not [a-z0-9]: %s", i, form)
+		}
+	}
+	return nil
+}

@@ -126,3 +126,49 @@ func TestNoKindInTheNodesDirectories(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckK8sToken(t *testing.T) {
+	for _, ok := range []string{"abcdef.0123456789abcdef", "abcdef.0123456789abcdef\n", "07401b.f395accd246ae52d"} {
+		if err := CheckK8sToken([]byte(ok)); err != nil {
+			t.Errorf("CheckK8sToken(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{
+		"", "\n", "t", "evil",
+		"abcdef.0123456789abcdef\n\n",       // two newlines
+		"abcdef.0123456789abcdef\nrm -rf /", // a second line
+		"ABCDEF.0123456789abcdef",           // kubeadm's form is lower case
+		"abcdef:0123456789abcdef",
+		"abcdefg.0123456789abcde",
+		"abcdef.0123456789abcdef ",
+		" abcdef.0123456789abcdef",
+		"abcdef.0123456789abcdef\r\n",
+		"abcdef.0123456789abcde\x00",
+	} {
+		err := CheckK8sToken([]byte(bad))
+		if err == nil {
+			t.Errorf("CheckK8sToken(%q) accepted", bad)
+			continue
+		}
+		if len(bad) > 4 && strings.Contains(err.Error(), bad) {
+			t.Errorf("the error quotes the content: %v", err)
+		}
+	}
+}
+
+// FuzzCheckK8sToken: what the check accepts is exactly the kubeadm form
+// (six and sixteen of [a-z0-9] around a '.', at most one newline after).
+func FuzzCheckK8sToken(f *testing.F) {
+	for _, s := range []string{"abcdef.0123456789abcdef", "abcdef.0123456789abcdef\n", "x", ""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if CheckK8sToken(b) != nil {
+			return
+		}
+		s := strings.TrimSuffix(string(b), "\n")
+		if len(s) != 23 || s[6] != '.' || strings.Trim(s[:6]+s[7:], "abcdefghijklmnopqrstuvwxyz0123456789") != "" {
+			t.Fatalf("accepted %q", b)
+		}
+	})
+}
