@@ -10,7 +10,7 @@ ROLES := node site ramdisk helper
 # its 4 MiB budget; its operations are a few a second (docs/decisions.md).
 HELPER_GOFLAGS := -gcflags=all=-l
 
-.PHONY: all build proto deps deps-lists test soak soak-ha demo demo-ha sizes bench clean fmt packages image qemu-test systemd-test
+.PHONY: all build proto deps deps-lists kinds-lists mutate test soak soak-ha demo demo-ha sizes bench clean fmt packages image qemu-test systemd-test
 
 all: build
 
@@ -131,6 +131,12 @@ fmt:
 
 clean:
 	rm -rf bin
+
+# mutate breaks each safety rule of build/mutations.txt once, runs the
+# tests that claim it and prints "N of N caught" (build/mutate.sh,
+# docs/testing.md). MUTATE_ONLY=regex runs the matching ones.
+mutate:
+	@GO=$(GO) ./build/mutate.sh
 
 # deps-lists rewrites each role's checked-in dependency list.
 deps-lists:

@@ -430,6 +430,8 @@ func FuzzOffer(f *testing.F) {
 	f.Add(uint64(2), true, uint64(1), []byte(`{"fakehw":{"a":null}}`))
 	f.Add(uint64(2), true, uint64(1), []byte(`{"gpus":{}}`))
 	f.Add(uint64(3), false, uint64(0), []byte(`{"fakehw":[1]}`))
+	// The held generation again, with new content: ignored.
+	f.Add(uint64(1), false, uint64(0), []byte(`{"fakehw":{"a":"2"}}`))
 	f.Fuzz(func(t *testing.T, gen uint64, isPatch bool, base uint64, spec []byte) {
 		var log []string
 		var mu sync.Mutex
@@ -444,7 +446,7 @@ func FuzzOffer(f *testing.F) {
 		after, _ := os.ReadFile(filepath.Join(dir, SpecFile))
 		if err != nil || gen <= 1 {
 			if !bytes.Equal(before, after) || e.Applied() != 1 {
-				t.Fatalf("refused or stale, yet the held spec changed: %v", err)
+				t.Fatalf("a generation at or below the held one is ignored, and a refused spec changes nothing: generation %d (holding 1) changed the held spec (%v)", gen, err)
 			}
 			return
 		}
@@ -481,5 +483,66 @@ func TestVerifyRefuses(t *testing.T) {
 	}
 	if st := e.Status(); st.Applied != 1 || !strings.Contains(st.SpecError, "UNSIGNED") || st.RefusedGeneration != 2 {
 		t.Errorf("status %+v", st)
+	}
+}
+
+// TestEqualGenerationIgnored: a DesiredState for the generation the agent
+// holds is ignored even when its content differs (a gateway that reused a
+// generation): nothing stored, nothing applied, no refusal recorded. So
+// is one below it.
+func TestEqualGenerationIgnored(t *testing.T) {
+	var log []string
+	var mu sync.Mutex
+	dir := t.TempDir()
+	fh := newFiles(t, "fakehw", &log, &mu)
+	e := open(t, dir, fh)
+	if err := e.Offer(full(2, `{"fakehw":{"a":"1"}}`), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, e)
+	before, _ := os.ReadFile(filepath.Join(dir, SpecFile))
+	for _, ds := range []*bcdv1.DesiredState{full(2, `{"fakehw":{"a":"2"}}`), full(1, `{"fakehw":{"a":"3"}}`), patch(2, 1, `{"fakehw":{"b":"4"}}`)} {
+		if err := e.Offer(ds, time.Now()); err != nil {
+			t.Errorf("generation %d (holding 2): refused (%v), want ignored", ds.GetGeneration(), err)
+		}
+		settle(t, e)
+		after, _ := os.ReadFile(filepath.Join(dir, SpecFile))
+		_, raw := e.Spec()
+		got, _ := os.ReadFile(filepath.Join(fh.dir, "a"))
+		if !bytes.Equal(before, after) || string(raw) != `{"fakehw":{"a":"1"}}` || string(got) != "1" || e.Applied() != 2 {
+			t.Errorf("a generation at or below the held one is ignored: generation %d %s (holding 2) left spec %s, stored %s, file a=%q", ds.GetGeneration(), ds.GetSpec(), raw, after, got)
+		}
+		if st := e.Status(); st.SpecError != "" || st.RefusedGeneration != 0 {
+			t.Errorf("generation %d: recorded as refused %+v, want ignored", ds.GetGeneration(), st)
+		}
+	}
+}
+
+// TestObservedWaitsOutBackOff: a pass that runs while a section waits
+// out its retry back-off (nothing to do for it yet) does not advance the
+// observed generation: the section has not settled.
+func TestObservedWaitsOutBackOff(t *testing.T) {
+	var log []string
+	var mu sync.Mutex
+	fh := newFiles(t, "fakehw", &log, &mu)
+	fh.failN = 1
+	e, err := Open(Config{DataDir: t.TempDir(), Sections: []Section{fh}, RetryBase: time.Hour, RetryMax: time.Hour, Recheck: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Offer(full(1, `{"fakehw":{"a":"1"}}`), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.Pass(context.Background())
+	if got := state(e, "fakehw"); got.State != Retrying {
+		t.Fatalf("after a failed apply: %+v, want RETRYING", got)
+	}
+	for i := 0; i < 3; i++ {
+		if next := e.Pass(context.Background()); next.IsZero() {
+			t.Errorf("pass %d during the back-off: no next pass due", i)
+		}
+		if e.Observed() != 0 || fh.applies != 1 {
+			t.Fatalf("the observed generation advances only when every section settled: observed %d during fakehw's retry back-off (applies %d, %+v)", e.Observed(), fh.applies, state(e, "fakehw"))
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/better-compute/bcd/components/trust/ticket"
 )
@@ -144,4 +145,39 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("accepted %+v", c)
 		}
 	})
+}
+
+// TestTCPKindReachesOnlyLoopback: a tcp tunnel reaches a port on the
+// node's loopback and nothing else, so a kind that names a host as well
+// (tcp:HOST:PORT) is refused by CheckKind, by Sign, and by Verify when a
+// holder of a JWKS key signed it anyway.
+func TestTCPKindReachesOnlyLoopback(t *testing.T) {
+	k := key(t)
+	set := jwks(t, map[string]*ecdsa.PrivateKey{"k1": k})
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: jose.JSONWebKey{Key: k, KeyID: "k1"}},
+		(&jose.SignerOptions{}).WithType("JWT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"tcp:10.0.0.1:22", "tcp:192.0.2.1:8080", "tcp:gw.example:443", "tcp:[2001:db8::1]:22",
+		"tcp:127.0.0.1:22", "tcp:localhost:22", "tcp::22", "tcp:22:22"} {
+		if err := ticket.CheckKind(kind); err == nil {
+			t.Errorf("a tcp tunnel reaches only loopback: CheckKind accepted %q", kind)
+		}
+		c := claims()
+		c.Kind = kind
+		if _, err := ticket.Sign(k, "k1", c); err == nil {
+			t.Errorf("a tcp tunnel reaches only loopback: Sign made a ticket for %q", kind)
+		}
+		tok, err := jwt.Signed(signer).Claims(map[string]any{"aud": c.Node, "sub": c.Account, "kind": kind, "jti": c.JTI,
+			"iat": c.Issued.Unix(), "exp": c.Expiry.Unix()}).Serialize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ticket.Verify(tok, set, "node-1", now); err == nil {
+			t.Errorf("a tcp tunnel reaches only loopback: Verify accepted a ticket for %q (port %d)", kind, got.TCPPort())
+		} else if !errors.Is(err, ticket.ErrRefused) || !strings.Contains(err.Error(), "tcp:<port>") {
+			t.Errorf("%s: %v, want a refusal of the kind", kind, err)
+		}
+	}
 }

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# mutate.sh breaks each safety rule of build/mutations.txt once, runs the
+# tests that claim to defend it, puts the file back and says whether they
+# caught it (docs/testing.md). A mutation whose original text is not in its
+# file exactly once no longer applies (the code moved): that is a failure,
+# never a silent pass. A mutation that does not compile is a failure too.
+#
+#   build/mutate.sh            every mutation
+#   MUTATE_ONLY=regex build/mutate.sh   those whose rule or name matches
+#
+# Exit 0 only when every mutation applied and was caught.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+LIST=${MUTATIONS:-build/mutations.txt}
+ONLY=${MUTATE_ONLY:-}
+
+work=$(mktemp -d)
+current="" # the file a mutation is applied to, restored on any exit
+restore() {
+	if [[ -n $current ]]; then
+		cp -p "$work/original" "$current"
+		current=""
+	fi
+}
+trap 'restore; rm -rf "$work"' EXIT
+trap 'restore; echo "mutate: interrupted; files restored" >&2; exit 130' INT TERM
+
+# apply FILE ORIG REPL: replace ORIG's text with REPL's in FILE, only if
+# it occurs exactly once.
+apply() {
+	perl -e '
+		local $/;
+		open(my $f, "<", $ARGV[0]) or die "$ARGV[0]: $!\n"; my $s = <$f>; close $f;
+		open(my $o, "<", $ARGV[1]) or die; my $orig = <$o>; close $o;
+		open(my $r, "<", $ARGV[2]) or die; my $repl = <$r>; close $r;
+		$orig =~ s/\n+\z/\n/; $repl =~ s/\n+\z/\n/;
+		my $n = () = $s =~ /\Q$orig\E/g;
+		if ($n != 1) { print STDERR "found $n times\n"; exit 3 }
+		substr($s, index($s, $orig), length $orig) = $repl;
+		open(my $w, ">", $ARGV[0]) or die "$ARGV[0]: $!\n"; print $w $s; close $w;
+	' "$1" "$2" "$3"
+}
+
+total=0 caught=0
+declare -A baseline=()
+failures=()
+
+# run_one: the mutation parsed into rule, name, file, pkg, run, timeout and
+# $work/orig, $work/repl.
+run_one() {
+	if [[ -n $ONLY && ! "$rule: $name" =~ $ONLY ]]; then
+		return
+	fi
+	total=$((total + 1))
+	local label="[$rule] $name"
+	local key="$pkg $run"
+	# The tests must pass on the code as it is, or a failure proves nothing.
+	if [[ -z ${baseline[$key]:-} ]]; then
+		if $GO test -timeout "$timeout" "$pkg" -run "$run" >"$work/out" 2>&1; then
+			baseline[$key]=ok
+		else
+			baseline[$key]=fail
+			sed 's/^/    /' "$work/out" | tail -20
+		fi
+	fi
+	if [[ ${baseline[$key]} != ok ]]; then
+		echo "NOT CAUGHT  $label: its tests ($pkg -run '$run') fail without the mutation"
+		failures+=("$label")
+		return
+	fi
+	if [[ ! -f $file ]]; then
+		echo "NOT CAUGHT  $label: $file does not exist (mutation no longer applies)"
+		failures+=("$label")
+		return
+	fi
+	cp -p "$file" "$work/original"
+	current=$file
+	local why
+	if ! why=$(apply "$file" "$work/orig" "$work/repl" 2>&1); then
+		restore
+		echo "NOT CAUGHT  $label: mutation no longer applies to $file (its original text $why)"
+		failures+=("$label")
+		return
+	fi
+	local start=$SECONDS rc=0
+	$GO test -count=1 -timeout "$timeout" "$pkg" -run "$run" >"$work/out" 2>&1 || rc=$?
+	restore
+	local took=$((SECONDS - start))s
+	if grep -qE '\[(build|setup) failed\]|^# ' "$work/out"; then
+		echo "NOT CAUGHT  $label: the mutated code does not build ($took)"
+		sed 's/^/    /' "$work/out" | head -10
+		failures+=("$label")
+	elif ((rc == 0)); then
+		echo "NOT CAUGHT  $label: $pkg -run '$run' passed ($took)"
+		failures+=("$label")
+	else
+		caught=$((caught + 1))
+		echo "caught      $label ($took)"
+		# The first failure lines: they name the rule.
+		grep -E '^\s+[A-Za-z0-9_]+\.go:[0-9]+: ' "$work/out" | head -2 | cut -c1-220 | sed 's/^\s*/              /'
+	fi
+}
+
+rule="" name="" file="" pkg="" run="" timeout=""
+section=""
+flush() {
+	if [[ -n $rule ]]; then
+		if [[ -z $file || -z $pkg || -z $run || ! -s $work/orig ]]; then
+			echo "mutate: $LIST: mutation \"$name\" lacks file:, test: or its original text" >&2
+			exit 2
+		fi
+		run_one
+	fi
+	rule="" name="" file="" pkg="" run="" timeout="120s" section=""
+	: >"$work/orig"
+	: >"$work/repl"
+}
+: >"$work/orig"
+while IFS= read -r line || [[ -n $line ]]; do
+	case $section in
+	orig | repl)
+		case $line in
+		'+++ replacement') section=repl; continue ;;
+		'=== '*) ;; # the next mutation
+		*) printf '%s\n' "$line" >>"$work/$section"; continue ;;
+		esac
+		;;
+	esac
+	case $line in
+	'=== '*) flush; rule=${line#=== } ;;
+	'name: '*) name=${line#name: } ;;
+	'file: '*) file=${line#file: } ;;
+	'test: '*)
+		read -r pkg run timeout2 <<<"${line#test: }"
+		timeout=${timeout2:-120s}
+		;;
+	'--- original') section=orig ;;
+	'#'* | '') ;;
+	*) echo "mutate: $LIST: cannot read line: $line" >&2; exit 2 ;;
+	esac
+done <"$LIST"
+flush
+
+echo
+echo "$caught of $total caught (${SECONDS}s)"
+if ((${#failures[@]} > 0)); then
+	printf 'not caught: %s\n' "${failures[@]}"
+	exit 1
+fi
