@@ -124,10 +124,27 @@ func ReadFile(path string) (Contents, error) {
 	return c, nil
 }
 
+// File is what a Log writes through: the log's own file (an *os.File
+// whose Datasync is fdatasync), or in tests a file that loses at a
+// simulated power cut whatever was not fdatasynced (package powercut), so
+// a test of durability does not rest on the log's own count of what it
+// synced.
+type File interface {
+	WriteAt(b []byte, off int64) (int, error)
+	// Datasync makes what was written durable: fdatasync(2).
+	Datasync() error
+	Close() error
+}
+
+// osFile is a File on the operating system's file.
+type osFile struct{ *os.File }
+
+func (f osFile) Datasync() error { return syscall.Fdatasync(int(f.Fd())) }
+
 // Log is a log file open for appending. It is not safe for concurrent
 // use: the journal's writer is its one user.
 type Log struct {
-	f       *os.File
+	f       File
 	path    string
 	gen     uint64
 	size    int64 // bytes written: the header and the frames
@@ -150,7 +167,14 @@ func Create(path string, gen uint64, segment int64) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
+	return CreateOn(osFile{f}, path, gen, segment)
+}
+
+// CreateOn is Create on f, a new empty file at path (which it removes
+// when it fails).
+func CreateOn(f File, path string, gen uint64, segment int64) (*Log, error) {
 	l := &Log{f: f, path: path, gen: gen, segment: segment}
+	var err error
 	hdr := AppendHeader(nil, gen)
 	if segment > 0 {
 		first := min(FirstSegment, segment)
@@ -231,7 +255,7 @@ func (l *Log) grow(end int64) error {
 		return fmt.Errorf("preallocate %s: write at %d: %w", l.path, l.alloc, err)
 	}
 	l.syncs++
-	if err := syscall.Fdatasync(int(l.f.Fd())); err != nil {
+	if err := l.f.Datasync(); err != nil {
 		return fmt.Errorf("preallocate: fdatasync(%s) = %w", l.path, err)
 	}
 	l.alloc += n
@@ -246,7 +270,7 @@ func (l *Log) Sync() error {
 		return l.err
 	}
 	l.syncs++
-	if err := syscall.Fdatasync(int(l.f.Fd())); err != nil {
+	if err := l.f.Datasync(); err != nil {
 		l.err = fmt.Errorf("fdatasync(%s) = %w", l.path, err)
 		return l.err
 	}
@@ -275,7 +299,7 @@ func (l *Log) Discard() error {
 		return fmt.Errorf("discard %s past %d: %w", l.path, l.synced, err)
 	}
 	l.syncs++
-	if err := syscall.Fdatasync(int(l.f.Fd())); err != nil {
+	if err := l.f.Datasync(); err != nil {
 		return fmt.Errorf("discard: fdatasync(%s) = %w", l.path, err)
 	}
 	l.dirty = l.synced
