@@ -1,11 +1,12 @@
 // Package roles lists the commands the product documents, with the line a
 // build that lacks one prints, so every role binary answers the same way.
-// It imports nothing but the cli frame and buildinfo, so the helper can
-// link it.
+// It imports nothing but the cli frame, buildinfo and x/sys/unix, so the
+// helper can link it. Main also makes every role's process not dumpable.
 package roles
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -29,6 +30,10 @@ func Documented() map[string]string {
 // notYet overrides Documented's line for commands a role will have but
 // whose feature has not landed.
 func Main(role string, cmds []cli.Command, notYet map[string]string) {
+	if err := notDumpable(); err != nil {
+		fmt.Fprintf(os.Stderr, "bcd: prctl(PR_SET_DUMPABLE, 0): %v\n", err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	doc := Documented()
 	for k, v := range notYet {
