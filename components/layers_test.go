@@ -26,6 +26,7 @@ var allowed = map[string][]string{
 	"bmc":     {"base", "trust", "agent", "bcx"},
 	"disk":    {"base", "trust", "helper", "agent", "machine", "boot"},
 	"gateway": {"base", "trust", "boot"},
+	"vm":      {"base", "trust", "helper", "agent"},
 }
 
 // shared is what any component may import outside components/.

@@ -52,11 +52,13 @@ var forbidden = map[string]map[string]string{
 		bcd + "machine/fakekinds": "test kinds are for fakehw builds only",
 	},
 	"site": {
+		bcd + "vm":                "VMs run on nodes, never on the site agent",
 		bcd + "disk":              "disk work is the ramdisk's",
 		bcd + "machine/nodekinds": "the node's kinds are the node's",
 		bcd + "machine/fakekinds": "test kinds are for fakehw builds only",
 	},
 	"ramdisk": {
+		bcd + "vm":                "the ramdisk runs no VM",
 		bcd + "boot/bootserver":   "the ramdisk is booted, it does not boot others",
 		bcd + "boot/imagecache":   "the ramdisk reads the site's cache over HTTP, it keeps none",
 		bcd + "boot/sitekinds":    "the boot.* kinds are the site's",

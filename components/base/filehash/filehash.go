@@ -30,3 +30,17 @@ func Reader(r io.Reader, name string) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// ValidDigest reports whether s is a SHA-256 as this package spells it:
+// 64 lowercase hex digits (what names an image by its content).
+func ValidDigest(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -2,6 +2,7 @@ package imagecache
 
 import (
 	"errors"
+	"github.com/better-compute/bcd/components/base/filehash"
 	"net/http"
 	"strings"
 )
@@ -19,7 +20,7 @@ func (c *Cache) Handler() http.Handler {
 
 func (c *Cache) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	digest, ok := strings.CutPrefix(r.URL.Path, "/images/")
-	if !ok || !ValidDigest(digest) || strings.Contains(r.URL.RawPath, "%") {
+	if !ok || !filehash.ValidDigest(digest) || strings.Contains(r.URL.RawPath, "%") {
 		http.NotFound(w, r)
 		return
 	}

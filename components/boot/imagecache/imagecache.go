@@ -24,11 +24,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/filehash"
+	"github.com/better-compute/bcd/components/base/httpsurl"
 	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -188,7 +189,7 @@ func (c *Cache) load() error {
 	for _, de := range des {
 		digest := de.Name()
 		info, err := de.Info()
-		if err != nil || !ValidDigest(digest) || !info.Mode().IsRegular() {
+		if err != nil || !filehash.ValidDigest(digest) || !info.Mode().IsRegular() {
 			c.log.Warn("ignoring a file in the image cache that is not an image", "file", filepath.Join(c.blobDir(), digest))
 			continue
 		}
@@ -210,30 +211,16 @@ func (c *Cache) load() error {
 	return nil
 }
 
-// ValidDigest reports whether s is 64 lower-case hex digits.
-func ValidDigest(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // Pull makes the image with digest available, downloading it from
 // sourceURL (https only) unless it is already cached. A pull of a digest
 // already being pulled waits for that download instead of starting
 // another, and returns its outcome. The download runs under the context of
 // the call that started it.
 func (c *Cache) Pull(ctx context.Context, digest, sourceURL string) error {
-	if !ValidDigest(digest) {
+	if !filehash.ValidDigest(digest) {
 		return fmt.Errorf("pulling image: %w", ErrInvalidDigest)
 	}
-	if err := checkSource(sourceURL); err != nil {
+	if err := httpsurl.Check(sourceURL); err != nil {
 		return fmt.Errorf("pulling image %s: %w", digest, err)
 	}
 
@@ -256,7 +243,7 @@ func (c *Cache) Pull(ctx context.Context, digest, sourceURL string) error {
 	c.entries[digest] = e
 	c.mu.Unlock()
 	c.notify()
-	c.log.Info("image pull started", "digest", digest, "source", redactURL(sourceURL))
+	c.log.Info("image pull started", "digest", digest, "source", httpsurl.Redact(sourceURL))
 
 	size, err := c.download(ctx, digest, sourceURL, e)
 
@@ -272,7 +259,7 @@ func (c *Cache) Pull(ctx context.Context, digest, sourceURL string) error {
 	close(e.done)
 	c.mu.Unlock()
 	if err != nil {
-		c.log.Warn("image pull failed", "digest", digest, "source", redactURL(sourceURL), "err", err)
+		c.log.Warn("image pull failed", "digest", digest, "source", httpsurl.Redact(sourceURL), "err", err)
 	} else {
 		c.log.Info("image pull done", "digest", digest, "size", size)
 	}
@@ -291,15 +278,15 @@ func (c *Cache) download(ctx context.Context, digest, sourceURL string, e *entry
 	wrap := func(err error) error { return fmt.Errorf("pulling image %s: %w", digest, err) }
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, sourceURL, nil)
 	if err != nil {
-		return 0, wrap(fmt.Errorf("building the request: %w", redactErr(err, sourceURL)))
+		return 0, wrap(fmt.Errorf("building the request: %w", httpsurl.RedactErr(err, sourceURL)))
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return 0, wrap(fmt.Errorf("GET %s: %w", redactURL(sourceURL), redactErr(err, sourceURL)))
+		return 0, wrap(fmt.Errorf("GET %s: %w", httpsurl.Redact(sourceURL), httpsurl.RedactErr(err, sourceURL)))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, wrap(fmt.Errorf("GET %s: status %s", redactURL(sourceURL), resp.Status))
+		return 0, wrap(fmt.Errorf("GET %s: status %s", httpsurl.Redact(sourceURL), resp.Status))
 	}
 	if c.maxBytes > 0 && resp.ContentLength > c.maxBytes {
 		return 0, wrap(fmt.Errorf("the image is %d bytes, more than the cache's %d", resp.ContentLength, c.maxBytes))
@@ -320,7 +307,7 @@ func (c *Cache) download(ctx context.Context, digest, sourceURL string, e *entry
 	}
 	n, err := io.Copy(io.MultiWriter(f, h, counter{&e.received}), body)
 	if err != nil {
-		return 0, wrap(fmt.Errorf("downloading from %s: %w", redactURL(sourceURL), redactErr(err, sourceURL)))
+		return 0, wrap(fmt.Errorf("downloading from %s: %w", httpsurl.Redact(sourceURL), httpsurl.RedactErr(err, sourceURL)))
 	}
 	if c.maxBytes > 0 && n > c.maxBytes {
 		return 0, wrap(fmt.Errorf("the image is more than the cache's %d bytes", c.maxBytes))
@@ -356,49 +343,10 @@ type counter struct{ n *atomic.Int64 }
 
 func (c counter) Write(p []byte) (int, error) { c.n.Add(int64(len(p))); return len(p), nil }
 
-// checkSource accepts an absolute https URL with a host.
-func checkSource(s string) error {
-	u, err := url.Parse(s)
-	if err != nil {
-		return errors.New("source is not a URL")
-	}
-	if u.Scheme != "https" {
-		return errors.New("source must be an https:// URL")
-	}
-	if u.Host == "" {
-		return errors.New("source URL has no host")
-	}
-	return nil
-}
-
-// redactURL drops the query (a presigned URL's signature) and any user
-// information from a URL for logs and errors.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.User = nil
-	u.RawQuery = ""
-	u.ForceQuery = false
-	u.Fragment = ""
-	return u.String()
-}
-
-// redactErr keeps net/http's errors, which quote the whole URL, from
-// carrying a presigned query into logs.
-func redactErr(err error, sourceURL string) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return &url.Error{Op: ue.Op, URL: redactURL(sourceURL), Err: ue.Err}
-	}
-	return err
-}
-
 // Open opens the verified image with digest for reading and marks it
 // used. An image still being pulled, or never pulled, is ErrNotFound.
 func (c *Cache) Open(digest string) (*os.File, error) {
-	if !ValidDigest(digest) {
+	if !filehash.ValidDigest(digest) {
 		return nil, fmt.Errorf("opening image: %w", ErrInvalidDigest)
 	}
 	c.mu.Lock()

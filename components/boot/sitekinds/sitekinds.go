@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/filehash"
 	"maps"
 	"net"
 	"os"
@@ -117,7 +118,7 @@ func (c Config) pull(ctx context.Context, rawMAC string, images map[string]image
 	names := slices.Sorted(maps.Keys(images))
 	digests := make([]string, 0, len(names))
 	for _, name := range names {
-		if !imagecache.ValidDigest(images[name].SHA256) {
+		if !filehash.ValidDigest(images[name].SHA256) {
 			return nil, fmt.Errorf(`body: "%s.sha256" must be 64 lower-case hex digits`, name)
 		}
 		digests = append(digests, images[name].SHA256)

@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/filehash"
 	"net/url"
 	"slices"
 	"sync"
@@ -28,7 +29,6 @@ import (
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/boot/bootlease"
 	"github.com/better-compute/bcd/components/boot/bootserver"
-	"github.com/better-compute/bcd/components/boot/imagecache"
 )
 
 // Body is the site section.
@@ -65,7 +65,7 @@ func Decode(body json.RawMessage) (Body, error) {
 		return b, err
 	}
 	for i, im := range b.CacheImages {
-		if !imagecache.ValidDigest(im.SHA256) {
+		if !filehash.ValidDigest(im.SHA256) {
 			return b, fmt.Errorf("cache_images[%d]: sha256 %q is not 64 lower-case hex digits", i, im.SHA256)
 		}
 		u, err := url.Parse(im.URL)

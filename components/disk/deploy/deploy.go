@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/filehash"
 	"io"
 	"os"
 	"sync"
@@ -204,24 +205,10 @@ func (w *Writer) Write(ctx context.Context, src io.Reader, digest string, c Comp
 }
 
 func checkDigest(d string) error {
-	if !ValidDigest(d) {
+	if !filehash.ValidDigest(d) {
 		return fmt.Errorf("digest %q is not 64 lowercase hex digits of SHA-256", d)
 	}
 	return nil
-}
-
-// ValidDigest reports whether d is a SHA-256 digest as images are named:
-// 64 lower-case hex digits.
-func ValidDigest(d string) bool {
-	if len(d) != 64 {
-		return false
-	}
-	for _, c := range d {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 func decompress(c Compression, r io.Reader, w io.Writer) error {

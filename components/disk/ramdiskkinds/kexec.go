@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/better-compute/bcd/components/base/filehash"
 	"io"
 	"net/http"
 	"os"
@@ -15,7 +16,6 @@ import (
 	"strings"
 
 	"github.com/better-compute/bcd/components/agent/dispatch"
-	"github.com/better-compute/bcd/components/disk/deploy"
 )
 
 // kexecBody names the kernel to boot either by digest, from the site's
@@ -115,7 +115,7 @@ const maxKexecImage = 512 << 20
 // fetchVerified reads an image from the site's cache into memory and
 // checks its digest.
 func (c Config) fetchVerified(ctx context.Context, digest string) ([]byte, error) {
-	if !deploy.ValidDigest(digest) {
+	if !filehash.ValidDigest(digest) {
 		return nil, fmt.Errorf("%q is not a sha256 digest", digest)
 	}
 	if c.CacheURL == "" {

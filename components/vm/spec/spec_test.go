@@ -1,0 +1,103 @@
+package spec
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+const (
+	sumA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	sumB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	pin  = "sha256/47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="
+)
+
+// good is a section every case edits one thing of.
+func good() string {
+	return `{"images":[{"sha256":"` + sumA + `","url":"https://img.example/debian.qcow2","format":"qcow2","spki_pin":"` + pin + `"},
+	                   {"sha256":"` + sumB + `","url":"https://img.example/install.iso","format":"iso"}],
+	         "instances":[{"id":"vm-1","allocation":"alloc_a","state":"RUNNING","vcpus":2,"memory_mib":2048,"image":"` + sumA + `","user_data":true,"hostname":"web1","gpus":["GPU-5f1c0a2b"]},
+	                      {"id":"vm_2","allocation":"alloc_a","state":"STOPPED","vcpus":1,"memory_mib":512,"image":"` + sumB + `","disk_gib":10}]}`
+}
+
+func TestDecode(t *testing.T) {
+	for _, tt := range []struct {
+		name, from, to, wantErr string
+	}{
+		{name: "good"},
+		{name: "empty", from: good(), to: `{}`},
+		{name: "unknown field", from: `"hostname":"web1"`, to: `"hostname":"web1","cmdline":"x"`, wantErr: `unknown field "cmdline"`},
+		{name: "second value", from: good(), to: good() + `{}`, wantErr: "data after"},
+		{name: "wrong type", from: `"vcpus":2`, to: `"vcpus":"2"`, wantErr: "cannot unmarshal"},
+		{name: "http image", from: "https://img.example/debian", to: "http://img.example/debian", wantErr: "https://"},
+		{name: "file image", from: "https://img.example/debian.qcow2", to: "file:///etc/shadow", wantErr: "https://"},
+		{name: "digest upper", from: `"sha256":"` + sumA, to: `"sha256":"` + strings.ToUpper(sumA), wantErr: "64 lowercase hex"},
+		{name: "digest twice", from: `"sha256":"` + sumB, to: `"sha256":"` + sumA, wantErr: "named twice"},
+		{name: "format vmdk", from: `"format":"qcow2"`, to: `"format":"vmdk"`, wantErr: "not qcow2, raw or iso"},
+		{name: "bad pin", from: pin, to: "sha256/abc", wantErr: "spki_pin"},
+		{name: "id slash", from: `"id":"vm-1"`, to: `"id":"../etc"`, wantErr: "id"},
+		{name: "id long", from: `"id":"vm-1"`, to: `"id":"` + strings.Repeat("a", 65) + `"`, wantErr: "1 to 64"},
+		{name: "id twice", from: `"id":"vm_2"`, to: `"id":"vm-1"`, wantErr: "named twice"},
+		{name: "no allocation", from: `"allocation":"alloc_a","state":"RUNNING"`, to: `"state":"RUNNING"`, wantErr: "allocation"},
+		{name: "state lower", from: `"state":"RUNNING"`, to: `"state":"running"`, wantErr: "RUNNING, PAUSED or STOPPED"},
+		{name: "paused", from: `"state":"RUNNING"`, to: `"state":"PAUSED"`},
+		{name: "no vcpus", from: `"vcpus":2,`, to: ``, wantErr: "vcpus 0"},
+		{name: "small memory", from: `"memory_mib":2048`, to: `"memory_mib":16`, wantErr: "memory_mib"},
+		{name: "negative disk", from: `"disk_gib":10`, to: `"disk_gib":-1`, wantErr: "disk_gib"},
+		{name: "iso without disk", from: `,"disk_gib":10`, to: ``, wantErr: "is an iso"},
+		{name: "unknown image", from: `"image":"` + sumB, to: `"image":"` + strings.Repeat("c", 64), wantErr: "not the sha256 of an entry"},
+		{name: "hostname dot", from: `"hostname":"web1"`, to: `"hostname":"web1.example"`, wantErr: "DNS label"},
+		{name: "MIG passthrough", from: `"GPU-5f1c0a2b"`, to: `"MIG-5f1c0a2b"`, wantErr: "not a GPU UUID"},
+		{name: "GPU index", from: `"GPU-5f1c0a2b"`, to: `"3"`, wantErr: "not a GPU UUID"},
+		{name: "GPU twice", from: `"GPU-5f1c0a2b"`, to: `"GPU-5f1c0a2b","GPU-5F1C0A2B"`, wantErr: "named twice"},
+		{name: "GPU in two instances", from: `"disk_gib":10`, to: `"disk_gib":10,"gpus":["GPU-5f1c0a2b"]`, wantErr: "also instance vm-1's"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := good()
+			if tt.from != "" {
+				if !strings.Contains(in, tt.from) {
+					t.Fatalf("case edits %q, which the good section lacks", tt.from)
+				}
+				in = strings.Replace(in, tt.from, tt.to, 1)
+			}
+			_, err := Decode(json.RawMessage(in))
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("Decode = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+	if b, err := Decode(nil); err != nil || len(b.Instances) != 0 {
+		t.Errorf("Decode(nil) = %+v, %v: want an empty section", b, err)
+	}
+}
+
+// TestURLRedacted: a refused URL's query (a presigned signature) never
+// reaches the error.
+func TestURLRedacted(t *testing.T) {
+	in := strings.Replace(good(), "https://img.example/debian.qcow2", "ftp://img.example/d?X-Sig=s3cr3t", 1)
+	_, err := Decode(json.RawMessage(in))
+	if err == nil || strings.Contains(err.Error(), "s3cr3t") {
+		t.Errorf("Decode = %v: want a refusal without the query", err)
+	}
+}
+
+// FuzzDecode: Decode never panics, and a section it accepts, encoded
+// again, is accepted again.
+func FuzzDecode(f *testing.F) {
+	f.Add(good())
+	f.Add(`{}`)
+	f.Add(`{"instances":[{"id":"a"}]}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		b, err := Decode(json.RawMessage(s))
+		if err != nil {
+			return
+		}
+		out, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Decode(out); err != nil {
+			t.Fatalf("re-encoded section refused: %v\n%s", err, out)
+		}
+	})
+}
