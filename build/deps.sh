@@ -20,6 +20,9 @@ want qemu-system-x86_64 qemu-system-x86
 # qemu-img: the systemd tier's guest disk is an overlay on its cached image.
 want qemu-img qemu-utils
 want zstd zstd
+# The NoCloud seed's tests read it back with isoinfo and xorriso.
+want isoinfo genisoimage
+want xorriso xorriso
 # The multi-gateway tests and make demo-ha put HAProxy (TCP mode) in front of the gateways.
 want haproxy haproxy
 want wipefs util-linux
