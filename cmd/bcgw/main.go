@@ -20,6 +20,7 @@ import (
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/logging"
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/wellknown"
 )
 
@@ -245,6 +246,17 @@ func nodes(ctx context.Context, env *cli.Env, args []string) int {
 	return 0
 }
 
+// checkDeadline refuses a command deadline further out than
+// intent.MaxDeadline: an agent keeps a command's id until its deadline
+// has passed, and refuses a signed command due later (docs/delivery.md).
+func checkDeadline(d time.Duration) error {
+	if d > intent.MaxDeadline {
+		return fmt.Errorf("%s is more than %s ahead: agents refuse a signed command due later (they remember every command they ran until its deadline); prepare it again with a shorter --deadline",
+			d.Round(time.Second), intent.MaxDeadline)
+	}
+	return nil
+}
+
 const runUsage = "bcgw run NODE KIND [--body JSON] [--deadline D] [--wait] [--prepare] | bcgw run --submit FILE [--wait]"
 
 func run(ctx context.Context, env *cli.Env, args []string) int {
@@ -274,6 +286,9 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 	}
 	if *body != "" && !json.Valid([]byte(*body)) {
 		return cli.Usagef(env, "bcgw run: --body is not JSON")
+	}
+	if err := checkDeadline(*deadline); err != nil {
+		return cli.Usagef(env, "bcgw run: --deadline %v", err)
 	}
 	var ud []byte
 	if *userData != "" {
@@ -306,6 +321,9 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 		c, _, err := gateway.DecodePrepared(b)
 		if err == nil && c == nil {
 			err = fmt.Errorf("%s is a prepared spec; send it with bcgw spec submit", *submit)
+		}
+		if err == nil {
+			err = checkDeadline(time.Until(time.UnixMilli(c.DeadlineMS)))
 		}
 		if err != nil {
 			return cli.Fail(env, "bcgw run --submit", fmt.Errorf("%s: %w", *submit, err))

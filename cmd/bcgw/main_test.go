@@ -235,3 +235,35 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestRunDeadlineCap: bcgw run and bcgw upgrade refuse a deadline beyond
+// intent.MaxDeadline before they reach any gateway, and run --submit a
+// prepared command due later, saying why.
+func TestRunDeadlineCap(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "nobcgw")
+	for _, args := range [][]string{
+		{"run", "node_x", "agent.ping", "--deadline", "8760h", "--data-dir", dir},
+		{"run", "node_x", "agent.ping", "--prepare", "--deadline", "169h", "--data-dir", dir},
+		{"upgrade", "node_x", "--version", "0.2.0", "--timeout", "8760h", "--data-dir", dir},
+	} {
+		code, _, errOut := runCLI(t, context.Background(), "", args...)
+		if code != cli.ExitUsage || !strings.Contains(errOut, "is more than 168h0m0s ahead: agents refuse a signed command due later") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "cmd.json")
+	b, _ := json.Marshal(gateway.PreparedCommand{ID: "cmd_aaaaaaaaaaaaaaaaaaaaa", NodeID: "node_x", Kind: "agent.ping",
+		DeadlineMS: time.Now().Add(8760 * time.Hour).UnixMilli()})
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := runCLI(t, context.Background(), "", "run", "--submit", file, "--data-dir", dir)
+	if code != cli.ExitFailure || !strings.Contains(errOut, "ahead: agents refuse a signed command due later") {
+		t.Errorf("submit a year out: exit %d, stderr %q", code, errOut)
+	}
+	// Within the cap, the same commands go on to the gateway (none here).
+	code, _, errOut = runCLI(t, context.Background(), "", "run", "node_x", "agent.ping", "--deadline", "168h", "--data-dir", dir)
+	if code != cli.ExitFailure || !strings.Contains(errOut, "is bcgw serve running") {
+		t.Errorf("a week: exit %d, stderr %q", code, errOut)
+	}
+}

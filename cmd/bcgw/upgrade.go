@@ -151,6 +151,9 @@ func upgrade(ctx context.Context, env *cli.Env, args []string) int {
 	if *version == "" || *all == (len(pos) > 0) || len(pos) > 1 {
 		return cli.Usagef(env, "usage: %s", usage)
 	}
+	if err := checkDeadline(*timeout); err != nil { // the command's deadline
+		return cli.Usagef(env, "bcgw upgrade: --timeout %v", err)
+	}
 	c, err := a.client()
 	if err != nil {
 		return cli.Fail(env, "bcgw upgrade", err)

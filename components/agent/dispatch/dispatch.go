@@ -111,7 +111,8 @@ type Config struct {
 	Lanes   map[string]int // default DefaultLanes()
 	Clock   Clock
 	Log     *slog.Logger
-	// AckedTTL is how long acked entries stay in the journal (default 24h).
+	// AckedTTL is how long acked entries stay in the journal (default
+	// 24h), and longer for a command whose deadline is later.
 	AckedTTL time.Duration
 	// Verify, when set, checks a command's signature (signed intent); its
 	// error refuses the command as UNSIGNED, BAD_SIGNATURE or
@@ -403,7 +404,13 @@ func (d *Dispatcher) Deliver(c *bcdv1.Command) error {
 		return err
 	}
 	k, known := d.kinds[c.GetKind()]
-	e, isNew, err := d.cfg.Journal.Accept(id, c.GetKind(), k.Lane, raw)
+	var deadline time.Time
+	if dl := c.GetDeadlineUnixMs(); dl != 0 {
+		deadline = time.UnixMilli(dl)
+	}
+	// The id is kept until the deadline has passed (Sweep), so a command
+	// delivered again is known for as long as it could run.
+	e, isNew, err := d.cfg.Journal.AcceptUntil(id, c.GetKind(), k.Lane, raw, deadline)
 	if err != nil {
 		return fmt.Errorf("journal accept %s: %w", id, err)
 	}
@@ -441,6 +448,11 @@ func (d *Dispatcher) Deliver(c *bcdv1.Command) error {
 	switch {
 	case c.GetDeadlineUnixMs() != 0 && now.UnixMilli() > c.GetDeadlineUnixMs():
 		return refuse(Refused, "command is past its deadline")
+	case len(c.GetSignature()) > 0 && c.GetDeadlineUnixMs() == 0:
+		return refuse(Refused, "a signed command must have a deadline")
+	case len(c.GetSignature()) > 0 && deadline.Sub(now) > intent.MaxDeadline+intent.DeadlineSkew:
+		return refuse(Refused, fmt.Sprintf("the command's deadline %s is more than %s ahead (the most a signed command may have)",
+			deadline.UTC().Format(time.RFC3339), intent.MaxDeadline))
 	case c.GetNodeId() != d.cfg.NodeID:
 		return refuse(Refused, "command is for another node")
 	}

@@ -206,3 +206,75 @@ func TestAdmitOnlyAfterEveryCheck(t *testing.T) {
 		t.Errorf("Admit saw %v; refused commands must not reach it", admitted)
 	}
 }
+
+// TestReplayAfterSweepRefused: a signed command that ran and was acked is
+// delivered again after the journal's sweep (its acked ttl over, here 0):
+// while its deadline has not passed the id is still known and the command
+// does not run twice; once the deadline has passed the sweep forgets it,
+// and the replay is refused for its deadline. Signed commands without a
+// deadline, or with one beyond intent.MaxDeadline, are refused.
+func TestReplayAfterSweepRefused(t *testing.T) {
+	var ran atomic.Int32
+	d, root := startWith(t, []Kind{{Name: "x.run", Run: func(context.Context, []byte) (json.RawMessage, error) {
+		ran.Add(1)
+		return nil, nil
+	}}}, true)
+	signed := func(id string, deadline time.Time) *bcdv1.Command {
+		c := cmd(id, "x.run")
+		c.DeadlineUnixMs = 0
+		if !deadline.IsZero() {
+			c.DeadlineUnixMs = deadline.UnixMilli()
+		}
+		c.Signature, _ = intent.SignCommand(root, c)
+		return c
+	}
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	c := signed("once", deadline)
+	if err := d.Deliver(c); err != nil {
+		t.Fatal(err)
+	}
+	if r := waitResult(t, d, "once"); r.GetStatus() != Succeeded {
+		t.Fatalf("first delivery: %v", r)
+	}
+	d.Acked([]string{"once"})
+	if n, err := d.cfg.Journal.Sweep(0); err != nil || n != 0 {
+		t.Fatalf("a sweep before the deadline removed %d entries (%v)", n, err)
+	}
+	if err := d.Deliver(c); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // a second run would have started
+	if n := ran.Load(); n != 1 || len(d.Unacked()) != 0 {
+		t.Fatalf("the replay after the sweep ran: %d runs, unacked %v", n, d.Unacked())
+	}
+	time.Sleep(time.Until(deadline) + 10*time.Millisecond)
+	if n, err := d.cfg.Journal.Sweep(0); err != nil || n != 1 {
+		t.Fatalf("a sweep past the deadline removed %d entries (%v), want 1", n, err)
+	}
+	if err := d.Deliver(c); err != nil {
+		t.Fatal(err)
+	}
+	if r := waitResult(t, d, "once"); r.GetStatus() != Refused || !strings.Contains(r.GetError(), "past its deadline") {
+		t.Errorf("the replay after the deadline: %v", r)
+	}
+	for _, tc := range []struct {
+		c       *bcdv1.Command
+		status  string
+		wantErr string
+	}{
+		{signed("no-deadline", time.Time{}), Refused, "a signed command must have a deadline"},
+		{signed("a-year", time.Now().Add(8760*time.Hour)), Refused, "more than 168h0m0s ahead"},
+		{signed("eight-days", time.Now().Add(8*24*time.Hour)), Refused, "more than 168h0m0s ahead"},
+		{signed("seven-days", time.Now().Add(intent.MaxDeadline)), Succeeded, ""},
+	} {
+		if err := d.Deliver(tc.c); err != nil {
+			t.Fatal(err)
+		}
+		if r := waitResult(t, d, tc.c.GetId()); r.GetStatus() != tc.status || !strings.Contains(r.GetError(), tc.wantErr) {
+			t.Errorf("%s: %s %q, want %s %q", tc.c.GetId(), r.GetStatus(), r.GetError(), tc.status, tc.wantErr)
+		}
+	}
+	if n := ran.Load(); n != 2 {
+		t.Errorf("%d runs, want 2 (once, seven-days)", n)
+	}
+}

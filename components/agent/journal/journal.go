@@ -68,6 +68,10 @@ type Entry struct {
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
 	AckedAt    time.Time `json:"acked_at,omitzero"`
+	// Deadline is the command's own (zero: none). An acked entry is kept
+	// until it has passed, so a command redelivered before then is still
+	// known and not run twice.
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // Event is an event waiting for the gateway's ack.
@@ -135,6 +139,12 @@ func (j *Journal) Path() string { return j.dir }
 // whether it is new; an id seen before returns the stored entry and false,
 // whatever its state, so a command is never accepted twice.
 func (j *Journal) Accept(id, kind, lane string, command []byte) (*Entry, bool, error) {
+	return j.AcceptUntil(id, kind, lane, command, time.Time{})
+}
+
+// AcceptUntil is Accept for a command with a deadline (zero: none): its
+// entry outlives the deadline, whatever Sweep's ttl (docs/delivery.md).
+func (j *Journal) AcceptUntil(id, kind, lane string, command []byte, deadline time.Time) (*Entry, bool, error) {
 	var out *Entry
 	isNew := false
 	err := j.w.do(func(h *state) (*change, error) {
@@ -146,6 +156,9 @@ func (j *Journal) Accept(id, kind, lane string, command []byte) (*Entry, bool, e
 			return nil, ErrFull
 		}
 		e := &Entry{ID: id, Kind: kind, Lane: lane, Command: bytes.Clone(command), State: Accepted, AcceptedAt: j.now().UTC()}
+		if !deadline.IsZero() {
+			e.Deadline = deadline.UTC()
+		}
 		out, isNew = readCopy(e), true
 		return &change{Put: e}, nil
 	})
@@ -310,14 +323,18 @@ func (j *Journal) Recover(idempotent func(kind string) bool, interrupted func(*E
 	return j.Entries(Accepted)
 }
 
-// Sweep deletes acked entries acked more than ttl ago and returns how many.
+// Sweep deletes acked entries acked more than ttl ago whose deadline, if
+// they have one, has passed, and returns how many. A spent command id is
+// so remembered as long as the command could still be delivered: one
+// delivered again after it was forgotten is refused for its deadline.
 func (j *Journal) Sweep(ttl time.Duration) (int, error) {
-	cut := j.now().Add(-ttl)
+	now := j.now()
+	cut := now.Add(-ttl)
 	n := 0
 	err := j.w.do(func(h *state) (*change, error) {
 		var del []string
 		for id, e := range h.entries {
-			if e.Acked && e.AckedAt.Before(cut) {
+			if e.Acked && e.AckedAt.Before(cut) && (e.Deadline.IsZero() || now.After(e.Deadline)) {
 				del = append(del, id)
 			}
 		}

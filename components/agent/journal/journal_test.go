@@ -341,3 +341,33 @@ func TestOversizedWriteFailsAlone(t *testing.T) {
 		t.Fatal("the oversized write is in the journal")
 	}
 }
+
+// TestSweepKeepsUntilDeadline: an acked entry is swept only once both its
+// acked ttl and its deadline have passed.
+func TestSweepKeepsUntilDeadline(t *testing.T) {
+	j := open(t, t.TempDir(), "n1")
+	defer j.Close()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	j.now = func() time.Time { return now }
+	for id, dl := range map[string]time.Time{"week": now.Add(7 * 24 * time.Hour), "none": {}, "soon": now.Add(time.Minute)} {
+		if _, _, err := j.AcceptUntil(id, "k", "", []byte("c"), dl); err != nil {
+			t.Fatal(err)
+		}
+		j.Start(id)
+		j.Finish(id, []byte("r"))
+		if err := j.AckResult(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(25 * time.Hour)
+	if n, err := j.Sweep(24 * time.Hour); err != nil || n != 2 {
+		t.Fatalf("Sweep after 25h = %d, %v; want 2 (none, soon)", n, err)
+	}
+	if e, _ := j.Get("week"); e == nil || !e.Deadline.Equal(time.Date(2026, 1, 8, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("the entry with a deadline a week out: %+v", e)
+	}
+	now = now.Add(6 * 24 * time.Hour)
+	if n, err := j.Sweep(24 * time.Hour); err != nil || n != 1 {
+		t.Fatalf("Sweep past the deadline = %d, %v; want 1", n, err)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/better-compute/bcd/components/trust/pki"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -41,6 +42,18 @@ const SignatureSize = sha256.Size + pki.SignatureSize
 
 // MaxRoots bounds the command-signing roots a bundle may name.
 const MaxRoots = 16
+
+// MaxDeadline is how far ahead a signed command's deadline may be when it
+// is made (bcgw run --deadline). An agent keeps every command id it ran
+// until the command's deadline has passed, so a signed command cannot be
+// replayed; the cap bounds how long that is (docs/signed-intent.md).
+// Agents refuse a signed command without a deadline, or with one more
+// than MaxDeadline and DeadlineSkew ahead of their clock.
+const MaxDeadline = 7 * 24 * time.Hour
+
+// DeadlineSkew is the agent's allowance, on top of MaxDeadline, for a
+// gateway clock ahead of its own.
+const DeadlineSkew = time.Hour
 
 // Refusals, as the dispatcher reports them (Status) and the engine shows
 // them.
