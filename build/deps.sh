@@ -23,6 +23,9 @@ want zstd zstd
 # The NoCloud seed's tests read it back with isoinfo and xorriso.
 want isoinfo genisoimage
 want xorriso xorriso
+# The domain XML renderer's test validates with libvirt's own schema.
+want virt-xml-validate libvirt-clients
+want xmllint libxml2-utils
 # The multi-gateway tests and make demo-ha put HAProxy (TCP mode) in front of the gateways.
 want haproxy haproxy
 want wipefs util-linux

@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/bcd/components/base/httpsurl"
 	"github.com/better-compute/bcd/components/helper/cdispec"
 	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/vm/domainxml"
 )
 
 // The states an instance may be asked for, and reported in.
@@ -37,11 +38,11 @@ const (
 const (
 	MaxInstances = 256
 	MaxImages    = 64
-	MaxVCPUs     = 512
-	MinMemoryMiB = 64
-	MaxMemoryMiB = 16 << 20 // 16 TiB
+	MaxVCPUs     = domainxml.MaxVCPUs
+	MinMemoryMiB = domainxml.MinMemoryMiB
+	MaxMemoryMiB = domainxml.MaxMemoryMiB
 	MaxDiskGiB   = 64 << 10 // 64 TiB
-	MaxGPUs      = 16
+	MaxGPUs      = domainxml.MaxGPUs
 	MaxURL       = 2048
 )
 
@@ -157,7 +158,7 @@ func checkImage(im Image) error {
 
 func checkInstance(in Instance, images map[string]Image) error {
 	switch {
-	case !ValidID(in.ID):
+	case !domainxml.ValidID(in.ID):
 		return fmt.Errorf("id %q is not [A-Za-z0-9][A-Za-z0-9_-], 1 to 64", in.ID)
 	case !cdispec.ValidAllocation(in.Allocation):
 		return fmt.Errorf("allocation %q is not [A-Za-z0-9][A-Za-z0-9_-], 1 to 128", in.Allocation)
@@ -183,7 +184,7 @@ func checkInstance(in Instance, images map[string]Image) error {
 	}
 	seen := map[string]bool{}
 	for _, g := range in.GPUs {
-		if !ValidGPU(g) {
+		if !domainxml.ValidGPU(g) {
 			return fmt.Errorf("GPU %q is not a GPU UUID (GPU-<hex and dashes>)", g)
 		}
 		if seen[strings.ToLower(g)] {
@@ -192,21 +193,6 @@ func checkInstance(in Instance, images map[string]Image) error {
 		seen[strings.ToLower(g)] = true
 	}
 	return nil
-}
-
-// ValidID reports whether id may name an instance (a domain name and a
-// directory name): [A-Za-z0-9][A-Za-z0-9_-]{0,63}.
-func ValidID(id string) bool {
-	return len(id) <= 64 && cdispec.ValidAllocation(id)
-}
-
-// ValidGPU reports whether g is a whole GPU's UUID: GPU- and 8 to 64 hex
-// digits and dashes. A MIG instance cannot be passed through.
-func ValidGPU(g string) bool {
-	rest, ok := strings.CutPrefix(g, "GPU-")
-	return ok && len(rest) >= 8 && len(rest) <= 64 && !strings.ContainsFunc(rest, func(r rune) bool {
-		return !('0' <= r && r <= '9' || 'a' <= r && r <= 'f' || 'A' <= r && r <= 'F' || r == '-')
-	})
 }
 
 // validHostname is a DNS label: [a-z0-9-], 1 to 63, no leading or
