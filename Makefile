@@ -138,6 +138,11 @@ clean:
 mutate:
 	@GO=$(GO) ./build/mutate.sh
 
+# kinds-lists rewrites each role's checked-in kind table (roles/*/kinds.txt,
+# which each role's TestKindTable pins).
+kinds-lists:
+	$(GO) test -count=1 -run '^TestKindTable$$' ./roles/node ./roles/site ./roles/ramdisk -update-kinds
+
 # deps-lists rewrites each role's checked-in dependency list.
 deps-lists:
 	@for r in $(ROLES); do CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) list -deps ./roles/$$r > roles/$$r/deps.txt; done

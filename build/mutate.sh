@@ -47,7 +47,7 @@ declare -A baseline=()
 failures=()
 
 # run_one: the mutation parsed into rule, name, file, pkg, run, timeout and
-# $work/orig, $work/repl.
+# its npairs edits, $work/orig.N and $work/repl.N.
 run_one() {
 	if [[ -n $ONLY && ! "$rule: $name" =~ $ONLY ]]; then
 		return
@@ -76,13 +76,15 @@ run_one() {
 	fi
 	cp -p "$file" "$work/original"
 	current=$file
-	local why
-	if ! why=$(apply "$file" "$work/orig" "$work/repl" 2>&1); then
-		restore
-		echo "NOT CAUGHT  $label: mutation no longer applies to $file (its original text $why)"
-		failures+=("$label")
-		return
-	fi
+	local why i
+	for ((i = 1; i <= npairs; i++)); do
+		if ! why=$(apply "$file" "$work/orig.$i" "$work/repl.$i" 2>&1); then
+			restore
+			echo "NOT CAUGHT  $label: mutation no longer applies to $file (original text $i $why)"
+			failures+=("$label")
+			return
+		fi
+	done
 	local start=$SECONDS rc=0
 	$GO test -count=1 -timeout "$timeout" "$pkg" -run "$run" >"$work/out" 2>&1 || rc=$?
 	restore
@@ -102,28 +104,25 @@ run_one() {
 	fi
 }
 
-rule="" name="" file="" pkg="" run="" timeout=""
-section=""
+rule="" name="" file="" pkg="" run="" timeout="" section="" npairs=0
 flush() {
 	if [[ -n $rule ]]; then
-		if [[ -z $file || -z $pkg || -z $run || ! -s $work/orig ]]; then
+		if [[ -z $file || -z $pkg || -z $run || $npairs == 0 || ! -s $work/orig.1 ]]; then
 			echo "mutate: $LIST: mutation \"$name\" lacks file:, test: or its original text" >&2
 			exit 2
 		fi
 		run_one
 	fi
-	rule="" name="" file="" pkg="" run="" timeout="120s" section=""
-	: >"$work/orig"
-	: >"$work/repl"
+	rule="" name="" file="" pkg="" run="" timeout="120s" section="" npairs=0
+	rm -f "$work"/orig.* "$work"/repl.*
 }
-: >"$work/orig"
 while IFS= read -r line || [[ -n $line ]]; do
 	case $section in
 	orig | repl)
 		case $line in
-		'+++ replacement') section=repl; continue ;;
-		'=== '*) ;; # the next mutation
-		*) printf '%s\n' "$line" >>"$work/$section"; continue ;;
+		'+++ replacement') section=repl; : >"$work/repl.$npairs"; continue ;;
+		'=== '* | '--- original') ;; # the next mutation, or the next edit of this one
+		*) printf '%s\n' "$line" >>"$work/$section.$npairs"; continue ;;
 		esac
 		;;
 	esac
@@ -135,7 +134,11 @@ while IFS= read -r line || [[ -n $line ]]; do
 		read -r pkg run timeout2 <<<"${line#test: }"
 		timeout=${timeout2:-120s}
 		;;
-	'--- original') section=orig ;;
+	'--- original')
+		npairs=$((npairs + 1))
+		section=orig
+		: >"$work/orig.$npairs"
+		;;
 	'#'* | '') ;;
 	*) echo "mutate: $LIST: cannot read line: $line" >&2; exit 2 ;;
 	esac

@@ -16,10 +16,13 @@ import (
 
 func main() {
 	roles.Main("ramdisk", []cli.Command{
-		ramdiskcmd.Command(func(e ramdiskcmd.Env) []dispatch.Kind {
-			return append(ramdiskkinds.Kinds(ramdiskkinds.Config{CacheURL: e.CacheURL, Log: e.Log.With("component", "ramdiskkinds"),
-				OS: ramdiskkinds.OSFiles{ConfigTOML: e.OSConfig, JWK: e.OSJWK}}), dcgm.Kind(""))
-		}),
+		ramdiskcmd.Command(kinds),
 		status.Command(),
 	}, nil)
+}
+
+// kinds are the ramdisk's kinds (roles/ramdisk/kinds.txt).
+func kinds(e ramdiskcmd.Env) []dispatch.Kind {
+	return append(ramdiskkinds.Kinds(ramdiskkinds.Config{CacheURL: e.CacheURL, Log: e.Log.With("component", "ramdiskkinds"),
+		OS: ramdiskkinds.OSFiles{ConfigTOML: e.OSConfig, JWK: e.OSJWK}}), dcgm.Kind(""))
 }
