@@ -204,4 +204,26 @@ func TestSignedIntent(t *testing.T) {
 	if got := readFile(t, filepath.Join(data, fakekinds.SectionDir, "a")); got != "1" {
 		t.Errorf("a refused spec was applied: a = %q", got)
 	}
+	// The prepared spec submitted unsigned, as bcgw sends it on: the node
+	// holds roots, so it refuses it too.
+	refused := stv.RefusedGeneration
+	in3 := l.writeJSON("spec3.json", map[string]any{"fakehw": map[string]any{"files": map[string]string{"a": "3"}}})
+	var unsigned prepared
+	if err := json.Unmarshal([]byte(l.bcgw(g, "spec", "prepare", id, "--file", in3)), &unsigned); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := unsigned["signature"]; ok {
+		t.Fatalf("a prepared spec carries a signature: %v", unsigned)
+	}
+	l.bcgw(g, "spec", "submit", l.writeJSON("unsigned-spec.json", unsigned))
+	stv = l.waitStatus(g, id, "refused the unsigned spec", func(s gateway.StatusView) bool {
+		return s.RefusedGeneration > refused || s.AppliedGeneration > gen
+	})
+	if !strings.Contains(stv.SpecError, "UNSIGNED") || stv.AppliedGeneration != gen {
+		t.Errorf("unsigned intent is refused once roots exist: an unsigned spec was not refused UNSIGNED: applied %d (held %d), error %q", stv.AppliedGeneration, gen, stv.SpecError)
+	}
+	time.Sleep(500 * time.Millisecond) // time for a pass, had the spec been taken
+	if got := readFile(t, filepath.Join(data, fakekinds.SectionDir, "a")); got != "1" {
+		t.Errorf("unsigned intent is refused once roots exist: an unsigned spec was applied: a = %q", got)
+	}
 }
