@@ -17,13 +17,14 @@ import (
 	"github.com/better-compute/bcd/components/helper/cdispec"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/vm/domainxml"
+	"github.com/better-compute/bcd/components/vm/vmruntime"
 )
 
 // The states an instance may be asked for, and reported in.
 const (
-	Running = "RUNNING"
-	Paused  = "PAUSED"
-	Stopped = "STOPPED"
+	Running = vmruntime.Running
+	Paused  = vmruntime.Paused
+	Stopped = vmruntime.Stopped
 )
 
 // The formats of a base image. A qcow2 image's header is read in Go
@@ -162,7 +163,7 @@ func checkInstance(in Instance, images map[string]Image) error {
 		return fmt.Errorf("id %q is not [A-Za-z0-9][A-Za-z0-9_-], 1 to 64", in.ID)
 	case !cdispec.ValidAllocation(in.Allocation):
 		return fmt.Errorf("allocation %q is not [A-Za-z0-9][A-Za-z0-9_-], 1 to 128", in.Allocation)
-	case in.State != Running && in.State != Paused && in.State != Stopped:
+	case !vmruntime.ValidState(in.State):
 		return fmt.Errorf("state %q is not RUNNING, PAUSED or STOPPED", in.State)
 	case in.VCPUs < 1 || in.VCPUs > MaxVCPUs:
 		return fmt.Errorf("vcpus %d: 1 to %d", in.VCPUs, MaxVCPUs)
