@@ -23,6 +23,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/report"
 	"github.com/better-compute/bcd/components/agent/session"
 	"github.com/better-compute/bcd/components/agent/status"
+	"github.com/better-compute/bcd/components/agent/telemetry"
 	"github.com/better-compute/bcd/components/agent/transport"
 	"github.com/better-compute/bcd/components/agent/tunnel"
 	"github.com/better-compute/bcd/components/base/config"
@@ -87,6 +88,9 @@ type Config struct {
 	// JWKS, its sshd port, its consoles); without a JWKS every OpenTunnel
 	// is refused.
 	Tunnels Tunnels
+	// Telemetry, when set, adds the telemetry section (node and site):
+	// the agent's own metrics and these sources, over OTLP/HTTP.
+	Telemetry *Telemetry
 }
 
 // Tunnels is the role's part of tunnels (components/agent/tunnel).
@@ -172,7 +176,17 @@ func Run(ctx context.Context, c Config) error {
 	}
 	events := newEventLog(j, a.NodeID, func() crypto.Signer { k, _ := cert.Load().PrivateKey.(crypto.Signer); return k })
 	var rep *report.Reporter
-	engine, err := converge.Open(converge.Config{DataDir: cfg.DataDir, Sections: c.Sections, Log: nodeLog, Now: clk.Now,
+	sections := c.Sections
+	var tel *telemetry.Telemetry
+	var s *session.Session
+	var d *dispatch.Dispatcher
+	if c.Telemetry != nil {
+		// The section reads the session and the dispatcher only once
+		// the engine runs, after both exist.
+		tel = newTelemetry(c, a, func() *session.Session { return s }, j, func() *dispatch.Dispatcher { return d }, &cert, clk.Now)
+		sections = append(append([]converge.Section{}, sections...), tel)
+	}
+	engine, err := converge.Open(converge.Config{DataDir: cfg.DataDir, Sections: sections, Log: nodeLog, Now: clk.Now,
 		Verify:  func(ds *bcdv1.DesiredState) error { return trust.Roots().VerifyDesiredState(a.NodeID, ds) },
 		Changed: func() { rep.Changed() },
 		Event: func(typ string, body any) {
@@ -201,7 +215,7 @@ func Run(ctx context.Context, c Config) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	ic := intentCheck{trust: trust, ledger: ledger, unbatched: cfg.Intent.UnbatchedDestructivePerHour, clk: clk}
-	d, err := dispatch.New(dispatch.Config{NodeID: a.NodeID, Journal: j, Kinds: kinds, Clock: clk, Log: nodeLog,
+	d, err = dispatch.New(dispatch.Config{NodeID: a.NodeID, Journal: j, Kinds: kinds, Clock: clk, Log: nodeLog,
 		Verify: ic.Verify, Admit: ic.Admit,
 		Attest: func(kind string, r *bcdv1.CommandResult) []byte {
 			if !quorum.IsDestructive(kind) {
@@ -226,7 +240,6 @@ func Run(ctx context.Context, c Config) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	log.Info("agent starting", "role", c.Role, "site", a.Site, "gateway", cfg.Gateway, "boot_id", bootID)
-	var s *session.Session
 	rep = report.New(report.Config{Status: engine.Status, Machine: c.Machine, Now: clk.Now, Log: nodeLog, TrustTaken: trust.Taken,
 		Publish: func(r *bcdv1.StatusReport) { s.Report(r) }})
 	// welcome takes a newer trust bundle before anything of the session
@@ -284,6 +297,10 @@ func Run(ctx context.Context, c Config) error {
 	var bg sync.WaitGroup
 	defer func() { stopB(); bg.Wait() }()
 	bg.Add(3)
+	if tel != nil {
+		bg.Add(1)
+		go func() { defer bg.Done(); _ = tel.Run(bctx) }()
+	}
 	go func() { defer bg.Done(); _ = engine.Run(bctx) }()
 	go func() { defer bg.Done(); _ = tunnels.Run(bctx) }()
 	go func() { defer bg.Done(); _ = rep.Run(bctx) }()
@@ -348,6 +365,9 @@ func Run(ctx context.Context, c Config) error {
 			if c.BootLease != nil {
 				held, left := c.BootLease()
 				sn.BootLease = &status.BootLease{Held: held, ValidFor: left.Round(time.Second).String()}
+			}
+			if tel != nil {
+				sn.Telemetry = tel.Status()
 			}
 			if c.StatusGPUs != nil {
 				sn.GPUs = c.StatusGPUs(sctx)

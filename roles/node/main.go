@@ -14,6 +14,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/report"
 	"github.com/better-compute/bcd/components/agent/status"
+	"github.com/better-compute/bcd/components/agent/telemetry"
 	"github.com/better-compute/bcd/components/agent/tunnel"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
@@ -25,6 +26,7 @@ import (
 	"github.com/better-compute/bcd/components/machine/doctor"
 	"github.com/better-compute/bcd/components/machine/health"
 	"github.com/better-compute/bcd/components/machine/nodekinds"
+	"github.com/better-compute/bcd/components/machine/nodemetrics"
 	"github.com/better-compute/bcd/components/machine/pressure"
 )
 
@@ -55,6 +57,7 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 			Console: tunnel.Console(tunnel.ConsoleConfig{RootConsole: cfg.Access.RootConsole})},
 	}
 	withHealth(&m, mon)
+	withTelemetry(&m, hw, mon, dev)
 	withUpdate(&m, cfg, log)
 	return m, nil
 }
@@ -64,6 +67,13 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 func withHealth(m *agentcmd.Machine, mon *health.Monitor) {
 	m.Report = report.Machine{Conditions: mon.Conditions, Pressure: mon.Pressure, Inventory: mon.Inventory}
 	m.Watch = mon.Run
+}
+
+// withTelemetry gives m the telemetry section with the node's GPU and
+// host metrics.
+func withTelemetry(m *agentcmd.Machine, hw nodekinds.Hardware, mon *health.Monitor, dev *devices.Section) {
+	c := nodemetrics.Config{SMI: hw.SMI(), Monitor: mon, HeldBy: dev.HeldBy, ProcRoot: "/proc"}
+	m.Telemetry = &agent.Telemetry{Sources: []telemetry.Source{nodemetrics.GPUs(c), nodemetrics.Host(c)}}
 }
 
 // devicesSection is the GPU holds section over hw: a GPU the health

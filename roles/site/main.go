@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/better-compute/bcd/components/agent"
 	"github.com/better-compute/bcd/components/agent/agentcmd"
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/status"
@@ -43,6 +44,9 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	m := agentcmd.Machine{
 		Sections:  []converge.Section{site},
 		BootLease: func() (bool, time.Duration) { return lease.Active(), lease.Left() },
+		// The site's telemetry is the agent's own metrics (session,
+		// journal, certificate).
+		Telemetry: &agent.Telemetry{},
 	}
 	withUpdate(&m, cfg, log)
 	networks, err := bmckinds.ParseNetworks(cfg.Site.BMCNetworks)

@@ -55,6 +55,9 @@ type Machine struct {
 	// another binary (update.Trampoline) and after a swap.
 	Update     *update.Agent
 	UpdateExec string
+	// Telemetry, when set, gives the role the telemetry section with
+	// these metric sources beside the agent's own.
+	Telemetry *agent.Telemetry
 }
 
 // ExitError is a machine's refusal to start with the exit code to use.
@@ -101,7 +104,7 @@ func Agent(name, role, summary string, machine func(*config.Config, *slog.Logger
 		}
 		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, Sections: m.Sections,
 			Machine: m.Report, Watch: m.Watch, ReportSections: m.ReportSections, Kicker: m.Kicker,
-			BootLease: m.BootLease, Drivers: m.Drivers, Tunnels: m.Tunnels, Version: buildinfo.Version, Log: log,
+			BootLease: m.BootLease, Drivers: m.Drivers, Tunnels: m.Tunnels, Telemetry: m.Telemetry, Version: buildinfo.Version, Log: log,
 			FakeReboot: buildinfo.FakeHW && role == "node", Reboot: m.Reboot}
 		if m.Update != nil {
 			m.Update.Start(ctx)

@@ -169,6 +169,13 @@ func Render(w io.Writer, s Snapshot) {
 			g.Index, or(g.UUID), or(g.Name), g.UtilizationPct, g.TemperatureC, g.PowerW, g.PowerLimitW,
 			gib(g.MemoryUsedMiB), gib(g.MemoryTotalMiB))+heldBy(g.HeldBy)+health(g)))
 	}
+	if t := s.Telemetry; t != nil {
+		text := fmt.Sprintf("%s, last export %s", or(t.Endpoint), stamp(t.LastExport))
+		if t.LastError != "" {
+			text += fmt.Sprintf(", last error %s: %s", stamp(t.LastErrorAt), t.LastError)
+		}
+		line("telemetry", "%s (%d points exported, %d dropped, %d batches waiting)", text, t.ExportedPoints, t.DroppedPoints, t.PendingBatches)
+	}
 	if len(s.Tunnels) > 0 {
 		line("tunnels", "%d", len(s.Tunnels))
 	}

@@ -66,6 +66,24 @@ type Snapshot struct {
 
 	// BootLease is a site agent's boot lease (nil on other roles).
 	BootLease *BootLease `json:"boot_lease,omitempty"`
+
+	// Telemetry is the telemetry section's exporter (nil without one).
+	Telemetry *Telemetry `json:"telemetry,omitempty"`
+}
+
+// Telemetry is the OTLP exporter as bcd status shows it: the endpoint and
+// interval, the last export that succeeded and the last error, the
+// points delivered and dropped since the agent started, and the batches
+// waiting for the collector.
+type Telemetry struct {
+	Endpoint       string    `json:"endpoint"`
+	Interval       string    `json:"interval"`
+	LastExport     time.Time `json:"last_export,omitzero"`
+	LastError      string    `json:"last_error,omitempty"`
+	LastErrorAt    time.Time `json:"last_error_at,omitzero"`
+	ExportedPoints uint64    `json:"exported_points"`
+	DroppedPoints  uint64    `json:"dropped_points"`
+	PendingBatches int       `json:"pending_batches"`
 }
 
 // SignedIntent is the held trust bundle as bcd status shows it.

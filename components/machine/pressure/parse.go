@@ -31,9 +31,10 @@ type PSI struct {
 // CPUTimes is the aggregate "cpu" line of /proc/stat, in clock ticks:
 // Total is the sum of user, nice, system, idle, iowait, irq, softirq and
 // steal (guest time is already counted in user and nice), Steal the time
-// the hypervisor ran something else while this machine wanted the CPU.
+// the hypervisor ran something else while this machine wanted the CPU,
+// Idle the time it was idle or waiting for I/O.
 type CPUTimes struct {
-	Total, Steal uint64
+	Total, Steal, Idle uint64
 }
 
 // ParsePSI reads the content of a /proc/pressure file:
@@ -167,7 +168,10 @@ func ParseStat(b []byte) (CPUTimes, error) {
 				return CPUTimes{}, lineErr(n, line, "the values overflow 64 bits")
 			}
 			t.Total = sum
-			if i == 7 {
+			switch i {
+			case 3, 4:
+				t.Idle += x
+			case 7:
 				t.Steal = x
 			}
 		}
@@ -185,6 +189,58 @@ func StealPercent(prev, cur CPUTimes) float64 {
 	}
 	p := float64(cur.Steal-prev.Steal) / float64(cur.Total-prev.Total) * 100
 	return math.Min(math.Max(p, 0), 100)
+}
+
+// BusyShare is the share of CPU time spent working (neither idle, waiting
+// for I/O nor stolen) between two readings of /proc/stat, 0 to 1; 0 when
+// no time passed or the counters went backwards.
+func BusyShare(prev, cur CPUTimes) float64 {
+	if cur.Total <= prev.Total || cur.Idle < prev.Idle || cur.Steal < prev.Steal {
+		return 0
+	}
+	idle := float64(cur.Idle-prev.Idle) + float64(cur.Steal-prev.Steal)
+	return math.Min(math.Max(1-idle/float64(cur.Total-prev.Total), 0), 1)
+}
+
+// Meminfo is what /proc/meminfo says of the memory, in bytes.
+type Meminfo struct {
+	Total, Available uint64
+}
+
+// ParseMeminfo reads MemTotal and MemAvailable ("MemTotal: 263856988 kB")
+// from /proc/meminfo. Either missing, a value that is not an unsigned
+// integer of kB, or one that overflows is an error.
+func ParseMeminfo(b []byte) (Meminfo, error) {
+	var m Meminfo
+	var seen int
+	for n, line := range bytes.Split(b, []byte("\n")) {
+		fields := bytes.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		var dst *uint64
+		switch string(fields[0]) {
+		case "MemTotal:":
+			dst = &m.Total
+		case "MemAvailable:":
+			dst = &m.Available
+		default:
+			continue
+		}
+		if len(fields) != 3 || string(fields[2]) != "kB" || !isDigits(fields[1]) {
+			return Meminfo{}, lineErr(n, line, "want <name>: <number> kB")
+		}
+		kb, err := strconv.ParseUint(string(fields[1]), 10, 64)
+		if err != nil || kb > math.MaxUint64/1024 {
+			return Meminfo{}, lineErr(n, line, "the value overflows")
+		}
+		*dst = kb * 1024
+		seen++
+	}
+	if seen < 2 || m.Total == 0 {
+		return Meminfo{}, errors.New("no MemTotal and MemAvailable")
+	}
+	return m, nil
 }
 
 func isDigits(b []byte) bool {

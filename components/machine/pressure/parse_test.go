@@ -77,10 +77,10 @@ func TestParseStat(t *testing.T) {
 		want    CPUTimes
 		wantErr string
 	}{
-		{name: "a real /proc/stat", in: real, want: CPUTimes{Total: 84698 + 27655 + 89578 + 2592 + 458 + 369, Steal: 369}},
-		{name: "guest time is not added again", in: "cpu 10 0 0 10 0 0 0 5 7 9\n", want: CPUTimes{Total: 25, Steal: 5}},
-		{name: "exactly eight values", in: "cpu 1 2 3 4 5 6 7 8\n", want: CPUTimes{Total: 36, Steal: 8}},
-		{name: "the cpu line after others", in: "btime 1\ncpu 1 1 1 1 1 1 1 1 0 0\n", want: CPUTimes{Total: 8, Steal: 1}},
+		{name: "a real /proc/stat", in: real, want: CPUTimes{Total: 84698 + 27655 + 89578 + 2592 + 458 + 369, Steal: 369, Idle: 89578 + 2592}},
+		{name: "guest time is not added again", in: "cpu 10 0 0 10 0 0 0 5 7 9\n", want: CPUTimes{Total: 25, Steal: 5, Idle: 10}},
+		{name: "exactly eight values", in: "cpu 1 2 3 4 5 6 7 8\n", want: CPUTimes{Total: 36, Steal: 8, Idle: 9}},
+		{name: "the cpu line after others", in: "btime 1\ncpu 1 1 1 1 1 1 1 1 0 0\n", want: CPUTimes{Total: 8, Steal: 1, Idle: 2}},
 		{name: "only per-CPU lines", in: "cpu0 1 1 1 1 1 1 1 1\n", wantErr: `no "cpu" line`},
 		{name: "empty", in: "", wantErr: `no "cpu" line`},
 		{name: "seven values", in: "cpu 1 2 3 4 5 6 7\n", wantErr: "line 1 \"cpu 1 2 3 4 5 6 7\": 7 values, want at least 8"},
@@ -177,6 +177,72 @@ func FuzzParseStat(f *testing.F) {
 		}
 		if p := StealPercent(CPUTimes{}, c); math.IsNaN(p) || p < 0 || p > 100 {
 			t.Fatalf("StealPercent of %+v = %v", c, p)
+		}
+		if c.Idle > c.Total {
+			t.Fatalf("ParseStat(%q) = %+v: idle above the total", b, c)
+		}
+		if p := BusyShare(CPUTimes{}, c); math.IsNaN(p) || p < 0 || p > 1 {
+			t.Fatalf("BusyShare of %+v = %v", c, p)
+		}
+	})
+}
+
+func TestBusyShare(t *testing.T) {
+	tests := []struct {
+		name      string
+		prev, cur CPUTimes
+		want      float64
+	}{
+		{"a quarter busy", CPUTimes{Total: 100, Idle: 50}, CPUTimes{Total: 200, Idle: 125}, 0.25},
+		{"stolen time is not work", CPUTimes{Total: 0}, CPUTimes{Total: 100, Idle: 50, Steal: 50}, 0},
+		{"all busy", CPUTimes{Total: 10, Idle: 5}, CPUTimes{Total: 20, Idle: 5}, 1},
+		{"no time passed", CPUTimes{Total: 10}, CPUTimes{Total: 10}, 0},
+		{"counters went backwards", CPUTimes{Total: 10, Idle: 9}, CPUTimes{Total: 20, Idle: 1}, 0},
+	}
+	for _, tt := range tests {
+		if got := BusyShare(tt.prev, tt.cur); math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("%s: BusyShare = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestParseMeminfo(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    Meminfo
+		wantErr string
+	}{
+		{name: "a real meminfo", in: "MemTotal:       16303948 kB\nMemFree:         1021860 kB\nMemAvailable:   10262804 kB\n",
+			want: Meminfo{Total: 16303948 * 1024, Available: 10262804 * 1024}},
+		{name: "no MemAvailable (before 3.14)", in: "MemTotal: 1 kB\nMemFree: 1 kB\n", wantErr: "no MemTotal and MemAvailable"},
+		{name: "not kB", in: "MemTotal: 1 MB\nMemAvailable: 1 kB\n", wantErr: "want <name>: <number> kB"},
+		{name: "a word", in: "MemTotal: x kB\nMemAvailable: 1 kB\n", wantErr: "want <name>: <number> kB"},
+		{name: "overflow", in: "MemTotal: 18446744073709551615 kB\nMemAvailable: 1 kB\n", wantErr: "overflows"},
+		{name: "empty", in: "", wantErr: "no MemTotal"},
+	}
+	for _, tt := range tests {
+		got, err := ParseMeminfo([]byte(tt.in))
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%s: ParseMeminfo = %+v, %v; want an error with %q", tt.name, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("%s: ParseMeminfo = %+v, %v; want %+v", tt.name, got, err, tt.want)
+		}
+	}
+}
+
+func FuzzParseMeminfo(f *testing.F) {
+	for _, s := range []string{"MemTotal: 16303948 kB\nMemAvailable: 10262804 kB\n", "MemTotal: 1 kB", "MemTotal:\x00 kB\nMemAvailable: -1 kB"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseMeminfo(b)
+		if err == nil && m.Total == 0 {
+			t.Fatalf("ParseMeminfo(%q) = %+v without a total", b, m)
 		}
 	})
 }
