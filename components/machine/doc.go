@@ -3,7 +3,8 @@
 // nvidia-smi), xid (GPU faults in the kernel log), dcgm (diag.dcgm),
 // logbundle (logs.collect), doctor (`bcd doctor`), nodekinds (the node's
 // command kinds over a Hardware seam), devices (the NodeSpec's GPU holds),
-// pressure (PSI and CPU steal),
+// pressure (PSI and CPU steal), nodemetrics (the bcd.gpu.* and bcd.host.*
+// telemetry sources),
 // health (the monitor that turns Xids into conditions and keeps the
 // inventory and pressure current for the agent's reports), and fakehw and
 // fakekinds (the fake machine, test kinds and the fakehw NodeSpec section

@@ -508,6 +508,27 @@ tunnels     1
 `,
 		},
 		{
+			name: "telemetry",
+			s: Snapshot{Telemetry: &Telemetry{Endpoint: "https://otel.example.internal:4318", Interval: "1m0s",
+				LastExport: time.Date(2026, 9, 26, 8, 12, 0, 0, time.UTC), LastError: "export to https://otel.example.internal:4318: connection refused",
+				LastErrorAt: time.Date(2026, 9, 26, 8, 11, 0, 0, time.UTC), ExportedPoints: 400, DroppedPoints: 2, PendingBatches: 1}},
+			want: `node        - (site -, role -)
+boot        -, version -
+gateway     -, not connected
+clock       offset +0ms, time mark -
+trust       bundle version 0; signed intent NOT enforced (no command-signing roots)
+generation  applied 0, observed 0
+lanes       -
+events      backlog 0, dropped 0; results unacked 0
+certificate -
+node key    -
+running     0
+deferred    0
+gpus        0
+telemetry   https://otel.example.internal:4318, last export 2026-09-26T08:12:00Z, last error 2026-09-26T08:11:00Z: export to https://otel.example.internal:4318: connection refused (400 points exported, 2 dropped, 1 batches waiting)
+`,
+		},
+		{
 			name: "empty",
 			s:    Snapshot{},
 			want: `node        - (site -, role -)

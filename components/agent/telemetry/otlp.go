@@ -2,70 +2,116 @@ package telemetry
 
 import (
 	"errors"
-	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
-	commonv1 "go.opentelemetry.io/proto/otlp/common/v1"
-	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
-	resourcev1 "go.opentelemetry.io/proto/otlp/resource/v1"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 )
 
 // scopeName is the instrumentation scope of every metric bcd exports.
 const scopeName = "github.com/better-compute/bcd"
 
-// encode renders metrics taken at now as an OTLP export request. The
-// request is MetricsData, whose wire form is the same as
-// ExportMetricsServiceRequest's (one repeated ResourceMetrics, field 1),
-// so the collector service package (and the gRPC code it pulls in) is not
-// linked. Gauges are double gauges; counters cumulative monotonic sums
-// from start. It returns the bytes and how many points they hold.
-func encode(resource map[string]string, ms []Metric, start, now time.Time, version string) ([]byte, int, error) {
-	res := &resourcev1.Resource{}
+// The OTLP field numbers encode writes (opentelemetry-proto's
+// metrics/v1, common/v1 and resource/v1). The request is an
+// ExportMetricsServiceRequest: resource_metrics, field 1.
+const (
+	fResourceMetrics = 1 // ExportMetricsServiceRequest.resource_metrics
+	fResource        = 1 // ResourceMetrics.resource
+	fScopeMetrics    = 2 // ResourceMetrics.scope_metrics
+	fResAttributes   = 1 // Resource.attributes
+	fScope           = 1 // ScopeMetrics.scope
+	fMetrics         = 2 // ScopeMetrics.metrics
+	fScopeName       = 1 // InstrumentationScope.name
+	fScopeVersion    = 2 // InstrumentationScope.version
+	fName            = 1 // Metric.name
+	fDescription     = 2 // Metric.description
+	fUnit            = 3 // Metric.unit
+	fGauge           = 5 // Metric.gauge
+	fSum             = 7 // Metric.sum
+	fDataPoints      = 1 // Gauge.data_points, Sum.data_points
+	fTemporality     = 2 // Sum.aggregation_temporality
+	fMonotonic       = 3 // Sum.is_monotonic
+	fStart           = 2 // NumberDataPoint.start_time_unix_nano
+	fTime            = 3 // NumberDataPoint.time_unix_nano
+	fAsDouble        = 4 // NumberDataPoint.as_double
+	fPointAttributes = 7 // NumberDataPoint.attributes
+	fKey             = 1 // KeyValue.key
+	fValue           = 2 // KeyValue.value
+	fStringValue     = 1 // AnyValue.string_value
+
+	temporalityCumulative = 2 // AGGREGATION_TEMPORALITY_CUMULATIVE
+)
+
+// encode renders metrics taken at now as an OTLP ExportMetricsServiceRequest
+// in protobuf. bcd writes the few messages it needs with protowire rather
+// than linking the generated OTLP types, whose module brings gRPC into
+// bcd's module graph (docs/decisions.md). Gauges are double gauges,
+// counters cumulative monotonic sums from start. It returns the bytes and
+// how many points they hold.
+func encode(resource map[string]string, ms []Metric, start, now time.Time, version string) ([]byte, int) {
+	var res []byte
 	for _, k := range slices.Sorted(maps.Keys(resource)) {
-		res.Attributes = append(res.Attributes, kv(k, resource[k]))
+		res = message(res, fResAttributes, keyValue(nil, k, resource[k]))
 	}
-	scope := &metricsv1.ScopeMetrics{Scope: &commonv1.InstrumentationScope{Name: scopeName, Version: version}}
+	scope := message(nil, fScope, str(str(nil, fScopeName, scopeName), fScopeVersion, version))
 	points := 0
 	at, from := uint64(now.UnixNano()), uint64(start.UnixNano())
 	for _, m := range ms {
 		if len(m.Points) == 0 {
 			continue
 		}
-		dps := make([]*metricsv1.NumberDataPoint, 0, len(m.Points))
+		var data []byte
 		for _, p := range m.Points {
-			dp := &metricsv1.NumberDataPoint{TimeUnixNano: at, Value: &metricsv1.NumberDataPoint_AsDouble{AsDouble: p.Value}}
-			for _, a := range p.Attrs {
-				dp.Attributes = append(dp.Attributes, kv(a.Key, a.Value))
-			}
+			var dp []byte
 			if m.Kind == Counter {
-				dp.StartTimeUnixNano = from
+				dp = fixed(dp, fStart, from)
 			}
-			dps = append(dps, dp)
+			dp = fixed(dp, fTime, at)
+			dp = fixed(dp, fAsDouble, math.Float64bits(p.Value))
+			for _, a := range p.Attrs {
+				dp = message(dp, fPointAttributes, keyValue(nil, a.Key, a.Value))
+			}
+			data = message(data, fDataPoints, dp)
 		}
-		points += len(dps)
-		om := &metricsv1.Metric{Name: m.Name, Unit: m.Unit, Description: m.Description}
+		points += len(m.Points)
+		om := str(nil, fName, m.Name)
+		om = str(om, fDescription, m.Description)
+		om = str(om, fUnit, m.Unit)
 		if m.Kind == Counter {
-			om.Data = &metricsv1.Metric_Sum{Sum: &metricsv1.Sum{DataPoints: dps, IsMonotonic: true,
-				AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_CUMULATIVE}}
+			data = protowire.AppendVarint(protowire.AppendTag(data, fTemporality, protowire.VarintType), temporalityCumulative)
+			data = protowire.AppendVarint(protowire.AppendTag(data, fMonotonic, protowire.VarintType), 1)
+			om = message(om, fSum, data)
 		} else {
-			om.Data = &metricsv1.Metric_Gauge{Gauge: &metricsv1.Gauge{DataPoints: dps}}
+			om = message(om, fGauge, data)
 		}
-		scope.Metrics = append(scope.Metrics, om)
+		scope = message(scope, fMetrics, om)
 	}
-	md := &metricsv1.MetricsData{ResourceMetrics: []*metricsv1.ResourceMetrics{{Resource: res, ScopeMetrics: []*metricsv1.ScopeMetrics{scope}}}}
-	b, err := proto.Marshal(md)
-	if err != nil {
-		return nil, 0, fmt.Errorf("encoding metrics: %w", err)
-	}
-	return b, points, nil
+	rm := message(message(nil, fResource, res), fScopeMetrics, scope)
+	return message(nil, fResourceMetrics, rm), points
 }
 
-func kv(k, v string) *commonv1.KeyValue {
-	return &commonv1.KeyValue{Key: k, Value: &commonv1.AnyValue{Value: &commonv1.AnyValue_StringValue{StringValue: v}}}
+// message appends field num holding the message m.
+func message(b []byte, num protowire.Number, m []byte) []byte {
+	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), m)
+}
+
+// str appends field num holding s; an empty s is left out, as proto3 does.
+func str(b []byte, num protowire.Number, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
+}
+
+func fixed(b []byte, num protowire.Number, v uint64) []byte {
+	return protowire.AppendFixed64(protowire.AppendTag(b, num, protowire.Fixed64Type), v)
+}
+
+// keyValue is a KeyValue with a string AnyValue.
+func keyValue(b []byte, k, v string) []byte {
+	return message(str(b, fKey, k), fValue, protowire.AppendString(protowire.AppendTag(nil, fStringValue, protowire.BytesType), v))
 }
 
 // partialSuccess reads an ExportMetricsServiceResponse: its

@@ -350,11 +350,7 @@ func (t *Telemetry) Run(ctx context.Context) error {
 				continue
 			}
 			collect.Reset(cur.spec.Interval())
-			b, err := t.collect(ctx, cur)
-			if err != nil {
-				t.fail(err)
-				continue
-			}
+			b := t.collect(ctx, cur)
 			pending = append(pending, b)
 			bytesHeld += len(b.body)
 			for len(pending) > t.cfg.MaxPending || (bytesHeld > t.cfg.MaxPendingBytes && len(pending) > 1) {
@@ -377,7 +373,7 @@ func (t *Telemetry) Run(ctx context.Context) error {
 
 // collect reads every source within the interval (at most exportTimeout)
 // and encodes one batch.
-func (t *Telemetry) collect(ctx context.Context, a *active) (batch, error) {
+func (t *Telemetry) collect(ctx context.Context, a *active) batch {
 	cctx, cancel := context.WithTimeout(ctx, min(a.spec.Interval(), exportTimeout))
 	defer cancel()
 	var ms []Metric
@@ -388,8 +384,8 @@ func (t *Telemetry) collect(ctx context.Context, a *active) (batch, error) {
 	dropped := t.dropped
 	t.mu.Unlock()
 	ms = append(ms, Value("bcd.host.telemetry.dropped_points", "{point}", "points dropped while the collector could not take them", Counter, float64(dropped)))
-	body, n, err := encode(a.resource, ms, t.start, t.cfg.Now(), t.cfg.Version)
-	return batch{body: body, points: n}, err
+	body, n := encode(a.resource, ms, t.start, t.cfg.Now(), t.cfg.Version)
+	return batch{body: body, points: n}
 }
 
 // post sends one batch. retryable says whether a failure may succeed

@@ -20,9 +20,6 @@ import (
 	"testing"
 	"time"
 
-	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/trust/seal"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -98,7 +95,7 @@ func FuzzPartialSuccess(f *testing.F) {
 type collector struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
-	reqs []*metricsv1.MetricsData
+	reqs []request
 	hdrs []http.Header
 }
 
@@ -106,13 +103,13 @@ func newCollector(t *testing.T, ln net.Listener) *collector {
 	c := &collector{}
 	c.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		var md metricsv1.MetricsData
-		if r.URL.Path != "/v1/metrics" || r.Header.Get("Content-Type") != "application/x-protobuf" || proto.Unmarshal(b, &md) != nil {
+		md, err := decodeRequest(b)
+		if r.URL.Path != "/v1/metrics" || r.Header.Get("Content-Type") != "application/x-protobuf" || err != nil {
 			http.Error(w, "bad request", http.StatusBadRequest)
 			return
 		}
 		c.mu.Lock()
-		c.reqs, c.hdrs = append(c.reqs, &md), append(c.hdrs, r.Header.Clone())
+		c.reqs, c.hdrs = append(c.reqs, md), append(c.hdrs, r.Header.Clone())
 		c.mu.Unlock()
 		w.Header().Set("Content-Type", "application/x-protobuf")
 	}))
@@ -129,21 +126,17 @@ func (c *collector) caPEM() string {
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.srv.Certificate().Raw}))
 }
 
-func (c *collector) requests() []*metricsv1.MetricsData {
+func (c *collector) requests() []request {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]*metricsv1.MetricsData{}, c.reqs...)
+	return append([]request{}, c.reqs...)
 }
 
 func (c *collector) points() int {
 	n := 0
 	for _, md := range c.requests() {
-		for _, rm := range md.ResourceMetrics {
-			for _, sm := range rm.ScopeMetrics {
-				for _, m := range sm.Metrics {
-					n += len(m.GetGauge().GetDataPoints()) + len(m.GetSum().GetDataPoints())
-				}
-			}
+		for _, ps := range md.metrics {
+			n += len(ps)
 		}
 	}
 	return n
@@ -228,21 +221,15 @@ func TestExportWithSecretHeader(t *testing.T) {
 	}
 	waitFor(t, "an export", 10*time.Second, func() bool { return len(c.requests()) > 0 })
 	md := c.requests()[0]
-	attrs := map[string]string{}
-	for _, kv := range md.ResourceMetrics[0].Resource.Attributes {
-		attrs[kv.Key] = kv.Value.GetStringValue()
+	if a := md.resource; a["bcd.node.id"] != "node_a" || a["deployment.environment"] != "lab" || a["service.name"] != "bcd" {
+		t.Fatalf("resource attributes %v", a)
 	}
-	if attrs["bcd.node.id"] != "node_a" || attrs["deployment.environment"] != "lab" || attrs["service.name"] != "bcd" {
-		t.Fatalf("resource attributes %v", attrs)
+	temps := md.metrics["bcd.gpu.temperature"]
+	if len(temps) != 8 || temps[7].value != 47 || temps[7].attrs["gpu.index"] != "7" || md.counters["bcd.gpu.temperature"] {
+		t.Fatalf("bcd.gpu.temperature: %+v", temps)
 	}
-	var gpuPoints int
-	for _, m := range md.ResourceMetrics[0].ScopeMetrics[0].Metrics {
-		if m.Name == "bcd.gpu.temperature" {
-			gpuPoints = len(m.GetGauge().GetDataPoints())
-		}
-	}
-	if gpuPoints != 8 {
-		t.Fatalf("bcd.gpu.temperature has %d points, want 8", gpuPoints)
+	if d := md.metrics["bcd.host.telemetry.dropped_points"]; len(d) != 1 || !md.counters["bcd.host.telemetry.dropped_points"] || d[0].start == 0 {
+		t.Fatalf("bcd.host.telemetry.dropped_points: %+v", d)
 	}
 	c.mu.Lock()
 	got := c.hdrs[0].Get("Authorization")
