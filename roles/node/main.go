@@ -106,7 +106,7 @@ func doctorChecks(cfg *config.Config, path string) []doctor.Check {
 	if cfg != nil {
 		dataDir = cfg.DataDir
 		helper = append(doctor.Helper(cfg.Helper), doctor.TSS(cfg.Helper)...)
-		helper = append(helper, doctor.Update(cfg, update.Entrypoint))
+		helper = append(helper, doctor.Update(cfg, update.Entrypoint), doctor.Telemetry(cfg.DataDir))
 	}
 	hw, backend := hardware(dataDir)
 	return append(append(doctor.Base(cfg, path), nodekinds.DoctorChecks(hw, backend)...), helper...)

@@ -185,7 +185,7 @@ func main() {
 			if cfg == nil {
 				return doctor.Base(cfg, path)
 			}
-			return append(doctor.Base(cfg, path), doctor.Update(cfg, update.Entrypoint))
+			return append(doctor.Base(cfg, path), doctor.Update(cfg, update.Entrypoint), doctor.Telemetry(cfg.DataDir))
 		}),
 		update.Command(),
 	}, nil)

@@ -24,8 +24,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -194,14 +196,46 @@ func (t *Telemetry) Apply(ctx context.Context, body json.RawMessage, _ converge.
 	return nil
 }
 
-func (t *Telemetry) prepare(ctx context.Context, s *Spec) (*active, error) {
+// tlsConfig trusts the spec's CA, or the system roots without one.
+func tlsConfig(s *Spec) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if s.CAPEM != "" {
 		pool, err := caPool(s.CAPEM)
 		if err != nil {
-			return nil, converge.Terminal(err)
+			return nil, err
 		}
 		tc.RootCAs = pool
+	}
+	return tc, nil
+}
+
+// Probe checks that the collector of s takes a TLS connection the
+// exporter would trust, within ctx (bcd doctor).
+func Probe(ctx context.Context, s *Spec) error {
+	tc, err := tlsConfig(s)
+	if err != nil {
+		return err
+	}
+	u, err := url.Parse(s.Endpoint)
+	if err != nil {
+		return err
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	d := tls.Dialer{Config: tc}
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(u.Hostname(), port))
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+func (t *Telemetry) prepare(ctx context.Context, s *Spec) (*active, error) {
+	tc, err := tlsConfig(s)
+	if err != nil {
+		return nil, converge.Terminal(err)
 	}
 	tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true, MaxIdleConns: 1, IdleConnTimeout: 90 * time.Second,
 		TLSHandshakeTimeout: exportTimeout, ResponseHeaderTimeout: exportTimeout, Proxy: nil}
