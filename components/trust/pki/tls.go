@@ -8,9 +8,6 @@ import (
 	"fmt"
 )
 
-// msgGatewayPin reports that no presented certificate matches the pin.
-const msgGatewayPin = "gateway certificate does not chain to serving_ca_spki_pin"
-
 // TLSCertificate assembles a tls.Certificate from a leaf, its key and the
 // rest of the chain to send (for a gateway: the serving CA).
 func TLSCertificate(leaf *x509.Certificate, key crypto.Signer, chain ...*x509.Certificate) tls.Certificate {
@@ -51,7 +48,7 @@ func ClientTLS(servingCAPin, serverName string, clientCert *tls.Certificate) (*t
 		// runs on every handshake including resumptions.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyPinnedServer(cs.PeerCertificates, want, serverName)
+			return VerifyPinnedChain(cs.PeerCertificates, want, serverName, "gateway", "serving_ca_spki_pin")
 		},
 	}
 	if clientCert != nil {
@@ -66,9 +63,14 @@ func ClientTLS(servingCAPin, serverName string, clientCert *tls.Certificate) (*t
 	return cfg, nil
 }
 
-func verifyPinnedServer(chain []*x509.Certificate, want [32]byte, serverName string) error {
+// VerifyPinnedChain checks a server's chain against a pin: one of its
+// certificates must have the pinned key, and the leaf must verify for
+// serverName (ServerAuth) with that certificate as the only root. System
+// roots are never consulted. who names the server and pinName the pin in
+// errors ("gateway", "serving_ca_spki_pin").
+func VerifyPinnedChain(chain []*x509.Certificate, want [32]byte, serverName, who, pinName string) error {
 	if len(chain) == 0 {
-		return errors.New("gateway presented no certificate")
+		return errors.New(who + " presented no certificate")
 	}
 	rootIdx := -1
 	for i, c := range chain {
@@ -78,7 +80,7 @@ func verifyPinnedServer(chain []*x509.Certificate, want [32]byte, serverName str
 		}
 	}
 	if rootIdx < 0 {
-		return errors.New(msgGatewayPin)
+		return errors.New(who + " certificate does not chain to " + pinName)
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(chain[rootIdx])
@@ -95,7 +97,7 @@ func verifyPinnedServer(chain []*x509.Certificate, want [32]byte, serverName str
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	})
 	if err != nil {
-		return fmt.Errorf("verify gateway certificate against serving_ca_spki_pin: %w", err)
+		return fmt.Errorf("verify %s certificate against %s: %w", who, pinName, err)
 	}
 	return nil
 }
