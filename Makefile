@@ -2,8 +2,9 @@
 SHELL := /bin/bash
 GO ?= go
 VERSION ?= 0.1.0-dev
+RELEASE_SEQUENCE ?= 0
 COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-LDFLAGS := -s -w -X github.com/better-compute/bcd/components/base/buildinfo.Version=$(VERSION) -X github.com/better-compute/bcd/components/base/buildinfo.Commit=$(COMMIT)
+LDFLAGS := -s -w -X github.com/better-compute/bcd/components/base/buildinfo.Version=$(VERSION) -X github.com/better-compute/bcd/components/base/buildinfo.Commit=$(COMMIT) -X github.com/better-compute/bcd/components/base/buildinfo.Sequence=$(RELEASE_SEQUENCE)
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 ROLES := node site ramdisk helper
 # The helper is built without inlining (-l): about 340 kB smaller, toward

@@ -8,6 +8,10 @@
 # Environment:
 #   VERSION      the version (default: git describe --tags of a v* tag, else
 #                0.0.0~gitYYYYMMDDhhmmss.COMMIT from the last commit)
+#   RELEASE_SEQUENCE  the release's sequence, as in its signed manifest
+#                (bcrelease make --sequence); stamped into the binaries, it
+#                is the release floor a node installed from these packages
+#                starts at (default 0: no floor until the first update)
 #   ARCHES       architectures (default "amd64 arm64")
 #   BIN_DIR      where ARCH/bcd-* are built (default bin)
 #   PKG_DIR      where the packages go (default bin/packages)
@@ -37,7 +41,11 @@ fi
 # Reproducible packages: every file carries the last commit's time.
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 
-ldflags="-s -w -X github.com/better-compute/bcd/components/base/buildinfo.Version=$version -X github.com/better-compute/bcd/components/base/buildinfo.Commit=$commit"
+sequence=${RELEASE_SEQUENCE:-0}
+case $sequence in
+  ''|*[!0-9]*) echo "packages: RELEASE_SEQUENCE=$sequence is not a number" >&2; exit 2 ;;
+esac
+ldflags="-s -w -X github.com/better-compute/bcd/components/base/buildinfo.Version=$version -X github.com/better-compute/bcd/components/base/buildinfo.Commit=$commit -X github.com/better-compute/bcd/components/base/buildinfo.Sequence=$sequence"
 for arch in $arches; do
   mkdir -p "$bin_dir/$arch"
   for role in node site helper; do
@@ -46,7 +54,7 @@ for arch in $arches; do
       -o "$bin_dir/$arch/bcd-$role" "./roles/$role"
   done
 done
-echo "packages: version $version (commit $commit) into $pkg_dir" >&2
+echo "packages: version $version (commit $commit, release sequence $sequence) into $pkg_dir" >&2
 
 cd build/pkg
 exec go run . --version "$version" --commit "$commit" \

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"github.com/better-compute/bcd/components/base/buildinfo"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/base/logging"
@@ -55,6 +56,10 @@ type UpdateConfig struct {
 	// first update: [update] entrypoint, else [helper] entrypoint, else
 	// DefaultEntrypoint.
 	Adopt string
+	// AdoptSequence is the release sequence the adopted binary is at,
+	// where the release floor starts: the installed package's
+	// (buildinfo.ReleaseSequence of this helper, built with it).
+	AdoptSequence uint64
 }
 
 // DefaultEntrypoint is where the packages install bcd.
@@ -107,7 +112,7 @@ func FromConfig(c *config.Config) Config {
 	return Config{Socket: c.Helper.Socket, User: c.Helper.User, Entrypoint: c.Helper.Entrypoint, ConfigFile: p,
 		SystemAccounts: c.Access.SystemAccounts,
 		Update: UpdateConfig{Pins: c.Update.ReleasePins, Threshold: c.Update.Threshold(), SlotsDir: selfupdate.SlotsDir(c),
-			DataDir: c.DataDir, Adopt: adopt}}
+			DataDir: c.DataDir, Adopt: adopt, AdoptSequence: buildinfo.ReleaseSequence()}}
 }
 
 // Serve checks its configuration and the host, listens on cfg.Socket and

@@ -34,6 +34,11 @@ const nodeUnit = "bcd.service"
 // errRollbackIsRoots is update.rollback's answer to the node.
 var errRollbackIsRoots = errors.New("update.rollback is not served to the node: a pending upgrade is swapped back at its deadline (Settle, and the helper's own watchdog 30 s later) or by the crash-loop unit as root (bcd-helper update-rollback)")
 
+// errClearFailedIsRoots is update.clear_failed's answer to the node: a
+// node that could forget the failed versions could have a release that
+// failed tried again and again.
+var errClearFailedIsRoots = errors.New("update.clear_failed is root's: run bcd update --clear-failed as root")
+
 // startUpdate builds the update.* operations' Manager from the helper's
 // own configuration: off without release pins; refused when the slots
 // directory is inside the node's data directory or contains it, or is
@@ -61,7 +66,7 @@ func (srv *server) startUpdate() error {
 		Pins:  u.Pins, Threshold: u.Threshold,
 		Role: "node", Arch: runtime.GOARCH,
 		StagingDir: filepath.Join(data, selfupdate.StagingDir), Owner: int(srv.uid),
-		Adopt: u.Adopt, AdoptVersion: buildinfo.Version,
+		Adopt: u.Adopt, AdoptVersion: buildinfo.Version, AdoptSequence: u.AdoptSequence,
 		// Root will run what it adopts; a fakehw helper runs as a user.
 		RootAdopt: srv.s.euid == 0,
 		Now:       srv.s.now,
@@ -131,7 +136,11 @@ func (srv *server) update(ctx context.Context, req *wire.Request) (*wire.Respons
 	case wire.OpUpdateRollback:
 		err = errRollbackIsRoots
 	case wire.OpUpdateClearFailed:
-		err = srv.upd.ClearFailed(ctx)
+		if p, _ := ctx.Value(peerKey{}).(peerCred); p.uid != 0 {
+			err = errClearFailedIsRoots
+		} else {
+			err = srv.upd.ClearFailed(ctx)
+		}
 	}
 	if err != nil {
 		// The client names the operation; a final refusal travels as its

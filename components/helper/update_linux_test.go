@@ -42,6 +42,7 @@ type updHelper struct {
 	pins           []string
 	clock          *testClock
 	runs           atomic.Value // string: the binary the caller runs ("": the test binary)
+	asNode         atomic.Bool  // the caller's uid is the [helper] user's, not root's
 	mu             sync.Mutex
 	systemctl      []string
 	inst           selfupdate.Installer
@@ -93,6 +94,14 @@ func startUpdHelper(t *testing.T, mod func(*updHelper, *Config, *seams)) *updHel
 		c.Update = UpdateConfig{Pins: u.pins, Threshold: 2, SlotsDir: u.slots, DataDir: data, Adopt: bin}
 		s.now = u.clock.now
 		s.watchdogPoll = 10 * time.Millisecond
+		s.peer = func(c *net.UnixConn) (peerCred, error) {
+			p, err := socketPeer(c)
+			if u.asNode.Load() {
+				uid, gid, _ := s.lookupUser("bcd")
+				p.uid, p.gid = uid, gid
+			}
+			return p, err
+		}
 		s.exe = func(c *net.UnixConn, pid int32) (os.FileInfo, error) {
 			if p := u.runs.Load().(string); p != "" {
 				return os.Stat(p)
@@ -467,4 +476,70 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 	t.Fatal("timed out")
+}
+
+// TestUpdateFloorFromTheInstalledRelease: the helper adopts the installed
+// binary at the installed package's release sequence, the floor from the
+// first update on: an older release, signed and unexpired, is refused as
+// final; a release at the floor's own sequence is not swapped in (it
+// would have run unconfirmed once update.settle took the floor for its
+// confirmation); a newer one is.
+func TestUpdateFloorFromTheInstalledRelease(t *testing.T) {
+	u := startUpdHelper(t, func(_ *updHelper, c *Config, _ *seams) { c.Update.AdoptSequence = 5 })
+	ctx := context.Background()
+	var f *release.FinalError
+	older, bin := u.release(t, "0.0.9", 4, 2)
+	u.stage(t, "0.0.9", bin)
+	if _, err := u.inst.Prepare(ctx, older); !errors.As(err, &f) || !strings.Contains(err.Error(), "below the release floor 5") {
+		t.Errorf("prepare of an older release: %v, want a final refusal naming the floor", err)
+	}
+	if _, err := u.inst.Swap(ctx, older); !errors.As(err, &f) || !strings.Contains(err.Error(), "below the release floor 5") {
+		t.Errorf("swap to an older release: %v, want a final refusal naming the floor", err)
+	}
+	equal, bin := u.release(t, "0.1.1", 5, 2)
+	u.stage(t, "0.1.1", bin)
+	if _, err := u.inst.Swap(ctx, equal); !errors.As(err, &f) || !strings.Contains(err.Error(), "is not above the release floor 5") {
+		t.Errorf("swap to another release at the floor: %v, want a final refusal", err)
+	}
+	// Settle has nothing to take for confirmed.
+	if back, err := u.inst.Settle(ctx); back != "" || err != nil {
+		t.Errorf("settle: %q %v", back, err)
+	}
+	r, cur, pending := u.state(t)
+	if r.Floor != 5 || cur != selfupdate.SlotA || pending != nil || r.Slots[selfupdate.SlotA].Sequence != 5 {
+		t.Errorf("after the refusals: floor %d, current %s, pending %+v, slots %+v", r.Floor, cur, pending, r.Slots)
+	}
+	if up := u.upgrade(t, "0.2.0", 6); up.Sequence != 6 || up.To != selfupdate.SlotB {
+		t.Errorf("a newer release: %+v", up)
+	}
+}
+
+// TestUpdateClearFailedIsRoots: update.clear_failed from the node's uid is
+// refused and the failed versions stay; root (bcd update --clear-failed)
+// clears them.
+func TestUpdateClearFailedIsRoots(t *testing.T) {
+	u := startUpdHelper(t, nil)
+	ctx := context.Background()
+	u.upgrade(t, "0.2.0", 2)
+	if _, err := u.inst.Rollback(ctx); err == nil {
+		t.Fatal("rollback from the node was served")
+	}
+	u.clock.add(selfupdate.ConfirmWindow + time.Second)
+	if back, err := u.inst.Settle(ctx); back != "0.2.0" || err != nil {
+		t.Fatalf("settle past the deadline: %q %v", back, err)
+	}
+	u.asNode.Store(true)
+	if err := u.inst.ClearFailed(ctx); err == nil || !strings.Contains(err.Error(), "update.clear_failed is root's") {
+		t.Errorf("clear_failed from the node: %v", err)
+	}
+	if r, _, _ := u.state(t); !slices.Equal(r.Failed, []string{"0.2.0"}) {
+		t.Errorf("failed after the node's clear_failed: %v", r.Failed)
+	}
+	u.asNode.Store(false)
+	if err := u.inst.ClearFailed(ctx); err != nil {
+		t.Errorf("clear_failed from root: %v", err)
+	}
+	if r, _, _ := u.state(t); len(r.Failed) != 0 {
+		t.Errorf("failed after root's clear_failed: %v", r.Failed)
+	}
 }

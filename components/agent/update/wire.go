@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/better-compute/bcd/components/agent/transport"
+	"github.com/better-compute/bcd/components/base/buildinfo"
 	"github.com/better-compute/bcd/components/base/config"
 )
 
@@ -20,7 +21,8 @@ import (
 // slots (no [helper]): the slots in SlotsDir(cfg), the release keys of
 // [update], this machine's role and architecture, downloads staged in
 // data_dir/staging by this uid, and the running binary (exe, at
-// version) adopted into slot A before the first update.
+// version and at this build's release sequence, where the floor starts)
+// adopted into slot A before the first update.
 func NewManager(cfg *config.Config, role, exe, version string) *Manager {
 	s := &Slots{Dir: SlotsDir(cfg)}
 	testHooks(s)
@@ -29,7 +31,7 @@ func NewManager(cfg *config.Config, role, exe, version string) *Manager {
 		Pins:  cfg.Update.ReleasePins, Threshold: cfg.Update.Threshold(),
 		Role: role, Arch: runtime.GOARCH,
 		StagingDir: StagingPath(cfg), Owner: os.Getuid(),
-		Adopt: exe, AdoptVersion: version,
+		Adopt: exe, AdoptVersion: version, AdoptSequence: buildinfo.ReleaseSequence(),
 	}
 }
 

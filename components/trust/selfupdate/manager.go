@@ -77,14 +77,16 @@ type Manager struct {
 	// data_dir/staging); Owner is the uid that must own a staged file.
 	StagingDir string
 	Owner      int
-	// Adopt is the binary adopted into slot A, at AdoptVersion, before
-	// the first update. With RootAdopt it must be a root-owned regular
-	// file that group and others cannot write (the helper: root will
-	// run it).
-	Adopt        string
-	AdoptVersion string
-	RootAdopt    bool
-	Now          func() time.Time
+	// Adopt is the binary adopted into slot A, at AdoptVersion and
+	// AdoptSequence (the installed package's release sequence,
+	// buildinfo.ReleaseSequence: the floor starts there), before the
+	// first update. With RootAdopt it must be a root-owned regular file
+	// that group and others cannot write (the helper: root will run it).
+	Adopt         string
+	AdoptVersion  string
+	AdoptSequence uint64
+	RootAdopt     bool
+	Now           func() time.Time
 }
 
 var _ Installer = (*Manager)(nil)
@@ -126,7 +128,7 @@ func (m *Manager) init() error {
 			return fmt.Errorf("adopting %s: not a root-owned regular file that only root can write (mode %s)", m.Adopt, fi.Mode())
 		}
 	}
-	return m.Slots.Init(m.Adopt, m.AdoptVersion, 0)
+	return m.Slots.Init(m.Adopt, m.AdoptVersion, m.AdoptSequence)
 }
 
 // verify checks doc under the pins, the floor and the failed versions
@@ -135,13 +137,19 @@ func (m *Manager) verify(doc []byte) (release.Manifest, release.Artifact, error)
 	if err := m.init(); err != nil {
 		return release.Manifest{}, release.Artifact{}, err
 	}
-	r, _, up, err := m.Slots.Read()
+	r, cur, up, err := m.Slots.Read()
 	if err != nil {
 		return release.Manifest{}, release.Artifact{}, err
 	}
 	man, err := release.Verify(doc, release.Policy{Pins: m.Pins, Threshold: m.Threshold, Floor: r.Floor}, m.now())
 	if err != nil {
 		return man, release.Artifact{}, err
+	}
+	// The floor's own sequence is only the release that runs (Prepare
+	// answers it, and the agent finds nothing to do); any other release
+	// at it is no newer than the last confirmed, and Install refuses it.
+	if running := r.Slots[cur]; man.Sequence == r.Floor && (man.Version != running.Version || man.Sequence != running.Sequence) {
+		return man, release.Artifact{}, &release.FinalError{Err: fmt.Errorf("release %s (sequence %d) is not above the release floor %d and is not the release that runs (%s)", man.Version, man.Sequence, r.Floor, running.Version)}
 	}
 	switch {
 	case slices.Contains(r.Failed, man.Version):

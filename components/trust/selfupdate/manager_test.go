@@ -206,3 +206,57 @@ func TestManagerAdoptsOnlyRootsBinary(t *testing.T) {
 }
 
 func mkfifo(path string) error { return unix.Mkfifo(path, 0o600) }
+
+// TestManagerFloorFromTheInstalledRelease: the binary adopted before the
+// first update brings its release's sequence (the installed package's)
+// as the floor, so an older release, signed and unexpired, is refused as
+// final from the very first update; a release at the floor's sequence is
+// only the one that runs (Prepare answers it, Swap has nothing to do);
+// a newer one is taken.
+func TestManagerFloorFromTheInstalledRelease(t *testing.T) {
+	ctx := context.Background()
+	r := releasetest.NewKeys(t, 2)
+	mgr, c := newManager(t, r)
+	mgr.AdoptSequence = 5
+	final := func(what string, err error, want string) {
+		t.Helper()
+		var fe *release.FinalError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a final refusal with %q", what, err, want)
+		}
+	}
+	older, bin := rel("0.0.9", 4, c.t.Add(time.Hour))
+	doc := r.Sign(t, older, 2)
+	_, err := mgr.Prepare(ctx, doc)
+	final("prepare of an older release", err, "below the release floor 5")
+	if _, err := Download(strings.NewReader(string(bin)), mgr.StagingDir, "0.0.9", older.Artifacts[0]); err != nil {
+		t.Fatal(err)
+	}
+	_, err = mgr.Swap(ctx, doc)
+	final("swap to an older release", err, "below the release floor 5")
+	st, _ := mgr.Status(ctx)
+	if st.Floor != 5 || st.Slots[SlotA].Sequence != 5 || st.Current != SlotA || running(t, mgr.Slots) != "bcd 0.1.0" {
+		t.Errorf("after the refusals: %+v", st)
+	}
+	// The floor's sequence: another binary is refused; the release that
+	// runs is prepared (nothing to do) but not swapped to.
+	same, bin := rel("0.1.1", 5, c.t.Add(time.Hour))
+	_, err = mgr.Prepare(ctx, r.Sign(t, same, 2))
+	final("prepare of another release at the floor", err, "is not above the release floor 5 and is not the release that runs (0.1.0)")
+	self, bin := rel("0.1.0", 5, c.t.Add(time.Hour))
+	if p, err := mgr.Prepare(ctx, r.Sign(t, self, 2)); err != nil || p.Version != "0.1.0" {
+		t.Errorf("prepare of the release that runs: %+v %v", p, err)
+	}
+	if _, err := Download(strings.NewReader(string(bin)), mgr.StagingDir, "0.1.0", self.Artifacts[0]); err != nil {
+		t.Fatal(err)
+	}
+	_, err = mgr.Swap(ctx, r.Sign(t, self, 2))
+	final("swap to the release that runs", err, "is not above the release floor 5")
+	newer, bin := rel("0.2.0", 6, c.t.Add(time.Hour))
+	if _, err := Download(strings.NewReader(string(bin)), mgr.StagingDir, "0.2.0", newer.Artifacts[0]); err != nil {
+		t.Fatal(err)
+	}
+	if up, err := mgr.Swap(ctx, r.Sign(t, newer, 2)); err != nil || up.Sequence != 6 {
+		t.Errorf("swap to a newer release: %+v %v", up, err)
+	}
+}

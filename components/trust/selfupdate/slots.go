@@ -55,11 +55,14 @@ type Slot struct {
 }
 
 // Record is slots.json: each slot's binary, the release floor (the
-// sequence of the last confirmed release) and the versions that failed.
+// sequence of the last confirmed release, or of the adopted binary's
+// release before any), the versions that failed, and the last upgrade
+// Confirm kept (so Settle drops only an upgrade that was confirmed).
 type Record struct {
-	Slots  map[string]Slot `json:"slots"`
-	Floor  uint64          `json:"floor"`
-	Failed []string        `json:"failed,omitempty"`
+	Slots     map[string]Slot `json:"slots"`
+	Floor     uint64          `json:"floor"`
+	Failed    []string        `json:"failed,omitempty"`
+	Confirmed *Upgrade        `json:"confirmed,omitempty"`
 }
 
 // Upgrade is upgrade.json: a swap waiting for its confirmation.
@@ -99,8 +102,9 @@ func (s *Slots) at(point string) {
 func (s *Slots) path(name string) string { return filepath.Join(s.Dir, name) }
 
 // Init adopts bin (the binary that runs now, at version and sequence) as
-// slot A when the directory has no slots yet. It does nothing to slots
-// that exist.
+// slot A when the directory has no slots yet, with the release floor at
+// that sequence (the installed package's release: nothing older is taken
+// from then on). It does nothing to slots that exist.
 func (s *Slots) Init(bin, version string, sequence uint64) error {
 	if _, err := os.Lstat(s.path(Current)); err == nil {
 		return nil
@@ -234,7 +238,8 @@ func Download(r io.Reader, dir, version string, a release.Artifact) (string, err
 // Install copies release m's binary (artifact a) from src into the slot
 // that does not run, hashing what it writes, and points current at it,
 // with upgrade.json giving the new binary ConfirmWindow to confirm. A
-// release below the floor, or one recorded failed, is refused as final;
+// release that is not above the floor (a swap needs a newer release than
+// the last confirmed one), or one recorded failed, is refused as final;
 // so is an install while another waits for its confirmation.
 func (s *Slots) Install(src io.Reader, m release.Manifest, a release.Artifact) (Upgrade, error) {
 	r, cur, up, err := s.Read()
@@ -244,8 +249,8 @@ func (s *Slots) Install(src io.Reader, m release.Manifest, a release.Artifact) (
 	switch {
 	case up != nil:
 		return Upgrade{}, fmt.Errorf("an upgrade to %s waits for its confirmation", up.Version)
-	case m.Sequence < r.Floor:
-		return Upgrade{}, &release.FinalError{Err: fmt.Errorf("release %s (sequence %d) is below the release floor %d", m.Version, m.Sequence, r.Floor)}
+	case m.Sequence <= r.Floor:
+		return Upgrade{}, &release.FinalError{Err: fmt.Errorf("release %s (sequence %d) is not above the release floor %d: a swap needs a newer release than the last confirmed", m.Version, m.Sequence, r.Floor)}
 	case slices.Contains(r.Failed, m.Version):
 		return Upgrade{}, &release.FinalError{Err: fmt.Errorf("release %s failed before: it is not tried again until bcd update --clear-failed", m.Version)}
 	}
@@ -286,6 +291,7 @@ func (s *Slots) Confirm() (bool, error) {
 		return false, fmt.Errorf("the pending upgrade is to %s but %s names %s", up.To, Current, cur)
 	}
 	r.Floor = max(r.Floor, up.Sequence)
+	r.Confirmed = up
 	if err := s.save(r); err != nil {
 		return false, err
 	}
@@ -299,8 +305,11 @@ func (s *Slots) Confirm() (bool, error) {
 
 // Settle runs at start: a pending upgrade past its deadline is undone
 // (current back to the slot it came from) and its version recorded
-// failed; one whose swap never happened (a kill before current moved)
-// is dropped. It reports the version it rolled back, "" when none.
+// failed; one whose swap never happened (a kill before current moved),
+// or that Confirm recorded confirmed (a kill before it removed
+// upgrade.json), is dropped. A floor at the upgrade's sequence alone
+// does not drop it: only Confirm's record does. It reports the version
+// it rolled back, "" when none.
 func (s *Slots) Settle() (string, error) {
 	r, cur, up, err := s.Read()
 	if err != nil || up == nil {
@@ -309,7 +318,7 @@ func (s *Slots) Settle() (string, error) {
 	// Dropped: a swap that never happened (current still names the old
 	// slot), or one already confirmed (a kill between the floor and the
 	// record's removal).
-	if cur == up.From || cur == up.To && r.Floor >= up.Sequence {
+	if cur == up.From || cur == up.To && r.Floor >= up.Sequence && confirmed(r, up) {
 		if err := os.Remove(s.path(UpgradeFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return "", err
 		}
@@ -319,6 +328,18 @@ func (s *Slots) Settle() (string, error) {
 		return "", nil
 	}
 	return up.Version, s.undo(up)
+}
+
+// confirmed reports whether r records up as confirmed: Confirm's record
+// of it, or (slots.json of a release before that record) a slot to go
+// back to that is already below the floor, which only a confirmation
+// raised past it.
+func confirmed(r Record, up *Upgrade) bool {
+	if c := r.Confirmed; c != nil {
+		return c.From == up.From && c.To == up.To && c.Version == up.Version && c.Sequence == up.Sequence && c.Deadline.Equal(up.Deadline)
+	}
+	back, ok := r.Slots[up.From]
+	return ok && back.Sequence < r.Floor
 }
 
 // Rollback undoes a pending upgrade now (the crash-loop unit: the new

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,9 +93,68 @@ func TestUpgradeConfirmRollback(t *testing.T) {
 	if v, err := s.Rollback(); v != "0.3.0" || err != nil || running(t, s) != "bcd 0.2.0" {
 		t.Errorf("Rollback: %q %v", v, err)
 	}
-	// Below the floor: refused, nothing swapped.
-	if _, err := upgrade(t, s, "0.1.1", 1); err == nil || !strings.Contains(err.Error(), "below the release floor 2") || running(t, s) != "bcd 0.2.0" {
-		t.Errorf("below the floor: %v", err)
+	// Below the floor, or at it: refused, nothing swapped.
+	for _, tc := range []struct {
+		version string
+		seq     uint64
+	}{{"0.1.1", 1}, {"0.2.1", 2}} {
+		if _, err := upgrade(t, s, tc.version, tc.seq); err == nil || !strings.Contains(err.Error(), "is not above the release floor 2") || running(t, s) != "bcd 0.2.0" {
+			t.Errorf("release %s at sequence %d: %v", tc.version, tc.seq, err)
+		}
+	}
+}
+
+// TestSettleDropsOnlyConfirmed: an upgrade pending at the floor's own
+// sequence (what a swap to a release at the floor left before swaps
+// needed a newer one) is not taken as confirmed by Settle: it stays
+// pending before its deadline, so the watchdog still swaps it back, and
+// is swapped back after. One Confirm recorded is dropped.
+func TestSettleDropsOnlyConfirmed(t *testing.T) {
+	s, c := newSlots(t) // slot a: 0.1.0 at sequence 1, the floor
+	up, err := upgrade(t, s, "0.1.9", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The release had the floor's sequence: records as the old swap
+	// wrote them.
+	r, _, _, _ := s.Read()
+	b := r.Slots[up.To]
+	b.Sequence = 1
+	r.Slots[up.To] = b
+	if err := s.save(r); err != nil {
+		t.Fatal(err)
+	}
+	up.Sequence = 1
+	raw, _ := json.Marshal(up)
+	if err := os.WriteFile(filepath.Join(s.Dir, UpgradeFile), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Settle(); v != "" || err != nil {
+		t.Fatalf("Settle before the deadline: %q %v", v, err)
+	}
+	if _, _, pending, _ := s.Read(); pending == nil {
+		t.Fatal("Settle dropped an upgrade at the floor's sequence that was never confirmed: it runs unconfirmed, the watchdog disarmed")
+	}
+	c.t = up.Deadline.Add(time.Second)
+	if v, err := s.Settle(); v != "0.1.9" || err != nil || running(t, s) != "bcd 0.1.0" {
+		t.Errorf("Settle past the deadline: %q %v, running %q", v, err, running(t, s))
+	}
+	// A confirmed upgrade whose record outlived a kill is dropped, at
+	// any time.
+	if _, err := upgrade(t, s, "0.2.0", 2); err != nil {
+		t.Fatal(err)
+	}
+	_, _, pending, _ := s.Read()
+	r, _, _, _ = s.Read()
+	r.Floor, r.Confirmed = 2, pending
+	if err := s.save(r); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Settle(); v != "" || err != nil || running(t, s) != "bcd 0.2.0" {
+		t.Errorf("Settle of a confirmed upgrade: %q %v", v, err)
+	}
+	if _, _, pending, _ := s.Read(); pending != nil {
+		t.Errorf("a confirmed upgrade is still pending: %+v", pending)
 	}
 }
 
