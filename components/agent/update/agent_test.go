@@ -66,7 +66,7 @@ func TestKindUpgrades(t *testing.T) {
 	doc := upgradeDoc(t, r, c, "0.2.0", 2, files, nil, srv.URL)
 	var progress []Progress
 	a.Progress = func(p Progress) { progress = append(progress, p) }
-	ctx, cancel := context.WithCancel(dispatch.WithCommandID(context.Background(), "cmd_1"))
+	ctx, cancel := context.WithCancel(bounded(t, dispatch.WithCommandID(context.Background(), "cmd_1")))
 	restarted := false
 	a.SetRestart(func() { restarted = true; cancel() })
 	body, _ := json.Marshal(Body{Release: doc})
@@ -140,8 +140,11 @@ func TestKindRefusesAsFinal(t *testing.T) {
 			doc := tc.doc(a, c, files, srv.URL)
 			a.SetRestart(func() { t.Error("restarted") })
 			body, _ := json.Marshal(Body{Release: doc})
-			_, err := a.Kind().Run(dispatch.WithCommandID(context.Background(), "cmd_1"), body)
+			_, err := a.Kind().Run(bounded(t, dispatch.WithCommandID(context.Background(), "cmd_1")), body)
 			var fe *release.FinalError
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a release the checks refuse is refused as final: Run took it and was still waiting after %s (%v)", runFor, err)
+			}
 			if !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Run = %v, want a final error with %q", err, tc.want)
 			}
@@ -168,7 +171,7 @@ func TestSection(t *testing.T) {
 	srv := served(t, files)
 	doc := upgradeDoc(t, r, c, "0.2.0", 2, files, nil, srv.URL)
 	s := a.Section()
-	ctx := context.Background()
+	ctx := bounded(t, context.Background())
 	for _, bad := range []string{`{"version":"x"}`, `{"version":"0.2.0"}`, `{"release":{}}`, `{"version":"0.2.0","extra":1}`} {
 		if err := s.Check(json.RawMessage(bad)); err == nil {
 			t.Errorf("Check(%s) passed", bad)

@@ -2,6 +2,7 @@ package update
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"testing"
@@ -9,6 +10,18 @@ import (
 
 	"github.com/better-compute/bcd/components/trust/release"
 )
+
+// runFor bounds a test's run of the kind or the section: a check that
+// lets a release through makes the kind install it and wait for a restart
+// that never comes, which must fail in seconds, not at go test's timeout.
+const runFor = 20 * time.Second
+
+// bounded is ctx, cancelled after runFor or when the test ends.
+func bounded(t testing.TB, ctx context.Context) context.Context {
+	ctx, cancel := context.WithTimeout(ctx, runFor)
+	t.Cleanup(cancel)
+	return ctx
+}
 
 type clock struct{ t time.Time }
 
