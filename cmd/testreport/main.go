@@ -150,10 +150,11 @@ func (r *report) event(e event) {
 		}
 	case e.Action == "output":
 		if r.verbose {
-			if !strings.HasPrefix(strings.TrimSpace(e.Output), "{") {
-				fmt.Fprint(r.out, e.Output)
+			if strings.HasPrefix(strings.TrimSpace(e.Output), "{") {
+				return
 			}
-			return
+			// Printed now, and kept for a skip's reason.
+			fmt.Fprint(r.out, e.Output)
 		}
 		r.buf[key] = append(r.buf[key], e.Output)
 	case e.Action == "pass":
@@ -162,8 +163,10 @@ func (r *report) event(e event) {
 	case e.Action == "fail":
 		r.count(e.Package).Failed++
 		r.failed = true
-		for _, l := range r.buf[key] {
-			fmt.Fprint(r.out, l)
+		if !r.verbose { // verbose printed them as they came
+			for _, l := range r.buf[key] {
+				fmt.Fprint(r.out, l)
+			}
 		}
 		delete(r.buf, key)
 	case e.Action == "skip":

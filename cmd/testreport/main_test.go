@@ -70,6 +70,24 @@ func TestReport(t *testing.T) {
 	}
 }
 
+// TestVerboseKeepsSkipReasons: with -v (the QEMU tier) every output line
+// is printed as it comes, JSON log lines left out, and a skip still has
+// its reason; a failure's output is not printed twice.
+func TestVerboseKeepsSkipReasons(t *testing.T) {
+	var out bytes.Buffer
+	r := &report{out: &out, verbose: true, buf: map[string][]string{}, totals: map[string]*Totals{}}
+	if err := r.read(strings.NewReader(stream)); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.skips) != 2 || r.skips[0].Reason != "x_test.go:9: SKIPPED: swtpm is not installed" {
+		t.Errorf("verbose skips = %+v, want TestB's reason", r.skips)
+	}
+	got := out.String()
+	if strings.Contains(got, "a log line") || strings.Count(got, "wanted 1, got 2") != 1 || !strings.Contains(got, "=== RUN   TestA") {
+		t.Errorf("verbose output:\n%s", got)
+	}
+}
+
 func TestReportBuildFailure(t *testing.T) {
 	var out bytes.Buffer
 	r := &report{out: &out, buf: map[string][]string{}, totals: map[string]*Totals{}}
