@@ -69,7 +69,7 @@ func TestPeerCheckRealCredentials(t *testing.T) {
 		})
 	}
 	for _, tt := range []struct {
-		name   string // the helper's user running bcd; another uid; that user with another primary group; a binary that is not bcd
+		name   string    // the helper's user running bcd; another uid; that user with another primary group; a binary that is not bcd
 		user   [2]uint32 // the helper's [helper] user
 		bin    string
 		reason string // "" when allowed
