@@ -26,6 +26,9 @@ want xorriso xorriso
 # The domain XML renderer's test validates with libvirt's own schema.
 want virt-xml-validate libvirt-clients
 want xmllint libxml2-utils
+# The VM tests start Debian's libvirtd themselves, in a mount namespace of their own.
+want libvirtd libvirt-daemon-system
+want unshare util-linux
 # The multi-gateway tests and make demo-ha put HAProxy (TCP mode) in front of the gateways.
 want haproxy haproxy
 want wipefs util-linux

@@ -1,0 +1,176 @@
+// Package libvirttest starts Debian's libvirtd for one test, on its own:
+// in a mount namespace of its own whose /etc/libvirt is the test's
+// configuration and whose /run/libvirt, /var/lib/libvirt,
+// /var/cache/libvirt and /var/log/libvirt are fresh tmpfs, with its
+// sockets in the test's directory, so it neither sees nor changes the
+// host's libvirt. QEMU runs as root with no security driver, cgroups or
+// namespaces (a container without systemd) and, on these machines, under
+// TCG: Accel says which. It needs root, libvirtd, virsh, qemu-system-x86
+// and unshare. It is linked only by tests.
+package libvirttest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/base/testenv"
+)
+
+// Daemon is a running libvirtd.
+type Daemon struct {
+	// Dir holds its configuration, sockets and log.
+	Dir   string
+	sock  string
+	virsh string
+}
+
+// Accel is the domain type tests use: qemu (TCG), unless
+// BCD_TEST_LIBVIRT_KVM=1 and /dev/kvm opens. KVM hangs on these machines
+// (docs/instances.md), so it is never required.
+func Accel() string {
+	if os.Getenv("BCD_TEST_LIBVIRT_KVM") == "1" {
+		if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
+			f.Close()
+			return "kvm"
+		}
+	}
+	return "qemu"
+}
+
+// startScript runs inside the new mount namespace: private tmpfs for
+// libvirt's state, the test's configuration as /etc/libvirt.
+const startScript = `set -e
+for d in /run/libvirt /var/lib/libvirt /var/cache/libvirt /var/log/libvirt; do
+  mkdir -p "$d"
+  mount -t tmpfs -o mode=0755 bcd-libvirttest "$d"
+done
+mount --bind "$1/etc" /etc/libvirt
+exec "$2" --config /etc/libvirt/libvirtd.conf
+`
+
+// Start starts a libvirtd for t and stops it (every domain destroyed
+// first) when t ends.
+func Start(t *testing.T) *Daemon {
+	t.Helper()
+	testenv.NeedRoot(t, "libvirtd runs as root in a mount namespace of its own")
+	libvirtd := testenv.NeedTool(t, "libvirtd", "libvirt-daemon-system")
+	virsh := testenv.NeedTool(t, "virsh", "libvirt-clients")
+	testenv.NeedTool(t, "qemu-system-x86_64", "qemu-system-x86")
+	unshare := testenv.NeedTool(t, "unshare", "util-linux")
+
+	// A short directory: the socket paths must fit sun_path.
+	dir, err := os.MkdirTemp("", "bcd-lv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	d := &Daemon{Dir: dir, sock: filepath.Join(dir, "sock", "libvirt-sock"), virsh: virsh}
+	for _, sub := range []string{"etc", "sock"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, "etc", name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("libvirtd.conf", fmt.Sprintf(`unix_sock_dir = %q
+unix_sock_rw_perms = "0700"
+unix_sock_ro_perms = "0700"
+auth_unix_rw = "none"
+auth_unix_ro = "none"
+log_outputs = "3:stderr"
+`, filepath.Join(dir, "sock")))
+	// What bcd's hosts will run with too: dynamic_ownership off, so
+	// libvirt never chowns a path a domain names.
+	write("qemu.conf", `user = "root"
+group = "root"
+dynamic_ownership = 0
+remember_owner = 0
+security_driver = "none"
+cgroup_controllers = [ ]
+namespaces = [ ]
+stdio_handler = "file"
+`)
+	logf, err := os.Create(filepath.Join(dir, "libvirtd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(unshare, "-m", "--propagation", "private", "sh", "-c", startScript, "sh", dir, libvirtd)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start libvirtd: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); logf.Close() }()
+	t.Cleanup(func() {
+		d.destroyAll()
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if _, err := d.run(context.Background(), "version"); err == nil {
+			return d
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("libvirtd exited: %v\n%s", err, d.Log())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("libvirtd did not answer on %s within 90 s\n%s", d.sock, d.Log())
+		}
+	}
+}
+
+// URI is the connection URI of this daemon.
+func (d *Daemon) URI() string { return "qemu:///system?socket=" + d.sock }
+
+// Log is libvirtd's log so far.
+func (d *Daemon) Log() string {
+	b, _ := os.ReadFile(filepath.Join(d.Dir, "libvirtd.log"))
+	return string(b)
+}
+
+func (d *Daemon) run(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, d.virsh, append([]string{"-q", "-c", d.URI()}, args...)...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("virsh %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+// Virsh runs virsh on this daemon and returns its standard output.
+func (d *Daemon) Virsh(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	return d.run(t.Context(), args...)
+}
+
+// destroyAll powers off every running domain: QEMU outlives libvirtd.
+func (d *Daemon) destroyAll() {
+	out, err := d.run(context.Background(), "list", "--name", "--state-running", "--state-paused")
+	if err != nil {
+		return
+	}
+	for _, name := range strings.Fields(out) {
+		d.run(context.Background(), "destroy", name)
+	}
+}
