@@ -57,7 +57,7 @@ type Request struct {
 
 // Disk is a file in the instance's directory.
 type Disk struct {
-	// Name is the file's name: [a-z0-9][a-z0-9._-], 1 to 64.
+	// Name is the file's name: [a-z0-9][a-z0-9._-], 1 to 80.
 	Name string
 	// Format is qcow2 or raw; a cdrom is raw.
 	Format string
@@ -65,6 +65,10 @@ type Disk struct {
 	CDROM bool
 	// Boot is its place in the boot order, from 1; 0: not booted from.
 	Boot int
+	// Base: the file is a base image in the host's images directory,
+	// named <sha256>.iso or <sha256>.raw, attached as a cdrom (an
+	// installer). Name is then that file's name.
+	Base bool
 }
 
 // Tap is a NIC: its tap device, created by libvirt on the bridge.
@@ -88,6 +92,9 @@ type Host struct {
 	// InstancesDir holds one directory per instance id, where its disks
 	// are: an absolute, clean path.
 	InstancesDir string
+	// ImagesDir holds the base images, <sha256>.<format>: an absolute,
+	// clean path; needed only for Base disks.
+	ImagesDir string
 	// Bridges are the bridges a tap may join; none: no NIC at all.
 	Bridges []string
 	// GPU resolves a GPU UUID of this host to its PCI address; nil or
@@ -147,8 +154,7 @@ func (r Request) Check(h Host) error {
 		return fmt.Errorf("accel %q is not kvm or qemu", r.Accel)
 	case r.Accel == TCG && !h.AllowTCG:
 		return fmt.Errorf("accel qemu (TCG) is not allowed on this host (only kvm)")
-	case !filepath.IsAbs(h.InstancesDir) || filepath.Clean(h.InstancesDir) != h.InstancesDir || h.InstancesDir == "/" ||
-		strings.ContainsFunc(h.InstancesDir, unicode.IsControl):
+	case !cleanDir(h.InstancesDir):
 		return fmt.Errorf("the instances directory %q is not an absolute, clean path below /", h.InstancesDir)
 	case len(r.Disks) < 1 || len(r.Disks) > MaxDisks:
 		return fmt.Errorf("%d disks: 1 to %d", len(r.Disks), MaxDisks)
@@ -161,14 +167,16 @@ func (r Request) Check(h Host) error {
 	boots := map[int]bool{}
 	for _, d := range r.Disks {
 		switch {
-		case !name(d.Name, 64, "._-"):
-			return fmt.Errorf("disk %q is not a file name in the instance's directory ([a-z0-9][a-z0-9._-], 1 to 64)", d.Name)
+		case !name(d.Name, 80, "._-"):
+			return fmt.Errorf("disk %q is not a file name in the instance's directory ([a-z0-9][a-z0-9._-], 1 to 80)", d.Name)
 		case seen[d.Name]:
 			return fmt.Errorf("disk %s named twice", d.Name)
 		case d.Format != "qcow2" && d.Format != "raw":
 			return fmt.Errorf("disk %s: format %q is not qcow2 or raw", d.Name, d.Format)
 		case d.CDROM && d.Format != "raw":
 			return fmt.Errorf("disk %s: a cdrom is raw", d.Name)
+		case d.Base && (!d.CDROM || !baseName(d.Name) || !cleanDir(h.ImagesDir)):
+			return fmt.Errorf("disk %s: a base image is a cdrom named <sha256>.iso or .raw in the host's images directory", d.Name)
 		case d.Boot < 0 || d.Boot > MaxDisks || d.Boot > 0 && boots[d.Boot]:
 			return fmt.Errorf("disk %s: boot order %d is not free between 1 and %d", d.Name, d.Boot, MaxDisks)
 		}
@@ -208,6 +216,17 @@ func (r Request) Check(h Host) error {
 		}
 	}
 	return nil
+}
+
+// cleanDir: an absolute, clean path below / without control characters.
+func cleanDir(d string) bool {
+	return filepath.IsAbs(d) && filepath.Clean(d) == d && d != "/" && !strings.ContainsFunc(d, unicode.IsControl)
+}
+
+// baseName is <64 lowercase hex>.iso or .raw.
+func baseName(n string) bool {
+	digest, ext, _ := strings.Cut(n, ".")
+	return len(digest) == 64 && only(digest, "0123456789abcdef") && (ext == "iso" || ext == "raw")
 }
 
 func contains(list []string, s string) bool {
@@ -270,7 +289,11 @@ func Render(r Request, h Host) ([]byte, error) {
 		}
 		w(`    <disk type="file" device="`, dev, `">`)
 		w(`      <driver name="qemu" type="`, d.Format, `"/>`)
-		w(`      <source file="`, escape(h.DiskPath(r.ID, d.Name)), `"/>`)
+		src := h.DiskPath(r.ID, d.Name)
+		if d.Base {
+			src = h.ImagesDir + "/" + d.Name
+		}
+		w(`      <source file="`, escape(src), `"/>`)
 		w(`      `, target)
 		if d.CDROM {
 			w(`      <readonly/>`)

@@ -13,9 +13,12 @@ import (
 
 const gpu = "GPU-5f1c0a2b-1111-2222-3333-444455556666"
 
+var iso = strings.Repeat("a", 64) + ".iso"
+
 func host() Host {
 	return Host{
 		InstancesDir: "/var/lib/bcd/instances",
+		ImagesDir:    "/var/lib/bcd/images",
 		Bridges:      []string{"br-inst"},
 		GPU: func(u string) (PCI, bool) {
 			return PCI{Bus: 0x3b, Slot: 0, Function: 0}, strings.EqualFold(u, gpu)
@@ -57,6 +60,11 @@ func TestRefusals(t *testing.T) {
 		{"disk vmdk", func(r *Request, _ *Host) { r.Disks[0].Format = "vmdk" }, "not qcow2 or raw"},
 		{"qcow2 cdrom", func(r *Request, _ *Host) { r.Disks[1].Format = "qcow2" }, "a cdrom is raw"},
 		{"boot twice", func(r *Request, _ *Host) { r.Disks[1].Boot = 1 }, "boot order"},
+		{"base iso", func(r *Request, _ *Host) { r.Disks[1].Base, r.Disks[1].Name = true, iso }, ""},
+		{"base not a cdrom", func(r *Request, _ *Host) { r.Disks[0].Base, r.Disks[0].Name, r.Disks[0].Format = true, iso, "raw" }, "a base image is a cdrom"},
+		{"base not a digest", func(r *Request, _ *Host) { r.Disks[1].Base = true }, "a base image is a cdrom"},
+		{"base qcow2", func(r *Request, _ *Host) { r.Disks[1].Base, r.Disks[1].Name = true, strings.Repeat("a", 64)+".qcow2" }, "a base image is a cdrom"},
+		{"base without images dir", func(r *Request, h *Host) { r.Disks[1].Base, r.Disks[1].Name, h.ImagesDir = true, iso, "" }, "a base image is a cdrom"},
 		{"tap long", func(r *Request, _ *Host) { r.Taps[0].Name = "tap-0123456789abcdef" }, "1 to 15"},
 		{"tap foreign bridge", func(r *Request, _ *Host) { r.Taps[0].Bridge = "virbr0" }, "not one this host"},
 		{"no bridges", func(_ *Request, h *Host) { h.Bridges = nil }, "not one this host"},
@@ -99,7 +107,9 @@ func walk(e element, f func(path string, e element), path string) {
 func TestRendered(t *testing.T) {
 	h := host()
 	h.InstancesDir = `/srv/a&b"<c>`
-	b, err := Render(request(), h)
+	r := request()
+	r.Disks = append(r.Disks, Disk{Name: iso, Format: "raw", CDROM: true, Base: true, Boot: 2})
+	b, err := Render(r, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +141,7 @@ func TestRendered(t *testing.T) {
 	if len(ids) != 1 || ids[0] != "vm-1" {
 		t.Errorf("metadata names %v, want vm-1 once", ids)
 	}
-	want := []string{h.InstancesDir + "/vm-1/disk.qcow2", h.InstancesDir + "/vm-1/seed.iso"}
+	want := []string{h.InstancesDir + "/vm-1/disk.qcow2", h.InstancesDir + "/vm-1/seed.iso", h.ImagesDir + "/" + iso}
 	if strings.Join(sources, ",") != strings.Join(want, ",") {
 		t.Errorf("disk sources %v, want %v", sources, want)
 	}

@@ -42,6 +42,19 @@ const DefaultMaxBytes = 256 << 30
 // ErrNotFetched is an image the store does not hold.
 var ErrNotFetched = errors.New("image not fetched yet")
 
+// ErrRefused is an image that arrived and failed its checks (its SHA-256
+// differs, or its qcow2 header is refused): fetching again will not mend
+// it.
+var ErrRefused = errors.New("image refused")
+
+// Base is a base image the store holds.
+type Base struct {
+	Path string
+	// VirtualSize is what a guest sees: a qcow2 image's virtual size, a
+	// raw or iso image's length.
+	VirtualSize int64
+}
+
 // Config configures a Store.
 type Config struct {
 	// Dir is data_dir/images.
@@ -110,24 +123,28 @@ func check(im spec.Image) error {
 	return nil
 }
 
-// Ready returns the path of im when the store holds it, a qcow2 image's
-// header checked again; ErrNotFetched when it does not.
-func (s *Store) Ready(im spec.Image) (string, error) {
+// Ready returns im when the store holds it, a qcow2 image's header
+// checked again; ErrNotFetched when it does not.
+func (s *Store) Ready(im spec.Image) (Base, error) {
 	if err := check(im); err != nil {
-		return "", err
+		return Base{}, err
 	}
-	p := s.Path(im)
-	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("images: %s: %w", im.SHA256, ErrNotFetched)
+	b := Base{Path: s.Path(im)}
+	st, err := os.Lstat(b.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return Base{}, fmt.Errorf("images: %s: %w", im.SHA256, ErrNotFetched)
 	} else if err != nil {
-		return "", fmt.Errorf("images: %w", err)
+		return Base{}, fmt.Errorf("images: %w", err)
 	}
+	b.VirtualSize = st.Size()
 	if im.Format == spec.QCOW2 {
-		if _, err := qcow2.CheckFile(p, qcow2.Backing{}); err != nil {
-			return "", fmt.Errorf("images: base image: %w", err)
+		h, err := qcow2.CheckFile(b.Path, qcow2.Backing{})
+		if err != nil {
+			return Base{}, fmt.Errorf("images: base image: %w: %w", ErrRefused, err)
 		}
+		b.VirtualSize = int64(h.VirtualSize)
 	}
-	return p, nil
+	return b, nil
 }
 
 // Fetch makes the store hold im: nothing when it does, else a download
@@ -159,7 +176,7 @@ func (s *Store) Fetch(ctx context.Context, im spec.Image) error {
 	}
 	if im.Format == spec.QCOW2 {
 		if _, err := qcow2.CheckFile(tmp, qcow2.Backing{}); err != nil {
-			return fmt.Errorf("images: %s refused as a base image: %w", im.SHA256, err)
+			return fmt.Errorf("images: %s %w as a base image: %w", im.SHA256, ErrRefused, err)
 		}
 	}
 	// QEMU reads base images through the node's group.
@@ -196,7 +213,7 @@ func (s *Store) download(ctx context.Context, client *http.Client, im spec.Image
 		return fmt.Errorf("images: %s is larger than %d bytes", src, s.cfg.MaxBytes)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != im.SHA256 {
-		return fmt.Errorf("images: %s has SHA-256 %s, not %s", src, got, im.SHA256)
+		return fmt.Errorf("images: %w: %s has SHA-256 %s, not %s", ErrRefused, src, got, im.SHA256)
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("images: %w", err)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -104,6 +105,7 @@ func TestFetch(t *testing.T) {
 		name     string
 		im       spec.Image
 		noRoots  bool
+		refused  bool
 		wantErr  string
 		requests int64
 	}{
@@ -111,8 +113,8 @@ func TestFetch(t *testing.T) {
 		{name: "qcow2 through pin", im: spec.Image{SHA256: sum(base), URL: srv.URL + "/base.qcow2", Format: "qcow2", SPKIPin: pin}, noRoots: true, requests: 1},
 		{name: "other pin", im: spec.Image{SHA256: sum(base), URL: srv.URL + "/base.qcow2", Format: "qcow2", SPKIPin: otherPin}, wantErr: "does not chain to spki_pin"},
 		{name: "untrusted server", im: spec.Image{SHA256: sum(base), URL: srv.URL + "/base.qcow2", Format: "qcow2"}, noRoots: true, wantErr: "certificate"},
-		{name: "digest differs", im: spec.Image{SHA256: sum([]byte("other")), URL: srv.URL + "/base.qcow2?sig=s3cr3t", Format: "qcow2"}, wantErr: "not " + sum([]byte("other")), requests: 1},
-		{name: "backing /etc/shadow", im: spec.Image{SHA256: sum(shadow), URL: srv.URL + "/shadow.qcow2", Format: "qcow2"}, wantErr: `backing file ("/etc/shadow")`, requests: 1},
+		{name: "digest differs", im: spec.Image{SHA256: sum([]byte("other")), URL: srv.URL + "/base.qcow2?sig=s3cr3t", Format: "qcow2"}, wantErr: "not " + sum([]byte("other")), requests: 1, refused: true},
+		{name: "backing /etc/shadow", im: spec.Image{SHA256: sum(shadow), URL: srv.URL + "/shadow.qcow2", Format: "qcow2"}, wantErr: `backing file ("/etc/shadow")`, requests: 1, refused: true},
 		{name: "raw never probed", im: spec.Image{SHA256: sum(shadow), URL: srv.URL + "/shadow.raw", Format: "raw"}, requests: 1},
 		{name: "http", im: spec.Image{SHA256: sum(base), URL: strings.Replace(srv.URL, "https", "http", 1) + "/base.qcow2", Format: "qcow2"}, wantErr: "https://"},
 		{name: "redirect to http", im: spec.Image{SHA256: sum(base), URL: srv.URL + "/to-http", Format: "qcow2"}, wantErr: "redirect to http refused", requests: 1},
@@ -132,6 +134,9 @@ func TestFetch(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Fetch = %v, want %q", err, tt.wantErr)
 				}
+				if errors.Is(err, ErrRefused) != tt.refused {
+					t.Errorf("Fetch = %v: refused %v, want %v", err, !tt.refused, tt.refused)
+				}
 				if strings.Contains(err.Error(), "s3cr3t") {
 					t.Errorf("the error carries the URL's query: %v", err)
 				}
@@ -146,9 +151,13 @@ func TestFetch(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Fetch = %v", err)
 			}
-			p, err := s.Ready(tt.im)
+			b, err := s.Ready(tt.im)
+			p := b.Path
 			if err != nil || p != filepath.Join(dir, tt.im.SHA256+"."+tt.im.Format) {
-				t.Fatalf("Ready = %q, %v", p, err)
+				t.Fatalf("Ready = %+v, %v", b, err)
+			}
+			if want := int64(len(srv.files[strings.TrimPrefix(tt.im.URL, srv.URL)])); tt.im.Format == "qcow2" && b.VirtualSize != 64<<20 || tt.im.Format == "raw" && b.VirtualSize != want {
+				t.Errorf("virtual size %d", b.VirtualSize)
 			}
 			if st, _ := os.Stat(p); st.Mode().Perm() != 0o640 {
 				t.Errorf("image mode %v, want 0640", st.Mode().Perm())
@@ -174,7 +183,7 @@ func TestReadyRechecks(t *testing.T) {
 	if err := os.WriteFile(s.Path(im), qcow2Image(t, "-u", "-b", "/etc/shadow", "-F", "raw", "-o", "size=64M"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Ready(im); err == nil || !strings.Contains(err.Error(), "/etc/shadow") {
+	if _, err := s.Ready(im); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "/etc/shadow") {
 		t.Errorf("Ready = %v, want the backing file refused", err)
 	}
 }
