@@ -97,7 +97,8 @@ sizes: build image
 # bcgw CPU with 1,000 sim agents against the same run without reporting,
 # deploy.image against zstd -dc | dd and gzip -dc | dd, a node key's
 # signature through bcd helper against one by the TPM (swtpm) directly, an
-# idle bcd node against a sleep process, the helper's size against its
+# idle bcd node against a sleep process (and with telemetry every 10 s
+# against telemetry off), the helper's size against its
 # budget, the gateway store on bbolt and PostgreSQL, tunnel throughput
 # through bcgw tunnel --tcp against a direct loopback copy, daemon.upgrade
 # to confirmed against a plain restart of the node and a release's
@@ -126,6 +127,11 @@ bench: deps
 	@$(GO) run ./cmd/benchtable -load-at-start $(BENCH_OUT)/loadavg-start -size bcd-helper=$(BENCH_OUT)/bcd-helper -qemu-log bin/qemu-tier.json \
 		-json $(BENCH_OUT)/bench.json $(BENCH_OUT)/raw.txt | tee $(BENCH_OUT)/bench.txt
 	@cd build/benchplot && $(GO) run . -in ../../$(BENCH_OUT)/raw.txt -out ../../$(BENCH_OUT)
+
+# otelcol builds the test collector (tools/otelcol, its own module) into
+# bin/otelcol; the telemetry e2e test and make bench use it.
+otelcol:
+	@mkdir -p bin && cd tools/otelcol && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o ../../bin/otelcol .
 
 fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '^proto/gen/')

@@ -26,6 +26,13 @@ echo "== go vet"
 $GO vet ./... || failed+=(vet)
 $GO vet -tags fakehw ./... || failed+=(vet-fakehw)
 
+# The telemetry e2e test's OpenTelemetry Collector (tools/otelcol, its own
+# module): built once into bin/otelcol and kept; rm it to rebuild.
+if [ ! -x bin/otelcol ]; then
+  echo "== build bin/otelcol (tools/otelcol)"
+  (cd tools/otelcol && CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o ../../bin/otelcol .) || failed+=(otelcol)
+fi
+
 # unit, e2e and packaging tests: one go test, each package reported under
 # its tier (testreport names it by path).
 tier "unit, e2e, packaging" $GO test -json -count=1 -timeout 20m $($GO list ./... | grep -v /qemu-tests)

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,7 +141,9 @@ func BenchmarkSim(b *testing.B) {
 
 // BenchmarkIdleNode is an idle bcd node (fakehw build) joined to bcgw:
 // its resident memory and the CPU it uses over 60 s ($BCD_IDLE_SECONDS),
-// next to a sleep process started beside it as the floor.
+// next to a sleep process started beside it as the floor, and beside it
+// a second idle node with a telemetry section exporting every 10 s
+// ($BCD_TELEMETRY_INTERVAL seconds) to the test collector (tools/otelcol).
 func BenchmarkIdleNode(b *testing.B) {
 	window := 60 * time.Second
 	if v := os.Getenv("BCD_IDLE_SECONDS"); v != "" {
@@ -149,30 +153,68 @@ func BenchmarkIdleNode(b *testing.B) {
 		}
 		window = time.Duration(s) * time.Second
 	}
+	interval := 10
+	if v := os.Getenv("BCD_TELEMETRY_INTERVAL"); v != "" {
+		s, err := strconv.Atoi(v)
+		if err != nil || s < 1 {
+			b.Fatalf("BCD_TELEMETRY_INTERVAL=%q", v)
+		}
+		interval = s
+	}
+	col := otelcol(b)
 	l := newLab(b)
+	ca, certFile, keyFile := collectorTLS(b, l.root)
+	addr := freeAddr(b)
+	l.startCollector(col, addr, certFile, keyFile)
 	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
-	cfg, id := l.joinNode(g, "n", l.token(g, "--uses", "1"), "node")
+	tok := l.token(g, "--uses", "2")
+	cfg, id := l.joinNode(g, "n", tok, "node")
+	telCfg, telID := l.joinNode(g, "t", tok, "node")
 	node := l.start("bcd-node", "node", "--config", cfg)
+	telNode := l.start("bcd-node", "node", "--config", telCfg)
 	l.waitNode(g, id, "connected", func(n nodeView) bool { return n.Connected })
+	l.waitNode(g, telID, "connected", func(n nodeView) bool { return n.Connected })
+	spec, _ := json.Marshal(map[string]any{"telemetry": map[string]any{"endpoint": "https://" + addr, "interval_s": interval, "ca_pem": ca}})
+	l.spec(g, "set", telID, string(spec))
 	sleep := exec.Command("sleep", "3600")
 	if err := sleep.Start(); err != nil {
 		b.Fatal(err)
 	}
 	defer func() { _ = sleep.Process.Kill(); _ = sleep.Wait() }()
-	time.Sleep(5 * time.Second) // the first reports go out
-	np, sp := node.cmd.Process.Pid, sleep.Process.Pid
-	n0, s0 := procCPU(np), procCPU(sp)
-	var nRSS, sRSS float64
+	time.Sleep(5 * time.Second) // the first reports and exports go out
+	if st := nodeStatus(b, l, telCfg).Telemetry; st == nil || st.LastExport.IsZero() {
+		b.Fatalf("the telemetry node has not exported: %+v", st)
+	}
+	np, tp, sp := node.cmd.Process.Pid, telNode.cmd.Process.Pid, sleep.Process.Pid
+	n0, t0, s0 := procCPU(np), procCPU(tp), procCPU(sp)
+	var nRSS, tRSS, sRSS float64
 	for end := time.Now().Add(window); time.Now().Before(end); time.Sleep(time.Second) {
-		nRSS, sRSS = max(nRSS, rssKiB(np)), max(sRSS, rssKiB(sp))
+		nRSS, tRSS, sRSS = max(nRSS, rssKiB(np)), max(tRSS, rssKiB(tp)), max(sRSS, rssKiB(sp))
 	}
 	perMin := float64(time.Minute) / float64(window)
-	nCPU, sCPU := float64((procCPU(np)-n0).Milliseconds())*perMin, float64((procCPU(sp)-s0).Milliseconds())*perMin
+	ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) * perMin }
+	nCPU, tCPU, sCPU := ms(procCPU(np)-n0), ms(procCPU(tp)-t0), ms(procCPU(sp)-s0)
+	st := nodeStatus(b, l, telCfg).Telemetry
 	fmt.Printf("idle bcd node (fakehw) over %s: peak RSS %.0f KiB, CPU %.0f ms/min   (a sleep process: %.0f KiB, %.0f ms/min)\n", window, nRSS, nCPU, sRSS, sCPU)
+	fmt.Printf("idle bcd node (fakehw) with telemetry every %ds: peak RSS %.0f KiB, CPU %.0f ms/min   (telemetry off: %.0f KiB, %.0f ms/min; %d points exported, %d dropped)\n",
+		interval, tRSS, tCPU, nRSS, nCPU, st.ExportedPoints, st.DroppedPoints)
 	b.ReportMetric(nRSS, "node-KiB")
 	b.ReportMetric(nCPU, "node-cpu-ms/min")
+	b.ReportMetric(tRSS, "tel-node-KiB")
+	b.ReportMetric(tCPU, "tel-node-cpu-ms/min")
 	b.ReportMetric(sRSS, "sleep-KiB")
 	b.ReportMetric(sCPU, "sleep-cpu-ms/min")
+}
+
+// freeAddr is a loopback address no one listens on now.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 func numCPU() int { return runtime.NumCPU() }
