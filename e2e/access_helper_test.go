@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/base/testenv"
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/helper/sshaccess/sshdtest"
 )
 
@@ -115,7 +115,7 @@ func TestAccessThroughHelper(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(hroot, "etc/ssh/sshd_config.d/10-better-compute.conf")); err != nil {
 		t.Fatalf("the drop-in: %v", err)
 	}
-	st := l.waitStatus(g, id, "the access section converged", func(s gateway.StatusView) bool {
+	st := l.waitStatus(g, id, "the access section converged", func(s adminapi.StatusView) bool {
 		for _, x := range s.Sections {
 			if x.Name == "access" && x.State == "CONVERGED" {
 				return true
@@ -137,7 +137,7 @@ func TestAccessThroughHelper(t *testing.T) {
 	// A principal for root: the helper refuses, the section fails, and
 	// the files stay as they were.
 	l.bcgw(g, "ssh-ca", id, "--account", "root")
-	l.waitStatus(g, id, "the access section failed on root", func(s gateway.StatusView) bool {
+	l.waitStatus(g, id, "the access section failed on root", func(s adminapi.StatusView) bool {
 		for _, x := range s.Sections {
 			if x.Name == "access" && x.State == "FAILED" && strings.Contains(x.Message, "root") {
 				return true

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
 func rssKiB(pid int) float64 {
@@ -36,12 +36,12 @@ func rssKiB(pid int) float64 {
 
 // roundTrips sends n agent.ping commands one after another to random
 // connected nodes and returns p50 and p99 of the round trip.
-func roundTrips(b *testing.B, admin *gateway.AdminClient, ids []string, n int) (time.Duration, time.Duration) {
+func roundTrips(b *testing.B, admin *adminapi.Client, ids []string, n int) (time.Duration, time.Duration) {
 	var d []time.Duration
 	ctx := context.Background()
 	for i := range n {
 		start := time.Now()
-		c, err := admin.Send(ctx, gateway.CommandRequest{Node: ids[i%len(ids)], Kind: "agent.ping"})
+		c, err := admin.Send(ctx, adminapi.CommandRequest{Node: ids[i%len(ids)], Kind: "agent.ping"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func BenchmarkSim(b *testing.B) {
 
 	// Reference: one agent.
 	g1 := l.startGateway(filepath.Join(l.root, "gw1"), "127.0.0.1:0")
-	admin1 := gateway.NewAdminClient(g1.dataDir, "", "")
+	admin1 := adminapi.NewClient(g1.dataDir, "", "")
 	p1, joins1, ids1 := simRun(b, l, g1, 1, "sim1")
 	time.Sleep(time.Second)
 	rss1 := rssKiB(p1.cmd.Process.Pid)
@@ -110,7 +110,7 @@ func BenchmarkSim(b *testing.B) {
 	p1.wait(b, time.Minute)
 
 	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
-	admin := gateway.NewAdminClient(g.dataDir, "", "")
+	admin := adminapi.NewClient(g.dataDir, "", "")
 	p, joins, ids := simRun(b, l, g, n, "sim")
 	if len(ids) < n {
 		b.Fatalf("%d of %d agents connected", len(ids), n)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/machine/fakekinds"
 )
 
@@ -36,9 +36,9 @@ func (l *lab) spec(g *gw, verb, node, body string) uint64 {
 }
 
 // gwStatus is bcgw status NODE --json.
-func (l *lab) gwStatus(g *gw, node string) gateway.StatusView {
+func (l *lab) gwStatus(g *gw, node string) adminapi.StatusView {
 	l.t.Helper()
-	var st gateway.StatusView
+	var st adminapi.StatusView
 	if err := json.Unmarshal([]byte(l.bcgw(g, "status", node, "--json")), &st); err != nil {
 		l.t.Fatal(err)
 	}
@@ -46,9 +46,9 @@ func (l *lab) gwStatus(g *gw, node string) gateway.StatusView {
 }
 
 // waitStatus waits (up to 30 s) until cond holds for bcgw status NODE.
-func (l *lab) waitStatus(g *gw, node, what string, cond func(gateway.StatusView) bool) gateway.StatusView {
+func (l *lab) waitStatus(g *gw, node, what string, cond func(adminapi.StatusView) bool) adminapi.StatusView {
 	l.t.Helper()
-	var st gateway.StatusView
+	var st adminapi.StatusView
 	end := time.Now().Add(30 * time.Second)
 	for time.Now().Before(end) {
 		if st = l.gwStatus(g, node); cond(st) {
@@ -61,13 +61,13 @@ func (l *lab) waitStatus(g *gw, node, what string, cond func(gateway.StatusView)
 	return st
 }
 
-func section(st gateway.StatusView, name string) gateway.SectionView {
+func section(st adminapi.StatusView, name string) adminapi.SectionView {
 	for _, s := range st.Sections {
 		if s.Name == name {
 			return s
 		}
 	}
-	return gateway.SectionView{}
+	return adminapi.SectionView{}
 }
 
 // bcdStatus is bcd status --json's desired-state part.
@@ -139,7 +139,7 @@ func TestDesiredState(t *testing.T) {
 	l.waitNode(g, id, "connected", func(n nodeView) bool { return n.Connected })
 
 	gen := l.spec(g, "set", id, `{"fakehw":{"files":{"a":"1"}}}`)
-	st := l.waitStatus(g, id, "observed the first spec", func(s gateway.StatusView) bool { return s.ObservedGeneration == gen })
+	st := l.waitStatus(g, id, "observed the first spec", func(s adminapi.StatusView) bool { return s.ObservedGeneration == gen })
 	if s := section(st, "fakehw"); s.State != "CONVERGED" || s.Generation != gen || st.AppliedGeneration != gen {
 		t.Fatalf("bcgw status after set: %+v", st)
 	}
@@ -168,7 +168,7 @@ func TestDesiredState(t *testing.T) {
 	if gen2 != gen+1 {
 		t.Fatalf("patch made generation %d after %d", gen2, gen)
 	}
-	l.waitStatus(g, id, "observed the patch", func(s gateway.StatusView) bool { return s.ObservedGeneration == gen2 })
+	l.waitStatus(g, id, "observed the patch", func(s adminapi.StatusView) bool { return s.ObservedGeneration == gen2 })
 	if a, b := readFile(t, filepath.Join(files, "a")), readFile(t, filepath.Join(files, "b")); a != "1" || b != "2" {
 		t.Fatalf("after the patch: a=%q b=%q", a, b)
 	}
@@ -182,7 +182,7 @@ func TestDesiredState(t *testing.T) {
 		t.Errorf("bcgw spec set with an unknown section: exit %d %s", code, errOut)
 	}
 	bad := l.spec(g, "set", id, `{"fakehw":{"filez":{"c":"3"}}}`)
-	st = l.waitStatus(g, id, "refused the bad section", func(s gateway.StatusView) bool { return s.RefusedGeneration == bad })
+	st = l.waitStatus(g, id, "refused the bad section", func(s adminapi.StatusView) bool { return s.RefusedGeneration == bad })
 	if !strings.Contains(st.SpecError, "filez") || st.AppliedGeneration != gen2 || st.ObservedGeneration != gen2 {
 		t.Fatalf("after a refused spec: %+v", st)
 	}
@@ -192,13 +192,13 @@ func TestDesiredState(t *testing.T) {
 
 	// Retryable failures are retried with back-off, then converge.
 	retry := l.spec(g, "set", id, `{"fakehw":{"files":{"a":"1","b":"2","c":"3"},"fail":{"mode":"retryable","times":2}}}`)
-	st = l.waitStatus(g, id, "converged after retries", func(s gateway.StatusView) bool { return s.ObservedGeneration == retry })
+	st = l.waitStatus(g, id, "converged after retries", func(s adminapi.StatusView) bool { return s.ObservedGeneration == retry })
 	if s := section(st, "fakehw"); s.State != "CONVERGED" {
 		t.Fatalf("after retries: %+v", s)
 	}
 	// A terminal failure: FAILED, and the generation advances anyway.
 	term := l.spec(g, "set", id, `{"fakehw":{"files":{"d":"4"},"fail":{"mode":"terminal"}}}`)
-	st = l.waitStatus(g, id, "terminal failure settled", func(s gateway.StatusView) bool { return s.ObservedGeneration == term })
+	st = l.waitStatus(g, id, "terminal failure settled", func(s adminapi.StatusView) bool { return s.ObservedGeneration == term })
 	if s := section(st, "fakehw"); s.State != "FAILED" || !strings.Contains(s.Message, "injected terminal failure") {
 		t.Fatalf("terminal: %+v", s)
 	}
@@ -213,12 +213,12 @@ func TestDesiredState(t *testing.T) {
 	}
 
 	// The events reached bcgw, each once.
-	var evs []gateway.EventView
+	var evs []adminapi.EventView
 	end := time.Now().Add(10 * time.Second)
 	for time.Now().Before(end) {
 		evs = nil
 		for _, line := range strings.Split(strings.TrimSpace(l.bcgw(g, "events", id, "--json")), "\n") {
-			var e gateway.EventView
+			var e adminapi.EventView
 			if line != "" && json.Unmarshal([]byte(line), &e) == nil {
 				evs = append(evs, e)
 			}
@@ -256,7 +256,7 @@ func TestDesiredStateOffline(t *testing.T) {
 	node := l.start("bcd-node", "node", "--config", cfg)
 	l.waitNode(g, id, "connected", func(n nodeView) bool { return n.Connected })
 	gen := l.spec(g, "set", id, `{"fakehw":{"files":{"a":"1","b":"2"}}}`)
-	l.waitStatus(g, id, "observed", func(s gateway.StatusView) bool { return s.ObservedGeneration == gen })
+	l.waitStatus(g, id, "observed", func(s adminapi.StatusView) bool { return s.ObservedGeneration == gen })
 
 	node.signal(syscall.SIGKILL)
 	node.wait(t, 10*time.Second)
@@ -285,7 +285,7 @@ func TestDesiredStateOffline(t *testing.T) {
 
 	g = l.startGateway(gwDir, g.addr)
 	since := time.Now()
-	l.waitStatus(g, id, "a report after bcgw is back", func(s gateway.StatusView) bool {
+	l.waitStatus(g, id, "a report after bcgw is back", func(s adminapi.StatusView) bool {
 		return s.Connected && s.ObservedGeneration == gen && s.ReportAt != nil && s.ReportAt.After(since)
 	})
 }
@@ -306,7 +306,7 @@ func TestXidCondition(t *testing.T) {
 	if err := os.WriteFile(kmsg, []byte(line), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hasXid := func(s gateway.StatusView) bool {
+	hasXid := func(s adminapi.StatusView) bool {
 		for _, c := range s.Conditions {
 			if c.Type == "Xid" && strings.HasPrefix(c.Subject, "GPU-") && strings.Contains(c.Reason, "79") {
 				return true
@@ -328,7 +328,7 @@ func TestXidCondition(t *testing.T) {
 	node.wait(t, 15*time.Second)
 	restarted := time.Now()
 	l.start("bcd-node", "node", "--config", cfg)
-	l.waitStatus(g, id, "the Xid condition after a restart", func(s gateway.StatusView) bool {
+	l.waitStatus(g, id, "the Xid condition after a restart", func(s adminapi.StatusView) bool {
 		return s.Connected && s.ReportAt != nil && s.ReportAt.After(restarted) && hasXid(s)
 	})
 
@@ -336,5 +336,5 @@ func TestXidCondition(t *testing.T) {
 	if code, c := l.runKind(g, id, "gpu.reset", `{"gpu":"`+gpu+`"}`); code != 0 || c.Status != "SUCCEEDED" {
 		t.Fatalf("gpu.reset: exit %d %+v", code, c)
 	}
-	l.waitStatus(g, id, "no Xid condition after the reset", func(s gateway.StatusView) bool { return !hasXid(s) })
+	l.waitStatus(g, id, "no Xid condition after the reset", func(s adminapi.StatusView) bool { return !hasXid(s) })
 }

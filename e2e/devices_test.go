@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/agent"
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/helper/cdispec"
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/pki"
@@ -63,7 +63,7 @@ func TestGPUHolds(t *testing.T) {
 		{"allocation":"alloc_d","gpus":["99"]},
 		{"allocation":"alloc_e","gpus":["2"],"limits":{"cpus":"0-4000"}}]}}`
 	gen := l.spec(g, "set", id, spec)
-	sv := l.waitStatus(g, id, "observed the holds", func(s gateway.StatusView) bool { return s.ObservedGeneration == gen })
+	sv := l.waitStatus(g, id, "observed the holds", func(s adminapi.StatusView) bool { return s.ObservedGeneration == gen })
 	sec := section(sv, "devices")
 	if sec.State != "FAILED" {
 		t.Fatalf("devices: %+v", sec)
@@ -150,7 +150,7 @@ func TestGPUHolds(t *testing.T) {
 	// Drop the failed holds and release alloc_b with bcgw's sugar.
 	l.spec(g, "set", id, `{"devices":{"holds":[{"allocation":"alloc_a","gpus":["0"]},{"allocation":"alloc_b","gpus":["`+gpu1+`"]}]}}`)
 	gen, _ = strconv.ParseUint(strings.TrimSpace(l.bcgw(g, "release", id, "--alloc", "alloc_b")), 10, 64)
-	sv = l.waitStatus(g, id, "the release", func(s gateway.StatusView) bool { return s.ObservedGeneration == gen })
+	sv = l.waitStatus(g, id, "the release", func(s adminapi.StatusView) bool { return s.ObservedGeneration == gen })
 	if s := section(sv, "devices"); s.State != "CONVERGED" {
 		t.Errorf("devices after the release: %+v", s)
 	}
@@ -173,7 +173,7 @@ func TestGPUHolds(t *testing.T) {
 	}
 	types := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(l.bcgw(g, "events", id, "--json")), "\n") {
-		var e gateway.EventView
+		var e adminapi.EventView
 		if json.Unmarshal([]byte(line), &e) != nil {
 			continue
 		}

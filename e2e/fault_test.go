@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/agent/journal"
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
 // TestExactlyOnceUnderKills kills bcd node with SIGKILL at random points
@@ -42,7 +42,7 @@ func TestExactlyOnceUnderKills(t *testing.T) {
 	tok := l.token(g, "--uses", "1")
 	cfg, id := l.joinNode(g, "n", tok, "node")
 	marks := filepath.Join(filepath.Dir(cfg), "data", "fakehw", "marks.log")
-	admin := gateway.NewAdminClient(gwDir, "", "")
+	admin := adminapi.NewClient(gwDir, "", "")
 	ctx := context.Background()
 
 	node := l.start("bcd-node", "node", "--config", cfg)
@@ -57,7 +57,7 @@ func TestExactlyOnceUnderKills(t *testing.T) {
 				kind = "fakehw.mark-bulk"
 			}
 			body := fmt.Sprintf(`{"sleep_ms":%d}`, rng.IntN(120))
-			c, err := admin.Send(ctx, gateway.CommandRequest{Node: id, Kind: kind, Body: json.RawMessage(body)})
+			c, err := admin.Send(ctx, adminapi.CommandRequest{Node: id, Kind: kind, Body: json.RawMessage(body)})
 			if err != nil {
 				t.Fatalf("trial %d: send: %v", trial, err)
 			}
@@ -87,7 +87,7 @@ func TestExactlyOnceUnderKills(t *testing.T) {
 	end := time.Now().Add(2 * time.Minute)
 	statuses := map[string]int{}
 	for _, cid := range all {
-		var c gateway.CommandView
+		var c adminapi.CommandView
 		for {
 			var err error
 			if c, err = admin.Command(ctx, cid, 5*time.Second); err != nil {
@@ -230,7 +230,7 @@ func TestConvergeUnderKills(t *testing.T) {
 		}
 		node = l.start("bcd-node", "node", "--config", cfg)
 	}
-	l.waitStatus(g, id, "the last generation observed", func(s gateway.StatusView) bool { return s.ObservedGeneration == last })
+	l.waitStatus(g, id, "the last generation observed", func(s adminapi.StatusView) bool { return s.ObservedGeneration == last })
 	for i := range nFiles {
 		if got, want := readFile(t, filepath.Join(files, fmt.Sprintf("f%d", i))), fmt.Sprintf("trial %d file %d", trials-1, i); got != want {
 			t.Errorf("f%d = %q, want %q", i, got, want)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
 )
 
@@ -72,8 +72,8 @@ func TestGatewayLosingItsDatabaseLeavesRotation(t *testing.T) {
 	waitUntil("the node is on the other gateway", func() bool { return h.holder(id, 1, func(i int) bool { return i == other }) == other })
 
 	ctx := context.Background()
-	admin := gateway.NewAdminClient(h.gws[other].dataDir, "", "")
-	c, err := admin.Send(ctx, gateway.CommandRequest{Node: id, Kind: "agent.ping"})
+	admin := adminapi.NewClient(h.gws[other].dataDir, "", "")
+	c, err := admin.Send(ctx, adminapi.CommandRequest{Node: id, Kind: "agent.ping"})
 	if err != nil {
 		t.Fatal(err)
 	}

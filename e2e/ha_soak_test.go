@@ -15,9 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/better-compute/bcd/components/gateway"
 )
 
 // envInt reads a positive int from the environment, def without it.
@@ -72,9 +71,9 @@ func TestHAFailoverSoak(t *testing.T) {
 	for i := range alive {
 		alive[i] = true
 	}
-	admins := make([]*gateway.AdminClient, gws)
+	admins := make([]*adminapi.Client, gws)
 	for i, g := range h.gws {
-		admins[i] = gateway.NewAdminClient(g.dataDir, "", "")
+		admins[i] = adminapi.NewClient(g.dataDir, "", "")
 	}
 	// connected counts the distinct nodes with a session on a live gateway,
 	// each counted by the gateway holding it: every gateway lists the whole
@@ -185,7 +184,7 @@ func TestHAFailoverSoak(t *testing.T) {
 			}
 			body := fmt.Sprintf(`{"sleep_ms":%d}`, r.IntN(400))
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			c, err := admins[gi].Send(sctx, gateway.CommandRequest{Node: nodes[r.IntN(len(nodes))], Kind: "fakehw.mark", Body: json.RawMessage(body)})
+			c, err := admins[gi].Send(sctx, adminapi.CommandRequest{Node: nodes[r.IntN(len(nodes))], Kind: "fakehw.mark", Body: json.RawMessage(body)})
 			cancel()
 			mu.Lock()
 			if err != nil {
@@ -247,7 +246,7 @@ func TestHAFailoverSoak(t *testing.T) {
 	end := time.Now().Add(3 * time.Minute)
 	statuses := map[string]int{}
 	for _, id := range ids {
-		var v gateway.CommandView
+		var v adminapi.CommandView
 		for {
 			var err error
 			v, err = admins[0].Command(ctx, id, 10*time.Second)

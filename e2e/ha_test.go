@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
 )
 
@@ -181,9 +181,9 @@ func TestGatewayFailoverBehindHAProxy(t *testing.T) {
 	t.Logf("session on gw%d; commands through gw%d", hold+1, other+1)
 
 	// A quick command first, through the gateway without the session.
-	admin := gateway.NewAdminClient(h.gws[other].dataDir, "", "")
+	admin := adminapi.NewClient(h.gws[other].dataDir, "", "")
 	ctx := context.Background()
-	c0, err := admin.Send(ctx, gateway.CommandRequest{Node: id, Kind: "agent.ping"})
+	c0, err := admin.Send(ctx, adminapi.CommandRequest{Node: id, Kind: "agent.ping"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestGatewayFailoverBehindHAProxy(t *testing.T) {
 	}
 
 	// The slow one: 6 s, the mark in its middle.
-	c1, err := admin.Send(ctx, gateway.CommandRequest{Node: id, Kind: "fakehw.mark", Body: json.RawMessage(`{"sleep_ms":6000}`)})
+	c1, err := admin.Send(ctx, adminapi.CommandRequest{Node: id, Kind: "fakehw.mark", Body: json.RawMessage(`{"sleep_ms":6000}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,8 +272,8 @@ func TestGatewayFailoverBehindHAProxy(t *testing.T) {
 	// The killed gateway comes back; a command through it reaches the
 	// node on the other.
 	g := h.startGW(hold)
-	back := gateway.NewAdminClient(g.dataDir, "", "")
-	c2, err := back.Send(ctx, gateway.CommandRequest{Node: id, Kind: "fakehw.mark"})
+	back := adminapi.NewClient(g.dataDir, "", "")
+	c2, err := back.Send(ctx, adminapi.CommandRequest{Node: id, Kind: "fakehw.mark"})
 	if err != nil {
 		t.Fatal(err)
 	}

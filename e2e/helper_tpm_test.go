@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/better-compute/bcd/components/base/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -18,7 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/base/testenv"
+
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/tpm/swtpmtest"
@@ -200,7 +201,7 @@ func TestUnprivilegedNodeRenewsThroughHelperTPM(t *testing.T) {
 	cdiPath, envPath := "/etc/cdi/bcd-"+alloc+".json", "/run/bcd-alloc/"+alloc+".env"
 	t.Cleanup(func() { os.Remove(cdiPath); os.Remove(envPath) })
 	holdGen, _ := strconv.ParseUint(strings.TrimSpace(l.bcgw(g, "hold", id, "--alloc", alloc, "--gpu", "0")), 10, 64)
-	l.waitStatus(g, id, "the hold bound", func(s gateway.StatusView) bool { return s.ObservedGeneration >= holdGen })
+	l.waitStatus(g, id, "the hold bound", func(s adminapi.StatusView) bool { return s.ObservedGeneration >= holdGen })
 	if b, err := os.ReadFile(cdiPath); err != nil || !strings.Contains(string(b), `"name": "`+alloc+`"`) {
 		t.Errorf("the hold's CDI spec through the helper: %v %s", err, b)
 	}
@@ -208,7 +209,7 @@ func TestUnprivilegedNodeRenewsThroughHelperTPM(t *testing.T) {
 		t.Errorf("the hold's environment file: %v (written by root through the helper)", err)
 	}
 	relGen, _ := strconv.ParseUint(strings.TrimSpace(l.bcgw(g, "release", id, "--alloc", alloc)), 10, 64)
-	l.waitStatus(g, id, "the hold released", func(s gateway.StatusView) bool { return s.ObservedGeneration >= relGen })
+	l.waitStatus(g, id, "the hold released", func(s adminapi.StatusView) bool { return s.ObservedGeneration >= relGen })
 	if _, err := os.Stat(cdiPath); err == nil {
 		t.Error("the released hold's CDI spec is still there")
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/machine/fakekinds"
 	"github.com/better-compute/bcd/components/trust/pki"
 )
@@ -172,7 +172,7 @@ func TestSignedIntent(t *testing.T) {
 	l.bcgw(g, "run", "--submit", l.writeJSON("late.json", late))
 	time.Sleep(2500 * time.Millisecond)
 	node = l.start("bcd-node", "node", "--config", cfg)
-	admin := gateway.NewAdminClient(g.dataDir, "", "")
+	admin := adminapi.NewClient(g.dataDir, "", "")
 	c, err := admin.Command(context.Background(), late["id"].(string), 30*time.Second)
 	if err != nil || c.Status != "REFUSED" || !strings.Contains(c.Error, "past its deadline") {
 		t.Errorf("a signed command delivered past its deadline: %v %+v", err, c)
@@ -189,7 +189,7 @@ func TestSignedIntent(t *testing.T) {
 	// Desired state: a spec bcgw signs converges; a prepared spec signed by
 	// a key that is no root is refused and the held spec stays.
 	gen := l.spec(g, "set", id, `{"fakehw":{"files":{"a":"1"}}}`)
-	l.waitStatus(g, id, "observed", func(s gateway.StatusView) bool { return s.ObservedGeneration == gen })
+	l.waitStatus(g, id, "observed", func(s adminapi.StatusView) bool { return s.ObservedGeneration == gen })
 	in := l.writeJSON("spec.json", map[string]any{"fakehw": map[string]any{"files": map[string]string{"a": "2"}}})
 	var ps prepared
 	if err := json.Unmarshal([]byte(l.bcgw(g, "spec", "prepare", id, "--file", in)), &ps); err != nil {
@@ -197,7 +197,7 @@ func TestSignedIntent(t *testing.T) {
 	}
 	signedSpec := l.writeJSON("signed-spec.json", l.sign(ps, other))
 	l.bcgw(g, "spec", "submit", signedSpec)
-	stv := l.waitStatus(g, id, "refused the spec", func(s gateway.StatusView) bool { return s.RefusedGeneration > gen })
+	stv := l.waitStatus(g, id, "refused the spec", func(s adminapi.StatusView) bool { return s.RefusedGeneration > gen })
 	if !strings.Contains(stv.SpecError, "BAD_SIGNATURE") || stv.AppliedGeneration != gen {
 		t.Errorf("a spec signed by no root: %+v", stv)
 	}

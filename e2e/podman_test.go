@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/base/testenv"
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/helper/cdispec"
 	"github.com/better-compute/bcd/components/machine/fakehw"
 )
@@ -108,7 +108,7 @@ func TestPodmanSeesHeldGPU(t *testing.T) {
 		{"allocation":"whole3","gpus":["3"]},
 		{"allocation":"mig7","gpus":["7/gi2/ci0"]},
 		{"allocation":"whole7","gpus":["7"]}]}}`)
-	sv := l.waitStatus(g, id, "the holds", func(s gateway.StatusView) bool { return s.ObservedGeneration == gen })
+	sv := l.waitStatus(g, id, "the holds", func(s adminapi.StatusView) bool { return s.ObservedGeneration == gen })
 	if sec := section(sv, "devices"); sec.State != "FAILED" || !strings.Contains(sec.Message, "1 of 3 holds failed: whole7: resources-exhausted: GPU "+fakehw.GPUUUID(seed, 7)+" is held by mig7") {
 		t.Fatalf("devices: %+v", sec)
 	}
@@ -152,7 +152,7 @@ func TestPodmanSeesHeldGPU(t *testing.T) {
 	}
 
 	gen, _ = parseGen(l.bcgw(g, "release", id, "--alloc", "whole3"))
-	l.waitStatus(g, id, "the release", func(s gateway.StatusView) bool { return s.ObservedGeneration == gen })
+	l.waitStatus(g, id, "the release", func(s adminapi.StatusView) bool { return s.ObservedGeneration == gen })
 	out, err = podmanRun(t, cdiDir, nodes, []string{"whole3"}, "true")
 	if err == nil || !strings.Contains(out, "unresolvable CDI devices bcd.dev/gpu=whole3") {
 		t.Errorf("podman run of a released hold: %v\n%s", err, out)

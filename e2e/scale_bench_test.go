@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/better-compute/bcd/components/base/testenv"
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
 )
 
@@ -123,7 +123,7 @@ func BenchmarkScale(b *testing.B) {
 			b.Fatal(err)
 		}
 		g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0", "--database-file", dbFile, "--key-encryption-key", l.kekFile())
-		admin := gateway.NewAdminClient(g.dataDir, "", "")
+		admin := adminapi.NewClient(g.dataDir, "", "")
 		tok := l.token(g, "--uses", fmt.Sprint(n))
 		cfg := l.simConfig(g, "sim")
 		start := time.Now()

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"github.com/better-compute/bcd/components/gateway"
 	"io"
 	"net"
 	"net/http"
@@ -22,6 +21,7 @@ import (
 	"github.com/go-jose/go-jose/v4"
 
 	"github.com/better-compute/bcd/components/boot/bootparams"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
 func freePort(t *testing.T) string {
@@ -148,7 +148,7 @@ func TestSiteBootServer(t *testing.T) {
 		t.Fatalf("unknown MAC got:\n%s", s)
 	}
 	// The site reports it, and bcgw discovered lists it.
-	var disc []gateway.DiscoveredView
+	var disc []adminapi.DiscoveredView
 	end := time.Now().Add(20 * time.Second)
 	for time.Now().Before(end) && len(disc) == 0 {
 		if code, out, _ := l.run("", nil, "bcgw", "discovered", site, "--json", "--data-dir", g.dataDir); code == 0 {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/base/cli"
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
 // sshCA is `bcgw ssh-ca [NODE ...] [--account A ...] [--revoke SERIAL ...]`:
@@ -29,7 +29,7 @@ func sshCA(ctx context.Context, env *cli.Env, args []string) int {
 	if !ok {
 		return code
 	}
-	req := gateway.SSHCARequest{Nodes: nodes, Accounts: accounts, JWKSOnly: *jwksOnly}
+	req := adminapi.SSHCARequest{Nodes: nodes, Accounts: accounts, JWKSOnly: *jwksOnly}
 	if *jwksOnly && (len(accounts) > 0 || len(revoke) > 0) {
 		return cli.Usagef(env, "bcgw ssh-ca: --jwks-only takes no --account or --revoke")
 	}
@@ -69,7 +69,7 @@ func sshSign(ctx context.Context, env *cli.Env, args []string) int {
 	a.register(fs)
 	principal := fs.String("principal", "", "the principal, NODE:ACCOUNT (bcgw ssh-ca --account)")
 	pubkey := fs.String("pubkey", "", "the user's public key file (id_ed25519.pub)")
-	ttl := fs.Duration("ttl", gateway.DefaultCertTTL, "how long the certificate is valid (at most "+gateway.MaxCertTTL.String()+")")
+	ttl := fs.Duration("ttl", adminapi.DefaultCertTTL, "how long the certificate is valid (at most "+adminapi.MaxCertTTL.String()+")")
 	out := fs.String("out", "", "write the certificate here (default: beside --pubkey as NAME-cert.pub; - for standard output)")
 	const usage = "bcgw ssh-sign --principal NODE:ACCOUNT --pubkey FILE [--ttl 15m] [--out FILE]"
 	if _, code, ok := parseInterleaved(fs, env, args, 0, usage); !ok {
@@ -78,8 +78,8 @@ func sshSign(ctx context.Context, env *cli.Env, args []string) int {
 	if *principal == "" || *pubkey == "" {
 		return cli.Usagef(env, "bcgw ssh-sign: --principal and --pubkey are needed\nusage: %s", usage)
 	}
-	if *ttl < time.Second || *ttl > gateway.MaxCertTTL {
-		return cli.Usagef(env, "bcgw ssh-sign: --ttl must be from 1s to %s", gateway.MaxCertTTL)
+	if *ttl < time.Second || *ttl > adminapi.MaxCertTTL {
+		return cli.Usagef(env, "bcgw ssh-sign: --ttl must be from 1s to %s", adminapi.MaxCertTTL)
 	}
 	pub, err := readSmallFile(*pubkey, 16<<10)
 	if err != nil {
@@ -89,7 +89,7 @@ func sshSign(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, "bcgw ssh-sign", err)
 	}
-	v, err := c.SSHSign(ctx, gateway.SSHSignRequest{Principal: *principal, PublicKey: string(pub), TTLSeconds: int64(ttl.Seconds())})
+	v, err := c.SSHSign(ctx, adminapi.SSHSignRequest{Principal: *principal, PublicKey: string(pub), TTLSeconds: int64(ttl.Seconds())})
 	if err != nil {
 		return cli.Fail(env, "bcgw ssh-sign", err)
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/base/cli"
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/trust/pki"
 )
 
@@ -70,13 +70,13 @@ func batchCreate(env *cli.Env, args []string) int {
 			return cli.Fail(env, prefix, fmt.Errorf("--commands-from: %s holds no *.json file", *dir))
 		}
 	}
-	cmds := make([]gateway.PreparedCommand, len(files))
+	cmds := make([]adminapi.PreparedCommand, len(files))
 	for i, f := range files {
 		b, err := readSmallFile(f, 16<<20)
 		if err != nil {
 			return cli.Fail(env, prefix, err)
 		}
-		c, _, err := gateway.DecodePrepared(b)
+		c, _, err := adminapi.DecodePrepared(b)
 		if err == nil && c == nil {
 			err = errors.New("a prepared spec; a batch holds commands (bcgw run --prepare)")
 		}
@@ -86,7 +86,7 @@ func batchCreate(env *cli.Env, args []string) int {
 		cmds[i] = *c
 	}
 	now := time.Now()
-	bf, err := gateway.BuildBatch(*id, cmds, now.Add(*expires), now)
+	bf, err := adminapi.BuildBatch(*id, cmds, now.Add(*expires), now)
 	if err != nil {
 		return cli.Fail(env, prefix, err)
 	}
@@ -110,16 +110,16 @@ func batchApprove(env *cli.Env, args []string) int {
 	if *keyPath == "" {
 		return cli.Usagef(env, "%s: --key is required\n%s", prefix, batchUsage)
 	}
-	b, err := readInput(env, *in, gateway.MaxBatchFile)
+	b, err := readInput(env, *in, adminapi.MaxBatchFile)
 	if err != nil {
 		return cli.Fail(env, prefix, fmt.Errorf("--in: %w", err))
 	}
 	now := time.Now()
-	bf, err := gateway.DecodeBatch(b)
+	bf, err := adminapi.DecodeBatch(b)
 	if err != nil {
 		return cli.Fail(env, prefix, err)
 	}
-	key, err := gateway.ReadSigningKey(*keyPath)
+	key, err := adminapi.ReadSigningKey(*keyPath)
 	if err != nil {
 		return cli.Fail(env, prefix, fmt.Errorf("--key: %w", err))
 	}
@@ -128,7 +128,7 @@ func batchApprove(env *cli.Env, args []string) int {
 		return cli.Fail(env, prefix, err)
 	}
 	fmt.Fprintf(env.Stderr, "%s: %s", prefix, bf.Describe(now))
-	bf, err = gateway.ApproveBatch(key, b, now)
+	bf, err = adminapi.ApproveBatch(key, b, now)
 	if err != nil {
 		return cli.Fail(env, prefix, err)
 	}
@@ -149,11 +149,11 @@ func batchSubmit(ctx context.Context, env *cli.Env, args []string) int {
 	if code, ok := cli.Parse(fs, env, args, "prints the commands' views as a JSON array"); !ok {
 		return code
 	}
-	b, err := readInput(env, *in, gateway.MaxBatchFile)
+	b, err := readInput(env, *in, adminapi.MaxBatchFile)
 	if err != nil {
 		return cli.Fail(env, prefix, fmt.Errorf("--in: %w", err))
 	}
-	bf, err := gateway.DecodeBatch(b)
+	bf, err := adminapi.DecodeBatch(b)
 	if err != nil {
 		return cli.Fail(env, prefix, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/bundle"
 	"github.com/better-compute/bcd/components/trust/pki"
@@ -38,7 +39,7 @@ func newApprover(t *testing.T) approver {
 func heldBundle(t *testing.T, s *gateway.Server, dir string) bundle.Document {
 	t.Helper()
 	var d wellknown.Document
-	if err := gateway.NewAdminClient(dir, "", "").WellKnown(context.Background(), &d); err != nil {
+	if err := adminapi.NewClient(dir, "", "").WellKnown(context.Background(), &d); err != nil {
 		t.Fatal(err)
 	}
 	doc, err := bundle.Verify(s.TrustBundle(), d.Pins.JoinSigning)
@@ -81,7 +82,7 @@ func TestApproverCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(errOut, "no endorsement is needed") || !strings.Contains(proposed, `"endorsements": []`) {
 		t.Fatalf("propose: exit %d %q %q", code, proposed, errOut)
 	}
-	var set gateway.ApproverSet
+	var set adminapi.ApproverSet
 	if json.Unmarshal([]byte(proposed), &set) != nil || set.Epoch != 1 || set.Threshold != 2 || len(set.Keys) != 3 || !bytes.Equal(set.Keys[1], B.spki) {
 		t.Fatalf("proposed %s", proposed)
 	}
@@ -99,7 +100,7 @@ func TestApproverCommands(t *testing.T) {
 		t.Errorf("trust show:\n%s", out)
 	}
 	code, out, _ = run("", "trust", "show", "--json")
-	var v gateway.TrustView
+	var v adminapi.TrustView
 	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Approvers == nil || v.Approvers.Epoch != 1 || v.Approvers.Keys[0] != pinA {
 		t.Errorf("trust show --json: %s", out)
 	}
@@ -121,7 +122,7 @@ func TestApproverCommands(t *testing.T) {
 	}
 	noKeyIn(t, "endorse", once+errOut, A.pem)
 	code, out, errOut = run("", "trust", "approvers", "set", "--in", writeWork(t, work, "set2e.json", once), "--json")
-	var ch gateway.ApproversChange
+	var ch adminapi.ApproversChange
 	if code != 0 || json.Unmarshal([]byte(out), &ch) != nil || ch.Version != 3 || !ch.Changed ||
 		!strings.Contains(errOut, "warning: agents that hold the approver set of epoch 1 keep it: approver set epoch 2 is endorsed by 1 of the held set's keys; it needs 2") {
 		t.Fatalf("an under-endorsed set: exit %d %q %q", code, out, errOut)
@@ -176,7 +177,7 @@ func TestApproverCommands(t *testing.T) {
 			noKeyIn(t, strings.Join(tt.args, " "), out+errOut, ap.pem)
 		}
 	}
-	if v, _ := gateway.NewAdminClient(dir, "", "").Trust(ctx); v.Version != 4 {
+	if v, _ := adminapi.NewClient(dir, "", "").Trust(ctx); v.Version != 4 {
 		t.Errorf("version %d after refusals, want 4", v.Version)
 	}
 }
@@ -215,10 +216,10 @@ func TestBatchCommands(t *testing.T) {
 		t.Fatal(errOut)
 	}
 
-	prepare := func(name string, args ...string) (string, gateway.PreparedCommand) {
+	prepare := func(name string, args ...string) (string, adminapi.PreparedCommand) {
 		t.Helper()
 		code, out, errOut := run("", append([]string{"run"}, append(args, "--deadline", "1h", "--prepare")...)...)
-		var pc gateway.PreparedCommand
+		var pc adminapi.PreparedCommand
 		if code != 0 || json.Unmarshal([]byte(out), &pc) != nil {
 			t.Fatalf("run --prepare: exit %d %q", code, errOut)
 		}
@@ -243,7 +244,7 @@ func TestBatchCommands(t *testing.T) {
 		raw["commands"] == nil || raw["proofs"] == nil {
 		t.Fatalf("batch file %s", batch)
 	}
-	var bf gateway.BatchFile
+	var bf adminapi.BatchFile
 	if err := json.Unmarshal([]byte(batch), &bf); err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +274,7 @@ func TestBatchCommands(t *testing.T) {
 	approvedFile := writeWork(t, work, "approved.json", twice)
 
 	code, out, errOut := run("", "batch", "submit", "--in", approvedFile)
-	var views []gateway.CommandView
+	var views []adminapi.CommandView
 	if code != 0 || errOut != "" || json.Unmarshal([]byte(out), &views) != nil || len(views) != 2 {
 		t.Fatalf("batch submit: exit %d %q %q", code, out, errOut)
 	}
@@ -282,7 +283,7 @@ func TestBatchCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range []gateway.PreparedCommand{wipe, reboot} {
+	for i, want := range []adminapi.PreparedCommand{wipe, reboot} {
 		if views[i].ID != want.ID || !views[i].Signed || views[i].Batch == nil || views[i].Batch.ID != "lab-wipe-1" || views[i].Batch.Index != uint32(i) {
 			t.Errorf("view %d: %+v", i, views[i])
 		}
@@ -317,7 +318,7 @@ func TestBatchCommands(t *testing.T) {
 	cmdDir := t.TempDir()
 	_, w2 := prepare("w2.json", "node_a", "disk.wipe")
 	_, p2 := prepare("p2.json", "node_a", "agent.ping")
-	for name, pc := range map[string]gateway.PreparedCommand{"2-ping.json": p2, "1-wipe.json": w2} {
+	for name, pc := range map[string]adminapi.PreparedCommand{"2-ping.json": p2, "1-wipe.json": w2} {
 		b, _ := json.Marshal(pc)
 		writeWork(t, cmdDir, name, string(b))
 	}
@@ -326,7 +327,7 @@ func TestBatchCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(errOut, "agent.ping (not destructive)") {
 		t.Fatalf("create --commands-from: exit %d %q", code, errOut)
 	}
-	var bf2 gateway.BatchFile
+	var bf2 adminapi.BatchFile
 	_ = json.Unmarshal([]byte(batch2), &bf2)
 	if len(bf2.Commands) != 2 || bf2.Commands[0].ID != w2.ID || bf2.Commands[1].ID != p2.ID {
 		t.Fatalf("--commands-from order: %+v", bf2.Commands)
@@ -353,8 +354,8 @@ func TestBatchCommands(t *testing.T) {
 	}
 
 	// Batch file errors.
-	tampered := func(edit func(bf *gateway.BatchFile)) string {
-		var b gateway.BatchFile
+	tampered := func(edit func(bf *adminapi.BatchFile)) string {
+		var b adminapi.BatchFile
 		_ = json.Unmarshal([]byte(once), &b)
 		edit(&b)
 		out, _ := json.Marshal(b)
@@ -369,7 +370,7 @@ func TestBatchCommands(t *testing.T) {
 	_ = os.WriteFile(loose, A.pem, 0o644)
 	expired := func() string {
 		_, pc := prepare("e.json", "node_a", "disk.wipe")
-		bf, err := gateway.BuildBatch("gone", []gateway.PreparedCommand{pc}, time.Now().Add(5*time.Millisecond), time.Now())
+		bf, err := adminapi.BuildBatch("gone", []adminapi.PreparedCommand{pc}, time.Now().Add(5*time.Millisecond), time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -383,11 +384,11 @@ func TestBatchCommands(t *testing.T) {
 		code  int
 		want  string
 	}{
-		{tampered(func(b *gateway.BatchFile) { b.Commands[0].Body = json.RawMessage(`{"devices":["/dev/sda"]}`) }),
+		{tampered(func(b *adminapi.BatchFile) { b.Commands[0].Body = json.RawMessage(`{"devices":["/dev/sda"]}`) }),
 			[]string{"batch", "approve", "--key", B.key}, cli.ExitFailure, "is not leaf 0 of batch lab-wipe-1: its kind, node or body differ"},
-		{tampered(func(b *gateway.BatchFile) { b.Commands = b.Commands[:1] }), []string{"batch", "approve", "--key", B.key}, cli.ExitFailure, "the header counts 2 commands; the file has 1"},
-		{tampered(func(b *gateway.BatchFile) { b.HeaderView.Count = 3 }), []string{"batch", "approve", "--key", B.key}, cli.ExitFailure, "header_view does not say what header says"},
-		{tampered(func(b *gateway.BatchFile) { b.Approvals = [][]byte{{1}} }), []string{"batch", "submit", "--data-dir", dir}, cli.ExitFailure, "approval 0 is 1 bytes"},
+		{tampered(func(b *adminapi.BatchFile) { b.Commands = b.Commands[:1] }), []string{"batch", "approve", "--key", B.key}, cli.ExitFailure, "the header counts 2 commands; the file has 1"},
+		{tampered(func(b *adminapi.BatchFile) { b.HeaderView.Count = 3 }), []string{"batch", "approve", "--key", B.key}, cli.ExitFailure, "header_view does not say what header says"},
+		{tampered(func(b *adminapi.BatchFile) { b.Approvals = [][]byte{{1}} }), []string{"batch", "submit", "--data-dir", dir}, cli.ExitFailure, "approval 0 is 1 bytes"},
 		{string(extra), []string{"batch", "approve", "--key", B.key}, cli.ExitFailure, `not a batch file (bcgw batch create makes one): json: unknown field "extra"`},
 		{"{", []string{"batch", "submit", "--data-dir", dir}, cli.ExitFailure, "not a batch file"},
 		{"", []string{"batch", "submit", "--data-dir", dir}, cli.ExitFailure, "stdin is empty"},

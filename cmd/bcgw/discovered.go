@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/base/cli"
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
 // discovered is `bcgw discovered SITE [--json]`: the machines that asked
@@ -36,13 +36,13 @@ func discovered(ctx context.Context, env *cli.Env, args []string) int {
 	if st.ReportAt != nil {
 		at = *st.ReportAt
 	}
-	list, dropped := gateway.Discovered(st.Report, at)
+	list, dropped := adminapi.Discovered(st.Report, at)
 	if dropped > 0 {
 		fmt.Fprintf(env.Stderr, "bcgw discovered: %d entries of the site's report are not well-formed and are left out\n", dropped)
 	}
 	if *asJSON {
 		if list == nil {
-			list = []gateway.DiscoveredView{}
+			list = []adminapi.DiscoveredView{}
 		}
 		return printJSON(env, list)
 	}

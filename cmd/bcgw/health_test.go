@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	relmanifest "github.com/better-compute/bcd/components/trust/release"
 )
 
@@ -25,7 +25,7 @@ func TestHealth(t *testing.T) {
 		t.Fatalf("health: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, _ = runCLI(t, context.Background(), "", "health", "--json", "--data-dir", dir)
-	var h gateway.HealthView
+	var h adminapi.HealthView
 	if err := json.Unmarshal([]byte(out), &h); code != 0 || err != nil || h.Database.Backend != "bbolt" || !h.Database.Reachable {
 		t.Fatalf("health --json: exit %d %v %+v", code, err, h)
 	}
@@ -59,7 +59,7 @@ func TestReleaseListAndExpiry(t *testing.T) {
 		t.Fatalf("list: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, _ = runCLI(t, ctx, "", "release", "list", "--json", "--data-dir", dir)
-	var rs []gateway.ReleaseView
+	var rs []adminapi.ReleaseView
 	if err := json.Unmarshal([]byte(out), &rs); code != 0 || err != nil || len(rs) != 1 || rs[0].Expired || !rs[0].Expires.Equal(expires) {
 		t.Fatalf("list --json: exit %d %v %+v", code, err, rs)
 	}

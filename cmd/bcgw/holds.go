@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/better-compute/bcd/components/base/cli"
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
 // hold is `bcgw hold NODE --alloc ID --gpu N|UUID|MIG-UUID|N/giG/ciC|N/slotS
@@ -29,9 +29,9 @@ func hold(ctx context.Context, env *cli.Env, args []string) int {
 	if *alloc == "" || len(gpus) == 0 {
 		return cli.Usagef(env, "bcgw hold: --alloc and at least one --gpu are needed\nusage: %s", usage)
 	}
-	h := gateway.HoldRequest{Allocation: *alloc, GPUs: gpus}
+	h := adminapi.HoldRequest{Allocation: *alloc, GPUs: gpus}
 	if *cpus != "" || *memory != 0 || *huge != 0 {
-		h.Limits = &gateway.HoldLimits{CPUs: *cpus, MemoryBytes: *memory, HugePages2M: *huge}
+		h.Limits = &adminapi.HoldLimits{CPUs: *cpus, MemoryBytes: *memory, HugePages2M: *huge}
 	}
 	c, err := a.client()
 	if err != nil {

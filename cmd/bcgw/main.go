@@ -21,6 +21,8 @@ import (
 	"github.com/better-compute/bcd/components/base/logging"
 	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/trust/intent"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/trust/wellknown"
 )
 
@@ -85,7 +87,7 @@ func (a *adminFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.tokenFile, "admin-token-file", "", "file holding the admin bearer token (DATA/admin.token)")
 }
 
-func (a *adminFlags) client() (*gateway.AdminClient, error) {
+func (a *adminFlags) client() (*adminapi.Client, error) {
 	var bearer string
 	if a.url != "" {
 		b, err := os.ReadFile(a.tokenFile)
@@ -94,7 +96,7 @@ func (a *adminFlags) client() (*gateway.AdminClient, error) {
 		}
 		bearer = strings.TrimSpace(string(b))
 	}
-	return gateway.NewAdminClient(a.dataDir, a.url, bearer), nil
+	return adminapi.NewClient(a.dataDir, a.url, bearer), nil
 }
 
 // parseInterleaved parses flags that may follow positional arguments;
@@ -185,7 +187,7 @@ func token(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, "bcgw token create", err)
 	}
-	t, err := c.CreateToken(ctx, gateway.TokenRequest{Role: *role, Site: *site, Uses: *uses, TTLSeconds: int(ttl.Seconds()), NodeID: *nodeID})
+	t, err := c.CreateToken(ctx, adminapi.TokenRequest{Role: *role, Site: *site, Uses: *uses, TTLSeconds: int(ttl.Seconds()), NodeID: *nodeID})
 	if err != nil {
 		return cli.Fail(env, "bcgw token create", err)
 	}
@@ -211,7 +213,7 @@ func printJSON(env *cli.Env, v any) int {
 // false when the command is over, with its exit code (usage, or the call
 // failed).
 func fetchView[T any](ctx context.Context, env *cli.Env, args []string, name string,
-	get func(*gateway.AdminClient, context.Context) (T, error)) (v T, asJSON bool, code int, ok bool) {
+	get func(*adminapi.Client, context.Context) (T, error)) (v T, asJSON bool, code int, ok bool) {
 	fs := cli.NewFlagSet(env, "bcgw", name)
 	var a adminFlags
 	a.register(fs)
@@ -230,7 +232,7 @@ func fetchView[T any](ctx context.Context, env *cli.Env, args []string, name str
 }
 
 func nodes(ctx context.Context, env *cli.Env, args []string) int {
-	ns, asJSON, code, ok := fetchView(ctx, env, args, "nodes", (*gateway.AdminClient).Nodes)
+	ns, asJSON, code, ok := fetchView(ctx, env, args, "nodes", (*adminapi.Client).Nodes)
 	if !ok {
 		return code
 	}
@@ -293,7 +295,7 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 	var ud []byte
 	if *userData != "" {
 		var err error
-		if ud, err = readSmallFile(*userData, gateway.MaxUserData); err != nil {
+		if ud, err = readSmallFile(*userData, fleet.MaxUserData); err != nil {
 			return cli.Usagef(env, "bcgw run: --user-data: %v", err)
 		}
 	}
@@ -312,13 +314,13 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 	if len(headers) == 0 {
 		headers = nil
 	}
-	var prepared *gateway.PreparedCommand
+	var prepared *adminapi.PreparedCommand
 	if *submit != "" {
 		b, err := readSmallFile(*submit, 16<<20)
 		if err != nil {
 			return cli.Fail(env, "bcgw run --submit", err)
 		}
-		c, _, err := gateway.DecodePrepared(b)
+		c, _, err := adminapi.DecodePrepared(b)
 		if err == nil && c == nil {
 			err = fmt.Errorf("%s is a prepared spec; send it with bcgw spec submit", *submit)
 		}
@@ -334,23 +336,23 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, "bcgw run", err)
 	}
-	var cmd gateway.CommandView
+	var cmd adminapi.CommandView
 	switch {
 	case *prepare:
-		p, err := c.PrepareCommand(ctx, gateway.CommandRequest{Node: pos[0], Kind: pos[1], Body: json.RawMessage(*body), DeadlineSeconds: int(deadline.Seconds())})
+		p, err := c.PrepareCommand(ctx, adminapi.CommandRequest{Node: pos[0], Kind: pos[1], Body: json.RawMessage(*body), DeadlineSeconds: int(deadline.Seconds())})
 		if err != nil {
 			return cli.Fail(env, "bcgw run --prepare", err)
 		}
 		return printJSON(env, p)
 	case prepared != nil:
-		if cmd, err = c.SubmitCommand(ctx, gateway.SubmitCommandRequest{Command: *prepared, UserData: ud, SecretHeaders: headers}); err != nil {
+		if cmd, err = c.SubmitCommand(ctx, adminapi.SubmitCommandRequest{Command: *prepared, UserData: ud, SecretHeaders: headers}); err != nil {
 			return cli.Fail(env, "bcgw run --submit", err)
 		}
 		if cmd.Warning != "" {
 			fmt.Fprintf(env.Stderr, "bcgw run: warning: %s\n", cmd.Warning)
 		}
 	default:
-		req := gateway.CommandRequest{Node: pos[0], Kind: pos[1], Body: json.RawMessage(*body), DeadlineSeconds: int(deadline.Seconds()), UserData: ud, SecretHeaders: headers}
+		req := adminapi.CommandRequest{Node: pos[0], Kind: pos[1], Body: json.RawMessage(*body), DeadlineSeconds: int(deadline.Seconds()), UserData: ud, SecretHeaders: headers}
 		if cmd, err = c.Send(ctx, req); err != nil {
 			return cli.Fail(env, "bcgw run", err)
 		}
@@ -426,7 +428,7 @@ func cancel(ctx context.Context, env *cli.Env, args []string) int {
 }
 
 // imageFlags collects repeated --image SHA256=URL.
-type imageFlags []gateway.CacheImage
+type imageFlags []adminapi.CacheImage
 
 func (f *imageFlags) String() string { return fmt.Sprint(len(*f)) }
 
@@ -435,7 +437,7 @@ func (f *imageFlags) Set(v string) error {
 	if !ok || len(sha) != 64 || !strings.HasPrefix(u, "https://") {
 		return fmt.Errorf("want SHA256=https://URL")
 	}
-	*f = append(*f, gateway.CacheImage{SHA256: sha, URL: u})
+	*f = append(*f, adminapi.CacheImage{SHA256: sha, URL: u})
 	return nil
 }
 

@@ -13,6 +13,8 @@ import (
 
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/gateway/store"
 )
 
@@ -92,7 +94,7 @@ func startServer(t *testing.T) (*gateway.Server, string) {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	ac := gateway.NewAdminClient(dir, "", "")
+	ac := adminapi.NewClient(dir, "", "")
 	for end := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if _, err := ac.Nodes(context.Background()); err == nil {
 			break
@@ -157,7 +159,7 @@ func TestSpecStatusEventsCommands(t *testing.T) {
 		t.Fatalf("status: exit %d %q %q", code, out, errOut)
 	}
 	code, out, errOut = run("", "status", "node_a", "--json")
-	var v gateway.StatusView
+	var v adminapi.StatusView
 	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Node != "node_a" || v.SpecGeneration != 2 || v.Connected {
 		t.Fatalf("status --json: exit %d %q %q", code, out, errOut)
 	}
@@ -170,7 +172,7 @@ func TestSpecStatusEventsCommands(t *testing.T) {
 		{Seq: 2, Type: "xid", Body: []byte(`{"xid":79}`), AtUnixMS: 1_800_000_000_000},
 		{Seq: 1, Type: "boot", Body: []byte(`hello`), AtUnixMS: 1_799_999_999_000},
 	} {
-		if _, err := s.Store().AddEvent("node_a", e, gateway.MaxEvents); err != nil {
+		if _, err := s.Store().AddEvent("node_a", e, fleet.MaxEvents); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -182,7 +184,7 @@ func TestSpecStatusEventsCommands(t *testing.T) {
 	}
 	code, out, _ = run("", "events", "node_a", "--json")
 	lines = strings.Split(strings.TrimSpace(out), "\n")
-	var e gateway.EventView
+	var e adminapi.EventView
 	if code != 0 || len(lines) != 2 || json.Unmarshal([]byte(lines[1]), &e) != nil || e.Seq != 2 || e.Type != "xid" {
 		t.Fatalf("events --json: exit %d\n%s", code, out)
 	}
@@ -196,7 +198,7 @@ func TestSpecStatusEventsCommands(t *testing.T) {
 	go func() {
 		done <- program().Main(fctx, env, []string{"events", "node_a", "--follow", "--json", "--data-dir", dir})
 	}()
-	if _, err := s.Store().AddEvent("node_a", store.Event{Seq: 3, Type: "later"}, gateway.MaxEvents); err != nil {
+	if _, err := s.Store().AddEvent("node_a", store.Event{Seq: 3, Type: "later"}, fleet.MaxEvents); err != nil {
 		t.Fatal(err)
 	}
 	for end := time.Now().Add(5 * time.Second); !strings.Contains(fout.String(), `"later"`); time.Sleep(10 * time.Millisecond) {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/nodespec"
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
 const specUsage = "usage: bcgw spec set NODE --file F | bcgw spec patch NODE --file F | bcgw spec get NODE | " +
@@ -94,7 +94,7 @@ func specCmd(ctx context.Context, env *cli.Env, args []string) int {
 		return cli.Fail(env, prefix, err)
 	}
 	if *asJSON {
-		return printJSON(env, gateway.GenerationView{Generation: gen})
+		return printJSON(env, adminapi.GenerationView{Generation: gen})
 	}
 	fmt.Fprintln(env.Stdout, gen)
 	return 0
@@ -122,7 +122,7 @@ func specSubmit(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, prefix, err)
 	}
-	_, sp, err := gateway.DecodePrepared(b)
+	_, sp, err := adminapi.DecodePrepared(b)
 	if err == nil && sp == nil {
 		err = errors.New("this is a prepared command; send it with bcgw run --submit")
 	}
@@ -141,7 +141,7 @@ func specSubmit(ctx context.Context, env *cli.Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "%s: warning: %s\n", prefix, v.Warning)
 	}
 	if *asJSON {
-		return printJSON(env, gateway.GenerationView{Generation: v.Generation})
+		return printJSON(env, adminapi.GenerationView{Generation: v.Generation})
 	}
 	fmt.Fprintln(env.Stdout, v.Generation)
 	return 0
@@ -217,7 +217,7 @@ func orDash(s string) string {
 }
 
 // writeStatus prints a status view for people.
-func writeStatus(w io.Writer, v gateway.StatusView) {
+func writeStatus(w io.Writer, v adminapi.StatusView) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "node\t%s (%s, site %s)\n", v.Node, v.Role, v.Site)
 	conn := "not connected"
@@ -345,7 +345,7 @@ func events(ctx context.Context, env *cli.Env, args []string) int {
 
 // writeEvents prints events as text lines (with a header first when
 // header is set) or as JSON lines.
-func writeEvents(w io.Writer, evs []gateway.EventView, asJSON, header bool) error {
+func writeEvents(w io.Writer, evs []adminapi.EventView, asJSON, header bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetEscapeHTML(false)

@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/better-compute/bcd/components/base/cli"
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
 // maxEnrollFile bounds an EK public key or EK CA file.
@@ -33,7 +33,7 @@ func tpmCmd(ctx context.Context, env *cli.Env, args []string) int {
 	if code, ok := cli.Parse(fs, env, args[1:], ""); !ok {
 		return code
 	}
-	req := gateway.TPMEnrollRequest{EKPin: *ekPin, Site: *site, Role: *role}
+	req := adminapi.TPMEnrollRequest{EKPin: *ekPin, Site: *site, Role: *role}
 	n := 0
 	for _, f := range []struct {
 		path string

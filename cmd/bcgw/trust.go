@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/better-compute/bcd/components/base/cli"
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/trust/pki"
 )
 
@@ -60,7 +60,7 @@ func trustCmd(ctx context.Context, env *cli.Env, args []string) int {
 		if err != nil {
 			return cli.Fail(env, prefix, fmt.Errorf("--key: %w", err))
 		}
-		spki, err := gateway.ParsePublicKeyPEM(b)
+		spki, err := adminapi.ParsePublicKeyPEM(b)
 		if err != nil {
 			return cli.Fail(env, prefix, fmt.Errorf("--key %s: %w", *key, err))
 		}
@@ -68,7 +68,7 @@ func trustCmd(ctx context.Context, env *cli.Env, args []string) int {
 		if err != nil {
 			return cli.Fail(env, prefix, err)
 		}
-		var ch gateway.TrustChange
+		var ch adminapi.TrustChange
 		if verb == "add-root" {
 			ch, err = c.AddTrustRoot(ctx, spki)
 		} else {
@@ -94,7 +94,7 @@ func trustCmd(ctx context.Context, env *cli.Env, args []string) int {
 }
 
 // writeTrust prints the trust view for people.
-func writeTrust(w io.Writer, v gateway.TrustView) {
+func writeTrust(w io.Writer, v adminapi.TrustView) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "version\t%d\n", v.Version)
 	switch {
@@ -163,11 +163,11 @@ func signCmd(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, "bcgw sign", fmt.Errorf("--in: %w", err))
 	}
-	key, err := gateway.ReadSigningKey(*keyPath)
+	key, err := adminapi.ReadSigningKey(*keyPath)
 	if err != nil {
 		return cli.Fail(env, "bcgw sign", fmt.Errorf("--key: %w", err))
 	}
-	out, what, err := gateway.SignPrepared(key, b)
+	out, what, err := adminapi.SignPrepared(key, b)
 	if err != nil {
 		return cli.Fail(env, "bcgw sign", err)
 	}
@@ -180,7 +180,7 @@ func signCmd(ctx context.Context, env *cli.Env, args []string) int {
 }
 
 // writeApprovers prints the trust bundle's approver set for people.
-func writeApprovers(w io.Writer, a *gateway.ApproversView) {
+func writeApprovers(w io.Writer, a *adminapi.ApproversView) {
 	if a == nil {
 		fmt.Fprintf(w, "\napprovers  none: agents run destructive commands without a batch\n")
 		return
@@ -223,7 +223,7 @@ func approversCmd(ctx context.Context, env *cli.Env, args []string) int {
 			if err != nil {
 				return cli.Fail(env, prefix, fmt.Errorf("--key: %w", err))
 			}
-			if spkis[i], err = gateway.ParseApproverKeyPEM(b); err != nil {
+			if spkis[i], err = adminapi.ParseApproverKeyPEM(b); err != nil {
 				return cli.Fail(env, prefix, fmt.Errorf("--key %s: %w", k, err))
 			}
 		}
@@ -239,7 +239,7 @@ func approversCmd(ctx context.Context, env *cli.Env, args []string) int {
 		if v.Approvers != nil {
 			held = v.Approvers.Epoch
 		}
-		set, err := gateway.ProposeApprovers(held, *epoch, *threshold, spkis)
+		set, err := adminapi.ProposeApprovers(held, *epoch, *threshold, spkis)
 		if err != nil {
 			return cli.Fail(env, prefix, err)
 		}
@@ -264,11 +264,11 @@ func approversCmd(ctx context.Context, env *cli.Env, args []string) int {
 		if err != nil {
 			return cli.Fail(env, prefix, fmt.Errorf("--in: %w", err))
 		}
-		key, err := gateway.ReadSigningKey(*keyPath)
+		key, err := adminapi.ReadSigningKey(*keyPath)
 		if err != nil {
 			return cli.Fail(env, prefix, fmt.Errorf("--key: %w", err))
 		}
-		set, what, err := gateway.EndorseApprovers(key, b)
+		set, what, err := adminapi.EndorseApprovers(key, b)
 		if err != nil {
 			return cli.Fail(env, prefix, err)
 		}
@@ -294,7 +294,7 @@ func approversCmd(ctx context.Context, env *cli.Env, args []string) int {
 		if err != nil {
 			return cli.Fail(env, prefix, fmt.Errorf("--in: %w", err))
 		}
-		set, err := gateway.DecodeApproverSet(b)
+		set, err := adminapi.DecodeApproverSet(b)
 		if err != nil {
 			return cli.Fail(env, prefix, err)
 		}

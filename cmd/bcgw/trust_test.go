@@ -16,6 +16,7 @@ import (
 
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/pki"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -74,7 +75,7 @@ func TestTrustCommands(t *testing.T) {
 		t.Fatalf("add-root again: exit %d %q %q", code, out, errOut)
 	}
 	code, out, _ = run("trust", "show", "--json")
-	var v gateway.TrustView
+	var v adminapi.TrustView
 	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Version != 2 || len(v.Roots) != 2 || !v.OwnKeyIsRoot {
 		t.Fatalf("trust show --json: exit %d %s", code, out)
 	}
@@ -107,7 +108,7 @@ func TestTrustCommands(t *testing.T) {
 		}
 		noKeyIn(t, strings.Join(tt.args, " "), out+errOut, keyPEM)
 	}
-	if v, _ := gateway.NewAdminClient(dir, "", "").Trust(ctx); v.Version != 3 {
+	if v, _ := adminapi.NewClient(dir, "", "").Trust(ctx); v.Version != 3 {
 		t.Errorf("version %d after refusals, want 3", v.Version)
 	}
 }
@@ -148,7 +149,7 @@ func TestExternalSigning(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("run --prepare: exit %d %s", code, errOut)
 	}
-	var pc gateway.PreparedCommand
+	var pc adminapi.PreparedCommand
 	if json.Unmarshal([]byte(prepared), &pc) != nil || pc.NodeID != "node_a" || pc.Kind != "agent.ping" || len(pc.Signature) != 0 {
 		t.Fatalf("prepared command %s", prepared)
 	}
@@ -166,7 +167,7 @@ func TestExternalSigning(t *testing.T) {
 		t.Fatalf("sign from stdin: exit %d %q", code, errOut)
 	}
 	code, out, errOut := run("", "run", "--submit", file("signed.json", signed))
-	var view gateway.CommandView
+	var view adminapi.CommandView
 	if code != 0 || json.Unmarshal([]byte(out), &view) != nil || view.ID != pc.ID || !view.Signed || errOut != "" {
 		t.Fatalf("run --submit: exit %d %q %q", code, out, errOut)
 	}
@@ -182,7 +183,7 @@ func TestExternalSigning(t *testing.T) {
 	// An unsigned prepared command is sent unsigned, with a warning.
 	_, prepared2, _ := run("", "run", "node_a", "agent.ping", "--prepare")
 	code, out, errOut = run("", "run", "--submit", file("unsigned.json", prepared2))
-	view = gateway.CommandView{}
+	view = adminapi.CommandView{}
 	if code != 0 || !strings.Contains(errOut, "UNSIGNED") || json.Unmarshal([]byte(out), &view) != nil || view.Signed {
 		t.Fatalf("unsigned submit: exit %d %q %q", code, out, errOut)
 	}
@@ -207,7 +208,7 @@ func TestExternalSigning(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("spec prepare: exit %d %s", code, errOut)
 	}
-	var ps gateway.PreparedSpec
+	var ps adminapi.PreparedSpec
 	if json.Unmarshal([]byte(preparedSpec), &ps) != nil || ps.Node != "node_a" || ps.Generation != 1 || ps.Patch {
 		t.Fatalf("prepared spec %s", preparedSpec)
 	}

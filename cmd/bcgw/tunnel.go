@@ -14,6 +14,7 @@ import (
 
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/trust/ticket"
 )
 
@@ -48,7 +49,7 @@ func tunnelCmd(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, "bcgw tunnel", err)
 	}
-	conn, _, err := c.Tunnel(ctx, pos[0], gateway.TunnelRequest{Kind: kind, Account: *account, TTL: *ttl})
+	conn, _, err := c.Tunnel(ctx, pos[0], adminapi.TunnelRequest{Kind: kind, Account: *account, TTL: *ttl})
 	if err != nil {
 		return cli.Fail(env, "bcgw tunnel", err)
 	}
@@ -72,21 +73,21 @@ type frameWriter struct {
 func (f *frameWriter) frame(typ byte, p []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return gateway.WriteTunnelFrame(f.w, typ, p)
+	return adminapi.WriteTunnelFrame(f.w, typ, p)
 }
 
 // copyFrames sends r as data frames, then a close frame at its end.
 func copyFrames(fw *frameWriter, r io.Reader) {
-	buf := make([]byte, gateway.MaxTunnelFrame)
+	buf := make([]byte, adminapi.MaxTunnelFrame)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			if fw.frame(gateway.TunnelFrameData, buf[:n]) != nil {
+			if fw.frame(adminapi.TunnelFrameData, buf[:n]) != nil {
 				return
 			}
 		}
 		if err != nil {
-			_ = fw.frame(gateway.TunnelFrameClose, nil)
+			_ = fw.frame(adminapi.TunnelFrameClose, nil)
 			return
 		}
 	}
@@ -113,7 +114,7 @@ func console(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, "bcgw console", err)
 	}
-	conn, _, err := c.Tunnel(ctx, pos[0], gateway.TunnelRequest{Kind: ticket.KindConsole, Account: *account, TTL: *ttl})
+	conn, _, err := c.Tunnel(ctx, pos[0], adminapi.TunnelRequest{Kind: ticket.KindConsole, Account: *account, TTL: *ttl})
 	if err != nil {
 		return cli.Fail(env, "bcgw console", err)
 	}
@@ -132,7 +133,7 @@ func console(ctx context.Context, env *cli.Env, args []string) int {
 					var p [4]byte
 					binary.BigEndian.PutUint16(p[:], ws.Row)
 					binary.BigEndian.PutUint16(p[2:], ws.Col)
-					_ = fw.frame(gateway.TunnelFrameResize, p[:])
+					_ = fw.frame(adminapi.TunnelFrameResize, p[:])
 				}
 			}
 			resize()

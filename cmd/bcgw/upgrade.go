@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/base/cli"
-	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	relmanifest "github.com/better-compute/bcd/components/trust/release"
 )
 
@@ -57,7 +57,7 @@ func publish(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, "bcgw release publish", err)
 	}
-	req := gateway.PublishRequest{Doc: doc}
+	req := adminapi.PublishRequest{Doc: doc}
 	for _, f := range arts {
 		sum, err := c.UploadArtifact(ctx, f)
 		if err != nil {
@@ -106,7 +106,7 @@ func expiryWarning(version string, expires, now time.Time) string {
 // each with its expiry; a warning for each expired or expiring within a
 // week.
 func releaseList(ctx context.Context, env *cli.Env, args []string) int {
-	rs, asJSON, code, ok := fetchView(ctx, env, args, "release list", (*gateway.AdminClient).Releases)
+	rs, asJSON, code, ok := fetchView(ctx, env, args, "release list", (*adminapi.Client).Releases)
 	if !ok {
 		return code
 	}
@@ -176,10 +176,10 @@ func upgrade(ctx context.Context, env *cli.Env, args []string) int {
 		slices.Sort(targets)
 	}
 	body, _ := json.Marshal(relmanifest.UpgradeBody{Release: doc})
-	var cmds []gateway.CommandView
+	var cmds []adminapi.CommandView
 	failed := 0
 	for _, id := range targets {
-		cmd, err := c.Send(ctx, gateway.CommandRequest{Node: id, Kind: relmanifest.UpgradeKind, Body: body, DeadlineSeconds: int(timeout.Seconds())})
+		cmd, err := c.Send(ctx, adminapi.CommandRequest{Node: id, Kind: relmanifest.UpgradeKind, Body: body, DeadlineSeconds: int(timeout.Seconds())})
 		if err != nil {
 			fmt.Fprintf(env.Stderr, "bcgw upgrade: %s: %v\n", id, err)
 			failed++
@@ -222,7 +222,7 @@ func upgrade(ctx context.Context, env *cli.Env, args []string) int {
 // upgradeLine is bcgw status's line for the node's latest daemon.upgrade
 // (the gateway keeps it): the command's state, its progress while it
 // runs, its result when done.
-func upgradeLine(u *gateway.UpgradeView) string {
+func upgradeLine(u *adminapi.UpgradeView) string {
 	if u == nil {
 		return ""
 	}

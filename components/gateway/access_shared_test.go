@@ -11,6 +11,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
 // Two gateways on one database signing SSH user certificates at once
@@ -43,7 +44,7 @@ func TestSSHSerialsAcrossGateways(t *testing.T) {
 			if i%2 == 1 {
 				g = g2
 			}
-			v, err := g.s.SSHSign(gateway.SSHSignRequest{Principal: "node_a:ops", PublicKey: line})
+			v, err := g.s.SSHSign(adminapi.SSHSignRequest{Principal: "node_a:ops", PublicKey: line})
 			if err != nil {
 				t.Error(err)
 				return

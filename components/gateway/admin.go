@@ -16,127 +16,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/identity"
-	"github.com/better-compute/bcd/components/trust/quorum"
 )
-
-// AdminSocket is the admin API's unix socket under the data directory
-// (0600: only the account that runs bcgw may use it).
-const AdminSocket = "admin.sock"
-
-// AdminTokenFile holds the bearer token of the loopback admin listener.
-const AdminTokenFile = "admin.token"
-
-// NodeView is a node as the admin API lists it.
-type NodeView struct {
-	ID       string `json:"id"`
-	Role     string `json:"role"`
-	Site     string `json:"site"`
-	Hostname string `json:"hostname"`
-	// Connected is true while a gateway holds the node's session: this
-	// one, or on a shared database the one Gateway names.
-	Connected bool      `json:"connected"`
-	Gateway   string    `json:"gateway,omitempty"`
-	BootLease bool      `json:"boot_lease,omitempty"` // a site agent holding its site's boot lease
-	Epoch     uint64    `json:"epoch"`
-	Revoked   bool      `json:"revoked"`
-	LastSeen  time.Time `json:"last_seen"`
-	NotAfter  time.Time `json:"not_after"`
-	AK        string    `json:"ak,omitempty"` // the TPM name (hex) of the AK a tpm join proved
-}
-
-// TokenRequest asks for a join token.
-type TokenRequest struct {
-	Role       string `json:"role"`
-	Site       string `json:"site"`
-	Uses       int    `json:"uses"`
-	TTLSeconds int    `json:"ttl_seconds"`
-	// NodeID makes a provisioned token (role node, one use): the OS that
-	// joins with it (`bcd join --node-id`) becomes that node.
-	NodeID string `json:"node_id,omitempty"`
-}
-
-// TokenResponse carries a new token, shown once.
-type TokenResponse struct {
-	Token     string    `json:"token"`
-	ID        string    `json:"id"`
-	ExpiresAt time.Time `json:"expires_at,omitzero"`
-}
-
-// CommandRequest sends a command.
-type CommandRequest struct {
-	Node            string          `json:"node"`
-	Kind            string          `json:"kind"`
-	Body            json.RawMessage `json:"body,omitempty"`
-	DeadlineSeconds int             `json:"deadline_seconds"`
-	// UserData is deploy.image's user data (cloud-init NoCloud or
-	// Ignition): a secret bound to the command, fetched by the ramdisk
-	// with a SecretRequest, never part of the body.
-	UserData []byte `json:"user_data,omitempty"`
-	// SecretHeaders are site.httpProxy's secret header values by name
-	// (a BMC's Authorization): secrets bound to the command, fetched by
-	// the site agent, never part of the body.
-	SecretHeaders map[string]string `json:"secret_headers,omitempty"`
-}
-
-// CommandView is a command and its result as the admin API shows it.
-type CommandView struct {
-	ID       string          `json:"id"`
-	Node     string          `json:"node"`
-	Kind     string          `json:"kind"`
-	State    string          `json:"state"`
-	Status   string          `json:"status,omitempty"`
-	Output   json.RawMessage `json:"output,omitempty"`
-	Error    string          `json:"error,omitempty"`
-	Deadline time.Time       `json:"deadline"`
-	// ResultCopies is how many copies of the result arrived (re-sends
-	// until acked); the first one is the result.
-	ResultCopies int `json:"result_copies,omitempty"`
-	// Progress is the agent's latest CommandProgress of a running
-	// command (JSON of the kind's own shape), and when it came.
-	Progress   json.RawMessage `json:"progress,omitempty"`
-	ProgressAt *time.Time      `json:"progress_at,omitempty"`
-	// Signed: the command carries a signature (bcgw's own, or the one it
-	// was submitted with).
-	Signed bool `json:"signed,omitempty"`
-	// Batch is the command's place in a batch (bcgw batch submit).
-	Batch *CommandBatch `json:"batch,omitempty"`
-	// Attested: the node key signed this result (a destructive kind's
-	// SUCCEEDED result), and the signature verified; Attestation is it.
-	Attested    bool   `json:"attested,omitempty"`
-	Attestation []byte `json:"attestation,omitempty"`
-	// Warning, in the answer to a sent or submitted command, says why
-	// agents that hold the current trust bundle will refuse it.
-	Warning string `json:"warning,omitempty"`
-}
-
-// CommandBatch is a command's place in a batch: the batch id and the
-// command's leaf index.
-type CommandBatch struct {
-	ID    string `json:"id"`
-	Index uint32 `json:"index"`
-}
-
-func viewCommand(c store.Command) CommandView {
-	v := CommandView{ID: c.ID, Node: c.NodeID, Kind: c.Kind, State: c.State, Deadline: time.UnixMilli(c.DeadlineMS).UTC(), ResultCopies: c.ResultCopies,
-		Signed: len(c.Signature) > 0}
-	if b := c.Batch; b != nil {
-		h, _ := quorum.DecodeHeader(b.Header) // checked when it was submitted
-		v.Batch = &CommandBatch{ID: h.BatchID, Index: b.Index}
-	}
-	if r := c.Result; r != nil {
-		v.Status, v.Error = r.Status, r.Error
-		v.Attested, v.Attestation = len(r.Attestation) > 0, r.Attestation
-		if json.Valid(r.Output) {
-			v.Output = r.Output
-		} else if len(r.Output) > 0 {
-			b, _ := json.Marshal(string(r.Output))
-			v.Output = b
-		}
-	}
-	return v
-}
 
 func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 	mux := http.NewServeMux()
@@ -187,7 +71,7 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 			adminErr(w, errCode(err, http.StatusInternalServerError), err)
 			return
 		}
-		writeJSON(w, viewCommand(c))
+		writeJSON(w, fleet.ViewCommand(c))
 	})
 	mux.HandleFunc("GET /v1/well-known", func(w http.ResponseWriter, r *http.Request) {
 		d, err := s.WellKnown()
@@ -198,7 +82,7 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 		writeJSON(w, d)
 	})
 	var lns []net.Listener
-	ul, err := listenPrivate(filepath.Join(s.cfg.DataDir, AdminSocket), s.cfg.boundAside)
+	ul, err := listenPrivate(filepath.Join(s.cfg.DataDir, adminapi.AdminSocket), s.cfg.boundAside)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -210,8 +94,8 @@ func (s *Server) adminListeners() (*http.Server, []net.Listener, error) {
 			ul.Close()
 			return nil, nil, fmt.Errorf("--admin-listen must be a loopback address")
 		}
-		bearer = randomID(24)
-		if err := identity.WriteFileAtomic(filepath.Join(s.cfg.DataDir, AdminTokenFile), []byte(bearer+"\n"), 0o600); err != nil {
+		bearer = fleet.RandomID(24)
+		if err := identity.WriteFileAtomic(filepath.Join(s.cfg.DataDir, adminapi.AdminTokenFile), []byte(bearer+"\n"), 0o600); err != nil {
 			ul.Close()
 			return nil, nil, err
 		}
@@ -345,7 +229,7 @@ func decodeBody(r *http.Request, v any) error {
 }
 
 func (s *Server) adminToken(w http.ResponseWriter, r *http.Request) {
-	var req TokenRequest
+	var req adminapi.TokenRequest
 	if err := decodeBody(r, &req); err != nil {
 		adminErr(w, http.StatusBadRequest, err)
 		return
@@ -366,7 +250,7 @@ func (s *Server) adminToken(w http.ResponseWriter, r *http.Request) {
 		adminErr(w, http.StatusBadRequest, err)
 		return
 	}
-	writeJSON(w, TokenResponse{Token: tok, ID: rec.ID, ExpiresAt: rec.ExpiresAt})
+	writeJSON(w, adminapi.TokenResponse{Token: tok, ID: rec.ID, ExpiresAt: rec.ExpiresAt})
 }
 
 func (s *Server) adminNodes(w http.ResponseWriter, r *http.Request) {
@@ -375,11 +259,11 @@ func (s *Server) adminNodes(w http.ResponseWriter, r *http.Request) {
 		adminErr(w, http.StatusInternalServerError, err)
 		return
 	}
-	out := make([]NodeView, 0, len(nodes))
+	out := make([]adminapi.NodeView, 0, len(nodes))
 	for _, n := range nodes {
-		on, connected := s.sessionOn(n)
-		out = append(out, NodeView{ID: n.ID, Role: n.Role, Site: n.Site, Hostname: n.Hostname, Connected: connected, Gateway: on,
-			BootLease: n.Role == "site" && s.leases.holder(n.Site, s.now()) == n.ID,
+		on, connected := s.SessionOn(n)
+		out = append(out, adminapi.NodeView{ID: n.ID, Role: n.Role, Site: n.Site, Hostname: n.Hostname, Connected: connected, Gateway: on,
+			BootLease: n.Role == "site" && s.BootLeaseHolder(n.Site) == n.ID,
 			Epoch:     n.Epoch, Revoked: n.Revoked, LastSeen: n.LastSeen, NotAfter: n.NotAfter, AK: n.AK})
 	}
 	writeJSON(w, out)
@@ -394,7 +278,7 @@ func (s *Server) adminRevoke(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) adminSend(w http.ResponseWriter, r *http.Request) {
-	var req CommandRequest
+	var req adminapi.CommandRequest
 	if err := decodeBody(r, &req); err != nil {
 		adminErr(w, http.StatusBadRequest, err)
 		return
@@ -413,8 +297,8 @@ func (s *Server) adminSend(w http.ResponseWriter, r *http.Request) {
 		adminErr(w, errCode(err, http.StatusBadRequest), err)
 		return
 	}
-	v := viewCommand(c)
-	v.Warning = s.unbatchedWarning(c.Kind)
+	v := fleet.ViewCommand(c)
+	v.Warning = s.UnbatchedWarning(c.Kind)
 	writeJSON(w, v)
 }
 
@@ -427,10 +311,10 @@ func commandSecrets(kind string, userData []byte, headers map[string]string) (ma
 		if kind != "deploy.image" {
 			return nil, errors.New("user data goes with deploy.image only")
 		}
-		if len(userData) > MaxUserData {
-			return nil, fmt.Errorf("user data is larger than %d bytes", MaxUserData)
+		if len(userData) > fleet.MaxUserData {
+			return nil, fmt.Errorf("user data is larger than %d bytes", fleet.MaxUserData)
 		}
-		out[SecretUserData] = userData
+		out[fleet.SecretUserData] = userData
 	}
 	if len(headers) > 0 && kind != "site.httpProxy" {
 		return nil, errors.New("secret headers go with site.httpProxy only")
@@ -445,7 +329,7 @@ func commandSecrets(kind string, userData []byte, headers map[string]string) (ma
 		if len(v) > 8192 || strings.ContainsAny(v, "\r\n\x00") {
 			return nil, fmt.Errorf("secret header %s: the value has a line break or NUL, or is over 8 KiB", http.CanonicalHeaderKey(name))
 		}
-		out[SecretHTTPHeader+http.CanonicalHeaderKey(name)] = []byte(v)
+		out[fleet.SecretHTTPHeader+http.CanonicalHeaderKey(name)] = []byte(v)
 	}
 	if len(out) == 0 {
 		return nil, nil
@@ -466,7 +350,7 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 	end := time.Now().Add(time.Duration(min(max(wait, 0), 600)) * time.Second)
 	for {
 		// Registered before the read, so a result stored in between wakes it.
-		woke, cancel := s.waitResult(id)
+		woke, cancel := s.WaitResult(id)
 		c, err := s.store.Command(id)
 		if err != nil {
 			cancel()
@@ -476,7 +360,7 @@ func (s *Server) adminCommand(w http.ResponseWriter, r *http.Request) {
 		left := time.Until(end)
 		if c.State == store.StateDone || left <= 0 {
 			cancel()
-			writeJSON(w, s.withProgress(viewCommand(c)))
+			writeJSON(w, s.WithProgress(fleet.ViewCommand(c)))
 			return
 		}
 		select {

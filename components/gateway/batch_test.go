@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/trust/bundle"
 	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/pki"
@@ -44,11 +45,11 @@ func spkisOf(t *testing.T, ks ...crypto.Signer) [][]byte {
 
 // endorse runs an approver set file through EndorseApprovers with each
 // key, as it travels between the approvers' machines.
-func endorse(t *testing.T, set gateway.ApproverSet, ks ...crypto.Signer) gateway.ApproverSet {
+func endorse(t *testing.T, set adminapi.ApproverSet, ks ...crypto.Signer) adminapi.ApproverSet {
 	t.Helper()
 	for _, k := range ks {
 		var err error
-		if set, _, err = gateway.EndorseApprovers(k, reindent(t, set)); err != nil {
+		if set, _, err = adminapi.EndorseApprovers(k, reindent(t, set)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -65,7 +66,7 @@ func TestApproverSet(t *testing.T) {
 	g := startGateway(t, gateway.Config{DataDir: dir})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ac := gateway.NewAdminClient(dir, "", "")
+	ac := adminapi.NewClient(dir, "", "")
 	a := g.join(t)
 	_, st := g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	// An agent's held bundle, fed every bundle the gateway makes.
@@ -88,11 +89,11 @@ func TestApproverSet(t *testing.T) {
 	if v.Approvers != nil {
 		t.Fatalf("a fresh bundle has approvers %+v", v.Approvers)
 	}
-	first, err := gateway.ProposeApprovers(0, 0, 2, spkisOf(t, A, B, C))
+	first, err := adminapi.ProposeApprovers(0, 0, 2, spkisOf(t, A, B, C))
 	if err != nil || first.Epoch != 1 || first.Threshold != 2 || len(first.Keys) != 3 || first.Endorsements == nil {
 		t.Fatalf("propose: %+v %v", first, err)
 	}
-	back, err := gateway.DecodeApproverSet(reindent(t, first))
+	back, err := adminapi.DecodeApproverSet(reindent(t, first))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestApproverSet(t *testing.T) {
 
 	// Epoch 2, endorsed by one of the held threshold of two: stored, with a
 	// warning; the agent keeps epoch 1.
-	next, err := gateway.ProposeApprovers(1, 0, 1, spkisOf(t, D, E))
+	next, err := adminapi.ProposeApprovers(1, 0, 1, spkisOf(t, D, E))
 	if err != nil || next.Epoch != 2 {
 		t.Fatalf("propose epoch 2: %+v %v", next, err)
 	}
@@ -160,7 +161,7 @@ func TestApproverSet(t *testing.T) {
 		t.Errorf("the agent holds %+v, want epoch 2", h)
 	}
 	// A set at an epoch not above the held one: stored, with a warning.
-	ch, err = g.s.SetApprovers(endorse(t, gateway.ApproverSet{Epoch: 2, Threshold: 1, Keys: spkisOf(t, A)}, D))
+	ch, err = g.s.SetApprovers(endorse(t, adminapi.ApproverSet{Epoch: 2, Threshold: 1, Keys: spkisOf(t, A)}, D))
 	if err != nil || !strings.Contains(ch.Warning, "is not above the held epoch 2") {
 		t.Errorf("a set at the held epoch: %+v %v", ch, err)
 	}
@@ -168,10 +169,10 @@ func TestApproverSet(t *testing.T) {
 	// Refusals: propose at the held epoch, a threshold above the keys, a
 	// key twice, a key of another curve, a non-canonical key, a malformed
 	// endorsement, an unknown field.
-	if _, err := gateway.ProposeApprovers(2, 2, 1, spkisOf(t, A)); err == nil || !strings.Contains(err.Error(), "not above") {
+	if _, err := adminapi.ProposeApprovers(2, 2, 1, spkisOf(t, A)); err == nil || !strings.Contains(err.Error(), "not above") {
 		t.Errorf("propose at the held epoch: %v", err)
 	}
-	for name, set := range map[string]gateway.ApproverSet{
+	for name, set := range map[string]adminapi.ApproverSet{
 		"threshold above the keys": {Epoch: 3, Threshold: 2, Keys: spkisOf(t, A)},
 		"threshold 0":              {Epoch: 3, Threshold: 0, Keys: spkisOf(t, A)},
 		"a key twice":              {Epoch: 3, Threshold: 1, Keys: spkisOf(t, A, A)},
@@ -180,14 +181,14 @@ func TestApproverSet(t *testing.T) {
 		"garbage key":              {Epoch: 3, Threshold: 1, Keys: [][]byte{[]byte("x")}},
 		"short endorsement":        {Epoch: 3, Threshold: 1, Keys: spkisOf(t, A), Endorsements: [][]byte{[]byte("x")}},
 	} {
-		if _, err := gateway.DecodeApproverSet(reindent(t, set)); err == nil {
+		if _, err := adminapi.DecodeApproverSet(reindent(t, set)); err == nil {
 			t.Errorf("%s: decoded", name)
 		}
 		if _, err := g.s.SetApprovers(set); err == nil {
 			t.Errorf("%s: set", name)
 		}
 	}
-	if _, err := gateway.DecodeApproverSet([]byte(`{"epoch":3,"threshold":1,"keys":[],"endorsements":[],"extra":1}`)); err == nil || !strings.Contains(err.Error(), "unknown field") {
+	if _, err := adminapi.DecodeApproverSet([]byte(`{"epoch":3,"threshold":1,"keys":[],"endorsements":[],"extra":1}`)); err == nil || !strings.Contains(err.Error(), "unknown field") {
 		t.Errorf("an unknown field: %v", err)
 	}
 	if v, _ := g.s.Trust(); v.Version != 5 {
@@ -218,11 +219,11 @@ func equalBytes(a, b [][]byte) bool {
 }
 
 // approve runs a batch file through ApproveBatch with each key.
-func approve(t *testing.T, bf gateway.BatchFile, ks ...crypto.Signer) gateway.BatchFile {
+func approve(t *testing.T, bf adminapi.BatchFile, ks ...crypto.Signer) adminapi.BatchFile {
 	t.Helper()
 	for _, k := range ks {
 		var err error
-		if bf, err = gateway.ApproveBatch(k, reindent(t, bf), time.Now()); err != nil {
+		if bf, err = adminapi.ApproveBatch(k, reindent(t, bf), time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -240,7 +241,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	g := startGateway(t, gateway.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ac := gateway.NewAdminClient(g.dir, "", "")
+	ac := adminapi.NewClient(g.dir, "", "")
 	ks := newKeys(t, 4)
 	A, B, C, stranger := ks[0], ks[1], ks[2], ks[3]
 	ext, _ := pki.GenerateKey()
@@ -252,7 +253,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	// Before the bundle names approvers, a batch goes out with a warning
 	// that agents do not check it.
 	p0, _ := g.s.PrepareCommand(a.NodeID, "agent.ping", nil, time.Hour)
-	bf, err := gateway.BuildBatch("early", []gateway.PreparedCommand{p0}, time.Now().Add(time.Hour), time.Now())
+	bf, err := adminapi.BuildBatch("early", []adminapi.PreparedCommand{p0}, time.Now().Add(time.Hour), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func TestBatchRoundTrip(t *testing.T) {
 		t.Fatalf("a batch without approvers: %+v %v", v, err)
 	}
 
-	set, _ := gateway.ProposeApprovers(0, 0, 2, spkisOf(t, A, B, C))
+	set, _ := adminapi.ProposeApprovers(0, 0, 2, spkisOf(t, A, B, C))
 	if _, err := g.s.SetApprovers(set); err != nil {
 		t.Fatal(err)
 	}
@@ -280,14 +281,14 @@ func TestBatchRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	reboot, _ := g.s.PrepareCommand(a.NodeID, "node.reboot", nil, time.Hour)
-	signed, _, err := gateway.SignPrepared(ext, reindent(t, reboot))
+	signed, _, err := adminapi.SignPrepared(ext, reindent(t, reboot))
 	if err != nil {
 		t.Fatal(err)
 	}
-	reboot = *signed.(*gateway.PreparedCommand)
+	reboot = *signed.(*adminapi.PreparedCommand)
 	ping, _ := g.s.PrepareCommand(a.NodeID, "agent.ping", nil, time.Hour)
-	cmds := []gateway.PreparedCommand{wipe, reboot, ping}
-	bf, err = gateway.BuildBatch("wipe-2026-11-29", cmds, time.Now().Add(time.Hour), time.Now())
+	cmds := []adminapi.PreparedCommand{wipe, reboot, ping}
+	bf, err = adminapi.BuildBatch("wipe-2026-11-29", cmds, time.Now().Add(time.Hour), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +309,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	if again := approve(t, approved, A); len(again.Approvals) != 2 {
 		t.Errorf("approving twice with one key: %d approvals", len(again.Approvals))
 	}
-	file, err := gateway.DecodeBatch(reindent(t, approved))
+	file, err := adminapi.DecodeBatch(reindent(t, approved))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,14 +373,14 @@ func TestBatchRoundTrip(t *testing.T) {
 
 	// A destructive command outside a batch is sent, with a warning; one
 	// that is not destructive has none.
-	if v, err := ac.Send(ctx, gateway.CommandRequest{Node: a.NodeID, Kind: "gpu.reset"}); err != nil || !strings.Contains(v.Warning, "without an approved batch leaf") {
+	if v, err := ac.Send(ctx, adminapi.CommandRequest{Node: a.NodeID, Kind: "gpu.reset"}); err != nil || !strings.Contains(v.Warning, "without an approved batch leaf") {
 		t.Errorf("an unbatched gpu.reset: %+v %v", v, err)
 	}
-	if v, err := ac.Send(ctx, gateway.CommandRequest{Node: a.NodeID, Kind: "agent.ping"}); err != nil || v.Warning != "" {
+	if v, err := ac.Send(ctx, adminapi.CommandRequest{Node: a.NodeID, Kind: "agent.ping"}); err != nil || v.Warning != "" {
 		t.Errorf("agent.ping: %+v %v", v, err)
 	}
 	un, _ := g.s.PrepareCommand(a.NodeID, "bmc.power", nil, time.Hour)
-	if v, err := ac.SubmitCommand(ctx, gateway.SubmitCommandRequest{Command: un}); err != nil || !strings.Contains(v.Warning, "UNSIGNED") ||
+	if v, err := ac.SubmitCommand(ctx, adminapi.SubmitCommandRequest{Command: un}); err != nil || !strings.Contains(v.Warning, "UNSIGNED") ||
 		!strings.Contains(v.Warning, "without an approved batch leaf") {
 		t.Errorf("an unbatched, unsigned bmc.power: %+v %v", v, err)
 	}
@@ -395,7 +396,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	// the destructive kinds only.
 	w2, _ := g.s.PrepareCommand(a.NodeID, "disk.wipe", []byte(`{}`), time.Hour)
 	p2, _ := g.s.PrepareCommand(a.NodeID, "agent.ping", nil, time.Hour)
-	bf2, _ := gateway.BuildBatch("under", []gateway.PreparedCommand{w2, p2}, time.Now().Add(time.Hour), time.Now())
+	bf2, _ := adminapi.BuildBatch("under", []adminapi.PreparedCommand{w2, p2}, time.Now().Add(time.Hour), time.Now())
 	v, err = ac.SubmitBatch(ctx, approve(t, bf2, A, stranger))
 	if err != nil || len(v.Commands) != 2 || !strings.Contains(v.Commands[0].Warning, "BATCH_UNAPPROVED") ||
 		!strings.Contains(v.Commands[0].Warning, "has 1 valid approvals") || v.Commands[1].Warning != "" {
@@ -408,10 +409,10 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 
 	// Malformed and tampered files.
-	fresh := func() gateway.BatchFile {
+	fresh := func() adminapi.BatchFile {
 		c1, _ := g.s.PrepareCommand(a.NodeID, "disk.wipe", []byte(`{"devices":["/dev/sdb"]}`), time.Hour)
 		c2, _ := g.s.PrepareCommand(a.NodeID, "node.reboot", nil, time.Hour)
-		bf, err := gateway.BuildBatch("t", []gateway.PreparedCommand{c1, c2}, time.Now().Add(time.Hour), time.Now())
+		bf, err := adminapi.BuildBatch("t", []adminapi.PreparedCommand{c1, c2}, time.Now().Add(time.Hour), time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -419,27 +420,27 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name string
-		edit func(bf *gateway.BatchFile)
+		edit func(bf *adminapi.BatchFile)
 		want string
 	}{
-		{"a body edited", func(bf *gateway.BatchFile) { bf.Commands[0].Body = json.RawMessage(`{"devices":["/dev/sda"]}`) }, "is not leaf 0 of batch t"},
-		{"a node edited", func(bf *gateway.BatchFile) { bf.Commands[1].NodeID = "node_other" }, "is not leaf 1 of batch t"},
-		{"commands swapped", func(bf *gateway.BatchFile) { bf.Commands[0], bf.Commands[1] = bf.Commands[1], bf.Commands[0] }, "is not leaf 0"},
-		{"a proof edited", func(bf *gateway.BatchFile) { bf.Proofs[0][0] = bytes.Repeat([]byte{1}, 32) }, "is not leaf 0"},
-		{"a command dropped", func(bf *gateway.BatchFile) { bf.Commands = bf.Commands[:1] }, "the header counts 2 commands; the file has 1"},
-		{"a proof dropped", func(bf *gateway.BatchFile) { bf.Proofs = bf.Proofs[:1] }, "the file has 1 proofs"},
-		{"header_view edited", func(bf *gateway.BatchFile) { bf.HeaderView.NotAfter = bf.HeaderView.NotAfter.Add(time.Hour) }, "header_view does not say"},
-		{"header edited", func(bf *gateway.BatchFile) { bf.Header = []byte(`{"v":1}`) }, "batch header"},
-		{"a short approval", func(bf *gateway.BatchFile) { bf.Approvals[0] = []byte("x") }, "approval 0 is 1 bytes"},
-		{"a command twice", func(bf *gateway.BatchFile) { bf.Commands[1] = bf.Commands[0] }, "again"},
-		{"a bad command", func(bf *gateway.BatchFile) { bf.Commands[0].ID = "cmd_x" }, "command 0: id"},
+		{"a body edited", func(bf *adminapi.BatchFile) { bf.Commands[0].Body = json.RawMessage(`{"devices":["/dev/sda"]}`) }, "is not leaf 0 of batch t"},
+		{"a node edited", func(bf *adminapi.BatchFile) { bf.Commands[1].NodeID = "node_other" }, "is not leaf 1 of batch t"},
+		{"commands swapped", func(bf *adminapi.BatchFile) { bf.Commands[0], bf.Commands[1] = bf.Commands[1], bf.Commands[0] }, "is not leaf 0"},
+		{"a proof edited", func(bf *adminapi.BatchFile) { bf.Proofs[0][0] = bytes.Repeat([]byte{1}, 32) }, "is not leaf 0"},
+		{"a command dropped", func(bf *adminapi.BatchFile) { bf.Commands = bf.Commands[:1] }, "the header counts 2 commands; the file has 1"},
+		{"a proof dropped", func(bf *adminapi.BatchFile) { bf.Proofs = bf.Proofs[:1] }, "the file has 1 proofs"},
+		{"header_view edited", func(bf *adminapi.BatchFile) { bf.HeaderView.NotAfter = bf.HeaderView.NotAfter.Add(time.Hour) }, "header_view does not say"},
+		{"header edited", func(bf *adminapi.BatchFile) { bf.Header = []byte(`{"v":1}`) }, "batch header"},
+		{"a short approval", func(bf *adminapi.BatchFile) { bf.Approvals[0] = []byte("x") }, "approval 0 is 1 bytes"},
+		{"a command twice", func(bf *adminapi.BatchFile) { bf.Commands[1] = bf.Commands[0] }, "again"},
+		{"a bad command", func(bf *adminapi.BatchFile) { bf.Commands[0].ID = "cmd_x" }, "command 0: id"},
 	} {
 		bf := fresh()
 		tt.edit(&bf)
-		if _, err := gateway.DecodeBatch(reindent(t, bf)); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := adminapi.DecodeBatch(reindent(t, bf)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: DecodeBatch: %v, want %q", tt.name, err, tt.want)
 		}
-		if _, err := gateway.ApproveBatch(C, reindent(t, bf), time.Now()); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := adminapi.ApproveBatch(C, reindent(t, bf), time.Now()); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: ApproveBatch: %v, want %q", tt.name, err, tt.want)
 		}
 		if _, err := ac.SubmitBatch(ctx, bf); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -447,17 +448,17 @@ func TestBatchRoundTrip(t *testing.T) {
 		}
 	}
 	for name, b := range map[string]string{"not JSON": "{", "unknown field": `{"header":"","extra":1}`, "a prepared command": string(reindent(t, p0))} {
-		if _, err := gateway.DecodeBatch([]byte(b)); err == nil || !strings.Contains(err.Error(), "not a batch file") {
+		if _, err := adminapi.DecodeBatch([]byte(b)); err == nil || !strings.Contains(err.Error(), "not a batch file") {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
 	// Expired: approve and submit refuse it.
 	old := fresh()
-	if _, err := gateway.ApproveBatch(C, reindent(t, old), time.Now().Add(2*time.Hour)); err == nil || !strings.Contains(err.Error(), "expired") {
+	if _, err := adminapi.ApproveBatch(C, reindent(t, old), time.Now().Add(2*time.Hour)); err == nil || !strings.Contains(err.Error(), "expired") {
 		t.Errorf("approving an expired batch: %v", err)
 	}
 	c3, _ := g.s.PrepareCommand(a.NodeID, "disk.wipe", nil, time.Hour)
-	short, err := gateway.BuildBatch("short", []gateway.PreparedCommand{c3}, time.Now().Add(5*time.Millisecond), time.Now())
+	short, err := adminapi.BuildBatch("short", []adminapi.PreparedCommand{c3}, time.Now().Add(5*time.Millisecond), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +470,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	good, _ := g.s.PrepareCommand(a.NodeID, "disk.wipe", nil, time.Hour)
 	nobody := good
 	nobody.ID, nobody.NodeID = "cmd_aaaaaaaaaaaaaaaaaaaaa", "node_nobody"
-	bf3, _ := gateway.BuildBatch("nobody", []gateway.PreparedCommand{good, nobody}, time.Now().Add(time.Hour), time.Now())
+	bf3, _ := adminapi.BuildBatch("nobody", []adminapi.PreparedCommand{good, nobody}, time.Now().Add(time.Hour), time.Now())
 	if _, err := ac.SubmitBatch(ctx, bf3); err == nil || !strings.Contains(err.Error(), "node_nobody") {
 		t.Errorf("a batch for an unknown node: %v", err)
 	}
@@ -479,27 +480,27 @@ func TestBatchRoundTrip(t *testing.T) {
 	// Build refusals.
 	for name, f := range map[string]func() error{
 		"no id": func() error {
-			_, err := gateway.BuildBatch("", []gateway.PreparedCommand{good}, time.Now().Add(time.Hour), time.Now())
+			_, err := adminapi.BuildBatch("", []adminapi.PreparedCommand{good}, time.Now().Add(time.Hour), time.Now())
 			return err
 		},
 		"bad id": func() error {
-			_, err := gateway.BuildBatch("a/b", []gateway.PreparedCommand{good}, time.Now().Add(time.Hour), time.Now())
+			_, err := adminapi.BuildBatch("a/b", []adminapi.PreparedCommand{good}, time.Now().Add(time.Hour), time.Now())
 			return err
 		},
 		"none": func() error {
-			_, err := gateway.BuildBatch("x", nil, time.Now().Add(time.Hour), time.Now())
+			_, err := adminapi.BuildBatch("x", nil, time.Now().Add(time.Hour), time.Now())
 			return err
 		},
 		"past": func() error {
-			_, err := gateway.BuildBatch("x", []gateway.PreparedCommand{good}, time.Now(), time.Now())
+			_, err := adminapi.BuildBatch("x", []adminapi.PreparedCommand{good}, time.Now(), time.Now())
 			return err
 		},
 		"twice": func() error {
-			_, err := gateway.BuildBatch("x", []gateway.PreparedCommand{good, good}, time.Now().Add(time.Hour), time.Now())
+			_, err := adminapi.BuildBatch("x", []adminapi.PreparedCommand{good, good}, time.Now().Add(time.Hour), time.Now())
 			return err
 		},
 		"a deadline": func() error {
-			_, err := gateway.BuildBatch("x", []gateway.PreparedCommand{good}, time.Now().Add(3*time.Hour), time.Now().Add(2*time.Hour))
+			_, err := adminapi.BuildBatch("x", []adminapi.PreparedCommand{good}, time.Now().Add(3*time.Hour), time.Now().Add(2*time.Hour))
 			return err
 		},
 	} {

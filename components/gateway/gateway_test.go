@@ -26,6 +26,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/transport"
 	"github.com/better-compute/bcd/components/base/backoff"
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/join"
@@ -847,7 +848,7 @@ func TestWellKnownBeforeRun(t *testing.T) {
 
 func TestAdminAPI(t *testing.T) {
 	g := startGateway(t, gateway.Config{})
-	st, err := os.Stat(filepath.Join(g.dir, gateway.AdminSocket))
+	st, err := os.Stat(filepath.Join(g.dir, adminapi.AdminSocket))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -855,15 +856,15 @@ func TestAdminAPI(t *testing.T) {
 		t.Errorf("admin socket mode %v, want a socket with 0600", st.Mode())
 	}
 	ctx := context.Background()
-	ac := gateway.NewAdminClient(g.dir, "", "")
+	ac := adminapi.NewClient(g.dir, "", "")
 
-	if _, err := ac.CreateToken(ctx, gateway.TokenRequest{Role: "admin", Uses: 1}); err == nil {
+	if _, err := ac.CreateToken(ctx, adminapi.TokenRequest{Role: "admin", Uses: 1}); err == nil {
 		t.Error("token for role admin was created")
 	}
-	if _, err := ac.CreateToken(ctx, gateway.TokenRequest{Role: "node", Uses: 0}); err == nil {
+	if _, err := ac.CreateToken(ctx, adminapi.TokenRequest{Role: "node", Uses: 0}); err == nil {
 		t.Error("token with 0 uses was created")
 	}
-	tr, err := ac.CreateToken(ctx, gateway.TokenRequest{Role: "node", Site: "fsn1", Uses: 1, TTLSeconds: 600})
+	tr, err := ac.CreateToken(ctx, adminapi.TokenRequest{Role: "node", Site: "fsn1", Uses: 1, TTLSeconds: 600})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -881,13 +882,13 @@ func TestAdminAPI(t *testing.T) {
 	if len(nodes) != 1 || nodes[0].ID != a.NodeID || nodes[0].Site != "fsn1" || nodes[0].Connected || nodes[0].Revoked {
 		t.Fatalf("nodes %+v, want the one joined node, site fsn1, not connected", nodes)
 	}
-	if _, err := ac.Send(ctx, gateway.CommandRequest{Node: "node_nosuch", Kind: "agent.ping"}); err == nil || !strings.Contains(err.Error(), "not found") {
+	if _, err := ac.Send(ctx, adminapi.CommandRequest{Node: "node_nosuch", Kind: "agent.ping"}); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("send to an unknown node: %v, want not found", err)
 	}
-	if _, err := ac.Send(ctx, gateway.CommandRequest{Node: a.NodeID, Kind: "agent.ping", Body: json.RawMessage(`{"x":1}`), DeadlineSeconds: 60}); err != nil {
+	if _, err := ac.Send(ctx, adminapi.CommandRequest{Node: a.NodeID, Kind: "agent.ping", Body: json.RawMessage(`{"x":1}`), DeadlineSeconds: 60}); err != nil {
 		t.Fatal(err)
 	}
-	cv, err := ac.Send(ctx, gateway.CommandRequest{Node: a.NodeID, Kind: "agent.ping"})
+	cv, err := ac.Send(ctx, adminapi.CommandRequest{Node: a.NodeID, Kind: "agent.ping"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -926,11 +927,11 @@ func TestAdminLoopbackNeedsBearer(t *testing.T) {
 	if url == "" {
 		t.Fatal("no admin URL")
 	}
-	b, err := os.ReadFile(filepath.Join(g.dir, gateway.AdminTokenFile))
+	b, err := os.ReadFile(filepath.Join(g.dir, adminapi.AdminTokenFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := os.Stat(filepath.Join(g.dir, gateway.AdminTokenFile)); st.Mode().Perm() != 0o600 {
+	if st, _ := os.Stat(filepath.Join(g.dir, adminapi.AdminTokenFile)); st.Mode().Perm() != 0o600 {
 		t.Errorf("admin token file mode %v, want 0600", st.Mode().Perm())
 	}
 	bearer := strings.TrimSpace(string(b))
@@ -944,7 +945,7 @@ func TestAdminLoopbackNeedsBearer(t *testing.T) {
 		{"right bearer", bearer, true},
 	}
 	for _, tt := range tests {
-		_, err := gateway.NewAdminClient("", url, tt.bearer).Nodes(context.Background())
+		_, err := adminapi.NewClient("", url, tt.bearer).Nodes(context.Background())
 		if (err == nil) != tt.ok {
 			t.Errorf("%s: err = %v, want ok=%v", tt.name, err, tt.ok)
 		}
@@ -979,7 +980,7 @@ func TestAdminSocketPrivateUnderAnyUmask(t *testing.T) {
 	if err := os.Mkdir(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, gateway.AdminSocket)
+	sock := filepath.Join(dir, adminapi.AdminSocket)
 	var mu sync.Mutex
 	var seen []string
 	note := func(where string, mode os.FileMode) {
@@ -1038,7 +1039,7 @@ func TestAdminSocketPrivateUnderAnyUmask(t *testing.T) {
 	if dst, _ := os.Stat(dir); dst.Mode().Perm() != 0o700 {
 		t.Errorf("data directory mode %v, want 0700", dst.Mode().Perm())
 	}
-	if _, err := gateway.NewAdminClient(g.dir, "", "").Nodes(context.Background()); err != nil {
+	if _, err := adminapi.NewClient(g.dir, "", "").Nodes(context.Background()); err != nil {
 		t.Errorf("the renamed socket does not serve: %v", err)
 	}
 	mu.Lock()

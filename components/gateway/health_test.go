@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
 )
 
@@ -18,22 +20,22 @@ import (
 // health check sends agents elsewhere; all three turn back when the
 // database answers again. With bbolt /readyz is always 200.
 func TestDatabaseLostIsShown(t *testing.T) {
-	defer gateway.SetHealthEvery(50 * time.Millisecond)()
+	defer fleet.SetHealthEvery(50 * time.Millisecond)()
 	proxy, dbURL := pgtest.NewProxy(t, pgtest.Database(t))
 	kekFile, _ := writeKEK(t)
 	g := startGateway(t, gateway.Config{Database: dbURL, KEKFile: kekFile})
 	_, hc := g.clientHC(t, nil)
 	ready := func() (int, string) {
-		resp, err := hc.Get(g.url + gateway.ReadyPath)
+		resp, err := hc.Get(g.url + adminapi.ReadyPath)
 		if err != nil {
-			t.Fatalf("GET %s: %v", gateway.ReadyPath, err)
+			t.Fatalf("GET %s: %v", adminapi.ReadyPath, err)
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	adm := gateway.NewAdminClient(g.dir, "", "")
-	health := func() gateway.HealthView {
+	adm := adminapi.NewClient(g.dir, "", "")
+	health := func() adminapi.HealthView {
 		h, err := adm.Health(context.Background())
 		if err != nil {
 			t.Fatalf("admin health: %v", err)
@@ -69,12 +71,12 @@ func TestDatabaseLostIsShown(t *testing.T) {
 
 	b := startGateway(t, gateway.Config{})
 	_, bhc := b.clientHC(t, nil)
-	resp, err := bhc.Get(b.url + gateway.ReadyPath)
+	resp, err := bhc.Get(b.url + adminapi.ReadyPath)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("readyz on bbolt: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	if h, err := gateway.NewAdminClient(b.dir, "", "").Health(context.Background()); err != nil || h.Database.Backend != "bbolt" || !h.Database.Reachable {
+	if h, err := adminapi.NewClient(b.dir, "", "").Health(context.Background()); err != nil || h.Database.Backend != "bbolt" || !h.Database.Reachable {
 		t.Errorf("health on bbolt: %+v %v", h, err)
 	}
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"maps"
 
+	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/gateway/store"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -14,7 +15,7 @@ func (s *Server) heartbeat(l *hub.Live, hb *bcdv1.Heartbeat, log interface {
 	Warn(string, ...any)
 }) {
 	hashes := hb.GetInventoryHashes()
-	if len(hashes) > 0 && !inventoryHashesOK(hashes) {
+	if len(hashes) > 0 && !fleet.InventoryHashesOK(hashes) {
 		log.Warn("heartbeat inventory hashes refused", "sections", len(hashes))
 		hashes = nil
 	}
@@ -35,6 +36,6 @@ func (s *Server) heartbeat(l *hub.Live, hb *bcdv1.Heartbeat, log interface {
 		}
 	}
 	if l.Role == "site" {
-		s.siteTouch(l.NodeID, l.Site)
+		s.SiteTouch(l.NodeID, l.Site)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/pki"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -36,7 +37,7 @@ func TestPreparedCommand(t *testing.T) {
 	g := startGateway(t, gateway.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ac := gateway.NewAdminClient(g.dir, "", "")
+	ac := adminapi.NewClient(g.dir, "", "")
 	ext, _ := pki.GenerateKey()
 	if _, err := g.s.AddTrustRoot(spkiOf(t, ext)); err != nil {
 		t.Fatal(err)
@@ -45,7 +46,7 @@ func TestPreparedCommand(t *testing.T) {
 	w, st := g.welcomeOf(t, ctx, a, &bcdv1.Hello{})
 	roots := bundleOf(t, g, w).Roots()
 
-	p, err := ac.PrepareCommand(ctx, gateway.CommandRequest{Node: a.NodeID, Kind: "agent.ping", Body: json.RawMessage(`{ "a": "<b> & c" }`), DeadlineSeconds: 3600})
+	p, err := ac.PrepareCommand(ctx, adminapi.CommandRequest{Node: a.NodeID, Kind: "agent.ping", Body: json.RawMessage(`{ "a": "<b> & c" }`), DeadlineSeconds: 3600})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,23 +57,23 @@ func TestPreparedCommand(t *testing.T) {
 	if _, err := g.s.Store().Command(p.ID); err == nil {
 		t.Error("prepare stored the command")
 	}
-	signed, what, err := gateway.SignPrepared(ext, reindent(t, p))
+	signed, what, err := adminapi.SignPrepared(ext, reindent(t, p))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(what, p.ID) || !strings.Contains(what, a.NodeID) {
 		t.Errorf("sign says %q", what)
 	}
-	sp := *signed.(*gateway.PreparedCommand)
+	sp := *signed.(*adminapi.PreparedCommand)
 	if len(sp.Signature) != intent.SignatureSize {
 		t.Fatalf("signature of %d bytes", len(sp.Signature))
 	}
 	// Through a file again: re-indented, decoded strictly.
-	back, _, err := gateway.DecodePrepared(reindent(t, sp))
+	back, _, err := adminapi.DecodePrepared(reindent(t, sp))
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := ac.SubmitCommand(ctx, gateway.SubmitCommandRequest{Command: *back})
+	v, err := ac.SubmitCommand(ctx, adminapi.SubmitCommandRequest{Command: *back})
 	if err != nil || v.ID != p.ID || !v.Signed || v.Warning != "" {
 		t.Fatalf("submit: %+v %v", v, err)
 	}
@@ -84,7 +85,7 @@ func TestPreparedCommand(t *testing.T) {
 		t.Errorf("the submitted command does not verify: %v", err)
 	}
 	// The same file again is refused: the id exists.
-	if _, err := ac.SubmitCommand(ctx, gateway.SubmitCommandRequest{Command: *back}); err == nil || !strings.Contains(err.Error(), "exists already") {
+	if _, err := ac.SubmitCommand(ctx, adminapi.SubmitCommandRequest{Command: *back}); err == nil || !strings.Contains(err.Error(), "exists already") {
 		t.Errorf("a second submit: %v", err)
 	}
 	// A re-send after a redial carries the submitted signature.
@@ -100,7 +101,7 @@ func TestPreparedCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err = ac.SubmitCommand(ctx, gateway.SubmitCommandRequest{Command: u})
+	v, err = ac.SubmitCommand(ctx, adminapi.SubmitCommandRequest{Command: u})
 	if err != nil || v.Signed || !strings.Contains(v.Warning, "UNSIGNED") {
 		t.Fatalf("unsigned submit: %+v %v", v, err)
 	}
@@ -112,27 +113,27 @@ func TestPreparedCommand(t *testing.T) {
 	// Signed by a key that is no root: sent, with a warning.
 	stranger, _ := pki.GenerateKey()
 	sx, _ := g.s.PrepareCommand(a.NodeID, "agent.ping", nil, 0)
-	sg, _, err := gateway.SignPrepared(stranger, reindent(t, sx))
+	sg, _, err := adminapi.SignPrepared(stranger, reindent(t, sx))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := ac.SubmitCommand(ctx, gateway.SubmitCommandRequest{Command: *sg.(*gateway.PreparedCommand)}); err != nil || !strings.Contains(v.Warning, "BAD_SIGNATURE") {
+	if v, err := ac.SubmitCommand(ctx, adminapi.SubmitCommandRequest{Command: *sg.(*adminapi.PreparedCommand)}); err != nil || !strings.Contains(v.Warning, "BAD_SIGNATURE") {
 		t.Errorf("stranger's command: %+v %v", v, err)
 	}
 
 	// Malformed or stale files are refused.
 	good, _ := g.s.PrepareCommand(a.NodeID, "agent.ping", nil, 0)
-	for name, f := range map[string]func(p *gateway.PreparedCommand){
-		"bad id":           func(p *gateway.PreparedCommand) { p.ID = "cmd_../x" },
-		"no kind":          func(p *gateway.PreparedCommand) { p.Kind = "" },
-		"passed deadline":  func(p *gateway.PreparedCommand) { p.DeadlineMS = time.Now().Add(-time.Second).UnixMilli() },
-		"no deadline":      func(p *gateway.PreparedCommand) { p.DeadlineMS = 0 },
-		"short signature":  func(p *gateway.PreparedCommand) { p.Signature = []byte("abc") },
-		"body not JSON":    func(p *gateway.PreparedCommand) { p.Body = json.RawMessage(`{`) },
-		"unknown node":     func(p *gateway.PreparedCommand) { p.NodeID = "node_nobody" },
-		"bad lane":         func(p *gateway.PreparedCommand) { p.Lane = "Lane 1" },
-		"bad workflow id":  func(p *gateway.PreparedCommand) { p.WorkflowID = "a b" },
-		"node id with dot": func(p *gateway.PreparedCommand) { p.NodeID = "node.x" },
+	for name, f := range map[string]func(p *adminapi.PreparedCommand){
+		"bad id":           func(p *adminapi.PreparedCommand) { p.ID = "cmd_../x" },
+		"no kind":          func(p *adminapi.PreparedCommand) { p.Kind = "" },
+		"passed deadline":  func(p *adminapi.PreparedCommand) { p.DeadlineMS = time.Now().Add(-time.Second).UnixMilli() },
+		"no deadline":      func(p *adminapi.PreparedCommand) { p.DeadlineMS = 0 },
+		"short signature":  func(p *adminapi.PreparedCommand) { p.Signature = []byte("abc") },
+		"body not JSON":    func(p *adminapi.PreparedCommand) { p.Body = json.RawMessage(`{`) },
+		"unknown node":     func(p *adminapi.PreparedCommand) { p.NodeID = "node_nobody" },
+		"bad lane":         func(p *adminapi.PreparedCommand) { p.Lane = "Lane 1" },
+		"bad workflow id":  func(p *adminapi.PreparedCommand) { p.WorkflowID = "a b" },
+		"node id with dot": func(p *adminapi.PreparedCommand) { p.NodeID = "node.x" },
 	} {
 		p := good
 		f(&p)
@@ -141,13 +142,13 @@ func TestPreparedCommand(t *testing.T) {
 		}
 	}
 	// An unknown field in the file, and a spec given as a command.
-	if _, _, err := gateway.DecodePrepared([]byte(`{"id":"` + good.ID + `","node_id":"x","kind":"k","deadline_unix_ms":1,"extra":1}`)); err == nil {
+	if _, _, err := adminapi.DecodePrepared([]byte(`{"id":"` + good.ID + `","node_id":"x","kind":"k","deadline_unix_ms":1,"extra":1}`)); err == nil {
 		t.Error("an unknown field decoded")
 	}
-	if _, err := ac.PrepareCommand(ctx, gateway.CommandRequest{Node: a.NodeID, Kind: "deploy.image", UserData: []byte("x")}); err == nil {
+	if _, err := ac.PrepareCommand(ctx, adminapi.CommandRequest{Node: a.NodeID, Kind: "deploy.image", UserData: []byte("x")}); err == nil {
 		t.Error("user data prepared")
 	}
-	if _, err := ac.PrepareCommand(ctx, gateway.CommandRequest{Node: "node_nobody", Kind: "agent.ping"}); err == nil {
+	if _, err := ac.PrepareCommand(ctx, adminapi.CommandRequest{Node: "node_nobody", Kind: "agent.ping"}); err == nil {
 		t.Error("a command prepared for an unknown node")
 	}
 }
@@ -160,7 +161,7 @@ func TestPreparedSpec(t *testing.T) {
 	g := startGateway(t, gateway.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ac := gateway.NewAdminClient(g.dir, "", "")
+	ac := adminapi.NewClient(g.dir, "", "")
 	ext, _ := pki.GenerateKey()
 	if _, err := g.s.AddTrustRoot(spkiOf(t, ext)); err != nil {
 		t.Fatal(err)
@@ -180,11 +181,11 @@ func TestPreparedSpec(t *testing.T) {
 	if gen, _ := specOf(t, g, a.NodeID); gen != 0 {
 		t.Fatalf("prepare stored generation %d", gen)
 	}
-	signed, _, err := gateway.SignPrepared(ext, reindent(t, p))
+	signed, _, err := adminapi.SignPrepared(ext, reindent(t, p))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sp, err := gateway.DecodePrepared(reindent(t, signed))
+	_, sp, err := adminapi.DecodePrepared(reindent(t, signed))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func TestPreparedSpec(t *testing.T) {
 	if err != nil || !pp.Patch || pp.Generation != 2 || pp.BaseGeneration != 1 {
 		t.Fatalf("prepared patch %+v %v", pp, err)
 	}
-	spp, _, err := gateway.SignPrepared(ext, reindent(t, pp))
+	spp, _, err := adminapi.SignPrepared(ext, reindent(t, pp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,11 +220,11 @@ func TestPreparedSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	recvDesired(t, st)
-	_, err = ac.SubmitSpec(ctx, *spp.(*gateway.PreparedSpec))
+	_, err = ac.SubmitSpec(ctx, *spp.(*adminapi.PreparedSpec))
 	if err == nil || !strings.Contains(err.Error(), "prepare it again") {
 		t.Fatalf("a patch prepared for a moved generation: %v", err)
 	}
-	if _, _, err := g.s.SubmitSpec(*spp.(*gateway.PreparedSpec)); !errors.Is(err, gateway.ErrPreparedStale) {
+	if _, _, err := g.s.SubmitSpec(*spp.(*adminapi.PreparedSpec)); !errors.Is(err, adminapi.ErrPreparedStale) {
 		t.Errorf("SubmitSpec: %v, want ErrPreparedStale", err)
 	}
 	if gen, _ := specOf(t, g, a.NodeID); gen != 2 {
@@ -236,8 +237,8 @@ func TestPreparedSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spp, _, _ = gateway.SignPrepared(ext, reindent(t, pp))
-	if gen, warn, err := g.s.SubmitSpec(*spp.(*gateway.PreparedSpec)); err != nil || gen != 3 || warn != "" {
+	spp, _, _ = adminapi.SignPrepared(ext, reindent(t, pp))
+	if gen, warn, err := g.s.SubmitSpec(*spp.(*adminapi.PreparedSpec)); err != nil || gen != 3 || warn != "" {
 		t.Fatalf("submit patch: %d %q %v", gen, warn, err)
 	}
 	ds = recvDesired(t, st)
@@ -267,8 +268,8 @@ func TestPreparedSpec(t *testing.T) {
 	// A spec edited after it was signed is stored (it is a valid spec),
 	// but the answer warns that agents will refuse it.
 	pc, _ := g.s.PrepareSpec(a.NodeID, []byte(`{"daemon":{"x":2}}`), false)
-	spc, _, _ := gateway.SignPrepared(ext, reindent(t, pc))
-	edited := *spc.(*gateway.PreparedSpec)
+	spc, _, _ := adminapi.SignPrepared(ext, reindent(t, pc))
+	edited := *spc.(*adminapi.PreparedSpec)
 	edited.Spec = json.RawMessage(`{"daemon":{"x":3}}`)
 	if _, warn, err := g.s.SubmitSpec(edited); err != nil || !strings.Contains(warn, "BAD_SIGNATURE") {
 		t.Errorf("edited spec: %q %v", warn, err)
@@ -284,16 +285,16 @@ func TestPreparedSpec(t *testing.T) {
 	if _, err := g.s.PrepareSpec(a.NodeID, []byte(spec), false); err == nil || !strings.Contains(err.Error(), "nothing to prepare") {
 		t.Errorf("preparing the current spec: %v", err)
 	}
-	for name, f := range map[string]func(p *gateway.PreparedSpec){
-		"no generation":    func(p *gateway.PreparedSpec) { p.Generation = 0 },
-		"patch base":       func(p *gateway.PreparedSpec) { p.Patch, p.BaseGeneration = true, p.Generation-2 },
-		"full with a base": func(p *gateway.PreparedSpec) { p.BaseGeneration = 1 },
-		"not an object":    func(p *gateway.PreparedSpec) { p.Spec = json.RawMessage(`[1]`) },
-		"unknown section":  func(p *gateway.PreparedSpec) { p.Spec = json.RawMessage(`{"nope":{}}`) },
-		"short signature":  func(p *gateway.PreparedSpec) { p.Signature = []byte("abc") },
-		"unknown node":     func(p *gateway.PreparedSpec) { p.Node = "node_nobody" },
+	for name, f := range map[string]func(p *adminapi.PreparedSpec){
+		"no generation":    func(p *adminapi.PreparedSpec) { p.Generation = 0 },
+		"patch base":       func(p *adminapi.PreparedSpec) { p.Patch, p.BaseGeneration = true, p.Generation-2 },
+		"full with a base": func(p *adminapi.PreparedSpec) { p.BaseGeneration = 1 },
+		"not an object":    func(p *adminapi.PreparedSpec) { p.Spec = json.RawMessage(`[1]`) },
+		"unknown section":  func(p *adminapi.PreparedSpec) { p.Spec = json.RawMessage(`{"nope":{}}`) },
+		"short signature":  func(p *adminapi.PreparedSpec) { p.Signature = []byte("abc") },
+		"unknown node":     func(p *adminapi.PreparedSpec) { p.Node = "node_nobody" },
 	} {
-		p := gateway.PreparedSpec{Node: a.NodeID, Generation: cur + 1, Spec: json.RawMessage(`{"daemon":{"y":1}}`)}
+		p := adminapi.PreparedSpec{Node: a.NodeID, Generation: cur + 1, Spec: json.RawMessage(`{"daemon":{"y":1}}`)}
 		f(&p)
 		if _, _, err := g.s.SubmitSpec(p); err == nil {
 			t.Errorf("%s: submitted", name)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -24,12 +25,12 @@ func TestProgressAcrossGateways(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the session on the second gateway", func() bool { return g2.s.Connected(a.NodeID) })
-	ac := gateway.NewAdminClient(g1.dir, "", "")
-	c, err := ac.Send(ctx, gateway.CommandRequest{Node: a.NodeID, Kind: "deploy.image", Body: []byte(`{}`)})
+	ac := adminapi.NewClient(g1.dir, "", "")
+	c, err := ac.Send(ctx, adminapi.CommandRequest{Node: a.NodeID, Kind: "deploy.image", Body: []byte(`{}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	view := func() gateway.CommandView {
+	view := func() adminapi.CommandView {
 		t.Helper()
 		v, err := ac.Command(ctx, c.ID, 0)
 		if err != nil {

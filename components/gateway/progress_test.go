@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/fleet"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -36,8 +38,8 @@ func TestCommandProgress(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ac := gateway.NewAdminClient(g.dir, "", "")
-	view := func(id string) gateway.CommandView {
+	ac := adminapi.NewClient(g.dir, "", "")
+	view := func(id string) adminapi.CommandView {
 		t.Helper()
 		v, err := ac.Command(ctx, id, 0)
 		if err != nil {
@@ -90,7 +92,7 @@ func TestCommandStateEndsWithTheCommand(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	secret := func(id string) string {
-		v, _ := g.s.Store().Meta("cmd/" + id + "/secret/" + gateway.SecretUserData)
+		v, _ := g.s.Store().Meta("cmd/" + id + "/secret/" + fleet.SecretUserData)
 		return string(v)
 	}
 	// Ended by its result.
@@ -99,7 +101,7 @@ func TestCommandStateEndsWithTheCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the session", func() bool { return g.s.Connected(a.NodeID) })
-	c, err := g.s.SendCommandWithSecrets(a.NodeID, "deploy.image", []byte(`{}`), time.Minute, map[string][]byte{gateway.SecretUserData: []byte("#cloud-config")})
+	c, err := g.s.SendCommandWithSecrets(a.NodeID, "deploy.image", []byte(`{}`), time.Minute, map[string][]byte{fleet.SecretUserData: []byte("#cloud-config")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,11 +114,11 @@ func TestCommandStateEndsWithTheCommand(t *testing.T) {
 	waitFor(t, "the user data dropped with the result", func() bool { return secret(c.ID) == "" })
 
 	// Cancelled before delivery (its node is not connected).
-	c2, err := g.s.SendCommandWithSecrets(idle.NodeID, "deploy.image", []byte(`{}`), time.Minute, map[string][]byte{gateway.SecretUserData: []byte("#cloud-config")})
+	c2, err := g.s.SendCommandWithSecrets(idle.NodeID, "deploy.image", []byte(`{}`), time.Minute, map[string][]byte{fleet.SecretUserData: []byte("#cloud-config")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ac := gateway.NewAdminClient(g.dir, "", "")
+	ac := adminapi.NewClient(g.dir, "", "")
 	woke := make(chan time.Duration, 1)
 	go func() {
 		start := time.Now()

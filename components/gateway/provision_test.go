@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/join"
@@ -71,7 +72,7 @@ func TestProvisionedJoin(t *testing.T) {
 			if _, err := g.s.SetSpec("web-04", []byte(`{"host":{}}`)); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := g.s.Store().AddEvent("web-04", store.Event{Seq: 1, Type: "old"}, gateway.MaxEvents); err != nil {
+			if _, err := g.s.Store().AddEvent("web-04", store.Event{Seq: 1, Type: "old"}, fleet.MaxEvents); err != nil {
 				t.Fatal(err)
 			}
 		}

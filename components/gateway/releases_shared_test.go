@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/trust/release"
 )
 
@@ -34,24 +36,24 @@ func TestReleaseServedByEveryGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	a1 := gateway.NewAdminClient(g1.dir, "", "")
+	a1 := adminapi.NewClient(g1.dir, "", "")
 	up, err := a1.UploadArtifact(ctx, path)
 	if err != nil || up != hexSum {
 		t.Fatalf("upload = %s, %v", up, err)
 	}
-	p, err := a1.PublishRelease(ctx, gateway.PublishRequest{Doc: doc, Artifacts: []string{up}})
+	p, err := a1.PublishRelease(ctx, adminapi.PublishRequest{Doc: doc, Artifacts: []string{up}})
 	if err != nil || !p.Shared || len(p.Served) != 1 {
 		t.Fatalf("publish = %+v, %v", p, err)
 	}
-	if _, err := os.Stat(filepath.Join(g2.dir, gateway.ReleasesDir)); err == nil {
+	if _, err := os.Stat(filepath.Join(g2.dir, fleet.ReleasesDir)); err == nil {
 		t.Fatal("the second gateway's data directory has the release before anyone asked it")
 	}
-	got, err := gateway.NewAdminClient(g2.dir, "", "").ReleaseDoc(ctx, "0.2.0")
+	got, err := adminapi.NewClient(g2.dir, "", "").ReleaseDoc(ctx, "0.2.0")
 	if err != nil || string(got) != string(doc) {
 		t.Errorf("the document through the second gateway: %v", err)
 	}
 	_, hc := g2.clientHC(t, nil)
-	resp, err := hc.Get(g2.url + gateway.ReleasePath + hexSum)
+	resp, err := hc.Get(g2.url + adminapi.ReleasePath + hexSum)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func TestReleaseServedByEveryGateway(t *testing.T) {
 	if resp.StatusCode != 200 || string(b) != string(bin) {
 		t.Errorf("the binary through the second gateway: %d, %d bytes", resp.StatusCode, len(b))
 	}
-	if _, err := gateway.NewAdminClient(g2.dir, "", "").ReleaseDoc(ctx, "0.3.0"); err == nil {
+	if _, err := adminapi.NewClient(g2.dir, "", "").ReleaseDoc(ctx, "0.3.0"); err == nil {
 		t.Error("a release never published has a document")
 	}
 
@@ -70,7 +72,7 @@ func TestReleaseServedByEveryGateway(t *testing.T) {
 	old := []byte("\x7fELF bcd site 0.1.0, published on bbolt")
 	oldSum := sha256.Sum256(old)
 	oldHex := hex.EncodeToString(oldSum[:])
-	if err := os.WriteFile(filepath.Join(g1.dir, gateway.ReleasesDir, "artifacts", oldHex), old, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(g1.dir, fleet.ReleasesDir, "artifacts", oldHex), old, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	doc3, err := release.Encode(release.Manifest{Type: release.Type, Version: "0.3.1", Sequence: 3, Expires: time.Now().Add(time.Hour),
@@ -78,10 +80,10 @@ func TestReleaseServedByEveryGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err := a1.PublishRelease(ctx, gateway.PublishRequest{Doc: doc3}); err != nil || len(p.Served) != 1 {
+	if p, err := a1.PublishRelease(ctx, adminapi.PublishRequest{Doc: doc3}); err != nil || len(p.Served) != 1 {
 		t.Fatalf("publish 0.3.1 = %+v, %v", p, err)
 	}
-	resp, err = hc.Get(g2.url + gateway.ReleasePath + oldHex)
+	resp, err = hc.Get(g2.url + adminapi.ReleasePath + oldHex)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,15 +96,15 @@ func TestReleaseServedByEveryGateway(t *testing.T) {
 	// A daemon.upgrade sent through one gateway (here as bcgw run would,
 	// not bcgw upgrade) is the node's upgrade in its status on the other.
 	a := g1.join(t)
-	if st, err := gateway.NewAdminClient(g2.dir, "", "").Status(ctx, a.NodeID); err != nil || st.Upgrade != nil {
+	if st, err := adminapi.NewClient(g2.dir, "", "").Status(ctx, a.NodeID); err != nil || st.Upgrade != nil {
 		t.Fatalf("status before any upgrade: %+v %v", st.Upgrade, err)
 	}
 	body, _ := json.Marshal(map[string]json.RawMessage{"release": doc})
-	c, err := a1.Send(ctx, gateway.CommandRequest{Node: a.NodeID, Kind: "daemon.upgrade", Body: body})
+	c, err := a1.Send(ctx, adminapi.CommandRequest{Node: a.NodeID, Kind: "daemon.upgrade", Body: body})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := gateway.NewAdminClient(g2.dir, "", "").Status(ctx, a.NodeID)
+	st, err := adminapi.NewClient(g2.dir, "", "").Status(ctx, a.NodeID)
 	if err != nil || st.Upgrade == nil || st.Upgrade.Version != "0.2.0" || st.Upgrade.Command.ID != c.ID || st.Upgrade.Command.State != "pending" {
 		t.Errorf("status after the upgrade was sent: %+v %v", st.Upgrade, err)
 	}
@@ -128,7 +130,7 @@ func TestLatestUpgradeKeepsTheLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.s.NoteUpgrade(older)
-	st, err := gateway.NewAdminClient(g.dir, "", "").Status(context.Background(), a.NodeID)
+	st, err := adminapi.NewClient(g.dir, "", "").Status(context.Background(), a.NodeID)
 	if err != nil || st.Upgrade == nil || st.Upgrade.Command.ID != c2.ID {
 		t.Fatalf("latest upgrade %+v %v, want %s", st.Upgrade, err, c2.ID)
 	}

@@ -2,11 +2,8 @@ package gateway
 
 import (
 	"context"
-	"crypto"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
-	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,10 +19,12 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/gateway/kek"
+	"github.com/better-compute/bcd/components/gateway/keys"
 	"github.com/better-compute/bcd/components/gateway/store"
-	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/wellknown"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -61,7 +60,7 @@ type Config struct {
 	CommandKey string
 	// KEKFile is the key-encryption key's file (bcgw kek generate), which
 	// a gateway on a database (Database set) must have: the fleet's keys
-	// are stored there sealed under it (sharedkeys.go). Unused on bbolt.
+	// are stored there sealed under it (package keys). Unused on bbolt.
 	KEKFile string
 	Log     *slog.Logger
 	// boundAside, when set, sees the admin socket where it is bound,
@@ -72,40 +71,24 @@ type Config struct {
 	beforeKeySet func()
 }
 
-// Server is a running bcgw.
+// Server is a running bcgw: the fleet logic (package fleet, whose methods
+// it carries), the agent service and the admin API over it.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	store store.Store
-	// shared is the store as several gateways share it (nil on bbolt):
-	// notices and leases across them (shared.go).
-	shared store.Shared
-	keys   *keys
-	// keyFiles is where the long-lived keys are: the data directory, or
-	// the key set unsealed from the database (sharedkeys.go).
-	keyFiles keyFiles
-	// cmdKey is bcgw's own command-signing key (nil without one); trust
-	// is the trust bundle Welcome carries (trust.go).
-	cmdKey   crypto.Signer
-	trust    trustState
-	hub      *hub.Hub
-	leases   *leases
-	now      func() time.Time
-	tpm      tpmChallenges // the tpm attestor's open challenges (tpm.go)
-	progress progressBook  // running commands' latest progress (progress.go)
-	// specLocks serializes each node's desired spec changes (spec.go).
-	specLocks keyedMutex
-	// access holds the SSH user CA and the exec-ticket key (access.go).
-	access accessKeys
+	*fleet.Fleet
+	cfg    Config
+	log    *slog.Logger
+	store  store.Store
+	shared store.Shared // the store as several gateways share it, nil on bbolt
+	keys   *keys.Set
+	hub    *hub.Hub
+	now    func() time.Time
+	tpm    tpmChallenges // the tpm attestor's open challenges (tpm.go)
 	// tunnels are the tunnels waiting for their node (tunnel.go).
 	tunnels tunnelBook
 	// joins limits the rate of Join (joinlimit.go).
 	joins *joinLimiter
-	// health is whether the database answers (health.go).
-	health dbHealth
 
 	mu       sync.Mutex
-	waiters  map[string][]chan struct{} // command id -> admin calls waiting for its result
 	addr     net.Addr
 	admin    string
 	adminTok string
@@ -147,7 +130,7 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	var kk *kek.KEK
 	switch {
 	case cfg.Database != "" && cfg.KEKFile == "":
-		return nil, fmt.Errorf("gateway: %w", errNoKEK)
+		return nil, fmt.Errorf("gateway: %w", keys.ErrNoKEK)
 	case cfg.Database != "":
 		var err error
 		if kk, err = kek.ReadFile(cfg.KEKFile); err != nil {
@@ -160,9 +143,9 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	var kf keyFiles = dirKeys(cfg.DataDir)
+	var kf keys.Files = keys.Dir(cfg.DataDir)
 	if ks, ok := st.(store.KeyStore); ok && kk != nil {
-		set, err := sharedKeys(ks, kk, cfg.DataDir, cfg.Log, cfg.beforeKeySet)
+		set, err := keys.Shared(ks, kk, cfg.DataDir, cfg.Log, cfg.beforeKeySet)
 		if err != nil {
 			st.Close()
 			return nil, fmt.Errorf("gateway: keys: %w", err)
@@ -175,30 +158,28 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 			ips = append(ips, ip)
 		}
 	}
-	k, err := loadOrCreateKeys(kf, cfg.ServerName, ips)
+	k, err := keys.LoadOrCreate(kf, cfg.ServerName, ips)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	ck, err := loadCommandKey(kf, cfg.CommandKey)
+	ck, err := fleet.LoadCommandKey(kf, cfg.CommandKey)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, store: st, keys: k, keyFiles: kf, cmdKey: ck, hub: hub.New(), leases: newLeases(cfg.LeaseTTL), now: time.Now}
-	s.startHealth()
-	s.joins = newJoinLimiter(joinRate(cfg.JoinRate), DefaultJoinBurst, time.Now)
-	if sh, ok := st.(store.Shared); ok {
-		s.shared, s.leases.shared = sh, sh
-	}
-	if err := s.loadTrust(); err != nil {
+	h := hub.New()
+	fl, err := fleet.New(fleet.Config{
+		DataDir: cfg.DataDir, Database: cfg.Database, ServerName: cfg.ServerName, Name: cfg.Name,
+		LeaseTTL: cfg.LeaseTTL, Heartbeat: cfg.Heartbeat,
+	}, cfg.Log, st, h, k, kf, ck)
+	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	if err := s.upgradeStore(); err != nil {
-		st.Close()
-		return nil, fmt.Errorf("gateway: store: %w", err)
-	}
+	s := &Server{Fleet: fl, cfg: cfg, log: cfg.Log, store: st, shared: fl.Shared(), keys: k, hub: h, now: time.Now}
+	s.joins = newJoinLimiter(joinRate(cfg.JoinRate), DefaultJoinBurst, time.Now)
+	fl.OnSweep(s.pruneTPMChallenges)
 	return s, nil
 }
 
@@ -229,11 +210,11 @@ func (s *Server) WellKnown() (*wellknown.Document, error) {
 	if err != nil {
 		return nil, err
 	}
-	serving, signing, enc, err := s.keys.pins()
+	serving, signing, enc, err := s.keys.Pins()
 	if err != nil {
 		return nil, err
 	}
-	pub := pki.PublicJWK(s.keys.encJWK)
+	pub := pki.PublicJWK(s.keys.EncJWK)
 	jb, err := json.Marshal(pub)
 	if err != nil {
 		return nil, err
@@ -270,8 +251,8 @@ func (s *Server) Run(ctx context.Context) error {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(d)
 	})
-	mux.HandleFunc("GET "+ReleasePath+"{sha256}", s.serveRelease)
-	mux.HandleFunc("GET "+ReadyPath, s.serveReady)
+	mux.HandleFunc("GET "+adminapi.ReleasePath+"{sha256}", s.ServeRelease)
+	mux.HandleFunc("GET "+adminapi.ReadyPath, s.serveReady)
 	withPeer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
 			r = r.WithContext(context.WithValue(r.Context(), peerKey{}, r.TLS.VerifiedChains[0][0]))
@@ -283,7 +264,7 @@ func (s *Server) Run(ctx context.Context) error {
 	protos.SetHTTP2(true)
 	srv := &http.Server{
 		Handler:           withPeer,
-		TLSConfig:         pki.ServerTLS(s.keys.serving, s.keys.nodeCA.Cert),
+		TLSConfig:         pki.ServerTLS(s.keys.Serving, s.keys.NodeCA.Cert),
 		Protocols:         &protos,
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    8 << 10,
@@ -300,15 +281,11 @@ func (s *Server) Run(ctx context.Context) error {
 	for _, al := range adminLns {
 		go func() { errc <- adminSrv.Serve(al) }()
 	}
-	lctx, stopLeases := context.WithCancel(ctx)
-	defer stopLeases()
-	go every(lctx, s.leases.ttl/3, s.handLapsedLeases)
-	go every(lctx, healthEvery, func() { s.checkDatabase(lctx) }) // the database's health (health.go)
-	if s.shared != nil {
-		go s.sharedLoop(lctx)
-	}
+	lctx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	s.Fleet.Run(lctx)
 	s.log.Info("bcgw serving", "addr", ln.Addr().String(), "server_name", s.cfg.ServerName, "data_dir", s.cfg.DataDir,
-		"admin_socket", filepath.Join(s.cfg.DataDir, AdminSocket), "admin_url", s.AdminURL())
+		"admin_socket", filepath.Join(s.cfg.DataDir, adminapi.AdminSocket), "admin_url", s.AdminURL())
 
 	select {
 	case <-ctx.Done():
@@ -347,62 +324,21 @@ func tokenParts(tok string) (id, secret string, ok bool) {
 	return id, secret, ok && id != "" && secret != ""
 }
 
-func randomID(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
-}
-
-// NewToken makes and stores a join token and returns its string, which is
-// shown once and stored only as a hash.
-func (s *Server) NewToken(role, site string, uses int, ttl time.Duration) (string, store.Token, error) {
-	if role != "node" && role != "site" {
-		return "", store.Token{}, fmt.Errorf("role must be node or site")
-	}
-	if uses < 1 {
-		return "", store.Token{}, fmt.Errorf("uses must be at least 1")
-	}
-	if site == "" {
-		site = "lab"
-	}
-	t := store.Token{Role: role, Site: site, Uses: uses}
-	if ttl > 0 {
-		t.ExpiresAt = s.now().Add(ttl).UTC()
-	}
-	tok, t, err := s.mintToken(t)
-	if err != nil {
-		return "", t, err
-	}
-	s.log.Info("join token created", "token_id", t.ID, "role", role, "site", site, "uses", uses)
-	return tok, t, nil
-}
-
-// mintToken gives t a new id and secret, stores it with the secret's hash
-// only, and returns the token string bcjt_<id>_<secret>.
-func (s *Server) mintToken(t store.Token) (string, store.Token, error) {
-	secret := randomID(20)
-	t.ID, t.Hash, t.CreatedAt = "jt"+randomID(8), store.HashSecret(secret), s.now().UTC()
-	if err := s.store.PutToken(t); err != nil {
-		return "", t, err
-	}
-	return "bcjt_" + t.ID + "_" + secret, t, nil
-}
-
 func (s *Server) signResult(r *bcdv1.JoinResult) (*bcdv1.JoinResponse, error) {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
 	if err != nil {
 		return nil, err
 	}
-	sig, err := pki.Sign(s.keys.joinSigning, pki.PurposeJoinResponse, b)
+	sig, err := pki.Sign(s.keys.JoinSigning, pki.PurposeJoinResponse, b)
 	if err != nil {
 		return nil, err
 	}
-	return &bcdv1.JoinResponse{Result: b, Signature: sig, SigningKey: s.keys.signingSPKI}, nil
+	return &bcdv1.JoinResponse{Result: b, Signature: sig, SigningKey: s.keys.SigningSPKI}, nil
 }
 
 func (s *Server) issue(n store.Node, csr *x509.CertificateRequest) (*x509.Certificate, error) {
 	spiffe := pki.SPIFFEID(s.cfg.TrustDomain, n.Role, n.ID)
-	return s.keys.nodeCA.IssueClient(csr.PublicKey, n.ID, spiffe, n.Site, s.cfg.CertValidity, akExtension(n)...)
+	return s.keys.NodeCA.IssueClient(csr.PublicKey, n.ID, spiffe, n.Site, s.cfg.CertValidity, akExtension(n)...)
 }
 
 // Join admits an agent with a sealed join token.
@@ -428,7 +364,7 @@ func (s *Server) Join(ctx context.Context, req *connect.Request[bcdv1.JoinReques
 	if err != nil {
 		return nil, connectErr(connect.CodeInvalidArgument, "csr: %v", err)
 	}
-	sealed, err := pki.OpenToken(s.keys.encJWK, m.GetSealedToken())
+	sealed, err := pki.OpenToken(s.keys.EncJWK, m.GetSealedToken())
 	if err != nil {
 		log.Warn("join refused", "reason", "sealed token does not open")
 		return nil, connectErr(connect.CodeInvalidArgument, "sealed token does not open with this gateway's join encryption key")
@@ -446,16 +382,16 @@ func (s *Server) Join(ctx context.Context, req *connect.Request[bcdv1.JoinReques
 		log.Warn("join refused", "reason", "malformed token")
 		return nil, connectErr(connect.CodePermissionDenied, "join token is not valid")
 	}
-	tok, err := s.store.SpendTokenIf(id, secret, m.GetRole(), s.now(), func(t store.Token) error { return provisionedBinding(m.GetAttestor(), t) })
+	tok, err := s.store.SpendTokenIf(id, secret, m.GetRole(), s.now(), func(t store.Token) error { return fleet.ProvisionedBinding(m.GetAttestor(), t) })
 	if err != nil {
 		log.Warn("join refused", "token_id", id, "reason", err.Error())
 		return nil, connect.NewError(connect.CodePermissionDenied, err)
 	}
 	n := store.Node{
-		ID: "node_" + randomID(13), Role: m.GetRole(), Site: tok.Site, Hostname: m.GetClaims().GetHostname(),
+		ID: "node_" + fleet.RandomID(13), Role: m.GetRole(), Site: tok.Site, Hostname: m.GetClaims().GetHostname(),
 		JoinedAt: s.now().UTC(), TokenID: tok.ID, MAC: tok.MAC,
 	}
-	if err := s.checkProvisioned(m.GetAttestor(), tok, &n); err != nil {
+	if err := s.CheckProvisioned(m.GetAttestor(), tok, &n); err != nil {
 		log.Warn("join refused", "token_id", tok.ID, "reason", err.Error())
 		return nil, connect.NewError(connect.CodePermissionDenied, err)
 	}
@@ -563,163 +499,6 @@ func (s *Server) Renew(ctx context.Context, req *connect.Request[bcdv1.RenewRequ
 	s.log.Info("node renewed", "node", n.ID, "not_after", nc.NotAfter)
 	return connect.NewResponse(resp), nil
 }
-
-// Revoke marks a node revoked, tells its live session and ends it.
-func (s *Server) Revoke(nodeID string) error {
-	if _, err := s.store.UpdateNode(nodeID, func(n *store.Node) error { n.Revoked = true; return nil }); err != nil {
-		return fmt.Errorf("node %s: %w", nodeID, err)
-	}
-	if s.shared != nil {
-		s.notify(store.Notice{Kind: store.NoticeRevoke, Node: nodeID}) // whichever gateway holds its session ends it
-	} else {
-		s.hub.SendFinal(nodeID, revocationFrame())
-	}
-	s.log.Info("node revoked", "node", nodeID)
-	return nil
-}
-
-// SendCommand stores a command for a node and pushes it to its live session.
-func (s *Server) SendCommand(nodeID, kind string, body []byte, deadline time.Duration) (store.Command, error) {
-	return s.SendCommandWithSecrets(nodeID, kind, body, deadline, nil)
-}
-
-// SendCommandWithSecrets sends a command with secrets bound to it (the
-// deploy.image user data): they are stored before the command is, and the
-// agent fetches them with a SecretRequest naming the command, never in its
-// body.
-func (s *Server) SendCommandWithSecrets(nodeID, kind string, body []byte, deadline time.Duration, secrets map[string][]byte) (store.Command, error) {
-	if kind == "" {
-		return store.Command{}, errors.New("kind is required")
-	}
-	if len(body) > 1<<20 {
-		return store.Command{}, errors.New("body is larger than 1 MiB")
-	}
-	if deadline <= 0 {
-		deadline = 10 * time.Minute
-	}
-	if n, err := s.store.Node(nodeID); err != nil {
-		return store.Command{}, fmt.Errorf("node %s: %w", nodeID, err)
-	} else if n.Revoked {
-		return store.Command{}, fmt.Errorf("node %s is revoked", nodeID)
-	}
-	now := s.now()
-	c := store.Command{ID: newCommandID(), NodeID: nodeID, Kind: kind, Body: body, DeadlineMS: now.Add(deadline).UnixMilli(), CreatedAt: now.UTC()}
-	if s.cmdKey != nil {
-		// Signed once, here: every copy the agent gets carries these bytes.
-		sig, err := intent.SignCommand(s.cmdKey, commandProto(c))
-		if err != nil {
-			return c, fmt.Errorf("sign the command: %w", err)
-		}
-		c.Signature = sig
-	}
-	for name, v := range secrets {
-		if err := s.putCommandSecret(c.ID, name, v); err != nil {
-			return c, err
-		}
-	}
-	if err := s.store.AddCommand(c); err != nil {
-		return c, err
-	}
-	c.State = store.StatePending
-	s.noteUpgrade(c)
-	s.pushCommand(c)
-	s.log.Info("command sent", "node", nodeID, "command_id", c.ID, "kind", kind)
-	return c, nil
-}
-
-// CancelCommand cancels a command: one the agent has not acked ends
-// CANCELLED at once; one it holds gets a Cancel frame, and the agent ends
-// it CANCELLED (a command that already finished keeps its result).
-func (s *Server) CancelCommand(id, reason string) (store.Command, error) {
-	if reason == "" {
-		reason = "cancelled by an operator"
-	}
-	c, done, err := s.store.CancelPending(id, reason, s.now())
-	if err != nil {
-		return c, fmt.Errorf("command %s: %w", id, err)
-	}
-	if done {
-		s.resultStored(id) // it ended here: wake those waiting for it
-	}
-	if !done && c.State == store.StateDelivered && s.shared != nil {
-		s.notify(store.Notice{Kind: store.NoticeCancel, Node: c.NodeID, Command: id, Reason: reason})
-	} else if !done && c.State == store.StateDelivered {
-		cf := &bcdv1.Cancel{CommandId: id, Reason: reason}
-		if s.cmdKey != nil {
-			if cf.Signature, err = intent.SignCancel(s.cmdKey, c.NodeID, cf); err != nil {
-				return c, fmt.Errorf("signing the cancel of %s: %w", id, err)
-			}
-		}
-		s.hub.Send(c.NodeID, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Cancel{Cancel: cf}})
-	}
-	s.log.Info("command cancel", "command_id", id, "node", c.NodeID, "before_delivery", done)
-	return c, nil
-}
-
-// newCommandID makes a command id: cmd_ and 21 base32 characters.
-func newCommandID() string { return "cmd_" + randomID(13) }
-
-// commandProto is the Command frame of a stored command, its signature
-// and batch leaf included.
-func commandProto(c store.Command) *bcdv1.Command {
-	cmd := &bcdv1.Command{
-		Id: c.ID, NodeId: c.NodeID, Kind: c.Kind, Body: c.Body, DeadlineUnixMs: c.DeadlineMS,
-		Lane: c.Lane, WorkflowId: c.WorkflowID, Signature: c.Signature,
-	}
-	if b := c.Batch; b != nil {
-		cmd.Batch = &bcdv1.BatchLeaf{Header: b.Header, Approvals: b.Approvals, Index: b.Index, Proof: b.Proof}
-	}
-	return cmd
-}
-
-func commandFrame(c store.Command) *bcdv1.GatewayFrame {
-	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Command{Command: commandProto(c)}}
-}
-
-// waitResult returns a channel closed when a result for id is stored
-// (or cancel is called).
-func (s *Server) waitResult(id string) (<-chan struct{}, func()) {
-	ch := make(chan struct{})
-	s.mu.Lock()
-	if s.waiters == nil {
-		s.waiters = map[string][]chan struct{}{}
-	}
-	s.waiters[id] = append(s.waiters[id], ch)
-	s.mu.Unlock()
-	return ch, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		w := s.waiters[id]
-		for i, c := range w {
-			if c == ch {
-				s.waiters[id] = append(w[:i], w[i+1:]...)
-				break
-			}
-		}
-		if len(s.waiters[id]) == 0 {
-			delete(s.waiters, id)
-		}
-	}
-}
-
-// resultStored is called once when command id ends (its result stored, or
-// cancelled before delivery): it drops the command's progress and the
-// state kept for it (its secrets), and wakes the admin calls waiting for
-// it.
-func (s *Server) resultStored(id string) {
-	s.dropProgress(id)
-	s.dropCommandState(id)
-	s.mu.Lock()
-	w := s.waiters[id]
-	delete(s.waiters, id)
-	s.mu.Unlock()
-	for _, c := range w {
-		close(c)
-	}
-}
-
-// Connected reports whether a node has a live session.
-func (s *Server) Connected(nodeID string) bool { return s.hub.Connected(nodeID) }
 
 // defaultName is a gateway's name when it is given none: its host and its
 // data directory, which is where its admin socket lives (bcgw --data-dir).

@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/intent"
@@ -30,7 +31,7 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	log := s.log.With("node", n.ID, "rpc", "Session")
 	if n.Revoked {
 		log.Info("session refused", "reason", "revoked")
-		return st.Send(revocationFrame())
+		return st.Send(fleet.RevocationFrame())
 	}
 	serial := cert.SerialNumber.Text(16)
 	if !n.Current(serial) {
@@ -85,7 +86,7 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 	if s.shared != nil {
 		// A session of this node left on another gateway (half-open, its
 		// agent gone) ends there (shared.go).
-		go s.notify(store.Notice{Kind: store.NoticeSession, Node: n.ID, Epoch: epoch})
+		go s.Notify(store.Notice{Kind: store.NoticeSession, Node: n.ID, Epoch: epoch})
 	}
 	log = log.With("epoch", epoch)
 	log.Info("session accepted", "boot_id", hello.GetBootId(), "role", hello.GetRole(), "version", hello.GetVersion(),
@@ -102,13 +103,13 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
 	}
 	if s.shared != nil {
-		defer s.sessionEnded(n.ID, epoch, log)
+		defer s.SessionEnded(n.ID, epoch, log)
 	}
 	l.Beat.HelloStored(time.Time{}, hello.GetAppliedGeneration(), hello.GetObservedGeneration())
 
 	if err := st.Send(&bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Welcome{Welcome: &bcdv1.Welcome{
 		Epoch: epoch, ServerTimeUnixMs: s.now().UnixMilli(), HeartbeatSeconds: uint32(s.cfg.Heartbeat / time.Second),
-		EventAck: hello.GetLastAckedEvent(), RequestedSections: s.missingInventory(n.ID),
+		EventAck: hello.GetLastAckedEvent(), RequestedSections: s.MissingInventory(n.ID),
 		// Read after the session registered: a bundle changed since is
 		// either in this Welcome or followed by a Drain (changeTrust).
 		TrustBundle: s.TrustBundle(),
@@ -120,7 +121,7 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
 	}
 	for _, c := range pending {
-		if err := st.Send(commandFrame(c)); err != nil {
+		if err := st.Send(fleet.CommandFrame(c)); err != nil {
 			return err
 		}
 	}
@@ -131,7 +132,7 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 		// Every site agent learns at once whether it holds the boot lease
 		// (a spec change, queued behind the full spec; not from this
 		// goroutine, which drains the queue from the loop below).
-		go s.siteTouch(n.ID, n.Site)
+		go s.SiteTouch(n.ID, n.Site)
 	}
 
 	recvErr := make(chan error, 1)
@@ -207,13 +208,13 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 			if first {
 				log.Info("command result", "command_id", r.GetCommandId(), "status", r.GetStatus())
 				if c, err := s.store.Command(r.GetCommandId()); err == nil {
-					s.bmcResult(c, r.GetStatus())
+					s.BMCResult(c, r.GetStatus())
 				}
-				s.resultStored(r.GetCommandId())
+				s.ResultStored(r.GetCommandId())
 			}
 			l.Push(hub.Frame{F: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{ResultIds: []string{r.GetCommandId()}}}}})
 		case *bcdv1.AgentFrame_Event:
-			if err := s.storeEvent(l.NodeID, x.Event, log); err != nil {
+			if err := s.StoreEvent(l.NodeID, x.Event, log); err != nil {
 				// Not acked, and the session ends: acking a later event
 				// would drop this one on the agent (an ack covers every
 				// seq up to its own). The agent sends it again after its
@@ -224,11 +225,11 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 			l.Push(hub.Frame{F: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{EventSeq: x.Event.GetSeq()}}}})
 		case *bcdv1.AgentFrame_Status:
 			rep := x.Status
-			if err := s.storeStatus(l.NodeID, rep); err != nil {
+			if err := s.StoreStatus(l.NodeID, rep); err != nil {
 				log.Warn("status report refused", "err", err)
 			}
 			if v := rep.GetTrustVersion(); v > 0 {
-				if err := s.noteTrustVersion(l.NodeID, v); err != nil {
+				if err := s.NoteTrustVersion(l.NodeID, v); err != nil {
 					log.Warn("trust bundle acknowledgement not stored", "version", v, "err", err)
 				} else {
 					log.Info("trust bundle taken", "version", v)
@@ -238,12 +239,12 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 				s.resendFullSpec(l, rep, log)
 			}
 		case *bcdv1.AgentFrame_Progress:
-			if err := s.storeProgress(l.NodeID, x.Progress); err != nil {
+			if err := s.StoreProgress(l.NodeID, x.Progress); err != nil {
 				log.Warn("progress refused", "command_id", x.Progress.GetCommandId(), "err", err)
 			}
 		case *bcdv1.AgentFrame_SecretRequest:
 			req := x.SecretRequest
-			go l.Push(hub.Frame{F: s.answerSecret(l, req)})
+			go l.Push(hub.Frame{F: s.AnswerSecret(l, req)})
 		case *bcdv1.AgentFrame_WorkloadTokenRequest:
 			req := x.WorkloadTokenRequest
 			go l.Push(hub.Frame{F: s.answerWorkloadToken(l, req)})
@@ -264,9 +265,9 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 func (s *Server) welcomeSpec(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame], l *hub.Live, applied uint64, log interface {
 	Info(string, ...any)
 }) error {
-	unlock := s.specLocks.lock(l.NodeID)
+	unlock := s.LockSpec(l.NodeID)
 	defer unlock()
-	f, gen, err := s.fullSpecFrame(l.NodeID)
+	f, gen, err := s.FullSpecFrame(l.NodeID)
 	if err != nil {
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
 	}
@@ -290,9 +291,9 @@ func (s *Server) resendFullSpec(l *hub.Live, rep *bcdv1.StatusReport, log interf
 	Info(string, ...any)
 	Warn(string, ...any)
 }) {
-	unlock := s.specLocks.lock(l.NodeID)
+	unlock := s.LockSpec(l.NodeID)
 	defer unlock()
-	f, gen, err := s.fullSpecFrame(l.NodeID)
+	f, gen, err := s.FullSpecFrame(l.NodeID)
 	switch {
 	case err != nil:
 		log.Warn("full spec asked for, not sent", "err", err)

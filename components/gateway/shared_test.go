@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/kek"
+	"github.com/better-compute/bcd/components/gateway/keys"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
 	"github.com/better-compute/bcd/components/trust/pki"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -36,7 +38,7 @@ func writeKEK(t *testing.T) (string, []byte) {
 func keyFilesIn(t *testing.T, dir string) []string {
 	t.Helper()
 	var found []string
-	for _, name := range gateway.SharedKeyFiles {
+	for _, name := range keys.SharedFiles {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
 			found = append(found, name)
 		}
@@ -100,13 +102,13 @@ func TestTwoGatewaysShareOneDatabase(t *testing.T) {
 	// An admin call on the first gateway waits; the result arrives on the
 	// second and wakes it.
 	type res struct {
-		v   gateway.CommandView
+		v   adminapi.CommandView
 		err error
 		at  time.Time
 	}
 	woke := make(chan res, 1)
 	go func() {
-		v, err := gateway.NewAdminClient(d1, "", "").Command(ctx, cmd.ID, 20*time.Second)
+		v, err := adminapi.NewClient(d1, "", "").Command(ctx, cmd.ID, 20*time.Second)
 		woke <- res{v, err, time.Now()}
 	}()
 	time.Sleep(300 * time.Millisecond)

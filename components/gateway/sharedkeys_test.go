@@ -16,7 +16,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/kek"
+	"github.com/better-compute/bcd/components/gateway/keys"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
 )
 
@@ -200,8 +202,8 @@ func TestKeysInDatabaseOneSetAtFirstStart(t *testing.T) {
 		t.Errorf("the later gateway's log:\n%s", logs)
 	}
 	k1 := servers[0].KeyFiles()
-	if len(k1) != len(gateway.SharedKeyFiles) {
-		t.Fatalf("the key set has %d keys, want %d", len(k1), len(gateway.SharedKeyFiles))
+	if len(k1) != len(keys.SharedFiles) {
+		t.Fatalf("the key set has %d keys, want %d", len(k1), len(keys.SharedFiles))
 	}
 	pins := func(s *gateway.Server) string {
 		d, err := s.WellKnown()
@@ -349,7 +351,7 @@ func TestKeysAdoptedFromDataDir(t *testing.T) {
 	// first use, as ssh-ca does; the ticket-signing key not used yet).
 	d1 := filepath.Join(t.TempDir(), "gw1")
 	g := startGateway(t, gateway.Config{DataDir: d1})
-	if _, err := g.s.SSHCA(gateway.SSHCARequest{}); err != nil {
+	if _, err := g.s.SSHCA(adminapi.SSHCARequest{}); err != nil {
 		t.Fatal(err)
 	}
 	before := g.s.KeyFiles()
@@ -361,7 +363,7 @@ func TestKeysAdoptedFromDataDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := keyFilesIn(t, d1)
-	if len(files) != len(gateway.SharedKeyFiles)-1 || slices.Contains(files, "ticket-signing.key") {
+	if len(files) != len(keys.SharedFiles)-1 || slices.Contains(files, "ticket-signing.key") {
 		t.Fatalf("the bbolt gateway's key files: %v", files)
 	}
 

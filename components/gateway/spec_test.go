@@ -19,6 +19,8 @@ import (
 
 	"github.com/better-compute/bcd/components/boot/bootlease"
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/intent"
@@ -120,7 +122,7 @@ func TestSpecSetPatchGet(t *testing.T) {
 	g := startGateway(t, gateway.Config{})
 	a := g.join(t)
 	ctx := context.Background()
-	ac := gateway.NewAdminClient(g.dir, "", "")
+	ac := adminapi.NewClient(g.dir, "", "")
 
 	if gen, spec := specOf(t, g, a.NodeID); gen != 0 || spec != "{}" {
 		t.Fatalf("a new node's spec: %d %s", gen, spec)
@@ -334,14 +336,14 @@ func TestEventsStoredOncePerSeq(t *testing.T) {
 		{Seq: 2, Type: "xid", Body: []byte(`{"gpu":0,"xid":79}`), AtUnixMs: at},
 		{Seq: 1, Type: "boot", Body: []byte(`plain text`), AtUnixMs: at},
 		{Seq: 2, Type: "xid", Body: []byte(`{"copy":true}`), AtUnixMs: at},
-		{Seq: 3, Type: "big", Body: bytes.Repeat([]byte("x"), gateway.MaxEventBody+1), AtUnixMs: at},
+		{Seq: 3, Type: "big", Body: bytes.Repeat([]byte("x"), fleet.MaxEventBody+1), AtUnixMs: at},
 	} {
 		sendFrame(t, st, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Event{Event: e}})
 		if f := recv(t, st); f.GetAck().GetEventSeq() != e.GetSeq() {
 			t.Fatalf("after event %d: %v, want Ack{event_seq: %d}", e.GetSeq(), f, e.GetSeq())
 		}
 	}
-	ac := gateway.NewAdminClient(g.dir, "", "")
+	ac := adminapi.NewClient(g.dir, "", "")
 	evs, err := ac.Events(ctx, a.NodeID, 0)
 	if err != nil || len(evs) != 3 {
 		t.Fatalf("events %+v %v, want 3", evs, err)
@@ -352,7 +354,7 @@ func TestEventsStoredOncePerSeq(t *testing.T) {
 	if evs[1].Seq != 2 || string(evs[1].Body) != `{"gpu":0,"xid":79}` {
 		t.Errorf("event 2 %+v, want the first copy", evs[1])
 	}
-	if evs[2].Seq != 3 || evs[2].Body != nil || evs[2].BodyDropped != gateway.MaxEventBody+1 {
+	if evs[2].Seq != 3 || evs[2].Body != nil || evs[2].BodyDropped != fleet.MaxEventBody+1 {
 		t.Errorf("event 3 %+v, want its body dropped", evs[2])
 	}
 	if evs, err := ac.Events(ctx, a.NodeID, 2); err != nil || len(evs) != 1 || evs[0].Seq != 3 {
@@ -372,8 +374,8 @@ func TestHeartbeatAndStatusReportStored(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := g.agentSession(t, ctx, a, &bcdv1.Hello{AppliedGeneration: 0})
-	ac := gateway.NewAdminClient(g.dir, "", "")
-	status := func() gateway.StatusView {
+	ac := adminapi.NewClient(g.dir, "", "")
+	status := func() adminapi.StatusView {
 		t.Helper()
 		v, err := ac.Status(ctx, a.NodeID)
 		if err != nil {
@@ -415,7 +417,7 @@ func TestHeartbeatAndStatusReportStored(t *testing.T) {
 		Conditions: report.Conditions, Pressure: report.Pressure, Inventory: []byte(`{"gpus":[{"index":0}]}`)}
 	sendFrame(t, st, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Status{Status: second}})
 	// One over 1 MiB is refused with a log line; the last one stays.
-	huge := &bcdv1.StatusReport{Sections: []byte(`{"x":"` + strings.Repeat("a", gateway.MaxStatusReport) + `"}`)}
+	huge := &bcdv1.StatusReport{Sections: []byte(`{"x":"` + strings.Repeat("a", fleet.MaxStatusReport) + `"}`)}
 	sendFrame(t, st, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Status{Status: huge}})
 	noFrameBefore(t, st, "reports")
 	if !strings.Contains(g.logs.String(), "status report refused") {
@@ -495,8 +497,8 @@ func TestSiteLeaseFlowsAsSpec(t *testing.T) {
 		t.Fatalf("renewal %v", ds)
 	}
 	// cache_images are a patch of the same spec.
-	img := gateway.CacheImage{SHA256: strings.Repeat("a", 64), URL: "https://images.example/x"}
-	if err := g.s.SetCacheImages(a.NodeID, []gateway.CacheImage{img}); err != nil {
+	img := adminapi.CacheImage{SHA256: strings.Repeat("a", 64), URL: "https://images.example/x"}
+	if err := g.s.SetCacheImages(a.NodeID, []adminapi.CacheImage{img}); err != nil {
 		t.Fatal(err)
 	}
 	ds = recvDesired(t, sta)
@@ -595,7 +597,7 @@ func TestSiteLeaseFlowsAsSpec(t *testing.T) {
 	if l, _ := leaseOf(t, ds.GetSpec()); !ds.GetPatch() || ds.GetBaseGeneration() != genA || !l.Held {
 		t.Fatalf("a after the restart: %v, want a renewal on %d", ds, genA)
 	}
-	nodes, _ := gateway.NewAdminClient(g.dir, "", "").Nodes(ctx2)
+	nodes, _ := adminapi.NewClient(g.dir, "", "").Nodes(ctx2)
 	for _, n := range nodes {
 		if n.BootLease != (n.ID == a.NodeID) {
 			t.Errorf("node %s boot_lease %v", n.ID, n.BootLease)
@@ -708,7 +710,7 @@ func TestWelcomeRequestsMissingInventory(t *testing.T) {
 		Inventory:       []byte(`{"cpu":{"cores":8}}`),
 		InventoryHashes: map[string]string{"cpu": "sha256:aa", "gpus": "sha256:bb"},
 	}}})
-	ac := gateway.NewAdminClient(g.dir, "", "")
+	ac := adminapi.NewClient(g.dir, "", "")
 	waitFor(t, "the report", func() bool { v, _ := ac.Status(ctx, a.NodeID); return v.ReportAt != nil })
 	defer cancel()
 	// A new session replaces the first.
@@ -725,11 +727,11 @@ func TestResultAttestation(t *testing.T) {
 	a := g.join(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ac := gateway.NewAdminClient(g.dir, "", "")
+	ac := adminapi.NewClient(g.dir, "", "")
 	st := g.agentSession(t, ctx, a, &bcdv1.Hello{})
 	var ids []string
 	for range 2 {
-		c, err := ac.Send(ctx, gateway.CommandRequest{Node: a.NodeID, Kind: "gpu.reset", Body: json.RawMessage(`{"gpu":"0"}`)})
+		c, err := ac.Send(ctx, adminapi.CommandRequest{Node: a.NodeID, Kind: "gpu.reset", Body: json.RawMessage(`{"gpu":"0"}`)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -746,7 +748,7 @@ func TestResultAttestation(t *testing.T) {
 		sendFrame(t, st, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Result{Result: r}})
 	}
 	for i, id := range ids {
-		var v gateway.CommandView
+		var v adminapi.CommandView
 		waitFor(t, "the result", func() bool { v, _ = ac.Command(ctx, id, 0); return v.State == "done" })
 		if v.Attested != (i == 0) {
 			t.Errorf("result %d: attested %v", i, v.Attested)
@@ -763,9 +765,9 @@ func TestSecretsTravelSealed(t *testing.T) {
 	site := g.joinRole(t, "site")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ac := gateway.NewAdminClient(g.dir, "", "")
+	ac := adminapi.NewClient(g.dir, "", "")
 	st := g.agentSession(t, ctx, site, &bcdv1.Hello{})
-	c, err := ac.Send(ctx, gateway.CommandRequest{Node: site.NodeID, Kind: "boot.prepareRamdisk",
+	c, err := ac.Send(ctx, adminapi.CommandRequest{Node: site.NodeID, Kind: "boot.prepareRamdisk",
 		Body: json.RawMessage(`{"mac":"52:54:00:12:34:56","kernel":{"sha256":"` + strings.Repeat("a", 64) + `","url":"https://x/k"},"initrd":{"sha256":"` + strings.Repeat("b", 64) + `","url":"https://x/i"}}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -782,7 +784,7 @@ func TestSecretsTravelSealed(t *testing.T) {
 		}
 	}
 	ask := func(id string, signer crypto.Signer) (*seal.Opener, *bcdv1.SecretAnswer) {
-		req := &bcdv1.SecretRequest{RequestId: id, Name: gateway.SecretDiscoveryToken, WorkflowId: c.ID, CommandId: c.ID}
+		req := &bcdv1.SecretRequest{RequestId: id, Name: fleet.SecretDiscoveryToken, WorkflowId: c.ID, CommandId: c.ID}
 		o, err := seal.NewRequest(signer, site.NodeID, req, time.Now())
 		if err != nil {
 			t.Fatal(err)

@@ -8,9 +8,7 @@ package gateway
 // the AK's certification of the next key. See docs/tpm.md.
 
 import (
-	"bytes"
 	"context"
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/sha256"
@@ -21,7 +19,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
@@ -30,12 +27,13 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/tpm"
 	"github.com/better-compute/bcd/components/trust/tpm/ek"
-	"github.com/better-compute/bcd/components/trust/tpm/ekcert"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -51,9 +49,6 @@ const (
 	// certificate may be larger.
 	maxTPMField     = 1 << 10
 	maxEKCertSize   = 8 << 10
-	metaEKPrefix    = "tpm/ek/"
-	metaEKCAs       = "tpm/ekcas"
-	tpmRoleDefault  = "node"
 	tpmSecretLength = 32
 )
 
@@ -160,75 +155,6 @@ func tpmBinding(m *bcdv1.JoinRequest) [32]byte {
 	return out
 }
 
-// tpmEnrolment is what an enrolled EK or EK CA admits to.
-type tpmEnrolment struct {
-	Site       string    `json:"site"`
-	Role       string    `json:"role"`
-	EnrolledAt time.Time `json:"enrolled_at"`
-	// CAPEM is an EK CA's certificate (PEM); empty for an enrolled EK.
-	CAPEM string `json:"ca_pem,omitempty"`
-}
-
-// checkEK finds what admits this EK: its enrolment, else an enrolled EK CA
-// that issued its certificate. It answers the enrolment and the EK's pin.
-func (s *Server) checkEK(ekPub, ekCert []byte) (tpmEnrolment, string, error) {
-	key, err := ek.PublicKey(ekPub)
-	if err != nil {
-		return tpmEnrolment{}, "", err
-	}
-	pin, err := pki.Pin(key)
-	if err != nil {
-		return tpmEnrolment{}, "", err
-	}
-	if b, err := s.store.Meta(metaEKPrefix + pin); err != nil {
-		return tpmEnrolment{}, pin, err
-	} else if len(b) > 0 {
-		var e tpmEnrolment
-		if err := json.Unmarshal(b, &e); err != nil {
-			return tpmEnrolment{}, pin, fmt.Errorf("EK enrolment: %w", err)
-		}
-		return e, pin, nil
-	}
-	cas, err := s.ekCAs()
-	if err != nil {
-		return tpmEnrolment{}, pin, err
-	}
-	if len(ekCert) == 0 || len(cas) == 0 {
-		return tpmEnrolment{}, pin, fmt.Errorf("the TPM's EK %s is not enrolled (bcgw tpm enroll --ek-pub) and %s", pin, map[bool]string{
-			true: "it has no EK certificate", false: "no EK CA is enrolled (bcgw tpm enroll --ek-ca)"}[len(ekCert) == 0])
-	}
-	var errs []error
-	for _, ca := range cas {
-		roots := x509.NewCertPool()
-		for _, c := range mustParseCerts(ca.CAPEM) {
-			roots.AddCert(c)
-		}
-		err := ekcert.Verify(ekCert, ekPub, roots, nil)
-		if err == nil {
-			return ca, pin, nil
-		}
-		errs = append(errs, err)
-	}
-	return tpmEnrolment{}, pin, fmt.Errorf("the TPM's EK %s is not enrolled and its certificate is not from an enrolled EK CA: %w", pin, errors.Join(errs...))
-}
-
-func (s *Server) ekCAs() ([]tpmEnrolment, error) {
-	b, err := s.store.Meta(metaEKCAs)
-	if err != nil || len(b) == 0 {
-		return nil, err
-	}
-	var cas []tpmEnrolment
-	if err := json.Unmarshal(b, &cas); err != nil {
-		return nil, fmt.Errorf("EK CAs: %w", err)
-	}
-	return cas, nil
-}
-
-func mustParseCerts(p string) []*x509.Certificate {
-	cs, _ := pki.ParseCertPEM([]byte(p))
-	return cs
-}
-
 // joinTPM admits an agent with the tpm attestor.
 func (s *Server) joinTPM(ctx context.Context, m *bcdv1.JoinRequest) (*connect.Response[bcdv1.JoinResponse], error) {
 	log := s.log.With("rpc", "Join", "attestor", "tpm", "role", m.GetRole())
@@ -257,7 +183,7 @@ func (s *Server) joinTPM(ctx context.Context, m *bcdv1.JoinRequest) (*connect.Re
 	if err != nil {
 		return nil, refuse(connect.CodeInvalidArgument, "csr: %v", err)
 	}
-	enr, ekPin, err := s.checkEK(a.GetEkPublic(), a.GetEkCertificate())
+	enr, ekPin, err := s.CheckEK(a.GetEkPublic(), a.GetEkCertificate())
 	if err != nil {
 		return nil, refuse(connect.CodePermissionDenied, "%v", err)
 	}
@@ -294,7 +220,7 @@ func (s *Server) joinTPM(ctx context.Context, m *bcdv1.JoinRequest) (*connect.Re
 	if err != nil {
 		return nil, refuse(connect.CodePermissionDenied, "%v", err)
 	}
-	id := "tc_" + randomID(13)
+	id := "tc_" + fleet.RandomID(13)
 	round, err := s.tpm.open(id, binding, secret, now)
 	if err != nil {
 		return nil, refuse(connect.CodePermissionDenied, "%v", err)
@@ -329,7 +255,7 @@ func checkCertification(akPub, keyPub, attest, sig []byte, csr *x509.Certificate
 }
 
 // admitTPM records the node and answers its certificate, which names the AK.
-func (s *Server) admitTPM(m *bcdv1.JoinRequest, csr *x509.CertificateRequest, enr tpmEnrolment, ekPin string, sum [32]byte, log interface {
+func (s *Server) admitTPM(m *bcdv1.JoinRequest, csr *x509.CertificateRequest, enr fleet.TPMEnrolment, ekPin string, sum [32]byte, log interface {
 	Info(string, ...any)
 }) (*connect.Response[bcdv1.JoinResponse], error) {
 	akName, err := ek.Name(m.GetTpm().GetAkPublic())
@@ -337,7 +263,7 @@ func (s *Server) admitTPM(m *bcdv1.JoinRequest, csr *x509.CertificateRequest, en
 		return nil, connectErr(connect.CodeInvalidArgument, "AK: %v", err)
 	}
 	n := store.Node{
-		ID: "node_" + randomID(13), Role: m.GetRole(), Site: enr.Site, Hostname: m.GetClaims().GetHostname(),
+		ID: "node_" + fleet.RandomID(13), Role: m.GetRole(), Site: enr.Site, Hostname: m.GetClaims().GetHostname(),
 		JoinedAt: s.now().UTC(), AK: hex.EncodeToString(akName), AKPublic: m.GetTpm().GetAkPublic(), EK: ekPin,
 	}
 	resp, err := s.admit(n, csr, sum)
@@ -387,124 +313,8 @@ func (s *Server) checkRenewalCertification(n store.Node, r *bcdv1.RenewRequest, 
 
 // ---- enrolment ----
 
-// TPMEnrollRequest enrols an EK public key or an EK CA for a site.
-type TPMEnrollRequest struct {
-	// EKPublic is the EK's public key: PEM or DER SubjectPublicKeyInfo, or
-	// its TPMT_PUBLIC.
-	EKPublic []byte `json:"ek_public,omitempty"`
-	// EKPin is the EK's SPKI pin (sha256/...), as a refused tpm join names
-	// it; compare it with one read on the machine itself.
-	EKPin string `json:"ek_pin,omitempty"`
-	// EKCA is an EK CA's certificate(s), PEM or DER.
-	EKCA []byte `json:"ek_ca,omitempty"`
-	Site string `json:"site"`
-	Role string `json:"role,omitempty"` // node (default) or site
-}
-
-// TPMEnrollResponse says what was enrolled.
-type TPMEnrollResponse struct {
-	EK   string `json:"ek,omitempty"`    // the EK's SPKI pin
-	EKCA string `json:"ek_ca,omitempty"` // the CA's subject
-	Site string `json:"site"`
-	Role string `json:"role"`
-}
-
-// parseEKPublic reads an EK public key in any of the forms enrolment takes.
-func parseEKPublic(b []byte) (crypto.PublicKey, error) {
-	if blk, _ := pem.Decode(b); blk != nil {
-		if blk.Type != "PUBLIC KEY" {
-			return nil, fmt.Errorf("EK public key: PEM block %q, want PUBLIC KEY", blk.Type)
-		}
-		b = blk.Bytes
-	}
-	if k, err := x509.ParsePKIXPublicKey(b); err == nil {
-		return k, nil
-	}
-	k, err := ek.PublicKey(b)
-	if err != nil {
-		return nil, fmt.Errorf("EK public key is neither a SubjectPublicKeyInfo nor an EK TPMT_PUBLIC: %w", err)
-	}
-	return k, nil
-}
-
-// EnrollTPM records an EK or an EK CA; tpm joins it admits join as site
-// and role.
-func (s *Server) EnrollTPM(r TPMEnrollRequest) (TPMEnrollResponse, error) {
-	if r.Role == "" {
-		r.Role = tpmRoleDefault
-	}
-	if r.Role != "node" && r.Role != "site" {
-		return TPMEnrollResponse{}, errors.New("role must be node or site")
-	}
-	if r.Site == "" {
-		r.Site = "lab"
-	}
-	given := 0
-	for _, ok := range []bool{len(r.EKPublic) > 0, r.EKPin != "", len(r.EKCA) > 0} {
-		if ok {
-			given++
-		}
-	}
-	if given != 1 {
-		return TPMEnrollResponse{}, errors.New("give one of an EK public key, an EK pin or an EK CA")
-	}
-	e := tpmEnrolment{Site: r.Site, Role: r.Role, EnrolledAt: s.now().UTC()}
-	out := TPMEnrollResponse{Site: r.Site, Role: r.Role}
-	if len(r.EKPublic) > 0 || r.EKPin != "" {
-		pin := r.EKPin
-		if pin != "" {
-			if _, err := pki.ParsePin(pin); err != nil {
-				return out, fmt.Errorf("EK pin: %w", err)
-			}
-		} else {
-			k, err := parseEKPublic(r.EKPublic)
-			if err != nil {
-				return out, err
-			}
-			if pin, err = pki.Pin(k); err != nil {
-				return out, err
-			}
-		}
-		b, _ := json.Marshal(e)
-		if err := s.store.SetMeta(metaEKPrefix+pin, b); err != nil {
-			return out, err
-		}
-		out.EK = pin
-		s.log.Info("TPM EK enrolled", "ek", pin, "site", r.Site, "role", r.Role)
-		return out, nil
-	}
-	certs, err := pki.ParseCertPEM(r.EKCA)
-	if err != nil || len(certs) == 0 {
-		c, derr := x509.ParseCertificate(r.EKCA)
-		if derr != nil {
-			return out, fmt.Errorf("EK CA: neither PEM certificates nor one DER certificate: %w", derr)
-		}
-		certs = []*x509.Certificate{c}
-	}
-	var p bytes.Buffer
-	for _, c := range certs {
-		if !c.IsCA {
-			return out, fmt.Errorf("EK CA %q is not a CA certificate", c.Subject.String())
-		}
-		p.Write(pki.CertPEM(c))
-	}
-	cas, err := s.ekCAs()
-	if err != nil {
-		return out, err
-	}
-	e.CAPEM = p.String()
-	cas = append(cas, e)
-	b, _ := json.Marshal(cas)
-	if err := s.store.SetMeta(metaEKCAs, b); err != nil {
-		return out, err
-	}
-	out.EKCA = certs[0].Subject.String()
-	s.log.Info("TPM EK CA enrolled", "ca", out.EKCA, "site", r.Site, "role", r.Role)
-	return out, nil
-}
-
 func (s *Server) adminTPMEnroll(w http.ResponseWriter, r *http.Request) {
-	var req TPMEnrollRequest
+	var req adminapi.TPMEnrollRequest
 	if err := decodeBody(r, &req); err != nil {
 		adminErr(w, http.StatusBadRequest, err)
 		return
@@ -515,12 +325,6 @@ func (s *Server) adminTPMEnroll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, out)
-}
-
-// EnrollTPM enrols an EK public key or an EK CA.
-func (c *AdminClient) EnrollTPM(ctx context.Context, r TPMEnrollRequest) (TPMEnrollResponse, error) {
-	var out TPMEnrollResponse
-	return out, c.do(ctx, http.MethodPost, "/v1/tpm/enroll", r, &out)
 }
 
 // With several gateways on one database, a challenge is also kept in the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/better-compute/bcd/components/agent/renew"
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/join"
 	"github.com/better-compute/bcd/components/trust/pki"
@@ -42,7 +43,7 @@ func enrollEK(t *testing.T, g *gw, tp *nodetpm.TPM) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := g.s.EnrollTPM(gateway.TPMEnrollRequest{EKPublic: ek, Site: "rack1"})
+	out, err := g.s.EnrollTPM(adminapi.TPMEnrollRequest{EKPublic: ek, Site: "rack1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func TestTPMJoinEKCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.s.EnrollTPM(gateway.TPMEnrollRequest{EKCA: otherCA.CertPEM(), Site: "rack2"}); err != nil {
+	if _, err := g.s.EnrollTPM(adminapi.TPMEnrollRequest{EKCA: otherCA.CertPEM(), Site: "rack2"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := join.Join(context.Background(), tpmJoinOpts(g, g.client(t, nil), tp, t.TempDir())); err == nil || !strings.Contains(err.Error(), "not from an enrolled EK CA") {
@@ -330,7 +331,7 @@ func TestTPMJoinEKCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.s.EnrollTPM(gateway.TPMEnrollRequest{EKCA: ca, Site: "rack2"}); err != nil {
+	if _, err := g.s.EnrollTPM(adminapi.TPMEnrollRequest{EKCA: ca, Site: "rack2"}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := join.Join(context.Background(), tpmJoinOpts(g, g.client(t, nil), tp, t.TempDir()))

@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/fleet"
+	"github.com/better-compute/bcd/components/gateway/keys"
 	"github.com/better-compute/bcd/components/trust/bundle"
 	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/pki"
@@ -69,11 +72,11 @@ func recvDrain(t *testing.T, st agentStream) *bcdv1.Drain {
 func TestTrustBundleInWelcome(t *testing.T) {
 	dir := t.TempDir()
 	g := startGateway(t, gateway.Config{DataDir: dir})
-	st, err := os.Stat(filepath.Join(dir, gateway.CommandKeyFile))
+	st, err := os.Stat(filepath.Join(dir, keys.CommandKeyFile))
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("command-signing key: %v %v, want a 0600 file", st, err)
 	}
-	b, _ := os.ReadFile(filepath.Join(dir, gateway.CommandKeyFile))
+	b, _ := os.ReadFile(filepath.Join(dir, keys.CommandKeyFile))
 	key, err := pki.ParsePrivateKeyPEM(b)
 	if err != nil {
 		t.Fatalf("command-signing.key: %v", err)
@@ -128,7 +131,7 @@ func TestTrustRootsChange(t *testing.T) {
 
 	ext, _ := pki.GenerateKey()
 	extSPKI := spkiOf(t, ext)
-	ac := gateway.NewAdminClient(dir, "", "")
+	ac := adminapi.NewClient(dir, "", "")
 	ch, err := ac.AddTrustRoot(ctx, extSPKI)
 	if err != nil || ch.Version != 2 || !ch.Changed || ch.Roots != 2 {
 		t.Fatalf("add-root: %+v %v, want version 2 with 2 roots", ch, err)
@@ -206,8 +209,8 @@ func TestTrustRootsChange(t *testing.T) {
 // bundle version 1 with no roots, and signs no command or desired state.
 func TestWithoutCommandKey(t *testing.T) {
 	dir := t.TempDir()
-	g := startGateway(t, gateway.Config{DataDir: dir, CommandKey: gateway.CommandKeyNone})
-	if _, err := os.Stat(filepath.Join(dir, gateway.CommandKeyFile)); !errors.Is(err, os.ErrNotExist) {
+	g := startGateway(t, gateway.Config{DataDir: dir, CommandKey: fleet.CommandKeyNone})
+	if _, err := os.Stat(filepath.Join(dir, keys.CommandKeyFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("command-signing.key made with --command-key none: %v", err)
 	}
 	if g.s.OwnCommandKey() != nil {
@@ -258,7 +261,7 @@ func TestCommandKeyFile(t *testing.T) {
 	if !bytes.Equal(g.s.OwnCommandKey(), spkiOf(t, k)) {
 		t.Error("the given command key is not the one in use")
 	}
-	if _, err := os.Stat(filepath.Join(g.dir, gateway.CommandKeyFile)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(g.dir, keys.CommandKeyFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a key was made in the data directory as well: %v", err)
 	}
 	for name, cfg := range map[string]gateway.Config{

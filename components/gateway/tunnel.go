@@ -16,6 +16,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/better-compute/bcd/components/base/flowwin"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/trust/ticket"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
@@ -29,19 +31,6 @@ import (
 // client as they come. Each side holds at most one frame of a tunnel;
 // HTTP/2's flow control and the connection's own make a reader that stops
 // reading stop the writer.
-
-// TunnelUpgrade is the Upgrade token of a tunnel request.
-const TunnelUpgrade = "bcd-tunnel"
-
-// Frames from a tunnel client: a type byte, a 4-byte big-endian length
-// and the payload (data; rows and cols as two big-endian uint16s; none).
-const (
-	TunnelFrameData   = 'd'
-	TunnelFrameResize = 'r'
-	TunnelFrameClose  = 'c'
-	// MaxTunnelFrame bounds a frame's payload.
-	MaxTunnelFrame = 32 << 10
-)
 
 // Limits of bcgw's tunnels.
 const (
@@ -130,15 +119,8 @@ func clipStr(s string) string {
 	return s
 }
 
-// TunnelRequest is what a tunnel client asks for.
-type TunnelRequest struct {
-	Kind    string        // console, ssh, tcp:<port>
-	Account string        // the console's account (ssh, tcp: who asked)
-	TTL     time.Duration // the ticket's lifetime (and the tunnel's)
-}
-
 // openTunnel issues the ticket, sends OpenTunnel and waits for the node.
-func (s *Server) openTunnel(ctx context.Context, node string, r TunnelRequest) (*nodeTunnel, ticket.Claims, error) {
+func (s *Server) openTunnel(ctx context.Context, node string, r adminapi.TunnelRequest) (*nodeTunnel, ticket.Claims, error) {
 	var c ticket.Claims
 	if err := ticket.CheckKind(r.Kind); err != nil {
 		return nil, c, err
@@ -149,11 +131,11 @@ func (s *Server) openTunnel(ctx context.Context, node string, r TunnelRequest) (
 	if r.TTL < 10*time.Second || r.TTL > ticket.MaxLifetime {
 		return nil, c, fmt.Errorf("ttl must be from 10s to %s", ticket.MaxLifetime)
 	}
-	n, err := s.nodeForSpec(node)
+	n, err := s.NodeForSpec(node)
 	if err != nil {
 		return nil, c, err
 	}
-	if on, connected := s.sessionOn(n); !connected {
+	if on, connected := s.SessionOn(n); !connected {
 		return nil, c, fmt.Errorf("node %s is not connected: a tunnel goes over its session", node)
 	} else if on != s.cfg.Name {
 		// The tunnel's bytes would have to cross between gateways, which
@@ -161,17 +143,17 @@ func (s *Server) openTunnel(ctx context.Context, node string, r TunnelRequest) (
 		return nil, c, fmt.Errorf("node %s's session is on gateway %s, not on this one (%s): a tunnel goes over its session, so open it there (bcgw --data-dir on that host)",
 			node, on, s.cfg.Name)
 	}
-	key, err := s.ticketKey()
+	key, err := s.TicketKey()
 	if err != nil {
 		return nil, c, err
 	}
 	now := s.now()
-	c = ticket.Claims{Node: node, Kind: r.Kind, Account: r.Account, JTI: randomID(15), Issued: now, Expiry: now.Add(r.TTL)}
-	tok, err := ticket.Sign(key, ticketKID, c)
+	c = ticket.Claims{Node: node, Kind: r.Kind, Account: r.Account, JTI: fleet.RandomID(15), Issued: now, Expiry: now.Add(r.TTL)}
+	tok, err := ticket.Sign(key, fleet.TicketKID, c)
 	if err != nil {
 		return nil, c, err
 	}
-	id := randomID(15)
+	id := fleet.RandomID(15)
 	o := s.tunnels.add(id, node)
 	s.hub.Send(node, &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_OpenTunnel{OpenTunnel: &bcdv1.OpenTunnel{TunnelId: id, Target: r.Kind, Ticket: tok}}})
 	t := time.NewTimer(tunnelOpenWait)
@@ -195,12 +177,12 @@ func (s *Server) openTunnel(ctx context.Context, node string, r TunnelRequest) (
 // adminTunnel is POST /v1/nodes/{id}/tunnel?kind=K&account=A&ttl=D with
 // Upgrade: bcd-tunnel.
 func (s *Server) adminTunnel(w http.ResponseWriter, r *http.Request) {
-	if !strings.EqualFold(r.Header.Get("Upgrade"), TunnelUpgrade) {
-		adminErr(w, http.StatusBadRequest, errors.New("a tunnel needs Upgrade: "+TunnelUpgrade))
+	if !strings.EqualFold(r.Header.Get("Upgrade"), adminapi.TunnelUpgrade) {
+		adminErr(w, http.StatusBadRequest, errors.New("a tunnel needs Upgrade: "+adminapi.TunnelUpgrade))
 		return
 	}
 	q := r.URL.Query()
-	req := TunnelRequest{Kind: q.Get("kind"), Account: q.Get("account")}
+	req := adminapi.TunnelRequest{Kind: q.Get("kind"), Account: q.Get("account")}
 	if req.Account == "" {
 		req.Account = "operator"
 	}
@@ -229,7 +211,7 @@ func (s *Server) adminTunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Time{})
-	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\nBcd-Ticket-Id: %s\r\n\r\n", TunnelUpgrade, c.JTI)
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\nBcd-Ticket-Id: %s\r\n\r\n", adminapi.TunnelUpgrade, c.JTI)
 	if err := brw.Flush(); err != nil {
 		return
 	}
@@ -265,7 +247,7 @@ func carryAdmin(conn net.Conn, rd *bufio.Reader, st *connect.BidiStream[bcdv1.Tu
 				return
 			}
 			n := binary.BigEndian.Uint32(hdr[1:])
-			if n > MaxTunnelFrame {
+			if n > adminapi.MaxTunnelFrame {
 				_ = send(&bcdv1.TunnelData{Close: true})
 				stop()
 				conn.Close()
@@ -278,7 +260,7 @@ func carryAdmin(conn net.Conn, rd *bufio.Reader, st *connect.BidiStream[bcdv1.Tu
 			}
 			var f *bcdv1.TunnelData
 			switch hdr[0] {
-			case TunnelFrameData:
+			case adminapi.TunnelFrameData:
 				if n == 0 {
 					continue
 				}
@@ -286,12 +268,12 @@ func carryAdmin(conn net.Conn, rd *bufio.Reader, st *connect.BidiStream[bcdv1.Tu
 					return
 				}
 				f = &bcdv1.TunnelData{Data: buf}
-			case TunnelFrameResize:
+			case adminapi.TunnelFrameResize:
 				if n != 4 {
 					continue
 				}
 				f = &bcdv1.TunnelData{Rows: uint32(binary.BigEndian.Uint16(buf)), Cols: uint32(binary.BigEndian.Uint16(buf[2:]))}
-			case TunnelFrameClose:
+			case adminapi.TunnelFrameClose:
 				_ = send(&bcdv1.TunnelData{Close: true})
 				return
 			default:
@@ -303,7 +285,7 @@ func carryAdmin(conn net.Conn, rd *bufio.Reader, st *connect.BidiStream[bcdv1.Tu
 		}
 	}()
 	// The node's frames: acks at once, data to the writer (at most a window).
-	in := make(chan *bcdv1.TunnelData, flowwin.Size/MaxTunnelFrame+4)
+	in := make(chan *bcdv1.TunnelData, flowwin.Size/adminapi.MaxTunnelFrame+4)
 	go func() {
 		defer wg.Done()
 		defer close(in)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
 	"github.com/better-compute/bcd/components/trust/pki"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -25,8 +26,8 @@ func TestWhereANodeIsConnected(t *testing.T) {
 	a := g1.join(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a1, a2 := gateway.NewAdminClient(g1.dir, "", ""), gateway.NewAdminClient(g2.dir, "", "")
-	view := func(c *gateway.AdminClient) gateway.NodeView {
+	a1, a2 := adminapi.NewClient(g1.dir, "", ""), adminapi.NewClient(g2.dir, "", "")
+	view := func(c *adminapi.Client) adminapi.NodeView {
 		t.Helper()
 		ns, err := c.Nodes(ctx)
 		if err != nil {
@@ -38,9 +39,9 @@ func TestWhereANodeIsConnected(t *testing.T) {
 			}
 		}
 		t.Fatalf("node %s not listed", a.NodeID)
-		return gateway.NodeView{}
+		return adminapi.NodeView{}
 	}
-	on := func(c *gateway.AdminClient, gwName string) func() bool {
+	on := func(c *adminapi.Client, gwName string) func() bool {
 		return func() bool {
 			n := view(c)
 			return n.Connected == (gwName != "") && n.Gateway == gwName
@@ -49,7 +50,7 @@ func TestWhereANodeIsConnected(t *testing.T) {
 
 	sctx, scancel := context.WithCancel(ctx)
 	st := g2.agentSession(t, sctx, a, &bcdv1.Hello{})
-	for i, c := range []*gateway.AdminClient{a1, a2} {
+	for i, c := range []*adminapi.Client{a1, a2} {
 		if n := view(c); !n.Connected || n.Gateway != g2.s.Name() {
 			t.Errorf("gateway %d lists %+v, want connected to %s", i+1, n, g2.s.Name())
 		}
@@ -57,7 +58,7 @@ func TestWhereANodeIsConnected(t *testing.T) {
 	if v, err := a1.Status(ctx, a.NodeID); err != nil || !v.Connected || v.Gateway != g2.s.Name() {
 		t.Errorf("status on the first gateway: %+v %v", v, err)
 	}
-	_, _, err := a1.Tunnel(ctx, a.NodeID, gateway.TunnelRequest{Kind: "ssh"})
+	_, _, err := a1.Tunnel(ctx, a.NodeID, adminapi.TunnelRequest{Kind: "ssh"})
 	if err == nil || !strings.Contains(err.Error(), "is on gateway "+g2.s.Name()) {
 		t.Errorf("a tunnel through the first gateway: %v, want one naming %s", err, g2.s.Name())
 	}

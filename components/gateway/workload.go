@@ -11,6 +11,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
+	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/seal"
@@ -21,7 +22,7 @@ import (
 const WorkloadTokenTTL = 5 * time.Minute
 
 // WorkloadKey is the public key workload tokens verify under.
-func (s *Server) WorkloadKey() crypto.PublicKey { return s.keys.workload.Public() }
+func (s *Server) WorkloadKey() crypto.PublicKey { return s.keys.Workload.Public() }
 
 // answerWorkloadToken answers a node's signed request with a JWT for the
 // audience (issuer bcgw, subject the node), sealed to the request's reply
@@ -49,11 +50,11 @@ func (s *Server) workloadToken(node, audience string) (string, error) {
 	if audience == "" || len(audience) > 256 || strings.ContainsFunc(audience, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) {
 		return "", errors.New("the audience must be 1 to 256 printable characters without spaces")
 	}
-	kid, err := pki.Pin(s.keys.workload.Public())
+	kid, err := pki.Pin(s.keys.Workload.Public())
 	if err != nil {
 		return "", err
 	}
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: s.keys.workload},
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: s.keys.Workload},
 		(&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", kid))
 	if err != nil {
 		return "", fmt.Errorf("workload token signer: %w", err)
@@ -62,6 +63,6 @@ func (s *Server) workloadToken(node, audience string) (string, error) {
 	return jwt.Signed(signer).Claims(jwt.Claims{
 		Issuer: "bcgw", Subject: node, Audience: jwt.Audience{audience},
 		IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now), Expiry: jwt.NewNumericDate(now.Add(WorkloadTokenTTL)),
-		ID: randomID(16),
+		ID: fleet.RandomID(16),
 	}).Serialize()
 }

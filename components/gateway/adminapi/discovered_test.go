@@ -1,4 +1,4 @@
-package gateway
+package adminapi
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package gateway
+package fleet
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/release"
 )
@@ -41,7 +42,7 @@ func TestPublishRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	s := &Server{cfg: Config{DataDir: data}, store: st, log: slog.New(slog.DiscardHandler)}
+	s := &Fleet{cfg: Config{DataDir: data}, store: st, log: slog.New(slog.DiscardHandler)}
 	upload := func(b []byte, sum string) error {
 		_, err := s.UploadArtifact(sum, bytes.NewReader(b))
 		return err
@@ -83,8 +84,8 @@ func TestPublishRelease(t *testing.T) {
 		t.Errorf("ReleaseDoc = %v", err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+ReleasePath+"{sha256}", s.serveRelease)
-	for path, want := range map[string]int{ReleasePath + hexSum: 200, ReleasePath + strings.Repeat("0", 64): 404, ReleasePath + "..%2f0.2.0.json": 404} {
+	mux.HandleFunc("GET "+adminapi.ReleasePath+"{sha256}", s.ServeRelease)
+	for path, want := range map[string]int{adminapi.ReleasePath + hexSum: 200, adminapi.ReleasePath + strings.Repeat("0", 64): 404, adminapi.ReleasePath + "..%2f0.2.0.json": 404} {
 		w := httptest.NewRecorder()
 		mux.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
 		if w.Code != want || want == 200 && w.Body.String() != "bcd 0.2.0" {

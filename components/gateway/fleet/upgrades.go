@@ -1,10 +1,11 @@
-package gateway
+package fleet
 
 import (
 	"encoding/json"
 	"errors"
 	"time"
 
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/release"
 )
@@ -15,14 +16,6 @@ import (
 // gateway and any admin host (docs/update.md).
 const upgradeMetaPrefix = "upgrade/"
 
-// UpgradeView is a node's latest daemon.upgrade in its status: the
-// release, the command and, through the command, its progress or result.
-type UpgradeView struct {
-	Version string      `json:"version,omitempty"`
-	Sent    time.Time   `json:"sent"`
-	Command CommandView `json:"command"`
-}
-
 type upgradeRecord struct {
 	Command string    `json:"command"`
 	Version string    `json:"version,omitempty"`
@@ -31,7 +24,7 @@ type upgradeRecord struct {
 
 // noteUpgrade records c as its node's latest upgrade when it is a
 // daemon.upgrade; a failure to record is logged, not the command's.
-func (s *Server) noteUpgrade(c store.Command) {
+func (s *Fleet) noteUpgrade(c store.Command) {
 	if c.Kind != release.UpgradeKind {
 		return
 	}
@@ -59,7 +52,7 @@ func (s *Server) noteUpgrade(c store.Command) {
 }
 
 // upgradeView is the node's latest upgrade, or nil when it had none.
-func (s *Server) upgradeView(node string) (*UpgradeView, error) {
+func (s *Fleet) upgradeView(node string) (*adminapi.UpgradeView, error) {
 	b, err := s.store.Meta(upgradeMetaPrefix + node)
 	if errors.Is(err, store.ErrNotFound) || err == nil && len(b) == 0 {
 		return nil, nil
@@ -78,5 +71,5 @@ func (s *Server) upgradeView(node string) (*UpgradeView, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &UpgradeView{Version: rec.Version, Sent: rec.Sent, Command: s.withProgress(viewCommand(c))}, nil
+	return &adminapi.UpgradeView{Version: rec.Version, Sent: rec.Sent, Command: s.WithProgress(ViewCommand(c))}, nil
 }

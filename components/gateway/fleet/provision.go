@@ -1,12 +1,12 @@
-package gateway
+package fleet
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/gateway/store"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
@@ -30,13 +30,9 @@ const ProvisionedTokenTTL = 24 * time.Hour
 // MaxUserData bounds deploy.image's user data.
 const MaxUserData = 256 << 10
 
-// nodeIDPattern is what a node id named by an operator may look like: it
-// goes into a SPIFFE id and file names.
-var nodeIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-
 // ValidNodeID checks a node id an operator names.
 func ValidNodeID(id string) error {
-	if !nodeIDPattern.MatchString(id) {
+	if !adminapi.NodeIDPattern.MatchString(id) {
 		return fmt.Errorf("node id %q must be 1 to 63 of a-z, 0-9, _ and -, starting with a letter or digit", id)
 	}
 	return nil
@@ -46,7 +42,7 @@ func ValidNodeID(id string) error {
 // joins as node nodeID (`bcd join --node-id`): what deploy.image gets
 // through SecretProvisionedToken, made by hand for an OS installed some
 // other way. An existing node of that id is replaced when it joins.
-func (s *Server) NewProvisionedToken(site, nodeID string, ttl time.Duration) (string, store.Token, error) {
+func (s *Fleet) NewProvisionedToken(site, nodeID string, ttl time.Duration) (string, store.Token, error) {
 	if err := s.provisionable(nodeID); err != nil {
 		return "", store.Token{}, err
 	}
@@ -66,7 +62,7 @@ func (s *Server) NewProvisionedToken(site, nodeID string, ttl time.Duration) (st
 
 // provisionable checks a node id an installed OS may join as: well formed,
 // and not an agent of another role.
-func (s *Server) provisionable(nodeID string) error {
+func (s *Fleet) provisionable(nodeID string) error {
 	if err := ValidNodeID(nodeID); err != nil {
 		return err
 	}
@@ -81,13 +77,13 @@ func provisionedToken(site, nodeID string, ttl time.Duration, now time.Time) sto
 	return store.Token{Role: "node", Site: site, Uses: 1, ExpiresAt: now.Add(ttl).UTC(), NodeID: nodeID}
 }
 
-func (s *Server) putCommandSecret(cmdID, name string, v []byte) error {
+func (s *Fleet) putCommandSecret(cmdID, name string, v []byte) error {
 	return s.store.SetMeta(commandKey(cmdID, "secret/"+name), v)
 }
 
 // provisionSecret answers a ramdisk's SecretRequest for a running
 // deploy.image command of its own.
-func (s *Server) provisionSecret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, error) {
+func (s *Fleet) provisionSecret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, error) {
 	if l.Role != "ramdisk" {
 		return nil, fmt.Errorf("only a ramdisk may ask for %s", req.GetName())
 	}
@@ -127,10 +123,10 @@ func (s *Server) provisionSecret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte,
 	return []byte(tok), nil
 }
 
-// provisionedBinding ties the provisioned attestor to provisioned tokens:
+// ProvisionedBinding ties the provisioned attestor to provisioned tokens:
 // such a token admits only that attestor, and other tokens never take it.
 // It is checked before the token's use is counted.
-func provisionedBinding(attestor string, tok store.Token) error {
+func ProvisionedBinding(attestor string, tok store.Token) error {
 	switch {
 	case attestor == "provisioned" && tok.NodeID == "":
 		return errors.New("the provisioned attestor needs a token minted for deploy.image")
@@ -140,11 +136,11 @@ func provisionedBinding(attestor string, tok store.Token) error {
 	return nil
 }
 
-// checkProvisioned makes a provisioned join the node its token names
+// CheckProvisioned makes a provisioned join the node its token names
 // (replacing an earlier record of that node, whose disk the deploy
 // overwrote).
-func (s *Server) checkProvisioned(attestor string, tok store.Token, n *store.Node) error {
-	if err := provisionedBinding(attestor, tok); err != nil || tok.NodeID == "" {
+func (s *Fleet) CheckProvisioned(attestor string, tok store.Token, n *store.Node) error {
+	if err := ProvisionedBinding(attestor, tok); err != nil || tok.NodeID == "" {
 		return err
 	}
 	if old, err := s.store.Node(tok.NodeID); err == nil {

@@ -1,4 +1,4 @@
-package gateway
+package fleet
 
 import (
 	"encoding/json"
@@ -92,11 +92,11 @@ func (ls *leases) holder(site string, now time.Time) string {
 	return ""
 }
 
-// siteTouch renews or grants a site agent's boot lease, or records that
+// SiteTouch renews or grants a site agent's boot lease, or records that
 // it does not hold it, as the site.boot_lease of the node's desired spec:
 // a change is a new generation, sent to the agent as a patch. The lease is
 // decided under the node's spec lock, so renewals are stored in order.
-func (s *Server) siteTouch(node, site string) {
+func (s *Fleet) SiteTouch(node, site string) {
 	unlock := s.specLocks.lock(node)
 	defer unlock()
 	held, until, changed, err := s.leases.touch(site, node, s.now())
@@ -132,13 +132,13 @@ func (s *Server) siteTouch(node, site string) {
 
 // handLapsedLeases hands a lapsed lease to another connected site agent
 // of the same site (every third of the lease's lifetime).
-func (s *Server) handLapsedLeases() {
+func (s *Fleet) handLapsedLeases() {
 	for _, l := range s.hub.All() {
 		if l.Role != "site" {
 			continue
 		}
 		if s.leases.holder(l.Site, s.now()) == "" {
-			s.siteTouch(l.NodeID, l.Site)
+			s.SiteTouch(l.NodeID, l.Site)
 		}
 	}
 }

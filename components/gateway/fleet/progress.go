@@ -1,4 +1,4 @@
-package gateway
+package fleet
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/store"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
@@ -37,9 +38,9 @@ const progressKeep = time.Hour
 // dropped until results clear old entries.
 const maxProgressEntries = 100000
 
-// storeProgress keeps a node's progress report for one of its running
+// StoreProgress keeps a node's progress report for one of its running
 // commands.
-func (s *Server) storeProgress(nodeID string, p *bcdv1.CommandProgress) error {
+func (s *Fleet) StoreProgress(nodeID string, p *bcdv1.CommandProgress) error {
 	if len(p.GetDetail()) > 4<<10 || !json.Valid(p.GetDetail()) {
 		return errors.New("progress detail is not JSON of at most 4 KiB")
 	}
@@ -54,14 +55,14 @@ func (s *Server) storeProgress(nodeID string, p *bcdv1.CommandProgress) error {
 	detail := append(json.RawMessage(nil), p.GetDetail()...)
 	tell, err := s.keepProgress(c.ID, detail, now, s.shared != nil)
 	if tell {
-		s.notify(store.Notice{Kind: store.NoticeProgress, Node: nodeID, Command: c.ID, Detail: detail, At: now})
+		s.Notify(store.Notice{Kind: store.NoticeProgress, Node: nodeID, Command: c.ID, Detail: detail, At: now})
 	}
 	return err
 }
 
 // keepProgress puts a command's progress in the book; with tell, it
 // reports whether the other gateways are due a notice of it.
-func (s *Server) keepProgress(id string, detail json.RawMessage, at time.Time, tell bool) (bool, error) {
+func (s *Fleet) keepProgress(id string, detail json.RawMessage, at time.Time, tell bool) (bool, error) {
 	b := &s.progress
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -85,7 +86,7 @@ func (s *Server) keepProgress(id string, detail json.RawMessage, at time.Time, t
 }
 
 // progressNotice keeps the progress another gateway passed on.
-func (s *Server) progressNotice(n store.Notice) {
+func (s *Fleet) progressNotice(n store.Notice) {
 	if len(n.Detail) > 4<<10 || !json.Valid(n.Detail) || n.Command == "" {
 		return
 	}
@@ -93,7 +94,7 @@ func (s *Server) progressNotice(n store.Notice) {
 }
 
 // pruneProgress forgets progress not updated within progressKeep.
-func (s *Server) pruneProgress() {
+func (s *Fleet) pruneProgress() {
 	cut := s.now().Add(-progressKeep)
 	s.progress.mu.Lock()
 	defer s.progress.mu.Unlock()
@@ -105,14 +106,14 @@ func (s *Server) pruneProgress() {
 }
 
 // dropProgress forgets a command's progress once its result is stored.
-func (s *Server) dropProgress(id string) {
+func (s *Fleet) dropProgress(id string) {
 	s.progress.mu.Lock()
 	delete(s.progress.m, id)
 	s.progress.mu.Unlock()
 }
 
-// withProgress adds a running command's latest progress to its view.
-func (s *Server) withProgress(v CommandView) CommandView {
+// WithProgress adds a running command's latest progress to its view.
+func (s *Fleet) WithProgress(v adminapi.CommandView) adminapi.CommandView {
 	if v.State == store.StateDone {
 		return v
 	}

@@ -1,7 +1,11 @@
-package gateway
+package keys
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,93 +19,96 @@ import (
 	"github.com/better-compute/bcd/components/base/atomicfile"
 	"github.com/better-compute/bcd/components/gateway/kek"
 	"github.com/better-compute/bcd/components/gateway/store"
+	"golang.org/x/crypto/ssh"
 )
 
 // The gateway's long-lived keys by file name. With a database, every one
 // of them lives there sealed (the shared key set); on bbolt each is a
 // file in the data directory, made when first needed.
 const (
+	SSHCAFile           = "ssh-user-ca.key"    // the SSH user CA (ed25519, PKCS#8 PEM)
+	TicketSigningFile   = "ticket-signing.key" // the exec-ticket signing key (P-256)
 	joinSigningFile     = "join-signing.key"
 	workloadSigningFile = "workload-signing.key"
 	joinEncryptionFile  = "join-encryption.jwk"
 )
 
-// sharedKeyFiles is the key set a fleet's gateways share: every file of
+// SharedFiles is the key set a fleet's gateways share: every file of
 // the data directory that holds a CA, a key or a JWK. A gateway on a
 // database makes them all at its first start.
-var sharedKeyFiles = []string{
+var SharedFiles = []string{
 	"serving-ca.crt", "serving-ca.key",
 	"node-ca.crt", "node-ca.key",
 	joinSigningFile, joinEncryptionFile, workloadSigningFile,
-	CommandKeyFile, sshCAFile, ticketSigningFile,
+	CommandKeyFile, SSHCAFile, TicketSigningFile,
 }
 
 // sealedKeyVersion is the version bound into every seal: there is no key
 // rotation, so every key is version 1.
 const sealedKeyVersion = 1
 
-// keyFiles is where the gateway's long-lived keys are, by file name: the
-// data directory (dirKeys) or the set unsealed from the database
-// (memKeys).
-type keyFiles interface {
-	// read returns the key's bytes, or an error matching fs.ErrNotExist.
-	read(name string) ([]byte, error)
-	// write stores a key made now.
-	write(name string, b []byte, mode os.FileMode) error
-	// where names the key for errors: a path, or the database's key.
-	where(name string) string
+// Files is where the gateway's long-lived keys are, by file name: the
+// data directory (Dir) or the set unsealed from the database
+// (Mem).
+type Files interface {
+	// Read returns the key's bytes, or an error matching fs.ErrNotExist.
+	Read(name string) ([]byte, error)
+	// Write stores a key made now.
+	Write(name string, b []byte, mode os.FileMode) error
+	// Where names the key for errors: a path, or the database's key.
+	Where(name string) string
 }
 
-// dirKeys is a data directory's key files.
-type dirKeys string
+// Dir is a data directory's key files.
+type Dir string
 
-func (d dirKeys) read(name string) ([]byte, error) {
+func (d Dir) Read(name string) ([]byte, error) {
 	return os.ReadFile(filepath.Join(string(d), name))
 }
-func (d dirKeys) write(name string, b []byte, mode os.FileMode) error {
+func (d Dir) Write(name string, b []byte, mode os.FileMode) error {
 	return atomicfile.Write(filepath.Join(string(d), name), b, mode)
 }
-func (d dirKeys) where(name string) string { return filepath.Join(string(d), name) }
+func (d Dir) Where(name string) string { return filepath.Join(string(d), name) }
 
-// memKeys is a key set in memory: unsealed from the database, or being
+// Mem is a key set in memory: unsealed from the database, or being
 // made for it.
-type memKeys map[string][]byte
+type Mem map[string][]byte
 
-func (m memKeys) read(name string) ([]byte, error) {
+func (m Mem) Read(name string) ([]byte, error) {
 	if b, ok := m[name]; ok {
 		return b, nil
 	}
-	return nil, fmt.Errorf("%s: %w", m.where(name), fs.ErrNotExist)
+	return nil, fmt.Errorf("%s: %w", m.Where(name), fs.ErrNotExist)
 }
 
-func (m memKeys) write(name string, b []byte, _ os.FileMode) error {
+func (m Mem) Write(name string, b []byte, _ os.FileMode) error {
 	m[name] = bytes.Clone(b)
 	return nil
 }
 
-func (memKeys) where(name string) string { return "the database's key " + name }
+func (Mem) Where(name string) string { return "the database's key " + name }
 
-// completeKeySet makes every key of sharedKeyFiles that kf lacks.
-func completeKeySet(kf keyFiles) error {
-	if _, err := loadOrCreateKeys(kf, "bcgw.lab", nil); err != nil {
+// completeKeySet makes every key of SharedFiles that kf lacks.
+func completeKeySet(kf Files) error {
+	if _, err := LoadOrCreate(kf, "bcgw.lab", nil); err != nil {
 		return err
 	}
-	if _, err := loadOrCreateKey(kf, CommandKeyFile); err != nil {
+	if _, err := LoadOrCreateKey(kf, CommandKeyFile); err != nil {
 		return err
 	}
-	if _, err := loadOrCreateKey(kf, ticketSigningFile); err != nil {
+	if _, err := LoadOrCreateKey(kf, TicketSigningFile); err != nil {
 		return err
 	}
-	_, err := loadSSHCA(kf)
+	_, err := LoadSSHCA(kf)
 	return err
 }
 
-// errNoKEK is the start-up error of --database without a key-encryption key.
-var errNoKEK = errors.New("a gateway on a database needs its key-encryption key: give --key-encryption-key FILE " +
+// ErrNoKEK is the start-up error of --database without a key-encryption key.
+var ErrNoKEK = errors.New("a gateway on a database needs its key-encryption key: give --key-encryption-key FILE " +
 	"(or the systemd credential bcgw-kek, LoadCredential=bcgw-kek:FILE); the gateways' keys are stored in the database sealed under it. " +
 	"Make one with `bcgw kek generate --out FILE` and give every gateway of the fleet the same file")
 
-// sharedKeys returns the fleet's key set from the database, unsealed with
+// Shared returns the fleet's key set from the database, unsealed with
 // k. On an empty database it stores one first: the key files of the data
 // directory when it has any (adoption: agents' pins stay valid), with
 // what they lack made anew, or a new set; of gateways starting together
@@ -112,7 +119,7 @@ var errNoKEK = errors.New("a gateway on a database needs its key-encryption key:
 //
 // beforeStore, when set, runs once the database was found without keys,
 // before this gateway offers its set (tests: gateways meet there).
-func sharedKeys(ks store.KeyStore, k *kek.KEK, dataDir string, log *slog.Logger, beforeStore func()) (memKeys, error) {
+func Shared(ks store.KeyStore, k *kek.KEK, dataDir string, log *slog.Logger, beforeStore func()) (Mem, error) {
 	local, err := localKeyFiles(dataDir)
 	if err != nil {
 		return nil, err
@@ -122,7 +129,7 @@ func sharedKeys(ks store.KeyStore, k *kek.KEK, dataDir string, log *slog.Logger,
 		if beforeStore != nil {
 			beforeStore()
 		}
-		var set memKeys
+		var set Mem
 		if set, err = storeKeySet(ks, k, local, dataDir, log); err == nil && set == nil {
 			// Another gateway stored its set first: read that one.
 			fp, sealed, err = ks.Keys()
@@ -138,7 +145,7 @@ func sharedKeys(ks store.KeyStore, k *kek.KEK, dataDir string, log *slog.Logger,
 		return nil, fmt.Errorf("the database's keys are sealed under key-encryption key %s; this gateway was given %s: give it the same file as the other gateways",
 			fp, k.Fingerprint())
 	}
-	set := memKeys{}
+	set := Mem{}
 	for _, sk := range sealed {
 		b, err := k.Open(sk.Name, sk.Version, sk.Sealed)
 		if err != nil {
@@ -146,7 +153,7 @@ func sharedKeys(ks store.KeyStore, k *kek.KEK, dataDir string, log *slog.Logger,
 		}
 		set[sk.Name] = b
 	}
-	for _, name := range sharedKeyFiles {
+	for _, name := range SharedFiles {
 		if _, ok := set[name]; !ok {
 			return nil, fmt.Errorf("the database's key set lacks %s; restore the gateway_keys table from a backup", name)
 		}
@@ -170,14 +177,14 @@ func sharedKeys(ks store.KeyStore, k *kek.KEK, dataDir string, log *slog.Logger,
 // storeKeySet stores the data directory's key files (local), with the
 // keys they lack made anew, as the database's key set when the database
 // has none, and returns that set; nil when another set was there first.
-func storeKeySet(ks store.KeyStore, k *kek.KEK, local memKeys, dataDir string, log *slog.Logger) (memKeys, error) {
+func storeKeySet(ks store.KeyStore, k *kek.KEK, local Mem, dataDir string, log *slog.Logger) (Mem, error) {
 	adopted := sortedNames(local)
 	set := maps.Clone(local)
 	if err := completeKeySet(set); err != nil {
 		return nil, fmt.Errorf("make the key set: %w", err)
 	}
 	var out []store.SealedKey
-	for _, name := range sharedKeyFiles {
+	for _, name := range SharedFiles {
 		b, err := k.Seal(name, sealedKeyVersion, set[name])
 		if err != nil {
 			return nil, err
@@ -201,9 +208,9 @@ func storeKeySet(ks store.KeyStore, k *kek.KEK, local memKeys, dataDir string, l
 }
 
 // localKeyFiles reads the shared key files the data directory holds.
-func localKeyFiles(dataDir string) (memKeys, error) {
-	m := memKeys{}
-	for _, name := range sharedKeyFiles {
+func localKeyFiles(dataDir string) (Mem, error) {
+	m := Mem{}
+	for _, name := range SharedFiles {
 		b, err := os.ReadFile(filepath.Join(dataDir, name))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -216,10 +223,10 @@ func localKeyFiles(dataDir string) (memKeys, error) {
 	return m, nil
 }
 
-func sortedNames(m memKeys) []string { return slices.Sorted(maps.Keys(m)) }
+func sortedNames(m Mem) []string { return slices.Sorted(maps.Keys(m)) }
 
 // missingFrom lists the names in set that are not in names.
-func missingFrom(set memKeys, names []string) []string {
+func missingFrom(set Mem, names []string) []string {
 	var out []string
 	for _, n := range sortedNames(set) {
 		if !slices.Contains(names, n) {
@@ -227,4 +234,41 @@ func missingFrom(set memKeys, names []string) []string {
 		}
 	}
 	return out
+}
+
+// CommandKeyFile is bcgw's own command-signing key under the data
+// directory, made at first start unless Config.CommandKey says otherwise.
+const CommandKeyFile = "command-signing.key"
+
+// LoadSSHCA reads the SSH user CA (ed25519, PKCS#8 PEM), or makes and
+// stores one.
+func LoadSSHCA(kf Files) (ssh.Signer, error) {
+	b, err := kf.Read(SSHCAFile)
+	var key ed25519.PrivateKey
+	switch {
+	case err == nil:
+		blk, _ := pem.Decode(b)
+		if blk == nil {
+			return nil, fmt.Errorf("load %s: not PEM", kf.Where(SSHCAFile))
+		}
+		k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+		var ok bool
+		if key, ok = k.(ed25519.PrivateKey); err != nil || !ok {
+			return nil, fmt.Errorf("load %s: not an ed25519 key: %v", kf.Where(SSHCAFile), err)
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		if _, key, err = ed25519.GenerateKey(rand.Reader); err != nil {
+			return nil, err
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			return nil, err
+		}
+		if err := kf.Write(SSHCAFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("read %s: %w", kf.Where(SSHCAFile), err)
+	}
+	return ssh.NewSignerFromKey(key)
 }

@@ -1,4 +1,4 @@
-package gateway
+package fleet
 
 import (
 	"context"
@@ -45,15 +45,15 @@ var sharedSweep = 5 * time.Second
 // pushCommand sends a stored command to the node's session. On a shared
 // store the command's notice does it, on whichever gateway holds the
 // session (this one included).
-func (s *Server) pushCommand(c store.Command) {
+func (s *Fleet) pushCommand(c store.Command) {
 	if s.shared == nil {
-		s.hub.Send(c.NodeID, commandFrame(c))
+		s.hub.Send(c.NodeID, CommandFrame(c))
 	}
 }
 
-// notify sends a notice to every gateway, logging a failure (the sweep
+// Notify sends a notice to every gateway, logging a failure (the sweep
 // and the next session's replay make up for it).
-func (s *Server) notify(n store.Notice) {
+func (s *Fleet) Notify(n store.Notice) {
 	if err := s.shared.Notify(n); err != nil {
 		s.log.Warn("notice not sent to the other gateways", "kind", n.Kind, "node", n.Node, "command_id", n.Command, "err", err)
 	}
@@ -61,7 +61,7 @@ func (s *Server) notify(n store.Notice) {
 
 // sharedLoop listens for notices until ctx ends, listening again after a
 // lost connection (1 s, doubling to 30 s), and runs the sweep.
-func (s *Server) sharedLoop(ctx context.Context) {
+func (s *Fleet) sharedLoop(ctx context.Context) {
 	go every(ctx, sharedSweep, s.sweep)
 	wait := time.Second
 	for ctx.Err() == nil {
@@ -90,9 +90,11 @@ func (s *Server) sharedLoop(ctx context.Context) {
 
 // sweep sends the commands still unacked (and older than a second, so
 // not those whose notice is on its way) to the sessions held here.
-func (s *Server) sweep() {
+func (s *Fleet) sweep() {
 	s.pruneProgress()
-	s.pruneTPMChallenges()
+	for _, f := range s.onSweep {
+		f()
+	}
 	var held []string
 	for _, l := range s.hub.All() {
 		held = append(held, l.NodeID)
@@ -105,14 +107,14 @@ func (s *Server) sweep() {
 	old := s.now().Add(-time.Second)
 	for _, c := range cs {
 		if c.CreatedAt.Before(old) {
-			s.hub.Send(c.NodeID, commandFrame(c))
+			s.hub.Send(c.NodeID, CommandFrame(c))
 		}
 	}
 }
 
 // wakeAll wakes every admin call waiting for a result, which reads its
 // command again (results whose notices were lost).
-func (s *Server) wakeAll() {
+func (s *Fleet) wakeAll() {
 	s.mu.Lock()
 	w := s.waiters
 	s.waiters = nil
@@ -125,7 +127,7 @@ func (s *Server) wakeAll() {
 }
 
 // wake wakes the admin calls waiting for command id.
-func (s *Server) wake(id string) {
+func (s *Fleet) wake(id string) {
 	s.dropProgress(id)
 	s.mu.Lock()
 	w := s.waiters[id]
@@ -138,7 +140,7 @@ func (s *Server) wake(id string) {
 
 // onNotice acts on one notice. It runs on the listener's goroutine: what
 // may wait on a session runs on its own.
-func (s *Server) onNotice(n store.Notice) {
+func (s *Fleet) onNotice(n store.Notice) {
 	switch n.Kind {
 	case store.NoticeResult:
 		s.wake(n.Command)
@@ -156,7 +158,7 @@ func (s *Server) onNotice(n store.Notice) {
 				return
 			}
 			if c.NodeID == n.Node && c.State == store.StatePending {
-				s.hub.Send(c.NodeID, commandFrame(c))
+				s.hub.Send(c.NodeID, CommandFrame(c))
 			}
 		}()
 	case store.NoticeCancel:
@@ -180,7 +182,7 @@ func (s *Server) onNotice(n store.Notice) {
 			l.Close()
 		}
 	case store.NoticeRevoke:
-		go s.hub.SendFinal(n.Node, revocationFrame())
+		go s.hub.SendFinal(n.Node, RevocationFrame())
 	case store.NoticeTrust:
 		go s.reloadTrust()
 	case store.NoticeSpec:
@@ -194,7 +196,7 @@ func (s *Server) onNotice(n store.Notice) {
 			if !l.SpecReady.Load() {
 				return // its Welcome sends the spec in full
 			}
-			f, gen, err := s.fullSpecFrame(n.Node)
+			f, gen, err := s.FullSpecFrame(n.Node)
 			if err != nil || f == nil {
 				return
 			}
@@ -209,7 +211,7 @@ func (s *Server) onNotice(n store.Notice) {
 // the trust bundle is read again, and each session held here gets its
 // node's revocation, or a spec changed meanwhile through another gateway
 // that neither this session was sent nor the agent said it holds.
-func (s *Server) catchUp() {
+func (s *Fleet) catchUp() {
 	defer s.reloadTrust() // last: a changed bundle drains the sessions
 	for _, l := range s.hub.All() {
 		n, err := s.store.Node(l.NodeID)
@@ -219,7 +221,7 @@ func (s *Server) catchUp() {
 		if n.Revoked {
 			// Before the trust bundle's drain (deferred), which would end
 			// the session first.
-			s.hub.SendFinal(n.ID, revocationFrame())
+			s.hub.SendFinal(n.ID, RevocationFrame())
 			continue
 		}
 		sp, err := s.store.Spec(n.ID)
@@ -229,9 +231,9 @@ func (s *Server) catchUp() {
 	}
 }
 
-// revocationFrame tells an agent its certificate was revoked; its session
+// RevocationFrame tells an agent its certificate was revoked; its session
 // ends after it.
-func revocationFrame() *bcdv1.GatewayFrame {
+func RevocationFrame() *bcdv1.GatewayFrame {
 	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Revocation{Revocation: &bcdv1.RevocationNotice{Reason: "revoked by an operator"}}}
 }
 
@@ -239,10 +241,10 @@ func revocationFrame() *bcdv1.GatewayFrame {
 // longer the one this gateway ended.
 var errNotOurs = errors.New("the node's session moved on")
 
-// sessionEnded clears the node's Gateway when the session that ended is
+// SessionEnded clears the node's Gateway when the session that ended is
 // still its latest (the same epoch, held here): a node whose agent
 // reconnected elsewhere in the meantime keeps the other gateway's name.
-func (s *Server) sessionEnded(nodeID string, epoch uint64, log *slog.Logger) {
+func (s *Fleet) SessionEnded(nodeID string, epoch uint64, log *slog.Logger) {
 	_, err := s.store.UpdateNode(nodeID, func(x *store.Node) error {
 		if x.Epoch != epoch || x.Gateway != s.cfg.Name {
 			return errNotOurs
@@ -257,12 +259,12 @@ func (s *Server) sessionEnded(nodeID string, epoch uint64, log *slog.Logger) {
 	}
 }
 
-// sessionOn says which gateway holds the node's session: this one when
+// SessionOn says which gateway holds the node's session: this one when
 // its hub holds it; on a shared store, the one the node's record names,
 // while the record was refreshed recently enough for that gateway to be
 // alive (heartbeats write it at least every hub.SeenRefresh). A gateway that
 // died leaves its name until then, or until the node's next session.
-func (s *Server) sessionOn(n store.Node) (gateway string, connected bool) {
+func (s *Fleet) SessionOn(n store.Node) (gateway string, connected bool) {
 	if s.hub.Connected(n.ID) {
 		return s.cfg.Name, true
 	}

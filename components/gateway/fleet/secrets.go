@@ -1,4 +1,4 @@
-package gateway
+package fleet
 
 import (
 	"encoding/json"
@@ -26,10 +26,10 @@ const SecretHTTPHeader = "http-header/"
 // DiscoveryTokenTTL is how long a discovery token stays usable.
 const DiscoveryTokenTTL = time.Hour
 
-// answerSecret answers a SecretRequest. Secrets are bound to a workflow
+// AnswerSecret answers a SecretRequest. Secrets are bound to a workflow
 // step: the request names the command that needs it, which must be this
 // node's, still running, and of a kind that may ask for that secret.
-func (s *Server) answerSecret(l *hub.Live, req *bcdv1.SecretRequest) *bcdv1.GatewayFrame {
+func (s *Fleet) AnswerSecret(l *hub.Live, req *bcdv1.SecretRequest) *bcdv1.GatewayFrame {
 	ans := &bcdv1.SecretAnswer{RequestId: req.GetRequestId()}
 	var val []byte
 	err := seal.VerifyRequest(l.NodeKey, l.NodeID, req)
@@ -48,7 +48,7 @@ func (s *Server) answerSecret(l *hub.Live, req *bcdv1.SecretRequest) *bcdv1.Gate
 	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_SecretAnswer{SecretAnswer: ans}}
 }
 
-func (s *Server) secret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, error) {
+func (s *Fleet) secret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, error) {
 	if req.GetName() == secretBMCCredentials || req.GetName() == secretBMCNewPassword {
 		return s.bmcSecret(l, req)
 	}
@@ -90,7 +90,7 @@ func (s *Server) secret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, error) {
 
 // headerSecret answers a site.httpProxy's secret header: only to the site
 // agent running that command, only a header sent with it.
-func (s *Server) headerSecret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, error) {
+func (s *Fleet) headerSecret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, error) {
 	if l.Role != "site" {
 		return nil, errors.New("only a site agent may ask for a secret header")
 	}
@@ -113,7 +113,7 @@ func commandKey(cmdID, what string) string { return "cmd/" + cmdID + "/" + what 
 // commandToken mints t as the one live token of command cmdID: a re-request
 // while the command runs replaces the token minted before. The token
 // outlives the command (the machine it is for boots later).
-func (s *Server) commandToken(cmdID string, t store.Token) (string, error) {
+func (s *Fleet) commandToken(cmdID string, t store.Token) (string, error) {
 	key := commandKey(cmdID, "token")
 	if old, _ := s.store.Meta(key); len(old) > 0 {
 		_ = s.store.DeleteToken(string(old))
@@ -130,7 +130,7 @@ func (s *Server) commandToken(cmdID string, t store.Token) (string, error) {
 
 // dropCommandState forgets what the gateway kept for a finished command:
 // its secrets (deploy.image's user data) do not outlive it.
-func (s *Server) dropCommandState(cmdID string) {
+func (s *Fleet) dropCommandState(cmdID string) {
 	if err := s.store.DeleteMetaPrefix("cmd/" + cmdID + "/"); err != nil {
 		s.log.Warn("dropping a finished command's secrets failed", "command_id", cmdID, "err", err)
 	}
