@@ -22,6 +22,7 @@ import (
 	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/agentsvc"
 	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/trust/wellknown"
 )
@@ -134,7 +135,7 @@ func serve(ctx context.Context, env *cli.Env, args []string) int {
 	fs.StringVar(&cfg.AdminListen, "admin-listen", "", "also serve the admin API on this loopback address (bearer token in DATA/admin.token)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", 0, "refuse sessions beyond this many with a retry pushback (0: no limit)")
 	fs.DurationVar(&cfg.Pushback, "pushback", 2*time.Second, "the pushback a busy refusal carries")
-	fs.Float64Var(&cfg.JoinRate, "join-rate", gateway.DefaultJoinRate, "joins a second admitted; past it a join is refused with a retry pushback (-1: no limit)")
+	fs.Float64Var(&cfg.JoinRate, "join-rate", agentsvc.DefaultJoinRate, "joins a second admitted; past it a join is refused with a retry pushback (-1: no limit)")
 	fs.DurationVar(&cfg.CertValidity, "cert-validity", 24*time.Hour, "lifetime of node certificates")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 15*time.Second, "heartbeat interval asked of agents")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 45*time.Second, "a site's boot lease lapses this long after its holder's last heartbeat")

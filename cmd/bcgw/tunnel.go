@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/better-compute/bcd/components/base/cli"
-	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/agentsvc"
 	"github.com/better-compute/bcd/components/trust/ticket"
 )
 
@@ -30,7 +30,7 @@ func tunnelCmd(ctx context.Context, env *cli.Env, args []string) int {
 	sshFlag := fs.Bool("ssh", false, "to the node's loopback sshd")
 	tcp := fs.Int("tcp", 0, "to this loopback TCP port of the node")
 	account := fs.String("account", "", "who asks (recorded in the node's journal events)")
-	ttl := fs.Duration("ttl", gateway.DefaultTicketTTL, "the exec ticket's lifetime: the tunnel closes then")
+	ttl := fs.Duration("ttl", agentsvc.DefaultTicketTTL, "the exec ticket's lifetime: the tunnel closes then")
 	const usage = "bcgw tunnel NODE --ssh|--tcp PORT [--account NAME] [--ttl 15m]"
 	pos, code, ok := parseInterleaved(fs, env, args, 1, usage)
 	if !ok {
@@ -101,7 +101,7 @@ func console(ctx context.Context, env *cli.Env, args []string) int {
 	var a adminFlags
 	a.register(fs)
 	account := fs.String("account", "", "the local account whose login shell runs (never root unless the node's root config allows it)")
-	ttl := fs.Duration("ttl", gateway.DefaultTicketTTL, "the exec ticket's lifetime: the console closes then")
+	ttl := fs.Duration("ttl", agentsvc.DefaultTicketTTL, "the exec ticket's lifetime: the console closes then")
 	const usage = "bcgw console NODE --account ACCOUNT [--ttl 15m]"
 	pos, code, ok := parseInterleaved(fs, env, args, 1, usage)
 	if !ok {

@@ -11,20 +11,3 @@ import "net/http"
 // balancer's health check reads to send agents to another gateway.
 
 func (s *Server) adminHealth(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.Health()) }
-
-// serveReady answers the balancer's health check.
-func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	switch {
-	case !s.DatabaseReachable():
-		w.WriteHeader(http.StatusServiceUnavailable)
-		w.Write([]byte("database unreachable\n"))
-		return
-	case s.hub.Draining():
-		w.WriteHeader(http.StatusServiceUnavailable)
-		w.Write([]byte("shutting down\n"))
-		return
-	}
-	w.Write([]byte("ready\n"))
-}

@@ -20,6 +20,7 @@ import (
 	"github.com/better-compute/bcd/components/boot/bootlease"
 	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/agentsvc"
 	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/identity"
@@ -859,7 +860,7 @@ func TestWorkloadTokenSealed(t *testing.T) {
 	if err := cl.ValidateWithLeeway(josejwt.Expected{Issuer: "bcgw", Subject: a.NodeID, AnyAudience: josejwt.Audience{"https://vault.example"}, Time: time.Now()}, 0); err != nil {
 		t.Errorf("claims %+v: %v", cl, err)
 	}
-	if exp := cl.Expiry.Time(); exp.After(time.Now().Add(gateway.WorkloadTokenTTL + time.Second)) {
+	if exp := cl.Expiry.Time(); exp.After(time.Now().Add(agentsvc.WorkloadTokenTTL + time.Second)) {
 		t.Errorf("expires %s", exp)
 	}
 	other, _ := pki.GenerateKey()

@@ -1,4 +1,4 @@
-package gateway
+package agentsvc
 
 import (
 	"maps"
@@ -10,7 +10,7 @@ import (
 )
 
 // heartbeat handles one Heartbeat frame of session l.
-func (s *Server) heartbeat(l *hub.Live, hb *bcdv1.Heartbeat, log interface {
+func (s *Service) heartbeat(l *hub.Live, hb *bcdv1.Heartbeat, log interface {
 	Info(string, ...any)
 	Warn(string, ...any)
 }) {

@@ -1,7 +1,6 @@
-package gateway
+package agentsvc
 
 import (
-	"crypto"
 	"errors"
 	"fmt"
 	"strings"
@@ -21,13 +20,10 @@ import (
 // WorkloadTokenTTL is how long a workload token is valid.
 const WorkloadTokenTTL = 5 * time.Minute
 
-// WorkloadKey is the public key workload tokens verify under.
-func (s *Server) WorkloadKey() crypto.PublicKey { return s.keys.Workload.Public() }
-
 // answerWorkloadToken answers a node's signed request with a JWT for the
 // audience (issuer bcgw, subject the node), sealed to the request's reply
 // key; nothing travels in clear.
-func (s *Server) answerWorkloadToken(l *hub.Live, req *bcdv1.WorkloadTokenRequest) *bcdv1.GatewayFrame {
+func (s *Service) answerWorkloadToken(l *hub.Live, req *bcdv1.WorkloadTokenRequest) *bcdv1.GatewayFrame {
 	ans := &bcdv1.WorkloadTokenAnswer{RequestId: req.GetRequestId()}
 	err := seal.VerifyWorkloadRequest(l.NodeKey, l.NodeID, req)
 	var tok string
@@ -46,7 +42,7 @@ func (s *Server) answerWorkloadToken(l *hub.Live, req *bcdv1.WorkloadTokenReques
 	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_WorkloadTokenAnswer{WorkloadTokenAnswer: ans}}
 }
 
-func (s *Server) workloadToken(node, audience string) (string, error) {
+func (s *Service) workloadToken(node, audience string) (string, error) {
 	if audience == "" || len(audience) > 256 || strings.ContainsFunc(audience, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) {
 		return "", errors.New("the audience must be 1 to 256 printable characters without spaces")
 	}

@@ -1,4 +1,4 @@
-package gateway
+package agentsvc
 
 import (
 	"context"
@@ -47,13 +47,13 @@ type handshakeListener struct {
 	refusedN func() // counts a connection closed for waiting too long (tests)
 }
 
-// handshakeSlots is how many handshakes run at once. A handshake holds
+// HandshakeSlots is how many handshakes run at once. A handshake holds
 // its slot while it waits for the agent's next flight too, so there are
 // more than cores: 32 per core keep the cores busy when agents answer
 // slowly, and are still far from thousands at once.
-func handshakeSlots() int { return 32 * runtime.GOMAXPROCS(0) }
+func HandshakeSlots() int { return 32 * runtime.GOMAXPROCS(0) }
 
-func newHandshakeListener(inner net.Listener, cfg *tls.Config, slots int, log *slog.Logger) *handshakeListener {
+func NewHandshakeListener(inner net.Listener, cfg *tls.Config, slots int, log *slog.Logger) *handshakeListener {
 	h := &handshakeListener{inner: inner, cfg: cfg, slots: make(chan struct{}, slots), maxWait: handshakeQueueMax,
 		timeout: handshakeTimeout, ready: make(chan net.Conn), errc: make(chan error, 1), closed: make(chan struct{}), log: log}
 	go h.acceptLoop()

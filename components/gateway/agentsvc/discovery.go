@@ -1,4 +1,4 @@
-package gateway
+package agentsvc
 
 import (
 	"crypto/sha256"
@@ -29,7 +29,7 @@ type discoveryAssertion struct {
 // checkAssertion verifies a ramdisk's discovery assertion: signed (ES256)
 // by the key of a site agent of the token's site that is not revoked, for
 // this token and the MAC the token was minted for, and not expired.
-func (s *Server) checkAssertion(compact, token string, tok store.Token) error {
+func (s *Service) checkAssertion(compact, token string, tok store.Token) error {
 	if compact == "" {
 		return errors.New("missing")
 	}

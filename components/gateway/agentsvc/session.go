@@ -1,4 +1,4 @@
-package gateway
+package agentsvc
 
 import (
 	"context"
@@ -16,14 +16,14 @@ import (
 )
 
 // busy refuses a session with a retry pushback the agent honours.
-func (s *Server) busy() error {
+func (s *Service) busy() error {
 	err := connect.NewError(connect.CodeResourceExhausted, errors.New("gateway is at its session limit; retry later"))
 	err.Meta().Set("grpc-retry-pushback-ms", strconv.FormatInt(s.cfg.Pushback.Milliseconds(), 10))
 	return err
 }
 
 // Session serves one agent's stream.
-func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame]) error {
+func (s *Service) Session(ctx context.Context, st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame]) error {
 	n, cert, err := s.peerNode(ctx)
 	if err != nil {
 		return err
@@ -164,7 +164,7 @@ func (s *Server) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agent
 }
 
 // receive handles the agent's frames until the stream ends.
-func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame], l *hub.Live, log interface {
+func (s *Service) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame], l *hub.Live, log interface {
 	Info(string, ...any)
 	Warn(string, ...any)
 }) error {
@@ -262,7 +262,7 @@ func (s *Server) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayF
 // Hello), then lets spec changes reach the session. It runs before the
 // session's send loop, under the node's spec lock, so no change is lost or
 // sent ahead of it.
-func (s *Server) welcomeSpec(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame], l *hub.Live, applied uint64, log interface {
+func (s *Service) welcomeSpec(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame], l *hub.Live, applied uint64, log interface {
 	Info(string, ...any)
 }) error {
 	unlock := s.LockSpec(l.NodeID)
@@ -287,7 +287,7 @@ func (s *Server) welcomeSpec(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.Gate
 // the stored spec in full, unless the agent refused that very generation
 // after this session sent it in full: sending it again would not help, and
 // the next change (or session) sends it again.
-func (s *Server) resendFullSpec(l *hub.Live, rep *bcdv1.StatusReport, log interface {
+func (s *Service) resendFullSpec(l *hub.Live, rep *bcdv1.StatusReport, log interface {
 	Info(string, ...any)
 	Warn(string, ...any)
 }) {
