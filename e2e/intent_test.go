@@ -216,7 +216,7 @@ func TestSignedIntent(t *testing.T) {
 		t.Fatalf("a prepared spec carries a signature: %v", unsigned)
 	}
 	l.bcgw(g, "spec", "submit", l.writeJSON("unsigned-spec.json", unsigned))
-	stv = l.waitStatus(g, id, "refused the unsigned spec", func(s gateway.StatusView) bool {
+	stv = l.waitStatus(g, id, "refused the unsigned spec", func(s adminapi.StatusView) bool {
 		return s.RefusedGeneration > refused || s.AppliedGeneration > gen
 	})
 	if !strings.Contains(stv.SpecError, "UNSIGNED") || stv.AppliedGeneration != gen {

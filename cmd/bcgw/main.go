@@ -20,10 +20,10 @@ import (
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/logging"
 	"github.com/better-compute/bcd/components/gateway"
-	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/agentsvc"
 	"github.com/better-compute/bcd/components/gateway/fleet"
+	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/wellknown"
 )
 

@@ -254,7 +254,7 @@ func TestRunDeadlineCap(t *testing.T) {
 		}
 	}
 	file := filepath.Join(t.TempDir(), "cmd.json")
-	b, _ := json.Marshal(gateway.PreparedCommand{ID: "cmd_aaaaaaaaaaaaaaaaaaaaa", NodeID: "node_x", Kind: "agent.ping",
+	b, _ := json.Marshal(adminapi.PreparedCommand{ID: "cmd_aaaaaaaaaaaaaaaaaaaaa", NodeID: "node_x", Kind: "agent.ping",
 		DeadlineMS: time.Now().Add(8760 * time.Hour).UnixMilli()})
 	if err := os.WriteFile(file, b, 0o600); err != nil {
 		t.Fatal(err)
