@@ -13,6 +13,3 @@ func WithBeforeKeySet(cfg Config, f func()) Config {
 	cfg.beforeKeySet = f
 	return cfg
 }
-
-// ListenPrivate is listenPrivate for the tests.
-var ListenPrivate = listenPrivate

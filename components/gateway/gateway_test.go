@@ -26,6 +26,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/transport"
 	"github.com/better-compute/bcd/components/base/backoff"
 	"github.com/better-compute/bcd/components/gateway"
+	"github.com/better-compute/bcd/components/gateway/admin"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/identity"
@@ -1060,7 +1061,7 @@ func TestAdminSocketPrivateUnderAnyUmask(t *testing.T) {
 func TestAdminSocketRemovedOnClose(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "admin.sock")
-	l, err := gateway.ListenPrivate(sock, nil)
+	l, err := admin.ListenPrivate(sock, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/better-compute/bcd/components/gateway/admin"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/agentsvc"
 	"github.com/better-compute/bcd/components/gateway/fleet"
@@ -72,16 +73,15 @@ type Config struct {
 type Server struct {
 	*fleet.Fleet
 	svc   *agentsvc.Service
+	admin *admin.API
 	cfg   Config
 	log   *slog.Logger
 	store store.Store
 	keys  *keys.Set
 	hub   *hub.Hub
 
-	mu       sync.Mutex
-	addr     net.Addr
-	admin    string
-	adminTok string
+	mu   sync.Mutex
+	addr net.Addr
 }
 
 // New opens the data directory, making the keys on first start.
@@ -172,11 +172,12 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 		MaxSessions: cfg.MaxSessions, Pushback: cfg.Pushback, JoinRate: cfg.JoinRate,
 	}, fl, h)
 	s := &Server{Fleet: fl, svc: svc, cfg: cfg, log: cfg.Log, store: st, keys: k, hub: h}
+	s.admin = admin.New(admin.Config{DataDir: cfg.DataDir, AdminListen: cfg.AdminListen, BoundAside: cfg.boundAside, WellKnown: s.WellKnown}, fl, svc)
 	return s, nil
 }
 
-// Store gives tests and the admin API the store (bbolt or PostgreSQL).
-func (s *Server) Store() store.Store { return s.store }
+// AdminURL is the loopback admin address when --admin-listen is set.
+func (s *Server) AdminURL() string { return s.admin.AdminURL() }
 
 // Addr is the bound AgentGateway address once Run has started listening.
 func (s *Server) Addr() net.Addr {
@@ -256,7 +257,7 @@ func (s *Server) Run(ctx context.Context) error {
 		HTTP2:             &http.HTTP2Config{SendPingTimeout: 20 * time.Second, PingTimeout: 15 * time.Second},
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
-	adminSrv, adminLns, err := s.adminListeners()
+	adminSrv, adminLns, err := s.admin.Listeners()
 	if err != nil {
 		ln.Close()
 		return err

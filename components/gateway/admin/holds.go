@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"net/http"
@@ -6,7 +6,7 @@ import (
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
-func (s *Server) adminHold(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminHold(w http.ResponseWriter, r *http.Request) {
 	var h adminapi.HoldRequest
 	if err := decodeBody(r, &h); err != nil {
 		adminErr(w, http.StatusBadRequest, err)
@@ -20,7 +20,7 @@ func (s *Server) adminHold(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, adminapi.GenerationView{Generation: gen})
 }
 
-func (s *Server) adminRelease(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminRelease(w http.ResponseWriter, r *http.Request) {
 	gen, err := s.Release(r.PathValue("id"), r.PathValue("alloc"))
 	if err != nil {
 		adminErr(w, errCode(err, http.StatusBadRequest), err)

@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"net/http"
@@ -8,7 +8,7 @@ import (
 
 // ---- admin API ----
 
-func (s *Server) adminTrust(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminTrust(w http.ResponseWriter, r *http.Request) {
 	v, err := s.Trust()
 	if err != nil {
 		adminErr(w, http.StatusInternalServerError, err)
@@ -17,7 +17,7 @@ func (s *Server) adminTrust(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, v)
 }
 
-func (s *Server) adminTrustRoot(remove bool) http.HandlerFunc {
+func (s *API) adminTrustRoot(remove bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req adminapi.TrustRootRequest
 		if err := decodeBody(r, &req); err != nil {

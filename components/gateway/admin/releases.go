@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"github.com/better-compute/bcd/components/gateway/store"
 )
 
-func (s *Server) adminUploadArtifact(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminUploadArtifact(w http.ResponseWriter, r *http.Request) {
 	n, err := s.UploadArtifact(r.PathValue("sha256"), r.Body)
 	if err != nil {
 		adminErr(w, http.StatusBadRequest, fmt.Errorf("upload: %w", err))
@@ -18,7 +18,7 @@ func (s *Server) adminUploadArtifact(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]int64{"size": n})
 }
 
-func (s *Server) adminPublishRelease(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminPublishRelease(w http.ResponseWriter, r *http.Request) {
 	var req adminapi.PublishRequest
 	if err := decodeBody(r, &req); err != nil {
 		adminErr(w, http.StatusBadRequest, err)
@@ -37,7 +37,7 @@ func (s *Server) adminPublishRelease(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, p)
 }
 
-func (s *Server) adminReleaseDoc(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminReleaseDoc(w http.ResponseWriter, r *http.Request) {
 	v := r.PathValue("version")
 	b, err := s.ReleaseDoc(v)
 	if errors.Is(err, store.ErrNotFound) {
@@ -50,7 +50,7 @@ func (s *Server) adminReleaseDoc(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, adminapi.ReleaseDocView{Doc: b})
 }
 
-func (s *Server) adminReleases(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminReleases(w http.ResponseWriter, r *http.Request) {
 	rs, err := s.Releases()
 	if err != nil {
 		adminErr(w, http.StatusInternalServerError, err)

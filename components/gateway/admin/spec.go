@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
-func (s *Server) adminSpec(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminSpec(w http.ResponseWriter, r *http.Request) {
 	gen, spec, err := s.Spec(r.PathValue("id"))
 	if err != nil {
 		adminErr(w, errCode(err, http.StatusInternalServerError), err)
@@ -21,7 +21,7 @@ func (s *Server) adminSpec(w http.ResponseWriter, r *http.Request) {
 // adminSetSpec serves PUT (the body is the full spec) and PATCH (the body
 // is an RFC 7396 merge patch). The body is the JSON itself, up to the
 // spec's own bound (4 MiB), not the admin API's 2 MiB.
-func (s *Server) adminSetSpec(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminSetSpec(w http.ResponseWriter, r *http.Request) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, nodespec.MaxBytes+1))
 	if err != nil {
 		adminErr(w, http.StatusBadRequest, fmt.Errorf("request body: %w", err))

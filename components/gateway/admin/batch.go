@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ import (
 
 // ---- admin API ----
 
-func (s *Server) adminSubmitBatch(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminSubmitBatch(w http.ResponseWriter, r *http.Request) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, adminapi.MaxBatchFile+1))
 	if err != nil {
 		adminErr(w, http.StatusBadRequest, fmt.Errorf("request body: %w", err))

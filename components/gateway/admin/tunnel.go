@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"bufio"
@@ -32,7 +32,7 @@ import (
 
 // adminTunnel is POST /v1/nodes/{id}/tunnel?kind=K&account=A&ttl=D with
 // Upgrade: bcd-tunnel.
-func (s *Server) adminTunnel(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminTunnel(w http.ResponseWriter, r *http.Request) {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), adminapi.TunnelUpgrade) {
 		adminErr(w, http.StatusBadRequest, errors.New("a tunnel needs Upgrade: "+adminapi.TunnelUpgrade))
 		return

@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"net/http"
@@ -10,7 +10,7 @@ import (
 // in its 0600 database) and handed to a site agent only as the secret of a
 // running bmc.* command of that agent that names the BMC.
 
-func (s *Server) adminBMC(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminBMC(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Address   string `json:"address"`
 		Username  string `json:"username"`

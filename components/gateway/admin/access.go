@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"net/http"
@@ -6,7 +6,7 @@ import (
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
-func (s *Server) adminSSHCA(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminSSHCA(w http.ResponseWriter, r *http.Request) {
 	var req adminapi.SSHCARequest
 	if err := decodeBody(r, &req); err != nil {
 		adminErr(w, http.StatusBadRequest, err)
@@ -20,7 +20,7 @@ func (s *Server) adminSSHCA(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, v)
 }
 
-func (s *Server) adminSSHSign(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminSSHSign(w http.ResponseWriter, r *http.Request) {
 	var req adminapi.SSHSignRequest
 	if err := decodeBody(r, &req); err != nil {
 		adminErr(w, http.StatusBadRequest, err)

@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"fmt"
@@ -19,7 +19,7 @@ import (
 
 // ---- admin API ----
 
-func (s *Server) adminSetApprovers(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminSetApprovers(w http.ResponseWriter, r *http.Request) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, adminapi.MaxApproverSetFile+1))
 	if err != nil {
 		adminErr(w, http.StatusBadRequest, fmt.Errorf("request body: %w", err))

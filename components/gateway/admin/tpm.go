@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"net/http"
@@ -6,7 +6,7 @@ import (
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
-func (s *Server) adminTPMEnroll(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminTPMEnroll(w http.ResponseWriter, r *http.Request) {
 	var req adminapi.TPMEnrollRequest
 	if err := decodeBody(r, &req); err != nil {
 		adminErr(w, http.StatusBadRequest, err)

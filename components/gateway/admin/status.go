@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 	"strconv"
 )
 
-func (s *Server) adminStatus(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminStatus(w http.ResponseWriter, r *http.Request) {
 	v, err := s.Status(r.PathValue("id"))
 	if err != nil {
 		adminErr(w, errCode(err, http.StatusInternalServerError), err)
@@ -16,7 +16,7 @@ func (s *Server) adminStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, v)
 }
 
-func (s *Server) adminEvents(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminEvents(w http.ResponseWriter, r *http.Request) {
 	var after uint64
 	if a := r.URL.Query().Get("after"); a != "" {
 		var err error

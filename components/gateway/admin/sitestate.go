@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"net/http"
@@ -6,7 +6,7 @@ import (
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
-func (s *Server) adminCacheImages(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminCacheImages(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Images []adminapi.CacheImage `json:"images"`
 	}

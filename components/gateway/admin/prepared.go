@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ import (
 
 // ---- specs ----
 
-func (s *Server) adminPrepareCommand(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminPrepareCommand(w http.ResponseWriter, r *http.Request) {
 	var req adminapi.CommandRequest
 	if err := decodeBody(r, &req); err != nil {
 		adminErr(w, http.StatusBadRequest, err)
@@ -42,7 +42,7 @@ func (s *Server) adminPrepareCommand(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, p)
 }
 
-func (s *Server) adminSubmitCommand(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminSubmitCommand(w http.ResponseWriter, r *http.Request) {
 	var req adminapi.SubmitCommandRequest
 	if err := decodeBody(r, &req); err != nil {
 		adminErr(w, http.StatusBadRequest, err)
@@ -63,7 +63,7 @@ func (s *Server) adminSubmitCommand(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, v)
 }
 
-func (s *Server) adminPrepareSpec(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminPrepareSpec(w http.ResponseWriter, r *http.Request) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, nodespec.MaxBytes+1))
 	if err != nil {
 		adminErr(w, http.StatusBadRequest, fmt.Errorf("request body: %w", err))
@@ -90,7 +90,7 @@ func (s *Server) adminPrepareSpec(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, p)
 }
 
-func (s *Server) adminSubmitSpec(w http.ResponseWriter, r *http.Request) {
+func (s *API) adminSubmitSpec(w http.ResponseWriter, r *http.Request) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, adminapi.MaxPrepared+1))
 	if err != nil {
 		adminErr(w, http.StatusBadRequest, fmt.Errorf("request body: %w", err))

@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import "net/http"
 
@@ -10,4 +10,4 @@ import "net/http"
 // admin API with the error, and GET /readyz on the agents' port, which a
 // balancer's health check reads to send agents to another gateway.
 
-func (s *Server) adminHealth(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.Health()) }
+func (s *API) adminHealth(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.Health()) }
