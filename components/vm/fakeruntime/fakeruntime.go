@@ -152,7 +152,7 @@ func (r *Runtime) List(context.Context) ([]vmruntime.Domain, error) {
 func (r *Runtime) Ensure(_ context.Context, m vmruntime.Machine) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := m.Request(domainxml.TCG).Check(domainxml.Host{InstancesDir: "/fake", Bridges: bridges(m), GPU: anyGPU, AllowTCG: true}); err != nil {
+	if err := m.Request(domainxml.TCG).Check(domainxml.Host{InstancesDir: "/fake", ImagesDir: "/fake-images", Bridges: bridges(m), GPU: anyGPU, AllowTCG: true}); err != nil {
 		return false, fmt.Errorf("fake runtime: %w", err)
 	}
 	rec, err := r.owned(m.ID)

@@ -24,6 +24,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -176,6 +177,10 @@ func (s *Store) Fetch(ctx context.Context, im spec.Image) error {
 	}
 	if im.Format == spec.QCOW2 {
 		if _, err := qcow2.CheckFile(tmp, qcow2.Backing{}); err != nil {
+			// Without the temporary file's name, which differs each time.
+			if inner := errors.Unwrap(err); inner != nil {
+				err = inner
+			}
 			return fmt.Errorf("images: %s %w as a base image: %w", im.SHA256, ErrRefused, err)
 		}
 	}
@@ -266,30 +271,40 @@ func (s *Store) client(im spec.Image) (*http.Client, error) {
 	}, nil
 }
 
-// Keep removes every image whose digest is not in keep (the images an
-// instance names) and reports the files it removed.
-func (s *Store) Keep(keep []string) ([]string, error) {
+// Unneeded lists the image files the store holds whose digest is not in
+// keep.
+func (s *Store) Unneeded(keep []string) ([]string, error) {
 	entries, err := os.ReadDir(s.cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("images: %w", err)
 	}
-	named := map[string]bool{}
-	for _, d := range keep {
-		named[d] = true
-	}
-	var removed []string
+	var out []string
 	for _, e := range entries {
 		digest, _, ok := strings.Cut(e.Name(), ".")
-		if !ok || !filehash.ValidDigest(digest) || named[digest] {
-			continue
+		if ok && filehash.ValidDigest(digest) && !slices.Contains(keep, digest) {
+			out = append(out, e.Name())
 		}
+	}
+	return out, nil
+}
+
+// Keep removes every image whose digest is not in keep (the images an
+// instance names) and reports the files it removed.
+func (s *Store) Keep(keep []string) ([]string, error) {
+	names, err := s.Unneeded(keep)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, n := range names {
+		digest, _, _ := strings.Cut(n, ".")
 		unlock := s.lock(digest)
-		err := os.Remove(filepath.Join(s.cfg.Dir, e.Name()))
+		err := os.Remove(filepath.Join(s.cfg.Dir, n))
 		unlock()
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return removed, fmt.Errorf("images: %w", err)
 		}
-		removed = append(removed, e.Name())
+		removed = append(removed, n)
 	}
 	if len(removed) > 0 {
 		atomicfile.SyncDir(s.cfg.Dir)

@@ -1,0 +1,429 @@
+// Package instances is the node's instances section of the NodeSpec, the
+// converger: it makes the host run exactly the section's instances on a
+// vmruntime.Runtime. For each instance it fetches the base image
+// (components/vm/images), creates the instance's qcow2 disk over it once
+// and checks its header (components/vm/qcow2), writes the NoCloud seed
+// once (components/vm/seed), ensures the domain and sets its state. An
+// owned domain the section no longer names is destroyed and its directory
+// removed; an image no instance names is removed. A domain bcd did not
+// create is never touched: an instance named like one fails. An instance
+// that fails, fails alone (InstanceFailed, once per reason); the others
+// converge. docs/instances.md describes the section.
+package instances
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/better-compute/bcd/components/agent/converge"
+	"github.com/better-compute/bcd/components/vm/domainxml"
+	"github.com/better-compute/bcd/components/vm/images"
+	"github.com/better-compute/bcd/components/vm/qcow2"
+	"github.com/better-compute/bcd/components/vm/seed"
+	"github.com/better-compute/bcd/components/vm/spec"
+	"github.com/better-compute/bcd/components/vm/vmruntime"
+)
+
+// Files of an instance, in data_dir/instances/<id>/.
+const (
+	DiskFile = "disk.qcow2"
+	SeedFile = "seed.iso"
+)
+
+// Config wires the section.
+type Config struct {
+	// Dir is data_dir/instances: one directory per instance.
+	Dir string
+	// Runtime runs the domains; nil: this host runs none, and a section
+	// naming any instance fails.
+	Runtime vmruntime.Runtime
+	// Images holds the base images.
+	Images *images.Store
+	// Disk creates an instance disk at path: a qcow2 over base in
+	// baseFormat (base.Path "" for an empty disk) of size bytes (0: the
+	// base's). nil: QEMUImg.
+	Disk func(ctx context.Context, path string, base images.Base, baseFormat string, size int64) error
+	// UserData fetches an instance's user data; nil: an instance asking
+	// for user data fails.
+	UserData func(ctx context.Context, in spec.Instance) ([]byte, error)
+	// Event records InstanceFailed.
+	Event func(typ string, body any)
+}
+
+// Section is the instances section.
+type Section struct {
+	cfg Config
+
+	mu     sync.Mutex
+	failed map[string]string // instance -> the reason it failed, last reported
+}
+
+// New makes the section.
+func New(cfg Config) *Section {
+	if cfg.Disk == nil {
+		cfg.Disk = QEMUImg
+	}
+	return &Section{cfg: cfg, failed: map[string]string{}}
+}
+
+// Name is "instances".
+func (s *Section) Name() string { return "instances" }
+
+// Check decodes body strictly.
+func (s *Section) Check(body json.RawMessage) error { _, err := spec.Decode(body); return err }
+
+// SetEvent is given the agent's event log (converge.Evented).
+func (s *Section) SetEvent(f func(typ string, body any)) {
+	if s.cfg.Event == nil {
+		s.cfg.Event = f
+	}
+}
+
+// state is what the host has, read once per plan.
+type state struct {
+	body    spec.Body
+	images  map[string]spec.Image
+	domains map[string]vmruntime.Domain
+	dirs    []string
+}
+
+func (s *Section) read(ctx context.Context, body json.RawMessage) (state, error) {
+	b, err := spec.Decode(body)
+	if err != nil {
+		return state{}, converge.Terminal(err)
+	}
+	st := state{body: b, images: map[string]spec.Image{}, domains: map[string]vmruntime.Domain{}}
+	for _, im := range b.Images {
+		st.images[im.SHA256] = im
+	}
+	if s.cfg.Runtime == nil {
+		if len(b.Instances) > 0 {
+			return st, converge.Terminal(errors.New("this host runs no instance runtime"))
+		}
+	} else {
+		l, err := s.cfg.Runtime.List(ctx)
+		if err != nil {
+			return st, fmt.Errorf("list domains: %w", err)
+		}
+		for _, d := range l {
+			st.domains[d.ID] = d
+		}
+	}
+	entries, err := os.ReadDir(s.cfg.Dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return st, fmt.Errorf("read %s: %w", s.cfg.Dir, err)
+	}
+	for _, e := range entries {
+		if e.IsDir() && domainxml.ValidID(e.Name()) {
+			st.dirs = append(st.dirs, e.Name())
+		}
+	}
+	return st, nil
+}
+
+// desired reports whether id is an instance of the section.
+func (st state) desired(id string) bool {
+	return slices.ContainsFunc(st.body.Instances, func(in spec.Instance) bool { return in.ID == id })
+}
+
+// keep is the digests the section's instances name.
+func (st state) keep() []string {
+	var k []string
+	for _, in := range st.body.Instances {
+		k = append(k, in.Image)
+	}
+	return k
+}
+
+// Plan lists what differs: instances to set up or change, domains and
+// directories to remove, images no instance names.
+func (s *Section) Plan(ctx context.Context, body json.RawMessage) (converge.Plan, error) {
+	st, err := s.read(ctx, body)
+	if err != nil {
+		return converge.Plan{}, err
+	}
+	var changes []string
+	for _, in := range st.body.Instances {
+		changes = append(changes, s.planInstance(in, st)...)
+	}
+	for _, id := range s.removals(st) {
+		changes = append(changes, "remove instance "+id)
+	}
+	unneeded, err := s.cfg.Images.Unneeded(st.keep())
+	if err != nil {
+		return converge.Plan{}, err
+	}
+	for _, n := range unneeded {
+		changes = append(changes, "remove image "+n)
+	}
+	return converge.Plan{Changes: changes, Detail: st}, nil
+}
+
+func (s *Section) planInstance(in spec.Instance, st state) []string {
+	d, defined := st.domains[in.ID]
+	if defined && !d.Owned {
+		return []string{in.ID + ": a domain bcd did not create has its name"}
+	}
+	var c []string
+	if _, err := s.cfg.Images.Ready(st.images[in.Image]); err != nil {
+		c = append(c, in.ID+": fetch image "+in.Image)
+	}
+	for _, f := range []string{DiskFile, SeedFile} {
+		if _, err := os.Lstat(filepath.Join(s.cfg.Dir, in.ID, f)); err != nil {
+			c = append(c, in.ID+": create "+f)
+		}
+	}
+	switch {
+	case !defined:
+		c = append(c, in.ID+": define")
+	case !d.Machine.Equal(machine(in, st.images[in.Image])):
+		c = append(c, in.ID+": redefine")
+	}
+	if cur := d.State; !defined && in.State != vmruntime.Stopped || defined && cur != in.State {
+		c = append(c, in.ID+": "+orStopped(cur)+" -> "+in.State)
+	}
+	return c
+}
+
+func orStopped(s string) string {
+	if s == "" {
+		return vmruntime.Stopped
+	}
+	return s
+}
+
+// removals are the owned domains and the directories the section no
+// longer names.
+func (s *Section) removals(st state) []string {
+	var out []string
+	for id, d := range st.domains {
+		if d.Owned && !st.desired(id) {
+			out = append(out, id)
+		}
+	}
+	for _, id := range st.dirs {
+		if _, has := st.domains[id]; !has && !st.desired(id) {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// machine is the domain of an instance: its disk (after an iso base
+// image's cdrom, when it boots from one) and its seed.
+func machine(in spec.Instance, im spec.Image) vmruntime.Machine {
+	disks := []vmruntime.Disk{{Name: DiskFile, Format: "qcow2", Boot: 1}}
+	if im.Format == spec.ISO {
+		disks = []vmruntime.Disk{{Name: im.SHA256 + ".iso", Format: "raw", CDROM: true, Base: true, Boot: 1}, {Name: DiskFile, Format: "qcow2", Boot: 2}}
+	}
+	disks = append(disks, vmruntime.Disk{Name: SeedFile, Format: "raw", CDROM: true})
+	return vmruntime.Machine{ID: in.ID, VCPUs: in.VCPUs, MemoryMiB: in.MemoryMiB, Disks: disks, GPUs: in.GPUs}
+}
+
+// failure is why an instance did not converge; terminal when trying
+// again in this generation will not mend it.
+type failure struct {
+	reason   string
+	terminal bool
+}
+
+// Apply removes what the section no longer names, then sets up each
+// instance on its own.
+func (s *Section) Apply(ctx context.Context, body json.RawMessage, p converge.Plan) error {
+	st, ok := p.Detail.(state)
+	if !ok {
+		var err error
+		if st, err = s.read(ctx, body); err != nil {
+			return err
+		}
+	}
+	for _, id := range s.removals(st) {
+		if d, ok := st.domains[id]; ok && d.Owned {
+			if err := s.cfg.Runtime.Destroy(ctx, id); err != nil {
+				return fmt.Errorf("remove instance %s: %w", id, err)
+			}
+		}
+		if err := os.RemoveAll(filepath.Join(s.cfg.Dir, id)); err != nil {
+			return fmt.Errorf("remove instance %s: %w", id, err)
+		}
+	}
+	failed := map[string]failure{}
+	for _, in := range st.body.Instances {
+		if f := s.ensure(ctx, in, st); f != nil {
+			failed[in.ID] = *f
+		}
+	}
+	if _, err := s.cfg.Images.Keep(st.keep()); err != nil {
+		return err
+	}
+	return s.report(failed, len(st.body.Instances))
+}
+
+// report raises InstanceFailed for each new failure and says how the
+// section ends: retried while any failure may mend, else FAILED.
+func (s *Section) report(failed map[string]failure, total int) error {
+	s.mu.Lock()
+	var newly []string
+	now := map[string]string{}
+	for id, f := range failed {
+		now[id] = f.reason
+		if s.failed[id] != f.reason {
+			newly = append(newly, id)
+		}
+	}
+	s.failed = now
+	s.mu.Unlock()
+	sort.Strings(newly)
+	for _, id := range newly {
+		if s.cfg.Event != nil {
+			s.cfg.Event("InstanceFailed", map[string]any{"instance": id, "reason": failed[id].reason})
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(failed))
+	terminal := true
+	for id, f := range failed {
+		ids = append(ids, id)
+		terminal = terminal && f.terminal
+	}
+	sort.Strings(ids)
+	var parts []string
+	for _, id := range ids {
+		parts = append(parts, id+": "+failed[id].reason)
+	}
+	err := fmt.Errorf("%d of %d instances failed: %s", len(failed), total, strings.Join(parts, "; "))
+	if terminal {
+		return converge.Terminal(err)
+	}
+	return err
+}
+
+func fail(terminal bool, format string, args ...any) *failure {
+	return &failure{reason: fmt.Sprintf(format, args...), terminal: terminal}
+}
+
+// ensure sets up one instance; each step finds what an earlier, maybe
+// interrupted, pass left and goes on from there.
+func (s *Section) ensure(ctx context.Context, in spec.Instance, st state) *failure {
+	if d, ok := st.domains[in.ID]; ok && !d.Owned {
+		return fail(true, "a domain bcd did not create is named %s; bcd leaves it alone", in.ID)
+	}
+	im := st.images[in.Image]
+	base, err := s.cfg.Images.Ready(im)
+	if errors.Is(err, images.ErrNotFetched) {
+		if err = s.cfg.Images.Fetch(ctx, im); err == nil {
+			base, err = s.cfg.Images.Ready(im)
+		}
+	}
+	if err != nil {
+		return fail(errors.Is(err, images.ErrRefused), "%v", err)
+	}
+	dir := filepath.Join(s.cfg.Dir, in.ID)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fail(false, "%v", err)
+	}
+	if f := s.disk(ctx, in, im, base, filepath.Join(dir, DiskFile)); f != nil {
+		return f
+	}
+	if f := s.seed(ctx, in, filepath.Join(dir, SeedFile)); f != nil {
+		return f
+	}
+	if _, err := s.cfg.Runtime.Ensure(ctx, machine(in, im)); err != nil {
+		return fail(errors.Is(err, vmruntime.ErrForeign), "define: %v", err)
+	}
+	if cur := orStopped(st.domains[in.ID].State); cur != in.State {
+		if err := s.cfg.Runtime.SetState(ctx, in.ID, in.State); err != nil {
+			return fail(false, "%s: %v", strings.ToLower(in.State), err)
+		}
+	}
+	return nil
+}
+
+// disk creates the instance's disk once, through a temporary name so an
+// interrupted creation is never taken for a disk, and checks its header
+// every pass: an overlay of exactly its base, or, over an iso, a disk of
+// its own.
+func (s *Section) disk(ctx context.Context, in spec.Instance, im spec.Image, base images.Base, path string) *failure {
+	want := qcow2.Backing{Path: base.Path, Format: im.Format}
+	size := int64(in.DiskGiB) << 30
+	if im.Format == spec.ISO {
+		want, base = qcow2.Backing{}, images.Base{}
+	} else if size != 0 && size < base.VirtualSize {
+		return fail(true, "disk_gib %d is below the base image's %d bytes", in.DiskGiB, base.VirtualSize)
+	}
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+		tmp := path + ".new"
+		os.Remove(tmp)
+		if err := s.cfg.Disk(ctx, tmp, base, im.Format, size); err != nil {
+			os.Remove(tmp)
+			return fail(false, "create disk: %v", err)
+		}
+		// QEMU reaches the disk through the node's group.
+		if err := os.Chmod(tmp, 0o660); err != nil {
+			return fail(false, "create disk: %v", err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return fail(false, "create disk: %v", err)
+		}
+	}
+	if _, err := qcow2.CheckFile(path, want); err != nil {
+		return fail(true, "instance disk refused: %v", err)
+	}
+	return nil
+}
+
+// seed writes the NoCloud seed once: cloud-init reads it at the
+// instance's first boot.
+func (s *Section) seed(ctx context.Context, in spec.Instance, path string) *failure {
+	if _, err := os.Lstat(path); err == nil {
+		return nil
+	}
+	sd := seed.Seed{InstanceID: in.ID, Hostname: in.Hostname}
+	if in.UserData {
+		if s.cfg.UserData == nil {
+			return fail(true, "user data is not fetched on this node yet")
+		}
+		ud, err := s.cfg.UserData(ctx, in)
+		if err != nil {
+			// The error is the fetch's, never the data.
+			return fail(false, "user data: %v", err)
+		}
+		sd.UserData = ud
+	}
+	if err := seed.WriteFile(path, sd); err != nil {
+		return fail(true, "%v", err)
+	}
+	return nil
+}
+
+// QEMUImg creates a disk with qemu-img create: a qcow2 overlay over
+// base in baseFormat (which qemu-img then opens as that format, never
+// probing it), or an empty qcow2 when base.Path is "".
+func QEMUImg(ctx context.Context, path string, base images.Base, baseFormat string, size int64) error {
+	args := []string{"create", "-q", "-f", "qcow2"}
+	if base.Path != "" {
+		args = append(args, "-b", base.Path, "-F", baseFormat)
+	}
+	args = append(args, path)
+	if size > 0 {
+		args = append(args, strconv.FormatInt(size, 10))
+	}
+	out, err := exec.CommandContext(ctx, "qemu-img", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("qemu-img create: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
