@@ -17,6 +17,7 @@ ONLY=${MUTATE_ONLY:-}
 
 work=$(mktemp -d)
 current="" # the file a mutation is applied to, restored on any exit
+child=""   # the go test running, stopped on an interrupt
 restore() {
 	if [[ -n $current ]]; then
 		cp -p "$work/original" "$current"
@@ -24,7 +25,19 @@ restore() {
 	fi
 }
 trap 'restore; rm -rf "$work"' EXIT
-trap 'restore; echo "mutate: interrupted; files restored" >&2; exit 130' INT TERM
+trap 'restore; [[ -n $child ]] && kill "$child" 2>/dev/null; echo "mutate: interrupted; files restored" >&2; exit 130' INT TERM HUP
+
+# gotest ARGS...: go test into $work/out, in the background so that an
+# interrupt runs the trap at once (bash defers it while a foreground
+# command runs); its status is go test's.
+gotest() {
+	$GO test "$@" >"$work/out" 2>&1 &
+	child=$!
+	local rc=0
+	wait "$child" || rc=$?
+	child=""
+	return "$rc"
+}
 
 # apply FILE ORIG REPL: replace ORIG's text with REPL's in FILE, only if
 # it occurs exactly once.
@@ -57,7 +70,7 @@ run_one() {
 	local key="$pkg $run"
 	# The tests must pass on the code as it is, or a failure proves nothing.
 	if [[ -z ${baseline[$key]:-} ]]; then
-		if $GO test -timeout "$timeout" "$pkg" -run "$run" >"$work/out" 2>&1; then
+		if gotest -timeout "$timeout" "$pkg" -run "$run"; then
 			baseline[$key]=ok
 		else
 			baseline[$key]=fail
@@ -86,7 +99,7 @@ run_one() {
 		fi
 	done
 	local start=$SECONDS rc=0
-	$GO test -count=1 -timeout "$timeout" "$pkg" -run "$run" >"$work/out" 2>&1 || rc=$?
+	gotest -count=1 -timeout "$timeout" "$pkg" -run "$run" || rc=$?
 	restore
 	local took=$((SECONDS - start))s
 	if grep -qE '\[(build|setup) failed\]|^# ' "$work/out"; then
