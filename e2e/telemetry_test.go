@@ -353,8 +353,8 @@ func TestTelemetryToRealCollector(t *testing.T) {
 			inGap[at.Truncate(time.Second).String()] = true
 		}
 	}
-	t.Logf("gap %s: RSS before %.0f KiB, peak %.0f KiB; %d batches waited; after: %d points exported, %d dropped; %d collections of the gap delivered late",
-		gap, rssBefore, rssPeak, down.PendingBatches, after.ExportedPoints, after.DroppedPoints, len(inGap))
+	t.Logf("gap %s: RSS before %.0f KiB, peak %.0f KiB; %d batches (%d bytes) waited; after: %d points exported, %d dropped; %d collections of the gap delivered late",
+		gap, rssBefore, rssPeak, down.PendingBatches, down.PendingBytes, after.ExportedPoints, after.DroppedPoints, len(inGap))
 	if after.DroppedPoints != 0 {
 		t.Errorf("%d points dropped: a gap of %s fits in the buffer", after.DroppedPoints, gap)
 	}

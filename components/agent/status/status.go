@@ -74,7 +74,7 @@ type Snapshot struct {
 // Telemetry is the OTLP exporter as bcd status shows it: the endpoint and
 // interval, the last export that succeeded and the last error, the
 // points delivered and dropped since the agent started, and the batches
-// waiting for the collector.
+// (and their bytes) waiting for the collector.
 type Telemetry struct {
 	Endpoint       string    `json:"endpoint"`
 	Interval       string    `json:"interval"`
@@ -84,6 +84,7 @@ type Telemetry struct {
 	ExportedPoints uint64    `json:"exported_points"`
 	DroppedPoints  uint64    `json:"dropped_points"`
 	PendingBatches int       `json:"pending_batches"`
+	PendingBytes   int       `json:"pending_bytes"`
 }
 
 // SignedIntent is the held trust bundle as bcd status shows it.

@@ -323,7 +323,7 @@ func (t *Telemetry) Run(ctx context.Context) error {
 	}
 	setPending := func() {
 		t.mu.Lock()
-		t.st.PendingBatches = len(pending)
+		t.st.PendingBatches, t.st.PendingBytes = len(pending), bytesHeld
 		t.mu.Unlock()
 	}
 	// send posts the pending batches oldest first until one fails.
