@@ -312,6 +312,26 @@ func TestTelemetryToRealCollector(t *testing.T) {
 		t.Fatalf("bcd doctor with the collector up:\n%s", out)
 	}
 
+	// A site agent has the section too, with the agent's own metrics.
+	siteCfg, siteID := l.joinNode(g, "s", l.token(g, "--uses", "1", "--role", "site", "--site", "fra1"), "site")
+	site := l.start("bcd-site", "site", "--config", siteCfg)
+	l.waitNode(g, siteID, "connected", func(n nodeView) bool { return n.Connected })
+	l.spec(g, "patch", siteID, string(spec))
+	for end := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		r := parseDebug(c1.stderr.String())
+		found := false
+		for _, res := range r.resources {
+			found = found || (res["bcd.node.id"] == siteID && res["bcd.role"] == "site" && res["bcd.site"] == "fra1")
+		}
+		if found {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no export of the site agent within 60s:\n%s", site.stderr.String())
+		}
+	}
+	site.signal(syscall.SIGTERM)
+
 	// The collector is killed for the gap.
 	pid := node.cmd.Process.Pid
 	time.Sleep(3 * time.Second)
