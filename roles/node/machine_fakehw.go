@@ -23,6 +23,9 @@ import (
 	"github.com/better-compute/bcd/components/machine/fakekinds"
 	"github.com/better-compute/bcd/components/machine/health"
 	"github.com/better-compute/bcd/components/machine/nodekinds"
+	"github.com/better-compute/bcd/components/vm/fakeruntime"
+	"github.com/better-compute/bcd/components/vm/images"
+	"github.com/better-compute/bcd/components/vm/instances"
 )
 
 // hardware is the fake machine of BCD_FAKEHW_SEED (default 1).
@@ -87,9 +90,27 @@ func migCaps() (cdispec.MIGCaps, error) { return cdispec.ParseMIGCaps(fakehw.MIG
 // hostReboot: a fakehw node simulates node.reboot (agent.Config.FakeReboot).
 func hostReboot(*helperclient.Client) func(context.Context, string) error { return nil }
 
-// extraSections is the fakehw test section.
+// extraSections are the instances section on the file-backed runtime
+// and the fakehw test section.
 func extraSections(dataDir string) []converge.Section {
-	return []converge.Section{fakekinds.Section(dataDir)}
+	return append(instancesSection(dataDir), fakekinds.Section(dataDir))
+}
+
+// instancesSection runs the instances section on the fake runtime, whose
+// records are in data_dir/fakehw/runtime (no guest runs): base images in
+// data_dir/images, fetched with the fakehw roots, disks by qemu-img. A
+// data directory it cannot set up leaves the section out (UNSUPPORTED),
+// logged.
+func instancesSection(dataDir string) []converge.Section {
+	store, err := images.New(images.Config{Dir: filepath.Join(dataDir, "images"), Roots: fakehttp.Roots()})
+	if err == nil {
+		var rt *fakeruntime.Runtime
+		if rt, err = fakeruntime.New(filepath.Join(dataDir, "fakehw", "runtime"), nil); err == nil {
+			return []converge.Section{instances.New(instances.Config{Dir: filepath.Join(dataDir, "instances"), Runtime: rt, Images: store})}
+		}
+	}
+	slog.Warn("instances section left out", "err", err)
+	return nil
 }
 
 // fakeCommands are the commands only a fakehw build has.

@@ -17,9 +17,9 @@ import (
 // image sources and presigned upload URLs from a local TLS server.
 const ExtraCAEnv = "BCD_FAKEHW_EXTRA_CA"
 
-// Client returns an HTTP client trusting the system roots and the
-// CAs in $BCD_FAKEHW_EXTRA_CA, or nil (the default client) when it is unset.
-func Client() *http.Client {
+// Roots returns the system roots and the CAs in $BCD_FAKEHW_EXTRA_CA, or
+// nil (the system roots alone) when it is unset.
+func Roots() *x509.CertPool {
 	f := os.Getenv(ExtraCAEnv)
 	if f == "" {
 		return nil
@@ -30,6 +30,16 @@ func Client() *http.Client {
 	}
 	if b, err := os.ReadFile(f); err == nil {
 		pool.AppendCertsFromPEM(b)
+	}
+	return pool
+}
+
+// Client returns an HTTP client trusting Roots, or nil (the default
+// client) when $BCD_FAKEHW_EXTRA_CA is unset.
+func Client() *http.Client {
+	pool := Roots()
+	if pool == nil {
+		return nil
 	}
 	return &http.Client{Timeout: 30 * time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 }

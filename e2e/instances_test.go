@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/base/testenv"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/vm/fakeruntime"
+	"github.com/better-compute/bcd/components/vm/qcow2"
+	"github.com/better-compute/bcd/components/vm/vmruntime"
+)
+
+// TestInstancesOnFakeRuntime: bcgw spec set puts two instances on a
+// fakehw node; their qcow2 base comes from an https server on loopback
+// through the image's SPKI pin. The node is killed (SIGKILL) while it
+// sets them up and started again: it converges with one domain per
+// instance, RUNNING and PAUSED, each disk an overlay of exactly the
+// base. A domain defined by hand is never touched: an instance named
+// like it fails alone. An empty section removes the domains, their
+// directories and the image.
+func TestInstancesOnFakeRuntime(t *testing.T) {
+	qemuImg := testenv.NeedTool(t, "qemu-img", "qemu-utils")
+	l := newLab(t)
+	imgPath := filepath.Join(l.root, "base.qcow2")
+	if out, err := exec.Command(qemuImg, "create", "-q", "-f", "qcow2", imgPath, "64M").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img: %v\n%s", err, out)
+	}
+	base, _ := os.ReadFile(imgPath)
+	sum := sha256.Sum256(base)
+	digest := hex.EncodeToString(sum[:])
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond) // room for the kill below
+		w.Write(base)
+	}))
+	defer srv.Close()
+	image := `{"sha256":"` + digest + `","url":"` + srv.URL + `/base.qcow2","format":"qcow2","spki_pin":"` + pki.PinOfCert(srv.Certificate()) + `"}`
+	vm := func(id, state string) string {
+		return `{"id":"` + id + `","allocation":"alloc_` + id + `","state":"` + state + `","vcpus":1,"memory_mib":128,"image":"` + digest + `"}`
+	}
+
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	cfg, id := l.joinNode(g, "n", l.token(g, "--uses", "1"), "node")
+	data := filepath.Join(filepath.Dir(cfg), "data")
+	runtimeDir := filepath.Join(data, "fakehw", "runtime")
+	node := l.start("bcd-node", "node", "--config", cfg)
+	l.waitNode(g, id, "connected", func(n nodeView) bool { return n.Connected })
+
+	// A domain defined by hand, which bcd must leave as it is.
+	os.MkdirAll(runtimeDir, 0o700)
+	foreign, _ := json.Marshal(fakeruntime.Record{Machine: vmruntime.Machine{ID: "byhand", VCPUs: 4, MemoryMiB: 4096}, State: vmruntime.Stopped})
+	if err := os.WriteFile(filepath.Join(runtimeDir, "byhand.json"), foreign, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	gen := l.spec(g, "set", id, `{"instances":{"images":[`+image+`],"instances":[`+vm("vm-a", "RUNNING")+`,`+vm("vm-b", "PAUSED")+`]}}`)
+	// Kill the node while it sets the instances up: once it has made the
+	// first instance's directory, or fetched the image.
+	end := time.Now().Add(30 * time.Second)
+	for time.Now().Before(end) {
+		if _, err := os.Stat(filepath.Join(data, "images", "tmp")); err == nil {
+			if es, _ := os.ReadDir(filepath.Join(data, "images", "tmp")); len(es) > 0 {
+				break
+			}
+		}
+		if _, err := os.Stat(filepath.Join(data, "instances", "vm-a")); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	node.signal(syscall.SIGKILL)
+	node.wait(t, 10*time.Second)
+	l.start("bcd-node", "node", "--config", cfg)
+
+	st := l.waitStatus(g, id, "instances converged", func(s adminapi.StatusView) bool {
+		return s.ObservedGeneration == gen && section(s, "instances").State == "CONVERGED"
+	})
+	records := func() map[string]fakeruntime.Record {
+		t.Helper()
+		es, err := os.ReadDir(runtimeDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]fakeruntime.Record{}
+		for _, e := range es {
+			var r fakeruntime.Record
+			b, _ := os.ReadFile(filepath.Join(runtimeDir, e.Name()))
+			if err := json.Unmarshal(b, &r); err != nil {
+				t.Fatalf("%s: %v", e.Name(), err)
+			}
+			m[strings.TrimSuffix(e.Name(), ".json")] = r
+		}
+		return m
+	}
+	r := records()
+	var names []string
+	for n := range r {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if strings.Join(names, " ") != "byhand vm-a vm-b" || r["vm-a"].State != "RUNNING" || r["vm-b"].State != "PAUSED" {
+		t.Fatalf("domains after the kill and restart: %v %+v (status %+v)", names, r, section(st, "instances"))
+	}
+	for _, vmID := range []string{"vm-a", "vm-b"} {
+		if _, err := qcow2.CheckFile(filepath.Join(data, "instances", vmID, "disk.qcow2"),
+			qcow2.Backing{Path: filepath.Join(data, "images", digest+".qcow2"), Format: "qcow2"}); err != nil {
+			t.Errorf("%s's disk: %v", vmID, err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(runtimeDir, "byhand.json")); string(b) != string(foreign) {
+		t.Errorf("the domain defined by hand changed: %s", b)
+	}
+
+	// An instance named like it fails alone.
+	gen = l.spec(g, "set", id, `{"instances":{"images":[`+image+`],"instances":[`+vm("vm-a", "RUNNING")+`,`+vm("byhand", "RUNNING")+`]}}`)
+	st = l.waitStatus(g, id, "byhand failed", func(s adminapi.StatusView) bool {
+		return s.ObservedGeneration == gen && section(s, "instances").State == "FAILED"
+	})
+	if m := section(st, "instances").Message; !strings.Contains(m, "1 of 2 instances failed: byhand: a domain bcd did not create") {
+		t.Errorf("section message %q", m)
+	}
+	if r := records(); r["vm-a"].State != "RUNNING" || len(r) != 2 {
+		t.Errorf("domains %+v: want vm-a RUNNING and byhand, vm-b removed", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(runtimeDir, "byhand.json")); string(b) != string(foreign) {
+		t.Errorf("the domain defined by hand changed: %s", b)
+	}
+
+	// An empty section removes every instance bcd made, and the image.
+	gen = l.spec(g, "set", id, `{"instances":{}}`)
+	l.waitStatus(g, id, "instances removed", func(s adminapi.StatusView) bool {
+		return s.ObservedGeneration == gen && section(s, "instances").State == "CONVERGED"
+	})
+	if r := records(); len(r) != 1 || r["byhand"].BCD != "" {
+		t.Errorf("after removal: %+v; want byhand alone", r)
+	}
+	for _, p := range []string{filepath.Join(data, "instances", "vm-a"), filepath.Join(data, "images", digest+".qcow2")} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s: %v, want removed", p, err)
+		}
+	}
+}
