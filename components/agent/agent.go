@@ -200,6 +200,9 @@ func Run(ctx context.Context, c Config) error {
 	if c.Kicker != nil {
 		c.Kicker(engine.Kick)
 	}
+	if tel != nil {
+		tel.SetKick(engine.Kick)
+	}
 	kinds := append([]dispatch.Kind{
 		{Name: "agent.ping", Idempotent: true, Run: ping(a, bootID, c.Version, clk)},
 		{Name: "agent.converge", Idempotent: true, Run: convergeNow(engine)},

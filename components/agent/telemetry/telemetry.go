@@ -112,6 +112,10 @@ type Telemetry struct {
 	applied string  // canonical JSON of the spec Apply last set ("" none)
 	st      status.Telemetry
 	dropped uint64 // points dropped, all time
+	// stale is set when the collector refused the headers (401 or 403):
+	// Plan then asks for their secrets again (a rotated credential).
+	stale bool
+	kick  func()
 }
 
 // active is one applied spec: its endpoint, client and headers.
@@ -162,9 +166,11 @@ func (t *Telemetry) Plan(_ context.Context, body json.RawMessage) (converge.Plan
 	}
 	want := canonical(s)
 	t.mu.Lock()
-	applied, endpoint := t.applied, t.st.Endpoint
+	applied, endpoint, stale := t.applied, t.st.Endpoint, t.stale
 	t.mu.Unlock()
 	switch {
+	case want == applied && stale && s != nil && len(s.Headers) > 0:
+		return converge.Plan{Changes: []string{"fetch the header secrets again: the collector refused them"}}, nil
 	case want == applied:
 		return converge.Plan{}, nil
 	case s == nil:
@@ -187,13 +193,22 @@ func (t *Telemetry) Apply(ctx context.Context, body json.RawMessage, _ converge.
 		}
 	}
 	t.mu.Lock()
-	t.want, t.applied = a, canonical(s)
+	t.want, t.applied, t.stale = a, canonical(s), false
 	t.mu.Unlock()
 	select {
 	case t.reconf <- struct{}{}:
 	default:
 	}
 	return nil
+}
+
+// SetKick gives the section the converge engine's Kick: a collector that
+// refuses the headers (401, 403) has the section planned again at once,
+// which fetches their secrets anew. Without it the repair pass does.
+func (t *Telemetry) SetKick(kick func()) {
+	t.mu.Lock()
+	t.kick = kick
+	t.mu.Unlock()
 }
 
 // tlsConfig trusts the spec's CA, or the system roots without one.
@@ -423,7 +438,9 @@ func (t *Telemetry) collect(ctx context.Context, a *active) batch {
 }
 
 // post sends one batch. retryable says whether a failure may succeed
-// later (no answer, 429, 502, 503, 504); other refusals drop the batch.
+// later (no answer, 429, 502, 503, 504, and 401 or 403 while the spec has
+// headers: their secrets are fetched again); other refusals drop the
+// batch.
 func (t *Telemetry) post(ctx context.Context, a *active, b batch) (retryable bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.spec.URL(), bytes.NewReader(b.body))
 	if err != nil {
@@ -449,6 +466,17 @@ func (t *Telemetry) post(ctx context.Context, a *active, b batch) (retryable boo
 	case resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode == http.StatusBadGateway,
 		resp.StatusCode == http.StatusServiceUnavailable, resp.StatusCode == http.StatusGatewayTimeout:
 		return true, fmt.Errorf("export to %s: %s", a.spec.Endpoint, resp.Status)
+	}
+	if (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && len(a.headers) > 0 {
+		t.mu.Lock()
+		first, kick := !t.stale, t.kick
+		t.stale = true
+		t.mu.Unlock()
+		if first && kick != nil {
+			kick()
+		}
+		// Kept, like a collector that is down, for the headers' new values.
+		return true, fmt.Errorf("export to %s refused the headers: %s", a.spec.Endpoint, resp.Status)
 	}
 	return false, fmt.Errorf("export to %s refused: %s", a.spec.Endpoint, resp.Status)
 }

@@ -333,3 +333,85 @@ func TestCollectorDownIsBounded(t *testing.T) {
 	}
 	t.Logf("collected %d points: delivered %d, dropped %d", collected, delivered, st.DroppedPoints)
 }
+
+// TestRotatedHeaderSecret: the collector refuses the header once its
+// value changed at the gateway; the section kicks the engine, plans a
+// fetch of the secrets again, and the batches kept meanwhile go out with
+// the new value.
+func TestRotatedHeaderSecret(t *testing.T) {
+	var mu sync.Mutex
+	want := "Bearer one"
+	c := &collector{}
+	c.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		ok := r.Header.Get("Authorization") == want
+		mu.Unlock()
+		if !ok {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		md, err := decodeRequest(b)
+		if err != nil {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		c.mu.Lock()
+		c.reqs = append(c.reqs, md)
+		c.mu.Unlock()
+	}))
+	c.srv.StartTLS()
+	defer c.srv.Close()
+	secrets := map[string]string{SecretPrefix + "Authorization": "Bearer one"}
+	var smu sync.Mutex
+	tel := New(Config{Sources: []Source{gpuSource}, Secret: func(ctx context.Context, name string) ([]byte, error) {
+		smu.Lock()
+		v := secrets[name]
+		smu.Unlock()
+		// The real round trip, with the value of now.
+		return gateway(t, map[string]string{name: v})(ctx, name)
+	}})
+	kicked := make(chan struct{}, 1)
+	tel.SetKick(func() {
+		select {
+		case kicked <- struct{}{}:
+		default:
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = tel.Run(ctx) }()
+	spec, _ := json.Marshal(Spec{Endpoint: c.srv.URL, IntervalS: 1, CAPEM: c.caPEM(), Headers: []string{"Authorization"}})
+	apply(t, tel, string(spec))
+	waitFor(t, "an export", 10*time.Second, func() bool { return len(c.requests()) > 0 })
+	// Rotated at the gateway and at the collector.
+	smu.Lock()
+	secrets[SecretPrefix+"Authorization"] = "Bearer two"
+	smu.Unlock()
+	mu.Lock()
+	want = "Bearer two"
+	mu.Unlock()
+	select {
+	case <-kicked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no kick after the collector refused the header")
+	}
+	p, err := tel.Plan(ctx, spec)
+	if err != nil || len(p.Changes) != 1 || !strings.Contains(p.Changes[0], "header secrets again") {
+		t.Fatalf("Plan after a refusal = %v, %v", p.Changes, err)
+	}
+	if err := tel.Apply(ctx, spec, p); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := tel.Plan(ctx, spec); len(p.Changes) != 0 {
+		t.Fatalf("Plan after the fetch = %v", p.Changes)
+	}
+	before := len(c.requests())
+	waitFor(t, "exports with the new value", 10*time.Second, func() bool {
+		st := tel.Status()
+		return len(c.requests()) > before && st.PendingBatches == 0
+	})
+	if st := tel.Status(); st.DroppedPoints != 0 {
+		t.Fatalf("%d points dropped across the rotation", st.DroppedPoints)
+	}
+}
