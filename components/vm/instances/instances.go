@@ -64,8 +64,15 @@ type Config struct {
 type Section struct {
 	cfg Config
 
-	mu     sync.Mutex
-	failed map[string]string // instance -> the reason it failed, last reported
+	mu      sync.Mutex
+	failed  map[string]string       // instance -> the reason it failed, last reported
+	fetches map[string]*fetchResult // digest -> its background fetch
+}
+
+// fetchResult is a background fetch: running until done.
+type fetchResult struct {
+	done bool
+	err  error
 }
 
 // New makes the section.
@@ -73,7 +80,7 @@ func New(cfg Config) *Section {
 	if cfg.Disk == nil {
 		cfg.Disk = QEMUImg
 	}
-	return &Section{cfg: cfg, failed: map[string]string{}}
+	return &Section{cfg: cfg, failed: map[string]string{}, fetches: map[string]*fetchResult{}}
 }
 
 // Name is "instances".
@@ -176,7 +183,11 @@ func (s *Section) planInstance(in spec.Instance, st state) []string {
 	}
 	var c []string
 	if _, err := s.cfg.Images.Ready(st.images[in.Image]); err != nil {
-		c = append(c, in.ID+": fetch image "+in.Image)
+		if s.refused(in.Image) {
+			c = append(c, in.ID+": image "+in.Image+" refused")
+		} else {
+			c = append(c, in.ID+": fetch image "+in.Image)
+		}
 	}
 	for _, f := range []string{DiskFile, SeedFile} {
 		if _, err := os.Lstat(filepath.Join(s.cfg.Dir, in.ID, f)); err != nil {
@@ -236,6 +247,8 @@ func machine(in spec.Instance, im spec.Image) vmruntime.Machine {
 type failure struct {
 	reason   string
 	terminal bool
+	// pending: waiting for a background fetch, not failed.
+	pending bool
 }
 
 // Apply removes what the section no longer names, then sets up each
@@ -258,24 +271,38 @@ func (s *Section) Apply(ctx context.Context, body json.RawMessage, p converge.Pl
 			return fmt.Errorf("remove instance %s: %w", id, err)
 		}
 	}
+	s.forgetFetches(st.images)
 	failed := map[string]failure{}
+	var pending []string
 	for _, in := range st.body.Instances {
-		if f := s.ensure(ctx, in, st); f != nil {
+		switch f := s.ensure(ctx, in, st); {
+		case f == nil:
+		case f.pending:
+			pending = append(pending, in.ID)
+		default:
 			failed[in.ID] = *f
 		}
 	}
 	if _, err := s.cfg.Images.Keep(st.keep()); err != nil {
 		return err
 	}
-	return s.report(failed, len(st.body.Instances))
+	return s.report(failed, pending, len(st.body.Instances))
 }
 
 // report raises InstanceFailed for each new failure and says how the
-// section ends: retried while any failure may mend, else FAILED.
-func (s *Section) report(failed map[string]failure, total int) error {
+// section ends: PROGRESSING (nil) while images are fetched and nothing
+// failed, retried while any failure may mend or a fetch runs, else
+// FAILED.
+func (s *Section) report(failed map[string]failure, pending []string, total int) error {
 	s.mu.Lock()
 	var newly []string
 	now := map[string]string{}
+	for _, id := range pending {
+		// Waiting for a fetch again: its last failure, if any, stands.
+		if r, ok := s.failed[id]; ok {
+			now[id] = r
+		}
+	}
 	for id, f := range failed {
 		now[id] = f.reason
 		if s.failed[id] != f.reason {
@@ -294,7 +321,7 @@ func (s *Section) report(failed map[string]failure, total int) error {
 		return nil
 	}
 	ids := make([]string, 0, len(failed))
-	terminal := true
+	terminal := len(pending) == 0
 	for id, f := range failed {
 		ids = append(ids, id)
 		terminal = terminal && f.terminal
@@ -324,9 +351,14 @@ func (s *Section) ensure(ctx context.Context, in spec.Instance, st state) *failu
 	im := st.images[in.Image]
 	base, err := s.cfg.Images.Ready(im)
 	if errors.Is(err, images.ErrNotFetched) {
-		if err = s.cfg.Images.Fetch(ctx, im); err == nil {
-			base, err = s.cfg.Images.Ready(im)
+		done, ferr := s.fetch(im)
+		switch {
+		case !done:
+			return &failure{reason: "fetching image " + im.SHA256, pending: true}
+		case ferr != nil:
+			return fail(errors.Is(ferr, images.ErrRefused), "%v", ferr)
 		}
+		base, err = s.cfg.Images.Ready(im)
 	}
 	if err != nil {
 		return fail(errors.Is(err, images.ErrRefused), "%v", err)
@@ -350,6 +382,52 @@ func (s *Section) ensure(ctx context.Context, in spec.Instance, st state) *failu
 		}
 	}
 	return nil
+}
+
+// fetch reports im's background fetch, starting it when none runs: a
+// download can take long, and the sections after this one must not wait
+// for it (the section is PROGRESSING meanwhile). A failed fetch is
+// reported once and then forgotten, so a later pass tries again; a
+// refused image stays refused while the section names it.
+func (s *Section) fetch(im spec.Image) (done bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.fetches[im.SHA256]
+	if !ok {
+		f = &fetchResult{}
+		s.fetches[im.SHA256] = f
+		go func() {
+			err := s.cfg.Images.Fetch(context.Background(), im)
+			s.mu.Lock()
+			f.done, f.err = true, err
+			s.mu.Unlock()
+		}()
+		return false, nil
+	}
+	if f.done && (f.err == nil || !errors.Is(f.err, images.ErrRefused)) {
+		delete(s.fetches, im.SHA256)
+	}
+	return f.done, f.err
+}
+
+// refused reports whether the image's fetch ended refused.
+func (s *Section) refused(digest string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.fetches[digest]
+	return ok && f.done && errors.Is(f.err, images.ErrRefused)
+}
+
+// forgetFetches drops what it knows of fetches of images the section no
+// longer names (a fetch still running finishes on its own).
+func (s *Section) forgetFetches(named map[string]spec.Image) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for d, f := range s.fetches {
+		if _, ok := named[d]; !ok && f.done {
+			delete(s.fetches, d)
+		}
+	}
 }
 
 // disk creates the instance's disk once, through a temporary name so an

@@ -13,8 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/base/testenv"
@@ -36,12 +38,17 @@ type host struct {
 	s       *Section
 	events  []string
 	qemuImg string
+	// gate, when set, holds every download until it is closed.
+	gate chan struct{}
 }
 
 func newHost(t *testing.T) *host {
 	h := &host{t: t, dir: t.TempDir(), files: map[string][]byte{}}
 	h.qemuImg = testenv.NeedTool(t, "qemu-img", "qemu-utils")
 	h.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.gate != nil {
+			<-h.gate
+		}
 		b, ok := h.files[r.URL.Path]
 		if !ok {
 			http.NotFound(w, r)
@@ -92,22 +99,33 @@ func (h *host) qcow2(args ...string) []byte {
 	return b
 }
 
-// pass plans and applies body once and returns Apply's error and what a
-// plan after it still finds.
+// pass plans and applies body as the engine would, again while an image
+// is being fetched in the background, and returns the last Apply's error
+// and what a plan after it still finds.
 func (h *host) pass(b spec.Body) (error, []string) {
 	h.t.Helper()
 	body, _ := json.Marshal(b)
 	ctx := context.Background()
-	p, err := h.s.Plan(ctx, body)
-	if err != nil {
-		h.t.Fatalf("Plan: %v", err)
+	for i := 0; ; i++ {
+		p, err := h.s.Plan(ctx, body)
+		if err != nil {
+			h.t.Fatalf("Plan: %v", err)
+		}
+		if len(p.Changes) == 0 {
+			return nil, nil
+		}
+		aerr := h.s.Apply(ctx, body, p)
+		p2, err := h.s.Plan(ctx, body)
+		if err != nil {
+			h.t.Fatalf("Plan after Apply: %v", err)
+		}
+		// Done once a pass began with no fetch to wait for.
+		fetching := slices.ContainsFunc(p.Changes, func(c string) bool { return strings.Contains(c, ": fetch image") })
+		if !fetching || i == 500 {
+			return aerr, p2.Changes
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	aerr := h.s.Apply(ctx, body, p)
-	p2, err := h.s.Plan(ctx, body)
-	if err != nil {
-		h.t.Fatalf("Plan after Apply: %v", err)
-	}
-	return aerr, p2.Changes
 }
 
 func (h *host) domains() map[string]vmruntime.Domain {
@@ -291,5 +309,36 @@ func TestInterruptedDiskCreation(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, DiskFile+".new")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the temporary disk is left: %v", err)
+	}
+}
+
+// TestFetchInBackground: while a base image downloads, Apply returns at
+// once (the sections after this one do not wait) and Plan still finds
+// the fetch, so the section stays PROGRESSING; once the download ends,
+// the instance converges.
+func TestFetchInBackground(t *testing.T) {
+	h := newHost(t)
+	base := h.image("/debian.qcow2", "qcow2", h.qcow2("-o", "size=64M"))
+	h.gate = make(chan struct{})
+	body, _ := json.Marshal(spec.Body{Images: []spec.Image{base}, Instances: []spec.Instance{inst("vm-a", vmruntime.Running, base)}})
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		p, err := h.s.Plan(ctx, body)
+		if err != nil || !slices.Contains(p.Changes, "vm-a: fetch image "+base.SHA256) {
+			t.Fatalf("Plan = %v, %v; want the fetch", p.Changes, err)
+		}
+		if err := h.s.Apply(ctx, body, p); err != nil {
+			t.Fatalf("Apply while fetching = %v, want nil (PROGRESSING)", err)
+		}
+	}
+	if len(h.domains()) != 0 {
+		t.Fatal("a domain was defined before its image arrived")
+	}
+	close(h.gate)
+	if err, left := h.pass(spec.Body{Images: []spec.Image{base}, Instances: []spec.Instance{inst("vm-a", vmruntime.Running, base)}}); err != nil || len(left) != 0 {
+		t.Fatalf("after the download: %v, %v", err, left)
+	}
+	if d := h.domains(); d["vm-a"].State != vmruntime.Running {
+		t.Errorf("domains %+v", d)
 	}
 }
