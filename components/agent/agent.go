@@ -27,6 +27,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/transport"
 	"github.com/better-compute/bcd/components/agent/tunnel"
 	"github.com/better-compute/bcd/components/base/config"
+	"github.com/better-compute/bcd/components/base/nodespec"
 	"github.com/better-compute/bcd/components/trust/bundle"
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/intent"
@@ -187,7 +188,10 @@ func Run(ctx context.Context, c Config) error {
 		sections = append(append([]converge.Section{}, sections...), tel)
 	}
 	engine, err := converge.Open(converge.Config{DataDir: cfg.DataDir, Sections: sections, Log: nodeLog, Now: clk.Now,
-		Verify:  func(ds *bcdv1.DesiredState) error { return trust.Roots().VerifyDesiredState(a.NodeID, ds) },
+		Verify: func(ds *bcdv1.DesiredState, full nodespec.Spec) error {
+			return trust.Roots().VerifyDesiredState(a.NodeID, ds, full)
+		},
+		NodeID: a.NodeID, Bundle: trust.Signed,
 		Changed: func() { rep.Changed() },
 		Event: func(typ string, body any) {
 			if err := events.Append(typ, body); err != nil {

@@ -197,13 +197,14 @@ func TestPreparedSpec(t *testing.T) {
 	if ds.GetGeneration() != 1 || ds.GetPatch() || !bytes.Equal(ds.GetSignature(), sp.Signature) || string(ds.GetSpec()) != string(p.Spec) {
 		t.Fatalf("desired state %v", ds)
 	}
-	if err := roots.VerifyDesiredState(a.NodeID, ds); err != nil {
+	var held heldSpec
+	if err := roots.VerifyDesiredState(a.NodeID, ds, held.full(t, ds)); err != nil {
 		t.Errorf("submitted spec: %v", err)
 	}
 	// want_full_spec: the stored generation in full with the submitted
 	// signature, not bcgw's own.
 	sendFrame(t, st, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Status{Status: &bcdv1.StatusReport{WantFullSpec: true}}})
-	if ds := recvDesired(t, st); !bytes.Equal(ds.GetSignature(), sp.Signature) {
+	if ds := recvDesired(t, st); !bytes.Equal(ds.GetSignature(), sp.Signature) || roots.VerifyDesiredState(a.NodeID, ds, held.full(t, ds)) != nil {
 		t.Errorf("full copy of a submitted generation signed %x, want the submitted %x", ds.GetSignature(), sp.Signature)
 	}
 
@@ -219,7 +220,7 @@ func TestPreparedSpec(t *testing.T) {
 	if _, err := g.s.PatchSpec(a.NodeID, []byte(`{"host":{"tz":"UTC"}}`)); err != nil {
 		t.Fatal(err)
 	}
-	recvDesired(t, st)
+	held.full(t, recvDesired(t, st))
 	_, err = ac.SubmitSpec(ctx, *spp.(*adminapi.PreparedSpec))
 	if err == nil || !strings.Contains(err.Error(), "prepare it again") {
 		t.Fatalf("a patch prepared for a moved generation: %v", err)
@@ -245,7 +246,7 @@ func TestPreparedSpec(t *testing.T) {
 	if !ds.GetPatch() || ds.GetGeneration() != 3 || ds.GetBaseGeneration() != 2 || string(ds.GetSpec()) != `{"telemetry":{"every":5}}` {
 		t.Fatalf("patch frame %v", ds)
 	}
-	if err := roots.VerifyDesiredState(a.NodeID, ds); err != nil {
+	if err := roots.VerifyDesiredState(a.NodeID, ds, held.full(t, ds)); err != nil {
 		t.Errorf("submitted patch: %v", err)
 	}
 

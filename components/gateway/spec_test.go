@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/better-compute/bcd/components/base/nodespec"
 	"github.com/better-compute/bcd/components/gateway"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/fleet"
@@ -435,4 +436,26 @@ func TestHeartbeatAndStatusReportStored(t *testing.T) {
 	if _, err := ac.Status(ctx, "node_nosuch"); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("status of an unknown node: %v", err)
 	}
+}
+
+// heldSpec is an agent's spec as the agent holds it: what the next
+// DesiredState's signature covers the sections of.
+type heldSpec struct{ raw []byte }
+
+// full merges ds onto the held spec as the agent does and returns the
+// full spec it makes, now held.
+func (h *heldSpec) full(t *testing.T, ds *bcdv1.DesiredState) nodespec.Spec {
+	t.Helper()
+	var s nodespec.Spec
+	var err error
+	if ds.GetPatch() {
+		s, err = nodespec.Merge(h.raw, ds.GetSpec())
+	} else {
+		s, err = nodespec.Decode(ds.GetSpec())
+	}
+	if err != nil {
+		t.Fatalf("desired state %d: %v", ds.GetGeneration(), err)
+	}
+	h.raw = s.Encode()
+	return s
 }

@@ -322,10 +322,12 @@ func TestSignedIntent(t *testing.T) {
 		t.Errorf("pending command: %v", err)
 	}
 	ds := recvDesired(t, st)
-	if err := roots.VerifyDesiredState(a.NodeID, ds); err != nil {
+	var held heldSpec
+	full := held.full(t, ds)
+	if err := roots.VerifyDesiredState(a.NodeID, ds, full); err != nil {
 		t.Errorf("full spec after Welcome: %v", err)
 	}
-	if err := roots.VerifyDesiredState("node_other", ds); !errors.Is(err, intent.ErrBadSignature) {
+	if err := roots.VerifyDesiredState("node_other", ds, full); !errors.Is(err, intent.ErrBadSignature) {
 		t.Errorf("the full spec verifies for another node: %v", err)
 	}
 	// A set, a patch, an answer to want_full_spec.
@@ -341,7 +343,7 @@ func TestSignedIntent(t *testing.T) {
 		if len(ds.GetSignature()) == 0 {
 			t.Errorf("%s: unsigned", what)
 		}
-		if err := roots.VerifyDesiredState(a.NodeID, ds); err != nil {
+		if err := roots.VerifyDesiredState(a.NodeID, ds, held.full(t, ds)); err != nil {
 			t.Errorf("%s: %v", what, err)
 		}
 		if (what == "patch") != ds.GetPatch() {
@@ -377,13 +379,14 @@ func TestSignedIntent(t *testing.T) {
 	s := g.joinRole(t, "site")
 	ss := g.agentSession(t, ctx, s, &bcdv1.Hello{})
 	ds = recvDesired(t, ss)
-	if err := roots.VerifyDesiredState(s.NodeID, ds); err != nil || !ds.GetPatch() {
+	var siteHeld heldSpec
+	if err := roots.VerifyDesiredState(s.NodeID, ds, siteHeld.full(t, ds)); err != nil || !ds.GetPatch() {
 		t.Errorf("lease grant %v: %v", ds, err)
 	}
 	time.Sleep(2 * time.Millisecond)
 	sendFrame(t, ss, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Heartbeat{Heartbeat: &bcdv1.Heartbeat{}}})
 	ds = recvDesired(t, ss)
-	if err := roots.VerifyDesiredState(s.NodeID, ds); err != nil {
+	if err := roots.VerifyDesiredState(s.NodeID, ds, siteHeld.full(t, ds)); err != nil {
 		t.Errorf("lease renewal %v: %v", ds, err)
 	}
 }

@@ -36,6 +36,8 @@ import (
 	"github.com/better-compute/bcd/components/base/atomicfile"
 	"github.com/better-compute/bcd/components/base/backoff"
 	"github.com/better-compute/bcd/components/base/nodespec"
+	"github.com/better-compute/bcd/components/trust/intent"
+	"github.com/better-compute/bcd/components/trust/rootsig"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -160,9 +162,24 @@ type Config struct {
 	Event func(typ string, body any)
 	// Now is the working clock (gateway time); default time.Now.
 	Now func() time.Time
-	// Verify, when set, checks a DesiredState's signature (signed intent);
-	// its error refuses it, the held spec unchanged.
-	Verify func(*bcdv1.DesiredState) error
+	// Verify, when set, checks a DesiredState's signature (signed intent)
+	// once the full spec it makes is known (the signature covers its
+	// sections); its error refuses it, the held spec unchanged.
+	Verify func(ds *bcdv1.DesiredState, full nodespec.Spec) error
+	// NodeID is the agent's node id, named in the proof of the held spec
+	// that Proven sections show bcd helper.
+	NodeID string
+	// Bundle, when set, is the trust bundle the agent holds, handed to
+	// Proven sections with the proof (nil: none held).
+	Bundle func() *rootsig.Bundle
+}
+
+// Proven is a Section that has root apply what it holds (through bcd
+// helper), which takes a section only with the signature of the spec it
+// came in: the engine gives it the proof of the held generation before
+// each of its passes (its signature empty when the spec came unsigned).
+type Proven interface {
+	HeldProof(p rootsig.Proof)
 }
 
 // SectionState is one section's state.
@@ -194,6 +211,9 @@ type Status struct {
 type held struct {
 	Generation uint64          `json:"generation"`
 	Spec       json.RawMessage `json:"spec"`
+	// Proof is the signed fields of the frame that made the spec, for
+	// bcd helper (none in a spec stored before proofs were kept).
+	Proof *rootsig.Proof `json:"proof,omitempty"`
 }
 
 // Engine converges one agent's machine toward its held spec.
@@ -209,6 +229,7 @@ type Engine struct {
 	gen      uint64
 	spec     nodespec.Spec
 	raw      []byte // spec as stored (canonical)
+	proof    rootsig.Proof
 	observed uint64
 	states   map[string]*SectionState
 	refused  struct {
@@ -282,6 +303,9 @@ func Open(cfg Config) (*Engine, error) {
 			break
 		}
 		e.gen, e.spec, e.raw = h.Generation, spec, spec.Encode()
+		if h.Proof != nil {
+			e.proof = *h.Proof
+		}
 	}
 	var o struct {
 		Observed uint64 `json:"observed_generation"`
@@ -362,11 +386,6 @@ func (e *Engine) offer(ds *bcdv1.DesiredState, serverNow time.Time) error {
 		e.log.Info("desired state for a generation already held; ignored", "generation", g, "held", gen)
 		return nil
 	}
-	if e.cfg.Verify != nil {
-		if err := e.cfg.Verify(ds); err != nil {
-			return e.refuse(g, err.Error(), false)
-		}
-	}
 	var spec nodespec.Spec
 	var err error
 	if ds.GetPatch() {
@@ -374,22 +393,33 @@ func (e *Engine) offer(ds *bcdv1.DesiredState, serverNow time.Time) error {
 			return e.refuse(g, fmt.Sprintf("a patch onto generation %d, but this agent holds generation %d: asking for the full spec", ds.GetBaseGeneration(), gen), true)
 		}
 		spec, err = nodespec.Merge(heldRaw, ds.GetSpec())
-		if err == nil {
-			err = e.checkSections(spec)
-		}
 	} else {
-		spec, err = e.check(ds.GetSpec())
+		spec, err = nodespec.Decode(ds.GetSpec())
 	}
 	if err != nil {
 		return e.refuse(g, err.Error(), false)
 	}
+	// The signature first (it covers the full spec's sections), then what
+	// the sections make of their bodies.
+	if e.cfg.Verify != nil {
+		if err := e.cfg.Verify(ds, spec); err != nil {
+			return e.refuse(g, err.Error(), false)
+		}
+	}
+	if err := e.checkSections(spec); err != nil {
+		return e.refuse(g, err.Error(), false)
+	}
+	proof, err := intent.DesiredStateProof(e.cfg.NodeID, ds, spec)
+	if err != nil {
+		return e.refuse(g, err.Error(), false)
+	}
 	raw := spec.Encode()
-	if err := e.store(g, raw); err != nil {
+	if err := e.store(g, raw, proof); err != nil {
 		// Not held: the gateway sends it again after the next Welcome.
 		return e.refuse(g, "storing the spec: "+err.Error(), false)
 	}
 	e.mu.Lock()
-	e.gen, e.spec, e.raw = g, spec, raw
+	e.gen, e.spec, e.raw, e.proof = g, spec, raw, proof
 	e.refused.gen, e.refused.err, e.refused.wantFull = 0, "", false
 	e.arrivedGen, e.arrived = g, Arrival{ServerNow: serverNow, Local: time.Now()}
 	e.mu.Unlock()
@@ -406,11 +436,11 @@ func (e *Engine) refuse(gen uint64, why string, wantFull bool) error {
 }
 
 // store writes the held spec (fsync) before anything applies it.
-func (e *Engine) store(gen uint64, raw []byte) error {
+func (e *Engine) store(gen uint64, raw []byte, proof rootsig.Proof) error {
 	if e.cfg.DataDir == "" {
 		return nil
 	}
-	b, err := json.Marshal(held{Generation: gen, Spec: raw})
+	b, err := json.Marshal(held{Generation: gen, Spec: raw, Proof: &proof})
 	if err != nil {
 		return err
 	}
@@ -481,7 +511,7 @@ func (e *Engine) Pass(ctx context.Context) time.Time {
 	e.passMu.Lock()
 	defer e.passMu.Unlock()
 	e.mu.Lock()
-	gen, spec := e.gen, e.spec
+	gen, spec, proof := e.gen, e.spec, e.proof
 	arrivedGen, arrived := e.arrivedGen, e.arrived
 	repairing := e.repairing
 	e.repairing = false
@@ -509,6 +539,13 @@ func (e *Engine) Pass(ctx context.Context) time.Time {
 				a := arrived
 				a.Fresh = arrivedGen != 0 && arrivedGen == gen
 				f.Arrived(gen, a)
+			}
+			if p, ok := s.(Proven); ok {
+				pr := proof
+				if e.cfg.Bundle != nil {
+					pr.Bundle = e.cfg.Bundle()
+				}
+				p.HeldProof(pr)
 			}
 			prev := e.state(name)
 			sameGen := prev != nil && prev.Generation == gen

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/bcd/components/base/nodespec"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -464,7 +465,7 @@ func TestVerifyRefuses(t *testing.T) {
 	var mu sync.Mutex
 	dir := t.TempDir()
 	e, err := Open(Config{DataDir: dir, Sections: []Section{newFiles(t, "fakehw", &log, &mu)},
-		Verify: func(ds *bcdv1.DesiredState) error {
+		Verify: func(ds *bcdv1.DesiredState, _ nodespec.Spec) error {
 			if len(ds.GetSignature()) == 0 {
 				return errors.New("UNSIGNED: no signature")
 			}

@@ -41,7 +41,25 @@ type PreparedSpec struct {
 	Patch          bool            `json:"patch"`
 	BaseGeneration uint64          `json:"base_generation"`
 	Spec           json.RawMessage `json:"spec"`
-	Signature      []byte          `json:"signature,omitempty"`
+	// Full is the full spec a patch makes (for a full spec, the spec
+	// itself: omitted). The signature covers the digest of each of its
+	// sections, so that bcd helper can check a section on its own
+	// (components/trust/rootsig).
+	Full      json.RawMessage `json:"full,omitempty"`
+	Signature []byte          `json:"signature,omitempty"`
+}
+
+// FullSpec is the full spec p makes, decoded.
+func (p PreparedSpec) FullSpec() (nodespec.Spec, error) {
+	b := p.Spec
+	if p.Patch {
+		b = p.Full
+	}
+	full, err := nodespec.Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("the full spec of prepared generation %d: %w", p.Generation, err)
+	}
+	return full, nil
 }
 
 var (
@@ -201,7 +219,11 @@ func SignPrepared(key crypto.Signer, b []byte) (any, string, error) {
 	}
 	f, _ := sp.Frame()
 	f.Signature = nil
-	sig, err := intent.SignDesiredState(key, sp.Node, f)
+	full, err := sp.FullSpec()
+	if err != nil {
+		return nil, "", err
+	}
+	sig, err := intent.SignDesiredState(key, sp.Node, f, full)
 	if err != nil {
 		return nil, "", err
 	}

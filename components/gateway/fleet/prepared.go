@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/better-compute/bcd/components/base/nodespec"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/intent"
@@ -107,7 +108,11 @@ func (s *Fleet) PrepareSpec(node string, spec []byte, patch bool) (adminapi.Prep
 	if err != nil {
 		return adminapi.PreparedSpec{}, err
 	}
-	return adminapi.PreparedSpec{Node: node, Generation: p.ds.GetGeneration(), Patch: p.ds.GetPatch(), BaseGeneration: p.ds.GetBaseGeneration(), Spec: p.ds.GetSpec()}, nil
+	sp := adminapi.PreparedSpec{Node: node, Generation: p.ds.GetGeneration(), Patch: p.ds.GetPatch(), BaseGeneration: p.ds.GetBaseGeneration(), Spec: p.ds.GetSpec()}
+	if sp.Patch {
+		sp.Full = p.next
+	}
+	return sp, nil
 }
 
 // SubmitSpec stores a prepared spec change as the node's next generation
@@ -149,7 +154,11 @@ func (s *Fleet) SubmitSpec(p adminapi.PreparedSpec) (uint64, string, error) {
 	if !bytes.Equal(plan.ds.GetSpec(), ds.GetSpec()) {
 		return 0, "", fmt.Errorf("the spec is not as bcgw spec prepare printed it (a full spec is stored in its canonical form; only whitespace may change): %w", adminapi.ErrPreparedStale)
 	}
-	warning := s.signatureWarning(func(r *intent.Roots) error { return r.VerifyDesiredState(p.Node, ds) })
+	full, err := nodespec.Decode(plan.next)
+	if err != nil {
+		return 0, "", err
+	}
+	warning := s.signatureWarning(func(r *intent.Roots) error { return r.VerifyDesiredState(p.Node, ds, full) })
 	gen, err := s.commitSpecLocked(p.Node, plan, true, ds.GetSignature())
 	if errors.Is(err, store.ErrGenerationMoved) {
 		err = fmt.Errorf("%w; %w", err, adminapi.ErrPreparedStale)

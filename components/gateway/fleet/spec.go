@@ -119,7 +119,7 @@ func (s *Fleet) commitSpecLocked(node string, p specPlan, submitted bool, sig []
 	ds := proto.Clone(p.ds).(*bcdv1.DesiredState)
 	if submitted {
 		ds.Signature = sig
-	} else if err := s.signDesired(node, ds); err != nil {
+	} else if err := s.signDesired(node, ds, p.next); err != nil {
 		return 0, err
 	}
 	var rec store.Spec
@@ -150,13 +150,18 @@ func (s *Fleet) commitSpecLocked(node string, p specPlan, submitted bool, sig []
 	return rec.Generation, nil
 }
 
-// signDesired signs ds for node with bcgw's own command-signing key; with
-// none it stays unsigned.
-func (s *Fleet) signDesired(node string, ds *bcdv1.DesiredState) error {
+// signDesired signs ds, which makes the full spec full (canonical bytes),
+// for node with bcgw's own command-signing key; with none it stays
+// unsigned.
+func (s *Fleet) signDesired(node string, ds *bcdv1.DesiredState, full []byte) error {
 	if s.cmdKey == nil {
 		return nil
 	}
-	sig, err := intent.SignDesiredState(s.cmdKey, node, ds)
+	spec, err := nodespec.Decode(full)
+	if err != nil {
+		return fmt.Errorf("sign the desired state of %s: %w", node, err)
+	}
+	sig, err := intent.SignDesiredState(s.cmdKey, node, ds, spec)
 	if err != nil {
 		return fmt.Errorf("sign the desired state of %s: %w", node, err)
 	}
@@ -179,7 +184,7 @@ func (s *Fleet) FullSpecFrame(node string) (*bcdv1.GatewayFrame, uint64, error) 
 	ds := &bcdv1.DesiredState{Generation: rec.Generation, Spec: rec.Spec}
 	if rec.Submitted {
 		ds.Signature = rec.Signature
-	} else if err := s.signDesired(node, ds); err != nil {
+	} else if err := s.signDesired(node, ds, rec.Spec); err != nil {
 		return nil, 0, err
 	}
 	return desiredFrame(ds), rec.Generation, nil

@@ -28,11 +28,12 @@ import (
 	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/quorum"
+	"github.com/better-compute/bcd/components/trust/rootsig"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
 // Purpose is the signature purpose of a trust bundle.
-const Purpose = "bcd/trust-bundle/v1"
+const Purpose = rootsig.PurposeTrustBundle
 
 // File is the held bundle under data_dir.
 const File = "trust-bundle.json"
@@ -160,6 +161,8 @@ type Held struct {
 	mu    sync.Mutex
 	doc   Document
 	raw   []byte // the held document's bytes
+	key   []byte // the SPKI of the key that signed it
+	sig   []byte // its signature
 	roots *intent.Roots
 	// approvers is the set in force; refused says why the last bundle's
 	// set was not taken ("" when it was, or had none).
@@ -191,6 +194,7 @@ func Load(dataDir, pin string) (*Held, error) {
 		return nil, fmt.Errorf("trust bundle %s no longer verifies (join again, or restore it): %w", h.path, err)
 	}
 	h.doc, h.raw, h.roots, h.approvers = d, s.Document, d.Roots(), s.Approvers
+	h.key, h.sig = s.SigningKey, s.Signature
 	return h, nil
 }
 
@@ -277,6 +281,7 @@ func (h *Held) Offer(tb *bcdv1.TrustBundle) (bool, error) {
 		return false, fmt.Errorf("storing the trust bundle: %w", err)
 	}
 	h.doc, h.raw, h.roots, h.taken = d, append([]byte(nil), tb.GetDocument()...), d.Roots(), d.Version
+	h.key, h.sig = bytes.Clone(tb.GetSigningKey()), bytes.Clone(tb.GetSignature())
 	h.approvers, h.refused = approvers, refused
 	return true, nil
 }
@@ -315,6 +320,17 @@ func (h *Held) Roots() *intent.Roots {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.roots
+}
+
+// Signed is the held bundle as signed, for bcd helper to verify on its
+// own under root's pin (nil: none held).
+func (h *Held) Signed() *rootsig.Bundle {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.raw) == 0 {
+		return nil
+	}
+	return &rootsig.Bundle{Document: bytes.Clone(h.raw), SigningKey: bytes.Clone(h.key), Signature: bytes.Clone(h.sig)}
 }
 
 // Enforced reports whether signed intent is enforced.

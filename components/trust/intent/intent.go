@@ -9,8 +9,9 @@
 // a re-encoding of the frame: for a command its id, node id, kind, lane,
 // workflow id, deadline and the SHA-256 of its body; for a desired state
 // the node it is for (the agent's own id), its generation, whether it is a
-// patch, the generation a patch applies on and the SHA-256 of the spec
-// bytes. A signature for one node, or one command, never verifies for
+// patch, the generation a patch applies on, the SHA-256 of the spec bytes
+// and the SHA-256 of each section of the full spec it makes
+// (components/trust/rootsig, which the root half verifies with). A signature for one node, or one command, never verifies for
 // another, and a signed command cannot be given a later deadline.
 //
 // The signature field holds the SHA-256 of the signer's SPKI (which root
@@ -27,14 +28,16 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/better-compute/bcd/components/base/nodespec"
 	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/rootsig"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
 // Signature purposes.
 const (
 	PurposeCommand      = "bcd/command/v1"
-	PurposeDesiredState = "bcd/desired-state/v1"
+	PurposeDesiredState = rootsig.PurposeDesiredState
 )
 
 // SignatureSize is the length of a signature field: key id and signature.
@@ -83,22 +86,29 @@ func CommandMessage(c *bcdv1.Command) []byte {
 	return b
 }
 
-type desiredMessage struct {
-	V              int    `json:"v"`
-	NodeID         string `json:"node_id"`
-	Generation     uint64 `json:"generation"`
-	Patch          bool   `json:"patch"`
-	BaseGeneration uint64 `json:"base_generation"`
-	SpecSHA256     []byte `json:"spec_sha256"`
+// DesiredStateMessage returns the bytes a DesiredState's signature covers
+// when it is for nodeID and makes the full spec full (the frame's own
+// spec, or the held spec with the frame's patch merged): the frame's
+// fields and the SHA-256 of each of full's sections, so that the root half
+// can check one section on its own (components/trust/rootsig).
+func DesiredStateMessage(nodeID string, ds *bcdv1.DesiredState, full nodespec.Spec) ([]byte, error) {
+	p, err := DesiredStateProof(nodeID, ds, full)
+	if err != nil {
+		return nil, err
+	}
+	return p.Message(), nil
 }
 
-// DesiredStateMessage returns the bytes a DesiredState's signature
-// covers when it is for nodeID.
-func DesiredStateMessage(nodeID string, ds *bcdv1.DesiredState) []byte {
+// DesiredStateProof is what the agent shows bcd helper of ds: its signed
+// fields, the digests of full's sections and its signature (no bundle).
+func DesiredStateProof(nodeID string, ds *bcdv1.DesiredState, full nodespec.Spec) (rootsig.Proof, error) {
 	sum := sha256.Sum256(ds.GetSpec())
-	b, _ := json.Marshal(desiredMessage{V: 1, NodeID: nodeID, Generation: ds.GetGeneration(), Patch: ds.GetPatch(),
-		BaseGeneration: ds.GetBaseGeneration(), SpecSHA256: sum[:]})
-	return b
+	d, err := rootsig.SectionDigests(full)
+	if err != nil {
+		return rootsig.Proof{}, fmt.Errorf("desired state: %w", err)
+	}
+	return rootsig.Proof{NodeID: nodeID, Generation: ds.GetGeneration(), Patch: ds.GetPatch(), BaseGeneration: ds.GetBaseGeneration(),
+		SpecSHA256: sum[:], Sections: d, Signature: ds.GetSignature()}, nil
 }
 
 // PurposeCancel is the purpose of a Cancel's signature.
@@ -193,8 +203,12 @@ func SignCommand(k crypto.Signer, c *bcdv1.Command) ([]byte, error) {
 }
 
 // SignDesiredState returns the signature field for ds, for nodeID, by k.
-func SignDesiredState(k crypto.Signer, nodeID string, ds *bcdv1.DesiredState) ([]byte, error) {
-	return Sign(k, PurposeDesiredState, DesiredStateMessage(nodeID, ds))
+func SignDesiredState(k crypto.Signer, nodeID string, ds *bcdv1.DesiredState, full nodespec.Spec) ([]byte, error) {
+	msg, err := DesiredStateMessage(nodeID, ds, full)
+	if err != nil {
+		return nil, err
+	}
+	return Sign(k, PurposeDesiredState, msg)
 }
 
 // ParseSignature splits a signature field into the signer's key id and
@@ -275,11 +289,15 @@ func (r *Roots) VerifyCommand(c *bcdv1.Command) error {
 	return r.verify(PurposeCommand, CommandMessage(c), c.GetSignature())
 }
 
-// VerifyDesiredState checks ds's signature for nodeID; with no roots
-// every DesiredState passes.
-func (r *Roots) VerifyDesiredState(nodeID string, ds *bcdv1.DesiredState) error {
+// VerifyDesiredState checks ds's signature for nodeID, ds making the
+// full spec full; with no roots every DesiredState passes.
+func (r *Roots) VerifyDesiredState(nodeID string, ds *bcdv1.DesiredState, full nodespec.Spec) error {
 	if r.Len() == 0 {
 		return nil
 	}
-	return r.verify(PurposeDesiredState, DesiredStateMessage(nodeID, ds), ds.GetSignature())
+	msg, err := DesiredStateMessage(nodeID, ds, full)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadSignature, err)
+	}
+	return r.verify(PurposeDesiredState, msg, ds.GetSignature())
 }

@@ -3,9 +3,11 @@ package intent
 import (
 	"crypto"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"testing"
 
+	"github.com/better-compute/bcd/components/base/nodespec"
 	"github.com/better-compute/bcd/components/trust/pki"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 	"google.golang.org/protobuf/proto"
@@ -68,11 +70,17 @@ func TestDesiredStateSignatures(t *testing.T) {
 	root, _ := pki.GenerateKey()
 	roots, _ := ParseRoots([][]byte{spki(t, root)})
 	ds := &bcdv1.DesiredState{Generation: 4, Patch: true, BaseGeneration: 3, Spec: []byte(`{"fakehw":{}}`)}
-	ds.Signature, _ = SignDesiredState(root, "node_a", ds)
-	if err := roots.VerifyDesiredState("node_a", ds); err != nil {
+	full := nodespec.Spec{"fakehw": json.RawMessage(`{}`), "access": json.RawMessage(`{"ssh":{"user_ca":"x"}}`)}
+	ds.Signature, _ = SignDesiredState(root, "node_a", ds, full)
+	if err := roots.VerifyDesiredState("node_a", ds, full); err != nil {
 		t.Fatal(err)
 	}
-	if err := roots.VerifyDesiredState("node_b", ds); !errors.Is(err, ErrBadSignature) {
+	// The same section in another JSON form is the same section.
+	same := nodespec.Spec{"fakehw": json.RawMessage(` { } `), "access": json.RawMessage(`{ "ssh" : {"user_ca":"x"} }`)}
+	if err := roots.VerifyDesiredState("node_a", ds, same); err != nil {
+		t.Errorf("the same spec in another JSON form: %v", err)
+	}
+	if err := roots.VerifyDesiredState("node_b", ds, full); !errors.Is(err, ErrBadSignature) {
 		t.Errorf("for another node: %v", err)
 	}
 	for name, m := range map[string]func(*bcdv1.DesiredState){
@@ -83,8 +91,19 @@ func TestDesiredStateSignatures(t *testing.T) {
 	} {
 		x := proto.Clone(ds).(*bcdv1.DesiredState)
 		m(x)
-		if err := roots.VerifyDesiredState("node_a", x); !errors.Is(err, ErrBadSignature) {
+		if err := roots.VerifyDesiredState("node_a", x, full); !errors.Is(err, ErrBadSignature) {
 			t.Errorf("another %s: %v", name, err)
+		}
+	}
+	// The full spec it makes is signed too: another section's content,
+	// a section more or less, each fails.
+	for name, f := range map[string]nodespec.Spec{
+		"access content": {"fakehw": json.RawMessage(`{}`), "access": json.RawMessage(`{"ssh":{"user_ca":"y"}}`)},
+		"section less":   {"fakehw": json.RawMessage(`{}`)},
+		"section more":   {"fakehw": json.RawMessage(`{}`), "access": json.RawMessage(`{"ssh":{"user_ca":"x"}}`), "host": json.RawMessage(`{}`)},
+	} {
+		if err := roots.VerifyDesiredState("node_a", ds, f); !errors.Is(err, ErrBadSignature) {
+			t.Errorf("full spec with %s: %v", name, err)
 		}
 	}
 }
