@@ -3,7 +3,9 @@
 package helper
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,25 +17,41 @@ import (
 	"github.com/better-compute/bcd/components/helper/filetable"
 	"github.com/better-compute/bcd/components/helper/sshaccess"
 	"github.com/better-compute/bcd/components/helper/wire"
+	"github.com/better-compute/bcd/components/trust/rootsig"
 )
 
 // accessMu runs one access.apply at a time: each puts back what it changed
 // when sshd -t refuses, which another apply in between would confuse.
 var accessMu sync.Mutex
 
-// accessApply is access.apply: the helper checks the access section's SSH
-// fields itself (again; the node did too), checks the accounts against the
-// host and root's [access] system_accounts, renders sshd's files, the
-// drop-in included, writes them through the file table's walker, has
-// sshd -t accept the result or puts the previous files back, and reloads
-// sshd only when the drop-in changed.
+// accessApply is access.apply: the helper takes the access section only
+// from a signed spec. It checks the proof under its own anchors (the
+// signature by a command-signing root root holds, for the node root is
+// bound to, no older than the last it applied, the section's digest the
+// one signed), decodes the section's SSH fields itself, checks the
+// accounts against the host and root's [access] system_accounts, renders
+// sshd's files, the drop-in included, writes them through the file
+// table's walker, has sshd -t accept the result or puts the previous
+// files back, and reloads sshd only when the drop-in changed.
 func (srv *server) accessApply(ctx context.Context, req *wire.Request) (*wire.Response, string) {
-	spec, err := sshaccess.Decode(req.Access)
+	proof, err := rootsig.DecodeProof(req.Proof)
 	if err != nil {
 		return refused(fmt.Errorf("access.apply: %w", err))
 	}
 	accessMu.Lock()
 	defer accessMu.Unlock()
+	anchors, err := srv.anchors()
+	if err != nil {
+		return refused(fmt.Errorf("access.apply: %w", err))
+	}
+	commit, err := anchors.Admit(proof, "access", req.Section)
+	if err != nil {
+		return refused(fmt.Errorf("access.apply refused: %w", err))
+	}
+	spec, err := sshFields(req.Section)
+	if err != nil {
+		return refused(fmt.Errorf("access.apply: %w", err))
+	}
 	h := srv.sshHost()
 	res, err := sshaccess.Apply(ctx, h, spec)
 	if err != nil {
@@ -45,10 +63,35 @@ func (srv *server) accessApply(ctx context.Context, req *wire.Request) (*wire.Re
 		// sshd -t refusing is not retryable with the same section.
 		return failed(err, !errors.Is(err, sshaccess.ErrRejected))
 	}
+	if err := commit(); err != nil {
+		return failed(fmt.Errorf("access.apply: %w", err), true)
+	}
 	if len(res.Changed) > 0 {
-		srv.log.Info("helper: access.apply", "changed", res.Changed, "reloaded", res.Reloaded)
+		srv.log.Info("helper: access.apply", "changed", res.Changed, "reloaded", res.Reloaded, "generation", proof.Generation)
 	}
 	return ok()
+}
+
+// sshFields decodes the access section's ssh object strictly (an absent
+// section or ssh object: nothing, so every file is removed). The section's
+// other field, ticket_jwks, is the node's: the tunnels verify tickets.
+func sshFields(section []byte) (sshaccess.Spec, error) {
+	var body struct {
+		SSH        json.RawMessage `json:"ssh,omitempty"`
+		TicketJWKS json.RawMessage `json:"ticket_jwks,omitempty"`
+	}
+	if len(bytes.TrimSpace(section)) == 0 {
+		return sshaccess.Spec{}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(section))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		return sshaccess.Spec{}, fmt.Errorf("access section: %w", err)
+	}
+	if len(body.SSH) == 0 || string(body.SSH) == "null" {
+		return sshaccess.Spec{}, nil
+	}
+	return sshaccess.Decode(body.SSH)
 }
 
 // sshHost is the sshaccess.Host of this helper: its file table root, files

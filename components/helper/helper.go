@@ -34,6 +34,14 @@ type Config struct {
 	// Update is the helper's own [update] section, for the update.*
 	// operations; self-update through the helper is off without pins.
 	Update UpdateConfig
+	// StateDir is root's directory of trust anchors ([helper] state_dir):
+	// the join record, the held trust bundle, what root applied.
+	StateDir string
+	// JoinSigningPin is root's join_signing_key_pin: the key whose
+	// signature root takes a trust bundle (and the join record) under.
+	JoinSigningPin string
+	// CommandRoots are [helper] command_root_sha256.
+	CommandRoots []string
 	// Fake is a fakehw build's machine, handed in by the role's main; nil
 	// on a host build, where GPUs come from nvidia-smi and CPUs from sysfs.
 	Fake *FakeMachine
@@ -110,7 +118,8 @@ func FromConfig(c *config.Config) Config {
 		}
 	}
 	return Config{Socket: c.Helper.Socket, User: c.Helper.User, Entrypoint: c.Helper.Entrypoint, ConfigFile: p,
-		SystemAccounts: c.Access.SystemAccounts,
+		SystemAccounts: c.Access.SystemAccounts, StateDir: c.Helper.StateDirOrDefault(), JoinSigningPin: c.JoinSigningKeyPin,
+		CommandRoots: c.Helper.CommandRootSHA256,
 		Update: UpdateConfig{Pins: c.Update.ReleasePins, Threshold: c.Update.Threshold(), SlotsDir: selfupdate.SlotsDir(c),
 			DataDir: c.DataDir, Adopt: adopt, AdoptSequence: buildinfo.ReleaseSequence()}}
 }

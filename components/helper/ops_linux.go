@@ -23,7 +23,6 @@ var operations = map[string]opFunc{
 	wire.OpPing:          (*server).ping,
 	wire.OpFileWrite:     (*server).file,
 	wire.OpFileRemove:    (*server).file,
-	wire.OpFirewallApply: (*server).firewallApply,
 	wire.OpFirewallCheck: (*server).firewallCheck,
 	wire.OpReboot:        (*server).reboot,
 	wire.OpSSHReload:     (*server).sshReload,
@@ -96,16 +95,6 @@ func (srv *server) file(_ context.Context, req *wire.Request) (*wire.Response, s
 			return refused(err)
 		}
 		return failed(err, true)
-	}
-	return ok()
-}
-
-func (srv *server) firewallApply(ctx context.Context, req *wire.Request) (*wire.Response, string) {
-	if err := CheckRuleset(req.Ruleset); err != nil {
-		return refused(fmt.Errorf("firewall.apply: %w", err))
-	}
-	if _, err := srv.s.nft(ctx, []byte(req.Ruleset), "-f", "-"); err != nil {
-		return failed(fmt.Errorf("firewall.apply: %w", err), !errors.Is(err, errNoNft))
 	}
 	return ok()
 }

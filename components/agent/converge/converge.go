@@ -543,7 +543,9 @@ func (e *Engine) Pass(ctx context.Context) time.Time {
 			if p, ok := s.(Proven); ok {
 				pr := proof
 				if e.cfg.Bundle != nil {
-					pr.Bundle = e.cfg.Bundle()
+					if pr.Bundle = e.cfg.Bundle(); pr.Bundle != nil {
+						pr.Signer = pr.Bundle.Signer(pr.Signature)
+					}
 				}
 				p.HeldProof(pr)
 			}

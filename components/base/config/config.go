@@ -92,6 +92,25 @@ type Helper struct {
 	// bcd helper accepts calls from processes running it (or the helper's
 	// own binary), and refuses to start unless it is root's alone.
 	Entrypoint string `toml:"entrypoint,omitempty"`
+	// StateDir is root's directory for the helper's trust anchors: the
+	// join record bcd join writes, the trust bundle and the generations
+	// root applied (default /var/lib/bcd-helper).
+	StateDir string `toml:"state_dir,omitempty"`
+	// CommandRootSHA256 pins, as hex SHA-256 of each key's SPKI DER, the
+	// only command-signing roots whose signed specs root applies; unset,
+	// root takes the roots of the trust bundle the join-signing key signs.
+	CommandRootSHA256 []string `toml:"command_root_sha256,omitempty"`
+}
+
+// HelperStateDir is the default [helper] state_dir.
+const HelperStateDir = "/var/lib/bcd-helper"
+
+// StateDirOrDefault is [helper] state_dir, else HelperStateDir.
+func (h Helper) StateDirOrDefault() string {
+	if h.StateDir != "" {
+		return h.StateDir
+	}
+	return HelperStateDir
 }
 
 // Load reads the configuration file at path, decodes it strictly, applies
@@ -505,6 +524,15 @@ func (h *Helper) validate() []error {
 	}
 	if h.Entrypoint != "" && (!filepath.IsAbs(h.Entrypoint) || filepath.Clean(h.Entrypoint) != h.Entrypoint) {
 		errs = append(errs, errors.New("helper.entrypoint: must be an absolute, clean path, e.g. /usr/local/bin/bcd-node"))
+	}
+	if h.StateDir != "" && (!filepath.IsAbs(h.StateDir) || filepath.Clean(h.StateDir) != h.StateDir) {
+		errs = append(errs, errors.New("helper.state_dir: must be an absolute, clean path, e.g. /var/lib/bcd-helper"))
+	}
+	for _, r := range h.CommandRootSHA256 {
+		if len(r) != 64 || strings.Trim(strings.ToLower(r), "0123456789abcdef") != "" {
+			errs = append(errs, errors.New("helper.command_root_sha256: each must be 64 hex digits, the SHA-256 of a root's SPKI DER"))
+			break
+		}
 	}
 	return errs
 }

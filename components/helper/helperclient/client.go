@@ -10,6 +10,7 @@ package helperclient
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,8 +20,8 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/helper/filetable"
-	"github.com/better-compute/bcd/components/helper/sshaccess"
 	"github.com/better-compute/bcd/components/helper/wire"
+	"github.com/better-compute/bcd/components/trust/rootsig"
 )
 
 // Timeout bounds one request (ctx may end it sooner).
@@ -76,15 +77,18 @@ func (c *Client) WriteFile(ctx context.Context, path string, data []byte) error 
 	return err
 }
 
-// ApplyAccess asks the helper to apply the access section's SSH fields:
-// it renders and writes sshd's files itself, has sshd -t accept them and
-// reloads sshd when the drop-in changed.
-func (c *Client) ApplyAccess(ctx context.Context, spec sshaccess.Spec) error {
-	b, err := spec.Encode()
+// ApplyAccess asks the helper to apply the access section of the held
+// spec: section is its body as the spec holds it (nil: none), proof the
+// signed spec's proof with the trust bundle the node holds. The helper
+// verifies both under its own anchors, renders and writes sshd's files
+// itself, has sshd -t accept them and reloads sshd when the drop-in
+// changed.
+func (c *Client) ApplyAccess(ctx context.Context, section []byte, proof rootsig.Proof) error {
+	p, err := json.Marshal(proof)
 	if err != nil {
 		return err
 	}
-	_, err = c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpAccessApply, Access: b})
+	_, err = c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpAccessApply, Section: section, Proof: p})
 	return err
 }
 

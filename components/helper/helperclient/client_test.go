@@ -93,7 +93,8 @@ func TestRefusedBeforeSending(t *testing.T) {
 		{V: 1, Op: "file.chmod"},
 		{V: 2, Op: wire.OpSSHReload},
 		{V: 1, Op: wire.OpFileRemove, Kind: "cdi", ID: "x", Data: []byte("x")},
-		{V: 1, Op: wire.OpFirewallApply},
+		{V: 1, Op: "firewall.apply"},
+		{V: 1, Op: wire.OpAccessApply, Section: []byte(`{}`)},
 	} {
 		if _, err := c.Do(ctx, &r); err == nil {
 			t.Errorf("Do(%+v) succeeded", r)

@@ -17,7 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/better-compute/bcd/components/helper/filetable"
-	"github.com/better-compute/bcd/components/helper/sshaccess"
+	"github.com/better-compute/bcd/components/trust/rootsig"
 )
 
 // Version is the protocol version this build speaks.
@@ -27,9 +27,9 @@ const Version = 1
 const (
 	MaxRequest   = 4 << 20   // bytes of one request
 	MaxResponse  = 64 << 10  // bytes of one answer
-	MaxRuleset   = 2 << 20   // bytes of a firewall ruleset
 	MaxRuleCount = 1_000_000 // firewall.check's rule count
 	MaxReason    = 200       // bytes of a reboot reason kept
+	MaxSection   = 1 << 20   // bytes of a section sent with its proof
 	// MaxDocument is the size of a release manifest document
 	// (update.prepare, update.swap), release.MaxDocument.
 	MaxDocument = 64 << 10
@@ -46,7 +46,6 @@ const (
 const (
 	OpFileWrite     = "file.write"
 	OpFileRemove    = "file.remove"
-	OpFirewallApply = "firewall.apply"
 	OpFirewallCheck = "firewall.check"
 	OpReboot        = "reboot"
 	OpSSHReload     = "ssh.reload"
@@ -98,26 +97,29 @@ const NotLoaded = "no node key is loaded for this unique (send tpm.nodekey first
 // Request is one request. Each operation uses only its own fields; Check
 // refuses any other.
 type Request struct {
-	V       int    `json:"v"`
-	Op      string `json:"op"`
-	Kind    string `json:"kind,omitempty"`    // file.*: a kind of filetable
-	ID      string `json:"id,omitempty"`      // file.*: the id, for kinds that take one
-	Data    []byte `json:"data,omitempty"`    // file.write: the content (base64 on the wire)
-	Ruleset string `json:"ruleset,omitempty"` // firewall.apply: nftables text
-	Rules   *int64 `json:"rules,omitempty"`   // firewall.check: the rule count the node loaded
-	Reason  string `json:"reason,omitempty"`  // reboot: why (cut to 200 bytes by the helper)
-	GPU     string `json:"gpu,omitempty"`     // gpu.reset: GPU-<uuid>
-	Slice   string `json:"slice,omitempty"`   // slice.*: bcd-alloc-<id>.slice
-	CPUs    string `json:"cpus,omitempty"`    // slice.apply: a cpulist (AllowedCPUs)
-	Mems    string `json:"mems,omitempty"`    // slice.apply: a cpulist of memory nodes (AllowedMemoryNodes)
+	V      int    `json:"v"`
+	Op     string `json:"op"`
+	Kind   string `json:"kind,omitempty"`   // file.*: a kind of filetable
+	ID     string `json:"id,omitempty"`     // file.*: the id, for kinds that take one
+	Data   []byte `json:"data,omitempty"`   // file.write: the content (base64 on the wire)
+	Rules  *int64 `json:"rules,omitempty"`  // firewall.check: the rule count the node loaded
+	Reason string `json:"reason,omitempty"` // reboot: why (cut to 200 bytes by the helper)
+	GPU    string `json:"gpu,omitempty"`    // gpu.reset: GPU-<uuid>
+	Slice  string `json:"slice,omitempty"`  // slice.*: bcd-alloc-<id>.slice
+	CPUs   string `json:"cpus,omitempty"`   // slice.apply: a cpulist (AllowedCPUs)
+	Mems   string `json:"mems,omitempty"`   // slice.apply: a cpulist of memory nodes (AllowedMemoryNodes)
 	// slice.apply: the slice's memory limit in bytes (MemoryMax); 0: none.
 	MemoryMax uint64 `json:"memory_max,omitempty"`
 	// tpm.nodekey, tpm.sign, tpm.certify, tpm.release: the 32-byte unique
 	// naming the node key (base64 on the wire).
 	Unique []byte `json:"unique,omitempty"`
-	// access.apply: the access section's SSH fields (sshaccess.Spec), the
-	// one field that is a JSON object; the helper renders every file.
-	Access json.RawMessage `json:"access,omitempty"`
+	// access.apply: the access section as the held spec has it (base64
+	// on the wire), and the proof of the signed spec it is part of
+	// (rootsig.Proof, the one field that is a JSON object): the helper
+	// verifies the signature under its own roots, checks the section's
+	// digest against it and renders every file from the section.
+	Section []byte          `json:"section,omitempty"`
+	Proof   json.RawMessage `json:"proof,omitempty"`
 	// tpm.sign: a SHA-256, -384 or -512 digest (32, 48 or 64 bytes).
 	Digest []byte `json:"digest,omitempty"`
 	// tpm.certify: 32 bytes of qualifying data.
@@ -179,10 +181,10 @@ const (
 
 var requestKeys = map[string]valueType{
 	"v": tNumber, "op": tString, "kind": tString, "id": tString, "data": tString,
-	"ruleset": tString, "rules": tNumber, "reason": tString, "gpu": tString,
+	"rules": tNumber, "reason": tString, "gpu": tString,
 	"slice": tString, "cpus": tString, "mems": tString, "memory_max": tNumber,
 	"unique": tString, "digest": tString, "qualifying_data": tString,
-	"access": tObject, "document": tString,
+	"section": tString, "proof": tObject, "document": tString,
 }
 
 var responseKeys = map[string]valueType{
@@ -384,8 +386,6 @@ func (r *Request) Check() error {
 		allowed = "kind id data"
 	case OpFileRemove:
 		allowed = "kind id"
-	case OpFirewallApply:
-		allowed = "ruleset"
 	case OpFirewallCheck:
 		allowed = "rules"
 	case OpReboot:
@@ -403,7 +403,7 @@ func (r *Request) Check() error {
 	case OpTPMCertify:
 		allowed = "unique qualifying_data"
 	case OpAccessApply:
-		allowed = "access"
+		allowed = "section proof"
 	case OpUpdatePrepare, OpUpdateSwap:
 		allowed = "document"
 	case OpSSHReload, OpPing, OpTPMAK,
@@ -412,11 +412,11 @@ func (r *Request) Check() error {
 		return fmt.Errorf("unknown operation %q", clip(r.Op))
 	}
 	has := map[string]bool{
-		"kind": r.Kind != "", "id": r.ID != "", "data": len(r.Data) > 0, "ruleset": r.Ruleset != "",
+		"kind": r.Kind != "", "id": r.ID != "", "data": len(r.Data) > 0,
 		"rules": r.Rules != nil, "reason": r.Reason != "", "gpu": r.GPU != "",
 		"slice": r.Slice != "", "cpus": r.CPUs != "", "mems": r.Mems != "", "memory_max": r.MemoryMax != 0,
 		"unique": len(r.Unique) > 0, "digest": len(r.Digest) > 0, "qualifying_data": len(r.QualifyingData) > 0,
-		"access": len(r.Access) > 0, "document": len(r.Document) > 0,
+		"section": len(r.Section) > 0, "proof": len(r.Proof) > 0, "document": len(r.Document) > 0,
 	}
 	for f, set := range has {
 		if set && !strings.Contains(" "+allowed+" ", " "+f+" ") {
@@ -437,18 +437,14 @@ func (r *Request) Check() error {
 			return fmt.Errorf("%s: file kind %s is written only by %s", r.Op, r.Kind, OpAccessApply)
 		}
 	case OpAccessApply:
-		if len(r.Access) == 0 {
-			return fmt.Errorf("%s: no access", r.Op)
+		if len(r.Proof) == 0 {
+			return fmt.Errorf("%s: no proof: the access section is applied only from a signed spec", r.Op)
 		}
-		if _, err := sshaccess.Decode(r.Access); err != nil {
+		if _, err := rootsig.DecodeProof(r.Proof); err != nil {
 			return fmt.Errorf("%s: %w", r.Op, err)
 		}
-	case OpFirewallApply:
-		if r.Ruleset == "" {
-			return fmt.Errorf("%s: no ruleset", r.Op)
-		}
-		if len(r.Ruleset) > MaxRuleset {
-			return fmt.Errorf("%s: ruleset of %d bytes is more than %d", r.Op, len(r.Ruleset), MaxRuleset)
+		if len(r.Section) > MaxSection {
+			return fmt.Errorf("%s: section of %d bytes is more than %d", r.Op, len(r.Section), MaxSection)
 		}
 	case OpFirewallCheck:
 		if r.Rules == nil || *r.Rules < 0 || *r.Rules > MaxRuleCount {

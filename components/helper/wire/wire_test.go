@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/json"
 	"github.com/better-compute/bcd/components/trust/release"
 	"reflect"
 	"strings"
@@ -80,10 +81,12 @@ func TestCheck(t *testing.T) {
 		{name: "file id outside", r: Request{Op: OpFileWrite, Kind: "cdi", ID: "../x"}, wantErr: "not in bcd helper's file table"},
 		{name: "file too large", r: Request{Op: OpFileWrite, Kind: "cdi", ID: "a", Data: big}, wantErr: "more than 1048576"},
 		{name: "remove with data", r: Request{Op: OpFileRemove, Kind: "cdi", ID: "a", Data: []byte("x")}, wantErr: "file.remove takes no data"},
-		{name: "write with ruleset", r: Request{Op: OpFileWrite, Kind: "cdi", ID: "a", Ruleset: "x"}, wantErr: "takes no ruleset"},
-		{name: "apply", r: Request{Op: OpFirewallApply, Ruleset: "table inet bcd_taps"}},
-		{name: "apply empty", r: Request{Op: OpFirewallApply}, wantErr: "no ruleset"},
-		{name: "apply too large", r: Request{Op: OpFirewallApply, Ruleset: strings.Repeat("#", MaxRuleset+1)}, wantErr: "more than"},
+		{name: "write with a proof", r: Request{Op: OpFileWrite, Kind: "cdi", ID: "a", Proof: json.RawMessage(`{}`)}, wantErr: "takes no proof"},
+		{name: "firewall.apply is gone", r: Request{Op: "firewall.apply"}, wantErr: "unknown operation"},
+		{name: "access without a proof", r: Request{Op: OpAccessApply, Section: []byte(`{}`)}, wantErr: "no proof"},
+		{name: "access with a bad proof", r: Request{Op: OpAccessApply, Proof: json.RawMessage(`{"node_id":"n"}`)}, wantErr: "no node id or generation"},
+		{name: "access section too large", r: Request{Op: OpAccessApply, Proof: json.RawMessage(proofJSON), Section: make([]byte, MaxSection+1)}, wantErr: "more than"},
+		{name: "access", r: Request{Op: OpAccessApply, Proof: json.RawMessage(proofJSON), Section: []byte(`{}`)}},
 		{name: "check", r: Request{Op: OpFirewallCheck, Rules: ptr(int64(0))}},
 		{name: "update.swap", r: Request{Op: OpUpdateSwap, Document: []byte("{}")}},
 		{name: "update.prepare of MaxDocument", r: Request{Op: OpUpdatePrepare, Document: bytes.Repeat([]byte("x"), MaxDocument)}},
@@ -314,6 +317,10 @@ func TestEncodeRequestChecks(t *testing.T) {
 
 // FuzzDecodeRequest: the decoder never panics, and what it accepts is
 // version 1, re-encodes, and decodes again to the same request.
+// proofJSON is a well-formed (unsigned) proof.
+const proofJSON = `{"node_id":"node_a","generation":1,"patch":false,"base_generation":0,"spec_sha256":"` +
+	`AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=","sections":{},"signature":null}`
+
 func FuzzDecodeRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"v":1,"op":"file.write","kind":"cdi","id":"x","data":"aGk="}`,
@@ -328,6 +335,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"v":1,"op":"slice.remove","slice":"bcd-alloc-a1.slice"}`,
 		`{"v":1,"op":"slice.apply","slice":"bcd-alloc-a1.slice","cpus":"1-0"}`,
 		`{"v":1,"op":"ping"}`,
+		`{"v":1,"op":"access.apply","section":"e30=","proof":` + proofJSON + `}`,
 		`{"v":1,"op":"tpm.nodekey","unique":"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="}`,
 		`{"v":1,"op":"tpm.sign","unique":"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=","digest":"AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI="}`,
 		`{"v":1,"op":"tpm.ak"}`,

@@ -20,6 +20,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/helper/helperclient"
 	"github.com/better-compute/bcd/components/helper/sshaccess"
+	"github.com/better-compute/bcd/components/trust/rootsig"
 	"github.com/better-compute/bcd/components/trust/ticket"
 )
 
@@ -84,10 +85,15 @@ type Config struct {
 
 // Section is the access section.
 type Section struct {
-	cfg  Config
-	host *sshaccess.Host
-	jwks atomic.Pointer[heldJWKS]
+	cfg   Config
+	host  *sshaccess.Host
+	jwks  atomic.Pointer[heldJWKS]
+	proof atomic.Pointer[rootsig.Proof]
 }
+
+// HeldProof keeps the proof of the held spec: the helper applies the
+// section only with it (converge.Proven).
+func (s *Section) HeldProof(p rootsig.Proof) { s.proof.Store(&p) }
 
 type heldJWKS struct {
 	set *jose.JSONWebKeySet
@@ -168,7 +174,11 @@ func (s *Section) Apply(ctx context.Context, body json.RawMessage, p converge.Pl
 	var err error
 	switch {
 	case s.cfg.Helper != nil:
-		err = s.cfg.Helper.ApplyAccess(ctx, d.ssh)
+		p := s.proof.Load()
+		if p == nil {
+			return errors.New("no proof of the held spec yet")
+		}
+		err = s.cfg.Helper.ApplyAccess(ctx, body, *p)
 		var he *helperclient.Error
 		if errors.As(err, &he) && !helperclient.IsRetryable(err) {
 			return converge.Terminal(err)

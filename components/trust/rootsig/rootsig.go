@@ -150,6 +150,9 @@ type Proof struct {
 	SpecSHA256     []byte            `json:"spec_sha256"`
 	Sections       map[string][]byte `json:"sections"`
 	Signature      []byte            `json:"signature"`
+	// Signer is the SPKI DER of the key that signed, for a root that
+	// pins its roots by digest ([helper] command_root_sha256); optional.
+	Signer []byte `json:"signer,omitempty"`
 	// Bundle is the trust bundle the node holds, for root to take when
 	// it is newer than root's (nil: none held).
 	Bundle *Bundle `json:"bundle,omitempty"`
@@ -362,6 +365,28 @@ func strictJSON(b []byte, v any) error {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("data after the JSON object")
+	}
+	return nil
+}
+
+// Signer is the root of b's document whose key id starts sig (nil when
+// none does or the document does not read). It verifies nothing: the
+// agent fills Proof.Signer with it, and root checks the key against its
+// own pins.
+func (b Bundle) Signer(sig []byte) []byte {
+	if len(sig) != SignatureSize {
+		return nil
+	}
+	var d struct {
+		Roots [][]byte `json:"command_signing_roots"`
+	}
+	if json.Unmarshal(b.Document, &d) != nil {
+		return nil
+	}
+	for _, k := range d.Roots {
+		if id := KeyID(k); bytes.Equal(id[:], sig[:sha256.Size]) {
+			return k
+		}
 	}
 	return nil
 }
