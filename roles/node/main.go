@@ -106,6 +106,9 @@ func doctorChecks(cfg *config.Config, path string) []doctor.Check {
 	if cfg != nil {
 		dataDir = cfg.DataDir
 		helper = append(doctor.Helper(cfg.Helper), doctor.TSS(cfg.Helper)...)
+		if cfg.Helper.Socket != "" {
+			helper = append(helper, doctor.HelperTrust(cfg))
+		}
 		helper = append(helper, doctor.Update(cfg, update.Entrypoint), doctor.Telemetry(cfg.DataDir))
 	}
 	hw, backend := hardware(dataDir)

@@ -26,9 +26,11 @@ import (
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/base/logging"
+	"github.com/better-compute/bcd/components/helper/anchor"
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/join"
 	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/rootsig"
 	"github.com/better-compute/bcd/components/trust/wellknown"
 )
 
@@ -180,6 +182,7 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 	a, err := join.Join(ctx, join.Options{
 		Client: client, Role: f.role, Attestor: f.attestor, Token: token, EncryptionJWK: jwk, SigningPin: cfg.JoinSigningKeyPin,
 		Claims: hostinfo.Claims(cfg.DataDir), DataDir: cfg.DataDir, Log: log, TPM: jt, NodeID: f.nodeID,
+		Verified: rootRecord(cfg),
 	})
 	token = ""
 	if err != nil {
@@ -346,6 +349,19 @@ func removeTokenFile(file string, warn func(string, ...any)) {
 	}
 	if err := os.Remove(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		warn("could not remove the token file", "path", file, "err", err)
+	}
+}
+
+// rootRecord keeps the verified JoinResponse in root's directory ([helper]
+// state_dir) when bcd join runs as root on a host where bcd node runs
+// unprivileged: bcd helper binds signed intent to the node it names
+// (docs/helper.md, "Signed sections").
+func rootRecord(cfg *config.Config) func(rootsig.JoinRecord) error {
+	if cfg.Helper.User == "" || os.Geteuid() != 0 {
+		return nil
+	}
+	return func(rec rootsig.JoinRecord) error {
+		return anchor.WriteRecord(cfg.Helper.StateDirOrDefault(), rec)
 	}
 }
 

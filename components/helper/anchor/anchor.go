@@ -42,10 +42,20 @@ const (
 const NoRootsFix = "root holds no command-signing roots: give the gateway's trust bundle roots (bcgw trust) so the node forwards it, or pin them in root's config.toml ([helper] command_root_sha256)"
 
 // WriteRecord stores rec in dir (created 0700), fsynced. bcd join runs it
-// as root after it verified the JoinResponse.
+// as root after it verified the JoinResponse. A record for another node
+// than the one held (or a first record) starts root's bookkeeping anew:
+// the generations applied were another node's, and a first-use binding
+// gives way to the record.
 func WriteRecord(dir string, rec rootsig.JoinRecord) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("join record: %w", err)
+	}
+	if old, err := readRecord(dir); err != nil || old.NodeID != rec.NodeID {
+		for _, f := range []string{AppliedFile, TOFUFile} {
+			if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("join record: %w", err)
+			}
+		}
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {

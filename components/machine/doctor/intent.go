@@ -2,9 +2,17 @@ package doctor
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 
+	"github.com/better-compute/bcd/components/base/config"
+	"github.com/better-compute/bcd/components/helper/anchor"
 	"github.com/better-compute/bcd/components/trust/bundle"
+	"github.com/better-compute/bcd/components/trust/identity"
 )
 
 // SignedIntent checks the trust bundle held in dataDir: fail when it does
@@ -24,6 +32,45 @@ func SignedIntent(dataDir, pin string) Check {
 		default:
 			r.Status = OK
 			r.Detail = fmt.Sprintf("signed intent enforced: trust bundle version %d, %d command-signing roots", h.Version(), h.Roots().Len())
+		}
+		return r
+	}}
+}
+
+// HelperTrust says what bcd helper binds signed intent to, read from
+// root's [helper] state_dir: ok for a join record for this node signed by
+// the pinned join-signing key; warn when there is none (a node joined
+// before records existed: the helper binds to the node of the first signed
+// section, trust on first use); fail for a record of another node or one
+// whose signature fails. Only root reads the directory: as another user
+// it warns and says so.
+func HelperTrust(cfg *config.Config) Check {
+	return Check{Name: "helper-trust", Run: func(context.Context) Result {
+		r := Result{Name: "helper-trust"}
+		dir := cfg.Helper.StateDirOrDefault()
+		if _, err := os.Stat(dir); errors.Is(err, fs.ErrPermission) {
+			r.Status, r.Detail = Warn, "cannot read "+dir+" as this user: run bcd doctor as root to see what bcd helper binds signed intent to"
+			return r
+		}
+		var id struct {
+			NodeID string `json:"node_id"`
+		}
+		if b, err := os.ReadFile(filepath.Join(cfg.DataDir, identity.IdentityFile)); err == nil {
+			_ = json.Unmarshal(b, &id)
+		}
+		nodeID := id.NodeID
+		b := anchor.Check(dir, cfg.JoinSigningKeyPin, nodeID)
+		r.Detail = b.Detail
+		switch b.State {
+		case "ok":
+			r.Status = OK
+			if len(cfg.Helper.CommandRootSHA256) > 0 {
+				r.Detail += fmt.Sprintf("; %d command-signing roots pinned in [helper] command_root_sha256", len(cfg.Helper.CommandRootSHA256))
+			}
+		case "tofu":
+			r.Status = Warn
+		default:
+			r.Status = Fail
 		}
 		return r
 	}}

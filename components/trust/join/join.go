@@ -24,6 +24,7 @@ import (
 	"github.com/better-compute/bcd/components/base/backoff"
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/rootsig"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
 )
@@ -49,6 +50,18 @@ type Options struct {
 	// Sleep waits between attempts; tests shorten it.
 	Sleep func(ctx context.Context, d time.Duration) error
 	Now   func() time.Time
+	// Verified, when set, is given the JoinResponse once it verified and
+	// before the identity is stored, as the record bcd helper binds to
+	// (bcd join as root keeps it in root's directory).
+	Verified func(rootsig.JoinRecord) error
+}
+
+// record hands the verified response to o.Verified.
+func (o Options) record(r *bcdv1.JoinResponse, nodeID string) error {
+	if o.Verified == nil {
+		return nil
+	}
+	return o.Verified(rootsig.JoinRecord{V: 1, NodeID: nodeID, Result: r.GetResult(), Signature: r.GetSignature(), SigningKey: r.GetSigningKey()})
 }
 
 // MaxPushbacks bounds the refusals with a pushback one join waits out.
@@ -144,6 +157,9 @@ func Join(ctx context.Context, o Options) (*identity.Agent, error) {
 	}
 	if o.NodeID != "" && res.GetNodeId() != o.NodeID {
 		return nil, fmt.Errorf("JoinResponse: joined as node %s, not --node-id %s", res.GetNodeId(), o.NodeID)
+	}
+	if err := o.record(resp.Msg, res.GetNodeId()); err != nil {
+		return nil, err
 	}
 	return identity.Save(o.DataDir, key, cert, identity.Identity{
 		NodeID: res.GetNodeId(), Site: res.GetSite(), Role: res.GetRole(), SPIFFEID: res.GetSpiffeId(), JoinedAt: o.Now().UTC(),

@@ -129,6 +129,9 @@ func saveTPMJoin(o Options, r *bcdv1.JoinResponse, csr []byte, key crypto.Signer
 	if want := AKName(akPub); !bytes.Equal(got, want) {
 		return nil, errors.New("JoinResponse: the certificate does not name this TPM's AK")
 	}
+	if err := o.record(r, res.GetNodeId()); err != nil {
+		return nil, err
+	}
 	return identity.Save(o.DataDir, key, cert, identity.Identity{
 		NodeID: res.GetNodeId(), Site: res.GetSite(), Role: res.GetRole(), SPIFFEID: res.GetSpiffeId(), JoinedAt: o.Now().UTC(),
 	})
