@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X github.com/better-compute/bcd/components/base/buildinfo.Vers
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 ROLES := node site ramdisk helper
 # The helper is built without inlining (-l): about 340 kB smaller, toward
-# its 4 MiB budget; its operations are a few a second (docs/decisions.md).
+# its 5 MiB budget; its operations are a few a second (docs/decisions.md).
 HELPER_GOFLAGS := -gcflags=all=-l
 
 .PHONY: all build proto deps deps-lists kinds-lists mutate test soak soak-ha demo demo-ha sizes bench clean fmt packages image qemu-test systemd-test

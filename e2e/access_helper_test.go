@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +17,9 @@ import (
 	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/helper/sshaccess/sshdtest"
+	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/trust/pki/es256"
+	"github.com/better-compute/bcd/components/trust/rootsig"
 )
 
 // TestAccessThroughHelper: an unprivileged bcd node applies its access
@@ -134,6 +139,35 @@ func TestAccessThroughHelper(t *testing.T) {
 		t.Fatalf("no access.apply from the node in the helper's log:\n%s", helper.stderr.String())
 	}
 
+	// The node account, broken into, asks root for its own user CA and
+	// a principal it chose, unsigned and then signed by a key of its own:
+	// the helper refuses both, and a certificate from that CA does not
+	// log in (it did when the helper took the section on the node's word).
+	sock := filepath.Join(base, "run", "helper.sock")
+	ownCA := filepath.Join(keys, "own-ca")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "own@node", "-f", ownCA).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v: %s", err, out)
+	}
+	caPub, _ := os.ReadFile(ownCA + ".pub")
+	section := fmt.Sprintf(`{"ssh":{"user_ca":%q,"principals":{%q:["pwned"]}}}`, strings.TrimSpace(string(caPub)), acct)
+	for _, by := range []string{"", "own key"} {
+		req := ownAccessRequest(t, id, section, by != "")
+		code, out, _ := asUser.run(req, nil, "bcd-helper", "helper-call", "--socket", sock, "--raw")
+		if !strings.Contains(out, `"ok":false`) || !strings.Contains(out, "refused") {
+			t.Fatalf("an own CA (signed by %q) through the helper: exit %d %s", by, code, out)
+		}
+	}
+	if out, err := exec.Command("ssh-keygen", "-q", "-s", ownCA, "-I", "pwn", "-n", "pwned", key+".pub").CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen -s: %v: %s", err, out)
+	}
+	if out, err := exec.Command("ssh", sshdtest.SSHArgs(key, key+"-cert.pub", "-p", strconv.Itoa(port), acct+"@127.0.0.1", "id -un")...).CombinedOutput(); err == nil {
+		t.Fatalf("a certificate from the node's own CA logged in: %s", out)
+	}
+	l.bcgw(g, "ssh-sign", "--principal", id+":"+acct, "--pubkey", key+".pub")
+	if err := login(); err != nil {
+		t.Fatalf("login with the operator's certificate after the refusals: %v", err)
+	}
+
 	// A principal for root: the helper refuses, the section fails, and
 	// the files stay as they were.
 	l.bcgw(g, "ssh-ca", id, "--account", "root")
@@ -151,4 +185,28 @@ func TestAccessThroughHelper(t *testing.T) {
 	if err := login(); err != nil {
 		t.Fatalf("login after the refused change: %v", err)
 	}
+}
+
+// ownAccessRequest is an access.apply the node account could forge: the
+// section with a proof for node id at a generation far ahead, unsigned or
+// signed by a key of its own.
+func ownAccessRequest(t *testing.T, node, section string, sign bool) string {
+	t.Helper()
+	d, err := rootsig.SectionDigests(map[string]json.RawMessage{"access": json.RawMessage(section)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rootsig.Proof{NodeID: node, Generation: 1 << 40, SpecSHA256: make([]byte, 32), Sections: d}
+	if sign {
+		k, _ := pki.GenerateKey()
+		spki, _ := es256.MarshalSPKI(k.Public())
+		sig, err := es256.Sign(k, rootsig.PurposeDesiredState, p.Message())
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := rootsig.KeyID(spki)
+		p.Signature, p.Signer = append(id[:], sig...), spki
+	}
+	pj, _ := json.Marshal(p)
+	return fmt.Sprintf(`{"v":1,"op":"access.apply","section":%q,"proof":%s}`, base64.StdEncoding.EncodeToString([]byte(section)), pj)
 }

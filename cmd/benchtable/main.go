@@ -93,7 +93,7 @@ var specs = []spec{
 	{figure: "deploy.image gzip, CPU ms", value: metric{"BenchmarkDeploy/gzip/bcd", "cpu-ms/op"},
 		reference: "gzip -dc | dd, CPU ms", ref: metric{"BenchmarkDeploy/gzip/gzip-dc-dd", "cpu-ms/op"}},
 	{figure: "bcd-helper binary, bytes", value: metric{"size/bcd-helper", "bytes"},
-		reference: "4 MiB", refConstant: 4 << 20, budget: "<= 1.00x", max: 1},
+		reference: "5 MiB", refConstant: 5 << 20, budget: "<= 1.00x", max: 1},
 	{figure: "signed command in dispatcher, ns", value: metric{"BenchmarkSignedIntent/signed", "ns/op"},
 		reference: "unsigned command, ns", ref: metric{"BenchmarkSignedIntent/unsigned", "ns/op"}},
 	{figure: "node key signature via helper, ns", value: metric{"BenchmarkTPMSign/through_the_helper", "ns/op"},
