@@ -84,8 +84,8 @@ func TestAccessThroughHelper(t *testing.T) {
 	id := m[1]
 	b, _ := os.ReadFile(cfg)
 	b = socketRe.ReplaceAll(b, []byte(fmt.Sprintf("socket_path = %q", filepath.Join(statusDir, "bcd.sock"))))
-	b = append(b, []byte(fmt.Sprintf("\n[helper]\nsocket = %q\nuser = %q\nentrypoint = %q\n",
-		filepath.Join(base, "run", "helper.sock"), name, filepath.Join(bin, "bcd-node")))...)
+	b = append(b, []byte(fmt.Sprintf("\n[helper]\nsocket = %q\nuser = %q\nentrypoint = %q\nstate_dir = %q\n",
+		filepath.Join(base, "run", "helper.sock"), name, filepath.Join(bin, "bcd-node"), filepath.Join(base, "hstate")))...)
 	if err := os.WriteFile(cfg, b, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/base/testenv"
+	"github.com/better-compute/bcd/components/helper/anchor"
 
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/store"
@@ -124,9 +125,9 @@ func TestUnprivilegedNodeRenewsThroughHelperTPM(t *testing.T) {
 	socket := filepath.Join(base, "run", "helper.sock")
 	cfg := filepath.Join(base, "etc", "config.toml")
 	toml := fmt.Sprintf("gateway = %q\ngateway_server_name = %q\nserving_ca_spki_pin = %q\njoin_signing_key_pin = %q\njoin_encryption_key_pin = %q\n"+
-		"data_dir = %q\nsocket_path = %q\n\n[helper]\nsocket = %q\nuser = %q\nentrypoint = %q\n",
+		"data_dir = %q\nsocket_path = %q\n\n[helper]\nsocket = %q\nuser = %q\nentrypoint = %q\nstate_dir = %q\n",
 		doc.Gateway.URL, doc.Gateway.ServerName, doc.Pins.ServingCA, doc.Pins.JoinSigning, doc.Pins.JoinEncryption,
-		dataDir, filepath.Join(statusDir, "bcd.sock"), socket, name, filepath.Join(bin, "bcd-node"))
+		dataDir, filepath.Join(statusDir, "bcd.sock"), socket, name, filepath.Join(bin, "bcd-node"), filepath.Join(base, "hstate"))
 	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -139,6 +140,9 @@ func TestUnprivilegedNodeRenewsThroughHelperTPM(t *testing.T) {
 	m := joinedRe.FindStringSubmatch(out)
 	if code != 0 || m == nil {
 		t.Fatalf("bcd join --attestor tpm: exit %d %q %s", code, out, errOut)
+	}
+	if b := anchor.Check(filepath.Join(base, "hstate"), doc.Pins.JoinSigning, m[1]); b.State != "ok" {
+		t.Errorf("root's join record after a tpm join: %+v", b)
 	}
 	id := m[1]
 	// Everything the join wrote is the user's.

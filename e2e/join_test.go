@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/base/testenv"
+	"github.com/better-compute/bcd/components/helper/anchor"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -213,7 +216,8 @@ func TestJoinReset(t *testing.T) {
 }
 
 // TestJoinHandsIdentityToHelperUser: on a [helper] host bcd join (root)
-// hands the data directory and identity to the unprivileged node account.
+// hands the data directory and identity to the unprivileged node account,
+// and keeps the JoinResponse it verified in root's [helper] state_dir.
 func TestJoinHandsIdentityToHelperUser(t *testing.T) {
 	testenv.NeedRoot(t, "to create a user and chown")
 	name := fmt.Sprintf("bcdj%d", os.Getpid()%100000)
@@ -227,14 +231,39 @@ func TestJoinHandsIdentityToHelperUser(t *testing.T) {
 	}
 	l := newLab(t)
 	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
-	tok := l.token(g, "--uses", "1")
-	cfg, _ := l.joinNode(g, "n", tok, "node")
-	b, _ := os.ReadFile(cfg)
-	if err := os.WriteFile(cfg, append(b, []byte(fmt.Sprintf("\n[helper]\nsocket = \"/run/bcd-helper/helper.sock\"\nuser = %q\n", name))...), 0o600); err != nil {
+	// A config.toml as bootstrapped by a join, then given [helper] and a
+	// data directory of its own: this host's node joins with it as root.
+	first, _ := l.joinNode(g, "n", l.token(g, "--uses", "1"), "node")
+	b, _ := os.ReadFile(first)
+	dir := filepath.Join(l.root, "h")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errOut := l.run("", nil, "bcd-node", "join", "--config", cfg); code != 0 {
+	jwk, _ := os.ReadFile(filepath.Join(filepath.Dir(first), "join-encryption.jwk"))
+	if err := os.WriteFile(filepath.Join(dir, "join-encryption.jwk"), jwk, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b = regexp.MustCompile(`(?m)^data_dir = .*$`).ReplaceAll(b, []byte(fmt.Sprintf("data_dir = %q", filepath.Join(dir, "data"))))
+	cfg := filepath.Join(dir, "config.toml")
+	state := filepath.Join(l.root, "helper-state")
+	if err := os.WriteFile(cfg, append(b, []byte(fmt.Sprintf("\n[helper]\nsocket = \"/run/bcd-helper/helper.sock\"\nuser = %q\nstate_dir = %q\n", name, state))...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := l.run(l.token(g, "--uses", "1")+"\n", nil, "bcd-node", "join", "--config", cfg)
+	m := joinedRe.FindStringSubmatch(out)
+	if code != 0 || m == nil {
 		t.Fatalf("join: %d %s %s", code, out, errOut)
+	}
+	// Root keeps the JoinResponse it verified: bcd helper binds to it.
+	c, err := config.Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := anchor.Check(state, c.JoinSigningKeyPin, m[1]); b.State != "ok" || b.NodeID != m[1] {
+		t.Errorf("root's join record: %+v", b)
+	}
+	if st, err := os.Stat(filepath.Join(state, anchor.RecordFile)); err != nil || st.Mode().Perm() != 0o600 || st.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("join-record.json: %v %v", st, err)
 	}
 	for _, f := range []string{"", "identity.json", "node.key"} {
 		st, err := os.Stat(filepath.Join(filepath.Dir(cfg), "data", f))
