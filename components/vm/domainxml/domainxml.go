@@ -58,26 +58,26 @@ type Request struct {
 // Disk is a file in the instance's directory.
 type Disk struct {
 	// Name is the file's name: [a-z0-9][a-z0-9._-], 1 to 80.
-	Name string
+	Name string `json:"name"`
 	// Format is qcow2 or raw; a cdrom is raw.
-	Format string
+	Format string `json:"format"`
 	// CDROM attaches it read-only as a cdrom (the seed, an installer).
-	CDROM bool
+	CDROM bool `json:"cdrom,omitempty"`
 	// Boot is its place in the boot order, from 1; 0: not booted from.
-	Boot int
+	Boot int `json:"boot,omitempty"`
 	// Base: the file is a base image in the host's images directory,
 	// named <sha256>.iso or <sha256>.raw, attached as a cdrom (an
 	// installer). Name is then that file's name.
-	Base bool
+	Base bool `json:"base,omitempty"`
 }
 
 // Tap is a NIC: its tap device, created by libvirt on the bridge.
 type Tap struct {
 	// Name is the tap's interface name: [a-z0-9][a-z0-9-], 1 to 15.
-	Name   string
-	Bridge string
+	Name   string `json:"name"`
+	Bridge string `json:"bridge"`
 	// MAC is a unicast address, six lowercase hex pairs.
-	MAC string
+	MAC string `json:"mac"`
 }
 
 // PCI is a host PCI address.

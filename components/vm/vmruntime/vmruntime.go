@@ -41,12 +41,12 @@ type (
 
 // Machine is one instance's definition.
 type Machine struct {
-	ID        string
-	VCPUs     int
-	MemoryMiB int
-	Disks     []Disk
-	Taps      []Tap
-	GPUs      []string
+	ID        string   `json:"id"`
+	VCPUs     int      `json:"vcpus"`
+	MemoryMiB int      `json:"memory_mib"`
+	Disks     []Disk   `json:"disks"`
+	Taps      []Tap    `json:"taps,omitempty"`
+	GPUs      []string `json:"gpus,omitempty"`
 }
 
 // Equal reports whether m and o define the same machine.
