@@ -184,35 +184,18 @@ func (s *Service) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.Gateway
 			}
 		case *bcdv1.AgentFrame_Result:
 			r := x.Result
-			res := store.Result{
-				Status: r.GetStatus(), Output: r.GetOutput(), Error: r.GetError(),
-				StartedMS: r.GetStartedUnixMs(), FinishedMS: r.GetFinishedUnixMs(),
-			}
-			if len(r.GetAttestation()) > 0 {
-				if c, err := s.store.Command(r.GetCommandId()); err == nil && c.NodeID == l.NodeID {
-					if err := intent.VerifyResult(l.NodeKey, l.NodeID, c.Kind, r); err != nil {
-						log.Warn("result attestation does not verify under the node's key", "command_id", r.GetCommandId(), "err", err)
-					} else {
-						res.Attestation = r.GetAttestation()
-					}
-				}
-			}
-			first, err := s.store.SetResult(l.NodeID, r.GetCommandId(), res)
-			if errors.Is(err, store.ErrNotFound) {
-				// Not ours (or long gone): ack it so the agent stops re-sending.
-				log.Warn("result for an unknown command; acked and dropped", "command_id", r.GetCommandId())
-			} else if err != nil {
-				log.Warn("result refused", "command_id", r.GetCommandId(), "err", err)
+			first, err := s.storeResult(l, r, log)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				// Not acked, and tried again while the session lasts: the
+				// agent sends an unacked result once per session, so giving
+				// up here would leave it unstored until the node's next
+				// session. The session goes on: result acks are per command
+				// (an event's ack covers every seq below it).
+				log.Warn("result refused; storing it again until the store takes it", "command_id", r.GetCommandId(), "err", err)
+				go s.retryResult(l, r, log)
 				continue
 			}
-			if first {
-				log.Info("command result", "command_id", r.GetCommandId(), "status", r.GetStatus())
-				if c, err := s.store.Command(r.GetCommandId()); err == nil {
-					s.BMCResult(c, r.GetStatus())
-				}
-				s.ResultStored(r.GetCommandId())
-			}
-			l.Push(hub.Frame{F: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{ResultIds: []string{r.GetCommandId()}}}}})
+			s.resultTaken(l, r, first, err, log)
 		case *bcdv1.AgentFrame_Event:
 			if err := s.StoreEvent(l.NodeID, x.Event, log); err != nil {
 				// Not acked, and the session ends: acking a later event
@@ -309,4 +292,80 @@ func (s *Service) resendFullSpec(l *hub.Live, rep *bcdv1.StatusReport, log inter
 	l.FullGen.Store(gen)
 	l.Push(hub.Frame{F: f})
 	log.Info("desired spec sent in full on request", "generation", gen, "refused_generation", rep.GetRefusedGeneration(), "spec_error", rep.GetSpecError())
+}
+
+// storeResult stores a command's result with its attestation when that
+// verifies under the node's key; first is true for the first copy stored.
+func (s *Service) storeResult(l *hub.Live, r *bcdv1.CommandResult, log interface{ Warn(string, ...any) }) (first bool, err error) {
+	res := store.Result{
+		Status: r.GetStatus(), Output: r.GetOutput(), Error: r.GetError(),
+		StartedMS: r.GetStartedUnixMs(), FinishedMS: r.GetFinishedUnixMs(),
+	}
+	if len(r.GetAttestation()) > 0 {
+		c, err := s.store.Command(r.GetCommandId())
+		switch {
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return false, err
+		case err == nil && c.NodeID == l.NodeID:
+			if err := intent.VerifyResult(l.NodeKey, l.NodeID, c.Kind, r); err != nil {
+				log.Warn("result attestation does not verify under the node's key", "command_id", r.GetCommandId(), "err", err)
+			} else {
+				res.Attestation = r.GetAttestation()
+			}
+		}
+	}
+	return s.store.SetResult(l.NodeID, r.GetCommandId(), res)
+}
+
+// resultTaken acks a result the store took (err nil) or has no command
+// for (ErrNotFound: not ours, or long gone, acked so the agent stops
+// sending it), and wakes those waiting for a first copy.
+func (s *Service) resultTaken(l *hub.Live, r *bcdv1.CommandResult, first bool, err error, log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+}) {
+	if errors.Is(err, store.ErrNotFound) {
+		log.Warn("result for an unknown command; acked and dropped", "command_id", r.GetCommandId())
+	}
+	if first {
+		log.Info("command result", "command_id", r.GetCommandId(), "status", r.GetStatus())
+		if c, err := s.store.Command(r.GetCommandId()); err == nil {
+			s.BMCResult(c, r.GetStatus())
+		}
+		s.ResultStored(r.GetCommandId())
+	}
+	l.Push(hub.Frame{F: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{ResultIds: []string{r.GetCommandId()}}}}})
+}
+
+// Back-off of a result the store refused: from resultRetryFirst, doubling
+// to resultRetryMax, so a result is stored at most resultRetryMax after
+// the database is back.
+var (
+	resultRetryFirst = 250 * time.Millisecond
+	resultRetryMax   = 2 * time.Second
+)
+
+// retryResult stores a refused result again, with back-off, until the
+// store takes it (then acks it) or the session ends (the agent sends it
+// again on its next session).
+func (s *Service) retryResult(l *hub.Live, r *bcdv1.CommandResult, log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+}) {
+	wait := resultRetryFirst
+	for tries := 1; ; tries++ {
+		select {
+		case <-l.Done():
+			log.Info("result still unstored when the session ended; the agent sends it again", "command_id", r.GetCommandId(), "tries", tries)
+			return
+		case <-time.After(wait):
+		}
+		first, err := s.storeResult(l, r, log)
+		if err == nil || errors.Is(err, store.ErrNotFound) {
+			log.Info("result stored after a refusal", "command_id", r.GetCommandId(), "tries", tries+1)
+			s.resultTaken(l, r, first, err, log)
+			return
+		}
+		wait = min(2*wait, resultRetryMax)
+	}
 }

@@ -39,8 +39,10 @@ type Cluster struct {
 	dir  string // holds data/ and the socket
 	cmd  *exec.Cmd
 	done chan struct{}
-	mu   sync.Mutex
-	n    int
+	// server makes the postgres process over data/ (Start, Resume).
+	server func() *exec.Cmd
+	mu     sync.Mutex
+	n      int
 }
 
 // Binaries returns the directory holding initdb and postgres.
@@ -112,7 +114,7 @@ func start(durable bool) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{dir: dir, done: make(chan struct{})}
+	c := &Cluster{dir: dir}
 	fail := func(err error) (*Cluster, error) {
 		os.RemoveAll(dir)
 		return nil, err
@@ -141,23 +143,35 @@ func start(durable bool) (*Cluster, error) {
 	if out, err := run("initdb", "-D", data, "-U", User, "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync").CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("initdb: %w\n%s", err, out))
 	}
-	log, err := os.Create(filepath.Join(dir, "postgres.log"))
-	if err != nil {
-		return fail(err)
-	}
-	defer log.Close()
 	args := []string{"-D", data, "-k", dir, "-c", "listen_addresses=", "-c", "max_connections=200"}
 	if !durable {
 		// A test cluster is thrown away, and a store reopened by a test
 		// reads through the same running server.
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
-	c.cmd = run("postgres", args...)
+	c.server = func() *exec.Cmd { return run("postgres", args...) }
+	if err := c.serve(); err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+// serve starts postgres over the cluster's data and waits until it
+// accepts connections.
+func (c *Cluster) serve() error {
+	log, err := os.OpenFile(filepath.Join(c.dir, "postgres.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	c.cmd = c.server()
 	c.cmd.Stdout, c.cmd.Stderr = log, log
 	if err := c.cmd.Start(); err != nil {
-		return fail(fmt.Errorf("postgres: %w", err))
+		return fmt.Errorf("postgres: %w", err)
 	}
-	go func() { c.cmd.Wait(); close(c.done) }()
+	done := make(chan struct{})
+	c.done = done
+	go func() { c.cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -165,17 +179,17 @@ func start(durable bool) (*Cluster, error) {
 		cancel()
 		if err == nil {
 			conn.Close(context.Background())
-			return c, nil
+			return nil
 		}
 		select {
-		case <-c.done:
-			b, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
-			return fail(fmt.Errorf("postgres exited: %s", b))
+		case <-done:
+			b, _ := os.ReadFile(filepath.Join(c.dir, "postgres.log"))
+			return fmt.Errorf("postgres exited: %s", b)
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			c.Stop()
-			return nil, fmt.Errorf("postgres did not accept connections within 60s: %w", err)
+			c.halt()
+			return fmt.Errorf("postgres did not accept connections within 60s: %w", err)
 		}
 	}
 }
@@ -216,6 +230,12 @@ func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
 // Stop shuts the server down (fast shutdown, then kill) and removes the
 // cluster.
 func (c *Cluster) Stop() {
+	c.halt()
+	os.RemoveAll(c.dir)
+}
+
+// halt shuts the server down (fast shutdown, then kill), keeping its data.
+func (c *Cluster) halt() {
 	if c.cmd != nil && c.cmd.Process != nil {
 		_ = c.cmd.Process.Signal(syscall.SIGINT)
 		select {
@@ -225,8 +245,15 @@ func (c *Cluster) Stop() {
 			<-c.done
 		}
 	}
-	os.RemoveAll(c.dir)
 }
+
+// Pause stops the server as an operator's restart does (fast shutdown:
+// open connections are ended), keeping the cluster for Resume.
+func (c *Cluster) Pause() { c.halt() }
+
+// Resume starts the server again over the same data after Pause and
+// waits until it accepts connections.
+func (c *Cluster) Resume() error { return c.serve() }
 
 var (
 	shared    *Cluster
