@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/helper/anchor"
 	"github.com/better-compute/bcd/components/helper/sshaccess/sshdtest"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/pki/es256"
@@ -168,6 +171,50 @@ func TestAccessThroughHelper(t *testing.T) {
 		t.Fatalf("login with the operator's certificate after the refusals: %v", err)
 	}
 
+	// A new command-signing root, added by bcgw trust (a new bundle
+	// version): a spec signed outside bcgw by that root alone is applied
+	// through the helper, which takes the newer bundle the node forwards
+	// with no restart.
+	rootKey := l.keyFile("new-root.key")
+	kb, _ := os.ReadFile(rootKey)
+	rk, err := pki.ParsePrivateKeyPEM(kb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(rk.Public())
+	rootPub := filepath.Join(l.root, "new-root.pub")
+	os.WriteFile(rootPub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644)
+	heldBefore := heldBundleVersion(t, filepath.Join(base, "hstate"))
+	l.bcgw(g, "trust", "add-root", "--key", rootPub)
+	// A full spec (a submitted patch is re-signed by bcgw when the spec
+	// is next sent in full; a submitted full spec keeps its signature).
+	var got struct {
+		Spec map[string]map[string]map[string]any `json:"spec"`
+	}
+	if err := json.Unmarshal([]byte(l.bcgw(g, "spec", "get", id)), &got); err != nil || got.Spec["access"]["ssh"] == nil {
+		t.Fatalf("bcgw spec get: %v %v", err, got)
+	}
+	full := got.Spec
+	full["access"]["ssh"]["principals"] = map[string]any{acct: []string{id + ":" + acct, "rotated"}}
+	var ps prepared
+	if err := json.Unmarshal([]byte(l.bcgw(g, "spec", "prepare", id, "--file", l.writeJSON("rotated.json", full))), &ps); err != nil {
+		t.Fatal(err)
+	}
+	l.bcgw(g, "spec", "submit", l.writeJSON("rotated-signed.json", l.sign(ps, rootKey)))
+	eventually(t, "the principal the new root signed", func() error {
+		b, err := os.ReadFile(filepath.Join(hroot, "etc/ssh/bc_principals", acct))
+		if err != nil || !strings.Contains(string(b), "rotated") {
+			return fmt.Errorf("principals %q: %v", b, err)
+		}
+		return nil
+	})
+	if after := heldBundleVersion(t, filepath.Join(base, "hstate")); after <= heldBefore {
+		t.Errorf("the helper holds trust bundle version %d after the rotation, %d before", after, heldBefore)
+	}
+	if err := helper.cmd.Process.Signal(syscall.Signal(0)); err != nil || strings.Count(helper.stderr.String(), "helper: listening") != 1 {
+		t.Fatalf("the helper did not run on through the rotation: %v", err)
+	}
+
 	// A principal for root: the helper refuses, the section fails, and
 	// the files stay as they were.
 	l.bcgw(g, "ssh-ca", id, "--account", "root")
@@ -209,4 +256,23 @@ func ownAccessRequest(t *testing.T, node, section string, sign bool) string {
 	}
 	pj, _ := json.Marshal(p)
 	return fmt.Sprintf(`{"v":1,"op":"access.apply","section":%q,"proof":%s}`, base64.StdEncoding.EncodeToString([]byte(section)), pj)
+}
+
+// heldBundleVersion is the version of the trust bundle root's helper holds
+// in its state directory (0: none).
+func heldBundleVersion(t *testing.T, state string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(state, anchor.BundleFile))
+	if os.IsNotExist(err) {
+		return 0
+	}
+	var tb rootsig.Bundle
+	if err != nil || json.Unmarshal(b, &tb) != nil {
+		t.Fatalf("%s: %v", anchor.BundleFile, err)
+	}
+	var d struct {
+		Version uint64 `json:"version"`
+	}
+	json.Unmarshal(tb.Document, &d)
+	return d.Version
 }
