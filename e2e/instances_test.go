@@ -122,6 +122,27 @@ func TestInstancesOnFakeRuntime(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(runtimeDir, "byhand.json")); string(b) != string(foreign) {
 		t.Errorf("the domain defined by hand changed: %s", b)
 	}
+	// bcgw instances lists every domain from the node's report.
+	listed := func(want string) instancesList {
+		t.Helper()
+		var v instancesList
+		end := time.Now().Add(30 * time.Second)
+		for {
+			json.Unmarshal([]byte(l.bcgw(g, "instances", id, "--json")), &v)
+			if v.summary() == want || time.Now().After(end) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if v.summary() != want {
+			t.Fatalf("bcgw instances: %s, want %s", v.summary(), want)
+		}
+		return v
+	}
+	listed("byhand STOPPED foreign; vm-a RUNNING bcd; vm-b PAUSED bcd; failed: ")
+	if out := l.bcgw(g, "instances", id); !strings.Contains(out, "byhand") || !strings.Contains(out, "no (not touched)") {
+		t.Errorf("bcgw instances:\n%s", out)
+	}
 
 	// An instance named like it fails alone.
 	gen = l.spec(g, "set", id, `{"instances":{"images":[`+image+`],"instances":[`+vm("vm-a", "RUNNING")+`,`+vm("byhand", "RUNNING")+`]}}`)
@@ -137,6 +158,7 @@ func TestInstancesOnFakeRuntime(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(runtimeDir, "byhand.json")); string(b) != string(foreign) {
 		t.Errorf("the domain defined by hand changed: %s", b)
 	}
+	listed("byhand STOPPED foreign; vm-a RUNNING bcd; failed: byhand")
 
 	// An empty section removes every instance bcd made, and the image.
 	gen = l.spec(g, "set", id, `{"instances":{}}`)
@@ -151,4 +173,36 @@ func TestInstancesOnFakeRuntime(t *testing.T) {
 			t.Errorf("%s: %v, want removed", p, err)
 		}
 	}
+}
+
+// instancesList is bcgw instances --json.
+type instancesList struct {
+	Complete bool `json:"complete"`
+	Domains  []struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+		Owned bool   `json:"owned"`
+	} `json:"domains"`
+	Failed map[string]string `json:"failed"`
+}
+
+// summary is "ID STATE bcd|foreign; ...; failed: ID ..." when complete.
+func (v instancesList) summary() string {
+	if !v.Complete {
+		return "incomplete"
+	}
+	var parts []string
+	for _, d := range v.Domains {
+		who := "bcd"
+		if !d.Owned {
+			who = "foreign"
+		}
+		parts = append(parts, d.ID+" "+d.State+" "+who)
+	}
+	var failed []string
+	for id := range v.Failed {
+		failed = append(failed, id)
+	}
+	sort.Strings(failed)
+	return strings.Join(parts, "; ") + "; failed: " + strings.Join(failed, " ")
 }

@@ -121,6 +121,7 @@ func fakeCommands() []cli.Command {
 		dev := devicesSection(hw, mon, holdFiles(dataDir, nil), holdSlices(dataDir, nil))
 		m := agentcmd.Machine{Kinds: append(nodekinds.Kinds(hw, heldGPU(dev)), fakekinds.Kinds(dataDir)...), StatusGPUs: statusGPUs(hw, dev),
 			Sections: append([]converge.Section{dev}, extraSections(dataDir)...)}
+		withReport(&m)
 		// BCD_SIM_NO_REPORT=1: no health monitor (conditions, pressure,
 		// inventory), for make bench's reference run.
 		if os.Getenv("BCD_SIM_NO_REPORT") == "" {

@@ -56,10 +56,21 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 		Tunnels: agent.Tunnels{JWKS: acc.JWKS, SSHPort: cfg.Access.SSHPort,
 			Console: tunnel.Console(tunnel.ConsoleConfig{RootConsole: cfg.Access.RootConsole})},
 	}
+	withReport(&m)
 	withHealth(&m, mon)
 	withTelemetry(&m, hw, mon, dev)
 	withUpdate(&m, cfg, log)
 	return m, nil
+}
+
+// withReport gives the section that publishes the node's role report
+// (instances: the domains the runtime lists) the reporter's setter.
+func withReport(m *agentcmd.Machine) {
+	for _, s := range m.Sections {
+		if p, ok := s.(interface{ SetPublish(func([]byte)) }); ok {
+			m.ReportSections = p.SetPublish
+		}
+	}
 }
 
 // withHealth adds the health monitor to m: its conditions, pressure and

@@ -181,7 +181,7 @@ func Sim(machine func(dataDir string, seed int64) Machine) cli.Command {
 				}
 				for {
 					err := agent.Run(ctx, agent.Config{Config: &mc, Role: "node", Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, Version: buildinfo.Version,
-						Sections: m.Sections, Machine: m.Report, Watch: m.Watch,
+						Sections: m.Sections, Machine: m.Report, Watch: m.Watch, ReportSections: m.ReportSections,
 						Log: log.With("machine", first+i), FakeReboot: true, Welcomed: func(context.Context) { started() }})
 					if errors.Is(err, agent.ErrRebooted) {
 						reboots.Add(1)

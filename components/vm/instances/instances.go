@@ -12,10 +12,12 @@
 package instances
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,9 +66,65 @@ type Config struct {
 type Section struct {
 	cfg Config
 
-	mu      sync.Mutex
-	failed  map[string]string       // instance -> the reason it failed, last reported
-	fetches map[string]*fetchResult // digest -> its background fetch
+	mu        sync.Mutex
+	failed    map[string]string       // instance -> the reason it failed, last reported
+	fetches   map[string]*fetchResult // digest -> its background fetch
+	publish   func([]byte)            // the role report's setter
+	published []byte                  // what was last published
+}
+
+// Report is the node's role report section "instances": every domain the
+// runtime lists, bcd's and others', and why instances failed. Complete is
+// false when the runtime could not list its domains.
+type Report struct {
+	Complete bool              `json:"complete"`
+	Domains  []ReportDomain    `json:"domains"`
+	Failed   map[string]string `json:"failed,omitempty"`
+}
+
+// ReportDomain is one domain of the report.
+type ReportDomain struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+	// Owned: bcd created it; a domain it did not create is only reported.
+	Owned bool `json:"owned"`
+}
+
+// SetPublish is given the setter of the role's report sections: the
+// section publishes {"instances": Report} when it changes.
+func (s *Section) SetPublish(f func([]byte)) {
+	s.mu.Lock()
+	s.publish = f
+	s.mu.Unlock()
+}
+
+// publishReport publishes what the runtime lists now, when it changed.
+func (s *Section) publishReport(ctx context.Context) {
+	s.mu.Lock()
+	pub := s.publish
+	s.mu.Unlock()
+	if pub == nil {
+		return
+	}
+	r := Report{Complete: true, Domains: []ReportDomain{}}
+	if s.cfg.Runtime != nil {
+		l, err := s.cfg.Runtime.List(ctx)
+		r.Complete = err == nil
+		for _, d := range l {
+			r.Domains = append(r.Domains, ReportDomain{ID: d.ID, State: d.State, Owned: d.Owned})
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.failed) > 0 {
+		r.Failed = maps.Clone(s.failed)
+	}
+	b, err := json.Marshal(map[string]Report{"instances": r})
+	if err != nil || bytes.Equal(b, s.published) {
+		return
+	}
+	s.published = b
+	pub(b)
 }
 
 // fetchResult is a background fetch: running until done.
@@ -173,6 +231,7 @@ func (s *Section) Plan(ctx context.Context, body json.RawMessage) (converge.Plan
 	for _, n := range unneeded {
 		changes = append(changes, "remove image "+n)
 	}
+	s.publishReport(ctx)
 	return converge.Plan{Changes: changes, Detail: st}, nil
 }
 
@@ -286,7 +345,9 @@ func (s *Section) Apply(ctx context.Context, body json.RawMessage, p converge.Pl
 	if _, err := s.cfg.Images.Keep(st.keep()); err != nil {
 		return err
 	}
-	return s.report(failed, pending, len(st.body.Instances))
+	err := s.report(failed, pending, len(st.body.Instances))
+	s.publishReport(ctx)
+	return err
 }
 
 // report raises InstanceFailed for each new failure and says how the

@@ -40,6 +40,8 @@ type host struct {
 	qemuImg string
 	// gate, when set, holds every download until it is closed.
 	gate chan struct{}
+	// published is the last role report the section published.
+	published Report
 }
 
 func newHost(t *testing.T) *host {
@@ -81,6 +83,13 @@ func (h *host) restart() {
 			b, _ := json.Marshal(body)
 			h.events = append(h.events, typ+" "+string(b))
 		}})
+	h.s.SetPublish(func(b []byte) {
+		var r map[string]Report
+		if err := json.Unmarshal(b, &r); err != nil {
+			h.t.Errorf("published %s: %v", b, err)
+		}
+		h.published = r["instances"]
+	})
 }
 
 // image serves b at path and returns its section entry.
@@ -266,6 +275,22 @@ func TestFailsAlone(t *testing.T) {
 	want := map[string]string{
 		"byhand": "a domain bcd did not create", "digest": "has SHA-256", "shadow": `"/etc/shadow"`,
 		"swapped": "instance disk refused", "ud": "user data is not fetched",
+	}
+	// The role report lists every domain, the hand-made one as not bcd's,
+	// and every failure.
+	r := h.published
+	if !r.Complete || len(r.Domains) != 3 || len(r.Failed) != len(want) {
+		t.Errorf("report %+v", r)
+	}
+	for _, d := range r.Domains {
+		if d.Owned == (d.ID == "byhand") || d.State != vmruntime.Running {
+			t.Errorf("report lists %+v", d)
+		}
+	}
+	for id, why := range want {
+		if !strings.Contains(r.Failed[id], why) {
+			t.Errorf("report: %s failed %q, want %q", id, r.Failed[id], why)
+		}
 	}
 	if len(h.events) != len(want) {
 		t.Errorf("events %v; want one per failed instance", h.events)
