@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -144,24 +145,41 @@ func TestInstancesOnFakeRuntime(t *testing.T) {
 		t.Errorf("bcgw instances:\n%s", out)
 	}
 
-	// An instance named like it fails alone.
-	gen = l.spec(g, "set", id, `{"instances":{"images":[`+image+`],"instances":[`+vm("vm-a", "RUNNING")+`,`+vm("byhand", "RUNNING")+`]}}`)
+	// bcgw instance: an instance named like the hand-made domain fails
+	// alone; vm-b is removed and vm-a stopped, one generation each.
+	instance := func(args ...string) uint64 {
+		t.Helper()
+		gen, err := strconv.ParseUint(strings.TrimSpace(l.bcgw(g, append([]string{"instance"}, args...)...)), 10, 64)
+		if err != nil {
+			t.Fatalf("bcgw instance %v: %v", args, err)
+		}
+		return gen
+	}
+	instance("remove", id, "--id", "vm-b")
+	instance("add", id, "--id", "byhand", "--alloc", "alloc_x", "--image", digest+"="+srv.URL+"/base.qcow2",
+		"--spki-pin", pki.PinOfCert(srv.Certificate()), "--memory-mib", "128")
+	gen = instance("state", id, "--id", "vm-a", "--state", "STOPPED")
 	st = l.waitStatus(g, id, "byhand failed", func(s adminapi.StatusView) bool {
 		return s.ObservedGeneration == gen && section(s, "instances").State == "FAILED"
 	})
 	if m := section(st, "instances").Message; !strings.Contains(m, "1 of 2 instances failed: byhand: a domain bcd did not create") {
 		t.Errorf("section message %q", m)
 	}
-	if r := records(); r["vm-a"].State != "RUNNING" || len(r) != 2 {
-		t.Errorf("domains %+v: want vm-a RUNNING and byhand, vm-b removed", r)
+	if r := records(); r["vm-a"].State != "STOPPED" || len(r) != 2 {
+		t.Errorf("domains %+v: want vm-a STOPPED and byhand, vm-b removed", r)
 	}
 	if b, _ := os.ReadFile(filepath.Join(runtimeDir, "byhand.json")); string(b) != string(foreign) {
 		t.Errorf("the domain defined by hand changed: %s", b)
 	}
-	listed("byhand STOPPED foreign; vm-a RUNNING bcd; failed: byhand")
+	listed("byhand STOPPED foreign; vm-a STOPPED bcd; failed: byhand")
 
-	// An empty section removes every instance bcd made, and the image.
-	gen = l.spec(g, "set", id, `{"instances":{}}`)
+	// Removing the last instances removes the section: every instance bcd
+	// made goes, with its directory, and the image.
+	instance("remove", id, "--id", "byhand")
+	gen = instance("remove", id, "--id", "vm-a")
+	if out := l.bcgw(g, "spec", "get", id); strings.Contains(out, `"instances"`) {
+		t.Errorf("the spec still has an instances section:\n%s", out)
+	}
 	l.waitStatus(g, id, "instances removed", func(s adminapi.StatusView) bool {
 		return s.ObservedGeneration == gen && section(s, "instances").State == "CONVERGED"
 	})
@@ -173,6 +191,7 @@ func TestInstancesOnFakeRuntime(t *testing.T) {
 			t.Errorf("%s: %v, want removed", p, err)
 		}
 	}
+	listed("byhand STOPPED foreign; failed: ")
 }
 
 // instancesList is bcgw instances --json.

@@ -53,6 +53,7 @@ func program() *cli.Program {
 			{Name: "discovered", Summary: "discovered SITE [--json]: the machines that asked the site to boot and that nobody prepared", Run: discovered},
 			{Name: "status", Summary: "status NODE [--json]: the node's connection, spec generations, sections and latest status report", Run: nodeStatus},
 			{Name: "spec", Summary: "spec set|patch|get|prepare|submit: a node's desired spec", Run: specCmd},
+			{Name: "instance", Summary: "instance add|state|remove NODE --id ID ...: one instance of the node's instances section, as a new spec generation", Run: instanceCmd},
 			{Name: "instances", Summary: "instances NODE [--json]: the domains the node's runtime lists and why instances failed, from its latest report", Run: instancesCmd},
 			{Name: "hold", Summary: "hold NODE --alloc ID --gpu N|UUID|MIG-UUID|N/slotS ...: add a GPU hold to the node's devices section", Run: hold},
 			{Name: "ssh-ca", Summary: "ssh-ca [NODE ...] [--account A ...] [--revoke SERIAL ...]: the SSH user CA, put into the nodes' access sections", Run: sshCA},
