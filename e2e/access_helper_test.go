@@ -3,8 +3,8 @@ package e2e
 import (
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/pem"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"

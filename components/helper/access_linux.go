@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/better-compute/bcd/components/base/strictjson"
 	"github.com/better-compute/bcd/components/helper/filetable"
 	"github.com/better-compute/bcd/components/helper/sshaccess"
 	"github.com/better-compute/bcd/components/helper/wire"
@@ -83,9 +84,7 @@ func sshFields(section []byte) (sshaccess.Spec, error) {
 	if len(bytes.TrimSpace(section)) == 0 {
 		return sshaccess.Spec{}, nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(section))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
+	if err := strictjson.Decode(section, &body); err != nil {
 		return sshaccess.Spec{}, fmt.Errorf("access section: %w", err)
 	}
 	if len(body.SSH) == 0 || string(body.SSH) == "null" {

@@ -7,13 +7,12 @@
 package sshspec
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"github.com/better-compute/bcd/components/base/strictjson"
 	"slices"
 	"sort"
 	"strings"
@@ -84,17 +83,7 @@ func (s Spec) Encode() ([]byte, error) {
 	return json.Marshal(s)
 }
 
-func strict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("more than one JSON value")
-	}
-	return nil
-}
+func strict(data []byte, v any) error { return strictjson.Decode(data, v) }
 
 // Check refuses a Spec any of whose fields could inject a line into sshd's
 // configuration or a file sshd reads (a newline, any control character,

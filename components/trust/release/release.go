@@ -18,11 +18,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/better-compute/bcd/components/base/strictjson"
 	"github.com/better-compute/bcd/components/trust/pki/es256"
 )
 
@@ -178,17 +178,7 @@ func Decode(b []byte) (Document, Manifest, error) {
 	return d, m, nil
 }
 
-func strict(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("data after the JSON value")
-	}
-	return nil
-}
+func strict(b []byte, v any) error { return strictjson.Decode(b, v) }
 
 // Sign adds k's signature to a document.
 func Sign(doc []byte, k crypto.Signer) ([]byte, error) {

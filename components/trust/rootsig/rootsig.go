@@ -29,6 +29,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/better-compute/bcd/components/base/strictjson"
 	"github.com/better-compute/bcd/components/trust/pki/es256"
 )
 
@@ -162,7 +163,7 @@ type Proof struct {
 // sane sizes.
 func DecodeProof(b []byte) (Proof, error) {
 	var p Proof
-	if err := strictJSON(b, &p); err != nil {
+	if err := strictjson.Decode(b, &p); err != nil {
 		return p, fmt.Errorf("proof: %w", err)
 	}
 	if p.NodeID == "" || len(p.NodeID) > 256 || p.Generation == 0 {
@@ -295,7 +296,7 @@ func VerifyBundle(b Bundle, pin string) (BundleDoc, error) {
 		CommandSigningRoots [][]byte        `json:"command_signing_roots"`
 		Approvers           json.RawMessage `json:"approvers,omitempty"`
 	}
-	if err := strictJSON(b.Document, &d); err != nil {
+	if err := strictjson.Decode(b.Document, &d); err != nil {
 		return BundleDoc{}, fmt.Errorf("trust bundle document: %w", err)
 	}
 	if d.Version == 0 {
@@ -351,20 +352,6 @@ func VerifyJoinRecord(rec JoinRecord, pin string) error {
 	prefix := binary.AppendUvarint([]byte{0x0a}, uint64(len(rec.NodeID)))
 	if !bytes.HasPrefix(rec.Result, append(prefix, rec.NodeID...)) {
 		return fmt.Errorf("join record: the signed result is not for node %s", rec.NodeID)
-	}
-	return nil
-}
-
-// strictJSON decodes one JSON object into v: no unknown field, nothing
-// after it.
-func strictJSON(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("data after the JSON object")
 	}
 	return nil
 }
