@@ -251,6 +251,12 @@ func (s *Section) planInstance(in spec.Instance, st state) []string {
 	for _, f := range []string{DiskFile, SeedFile} {
 		if _, err := os.Lstat(filepath.Join(s.cfg.Dir, in.ID, f)); err != nil {
 			c = append(c, in.ID+": create "+f)
+		} else if f == DiskFile {
+			// A disk changed under a defined domain is found here too,
+			// not only when something else makes a pass apply.
+			if _, err := qcow2.CheckFile(filepath.Join(s.cfg.Dir, in.ID, f), s.backing(st.images[in.Image])); err != nil {
+				c = append(c, in.ID+": disk refused")
+			}
 		}
 	}
 	switch {
@@ -496,10 +502,10 @@ func (s *Section) forgetFetches(named map[string]spec.Image) {
 // every pass: an overlay of exactly its base, or, over an iso, a disk of
 // its own.
 func (s *Section) disk(ctx context.Context, in spec.Instance, im spec.Image, base images.Base, path string) *failure {
-	want := qcow2.Backing{Path: base.Path, Format: im.Format}
+	want := s.backing(im)
 	size := int64(in.DiskGiB) << 30
 	if im.Format == spec.ISO {
-		want, base = qcow2.Backing{}, images.Base{}
+		base = images.Base{}
 	} else if size != 0 && size < base.VirtualSize {
 		return fail(true, "disk_gib %d is below the base image's %d bytes", in.DiskGiB, base.VirtualSize)
 	}
@@ -522,6 +528,15 @@ func (s *Section) disk(ctx context.Context, in spec.Instance, im spec.Image, bas
 		return fail(true, "instance disk refused: %v", err)
 	}
 	return nil
+}
+
+// backing is what an instance disk over im must name: its base, or
+// nothing beside an iso.
+func (s *Section) backing(im spec.Image) qcow2.Backing {
+	if im.Format == spec.ISO {
+		return qcow2.Backing{}
+	}
+	return qcow2.Backing{Path: s.cfg.Images.Path(im), Format: im.Format}
 }
 
 // seed writes the NoCloud seed once: cloud-init reads it at the

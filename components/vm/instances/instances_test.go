@@ -367,3 +367,22 @@ func TestFetchInBackground(t *testing.T) {
 		t.Errorf("domains %+v", d)
 	}
 }
+
+// TestTamperedDiskFound: a disk swapped under a converged instance, with
+// nothing else to change, is found by Plan and fails the instance.
+func TestTamperedDiskFound(t *testing.T) {
+	h := newHost(t)
+	base := h.image("/debian.qcow2", "qcow2", h.qcow2("-o", "size=64M"))
+	b := spec.Body{Images: []spec.Image{base}, Instances: []spec.Instance{inst("vm-a", vmruntime.Running, base)}}
+	if err, left := h.pass(b); err != nil || len(left) != 0 {
+		t.Fatalf("%v, %v", err, left)
+	}
+	disk := filepath.Join(h.dir, "instances", "vm-a", DiskFile)
+	if err := os.WriteFile(disk, h.qcow2("-u", "-b", "/etc/shadow", "-F", "raw", "-o", "size=64M"), 0o660); err != nil {
+		t.Fatal(err)
+	}
+	err, left := h.pass(b)
+	if !converge.IsTerminal(err) || !strings.Contains(err.Error(), "instance disk refused") || !slices.Contains(left, "vm-a: disk refused") {
+		t.Errorf("after the swap: %v, %v", err, left)
+	}
+}
