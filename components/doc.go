@@ -16,6 +16,7 @@
 //	disk     the ramdisk's disk work and its agent mode: base, trust, helper, agent, machine, boot
 //	gateway  bcgw's server side: base, trust, boot
 //	vm       tenants' VMs: the instances section, images, seeds, runtimes: base, trust, helper, agent
+//	host     the host section: config units and their section: base, trust, helper, agent
 //
 // Only the generated protocol (proto/gen) is shared by every domain.
 package components

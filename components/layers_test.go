@@ -27,6 +27,7 @@ var allowed = map[string][]string{
 	"disk":    {"base", "trust", "helper", "agent", "machine", "boot"},
 	"gateway": {"base", "trust", "boot"},
 	"vm":      {"base", "trust", "helper", "agent"},
+	"host":    {"base", "trust", "helper", "agent"},
 }
 
 // shared is what any component may import outside components/.

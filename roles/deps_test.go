@@ -34,6 +34,7 @@ var forbidden = map[string]map[string]string{
 		bcd + "trust/tpm/ek":            "the EK and credential activation are bcd join's, not the helper's",
 		"github.com/google/go-tpm":      "go-tpm's reflection marshalling and sessions cost the helper about 370 kB; components/trust/tpm frames its commands (docs/decisions.md)",
 		bcd + "machine/nodekinds":       "the node's kinds run in the node, not as root",
+		bcd + "host/section":            "the host section's engine runs in the node; root links only the units (host/unit)",
 		bcd + "boot":                    "the helper boots no machine",
 		bcd + "disk":                    "the helper wipes and writes no disk",
 		bcd + "bmc":                     "the helper drives no BMC",
@@ -53,12 +54,14 @@ var forbidden = map[string]map[string]string{
 	},
 	"site": {
 		bcd + "vm":                "VMs run on nodes, never on the site agent",
+		bcd + "host":              "the host section configures nodes, never the site agent's machine",
 		bcd + "disk":              "disk work is the ramdisk's",
 		bcd + "machine/nodekinds": "the node's kinds are the node's",
 		bcd + "machine/fakekinds": "test kinds are for fakehw builds only",
 	},
 	"ramdisk": {
 		bcd + "vm":                "the ramdisk runs no VM",
+		bcd + "host":              "the ramdisk configures no host: it wipes and deploys",
 		bcd + "boot/bootserver":   "the ramdisk is booted, it does not boot others",
 		bcd + "boot/imagecache":   "the ramdisk reads the site's cache over HTTP, it keeps none",
 		bcd + "boot/sitekinds":    "the boot.* kinds are the site's",

@@ -187,7 +187,7 @@ func Run(ctx context.Context, c Config) error {
 		tel = newTelemetry(c, a, func() *session.Session { return s }, j, func() *dispatch.Dispatcher { return d }, &cert, clk.Now)
 		sections = append(append([]converge.Section{}, sections...), tel)
 	}
-	engine, err := converge.Open(converge.Config{DataDir: cfg.DataDir, Sections: sections, Log: nodeLog, Now: clk.Now,
+	engine, err := converge.Open(converge.Config{DataDir: cfg.DataDir, Sections: sections, Log: nodeLog, Now: clk.Now, Repair: cfg.Host.Repair(),
 		Verify: func(ds *bcdv1.DesiredState, full nodespec.Spec) error {
 			return trust.Roots().VerifyDesiredState(a.NodeID, ds, full)
 		},

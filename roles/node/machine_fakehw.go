@@ -15,7 +15,9 @@ import (
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/dispatch"
 	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/helper/helperclient"
+	hostsection "github.com/better-compute/bcd/components/host/section"
 	"github.com/better-compute/bcd/components/machine/access"
 	"github.com/better-compute/bcd/components/machine/devices"
 	"github.com/better-compute/bcd/components/machine/fakehw"
@@ -86,6 +88,10 @@ func holdSlices(dataDir string, helper *helperclient.Client) devices.Slices {
 
 // migCaps is the fake machine's nvidia-caps table.
 func migCaps() (cdispec.MIGCaps, error) { return cdispec.ParseMIGCaps(fakehw.MIGCaps()) }
+
+// hostSection: a fakehw node has no host section (UNSUPPORTED): its
+// units are tested against unit.Fake in components/host.
+func hostSection(*config.Config, *helperclient.Client) *hostsection.Section { return nil }
 
 // hostReboot: a fakehw node simulates node.reboot (agent.Config.FakeReboot).
 func hostReboot(*helperclient.Client) func(context.Context, string) error { return nil }

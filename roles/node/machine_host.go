@@ -14,7 +14,10 @@ import (
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/dispatch"
 	"github.com/better-compute/bcd/components/base/cli"
+	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/helper/helperclient"
+	hostsection "github.com/better-compute/bcd/components/host/section"
+	"github.com/better-compute/bcd/components/host/unit"
 	"github.com/better-compute/bcd/components/machine/access"
 	"github.com/better-compute/bcd/components/machine/devices"
 	"github.com/better-compute/bcd/components/machine/nodekinds"
@@ -48,6 +51,14 @@ func holdFiles(_ string, helper *helperclient.Client) devices.Files {
 // as node-unprivileged) when it is neither.
 func accessConfig(_ string, helper *helperclient.Client, systemAccounts []string) access.Config {
 	return access.Config{Root: "/", Helper: helper, Direct: helper == nil && os.Geteuid() == 0, SystemAccounts: systemAccounts}
+}
+
+// hostSection is the host section over this host: applied through bcd
+// helper's host.unit when bcd node runs unprivileged, directly as root,
+// refused (node-unprivileged) otherwise; off with [host] units = false.
+func hostSection(cfg *config.Config, helper *helperclient.Client) *hostsection.Section {
+	return hostsection.New(hostsection.Config{Units: unit.Standard(), System: unit.Real{Root: "/"},
+		Helper: helper, Direct: helper == nil && os.Geteuid() == 0, Off: !cfg.Host.UnitsOn()})
 }
 
 // holdSlices is where holds with limits get their slice: systemd's, as

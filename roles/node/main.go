@@ -20,6 +20,7 @@ import (
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/base/roles"
 	"github.com/better-compute/bcd/components/helper/helperclient"
+	hostsection "github.com/better-compute/bcd/components/host/section"
 	"github.com/better-compute/bcd/components/machine/access"
 	"github.com/better-compute/bcd/components/machine/dcgm"
 	"github.com/better-compute/bcd/components/machine/devices"
@@ -28,6 +29,7 @@ import (
 	"github.com/better-compute/bcd/components/machine/nodekinds"
 	"github.com/better-compute/bcd/components/machine/nodemetrics"
 	"github.com/better-compute/bcd/components/machine/pressure"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
 // machine wires the node kinds, the status GPU lines, the desired-state
@@ -47,17 +49,25 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	mon := health.New(health.Config{HW: hw, Pressure: pressure.New("/proc"), Log: log})
 	dev := devicesSection(hw, mon, holdFiles(cfg.DataDir, helper), holdSlices(cfg.DataDir, helper))
 	acc := access.New(accessConfig(cfg.DataDir, helper, cfg.Access.SystemAccounts))
+	sections := []converge.Section{dev, acc}
+	host := hostSection(cfg, helper)
+	if host != nil {
+		sections = []converge.Section{host, dev, acc}
+	}
 	m := agentcmd.Machine{
 		Kinds: append(append(nodekinds.Kinds(hw, heldGPU(dev)), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
 		StatusGPUs: statusGPUs(hw, dev),
 		Reboot:     hostReboot(helper),
-		Sections:   append([]converge.Section{dev, acc}, extraSections(cfg.DataDir)...),
+		Sections:   append(sections, extraSections(cfg.DataDir)...),
 		Tunnels: agent.Tunnels{JWKS: acc.JWKS, SSHPort: cfg.Access.SSHPort,
 			Console: tunnel.Console(tunnel.ConsoleConfig{RootConsole: cfg.Access.RootConsole})},
 	}
 	withReport(&m)
 	withHealth(&m, mon)
+	if host != nil {
+		withHostConditions(&m, host)
+	}
 	withTelemetry(&m, hw, mon, dev)
 	withUpdate(&m, cfg, log)
 	return m, nil
@@ -78,6 +88,15 @@ func withReport(m *agentcmd.Machine) {
 func withHealth(m *agentcmd.Machine, mon *health.Monitor) {
 	m.Report = report.Machine{Conditions: mon.Conditions, Pressure: mon.Pressure, Inventory: mon.Inventory}
 	m.Watch = mon.Run
+}
+
+// withHostConditions adds the host units' conditions (RebootRequired,
+// FabricManagerDown, MPSDown) to the health monitor's in the reports.
+func withHostConditions(m *agentcmd.Machine, host *hostsection.Section) {
+	health := m.Report.Conditions
+	m.Report.Conditions = func() []*bcdv1.Condition {
+		return append(health(), host.Conditions()...)
+	}
 }
 
 // withTelemetry gives m the telemetry section with the node's GPU and

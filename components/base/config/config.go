@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 )
@@ -61,6 +62,8 @@ type Config struct {
 	Helper Helper `toml:"helper,omitempty"`
 	// Access is root's own word on the access section (break-glass SSH).
 	Access Access `toml:"access,omitempty"`
+	// Host is root's own word on the host section (docs/host.md).
+	Host Host `toml:"host,omitempty"`
 	// Boot configures a site agent's boot server.
 	Boot Boot `toml:"boot,omitempty"`
 	// Plugins configures the bcx driver plugins a site agent hosts.
@@ -338,6 +341,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.Helper.validate()...)
 	errs = append(errs, c.Access.validate()...)
+	errs = append(errs, c.Host.validate()...)
 	errs = append(errs, c.Boot.validate()...)
 	errs = append(errs, c.Plugins.validate()...)
 	errs = append(errs, c.Intent.validate()...)
@@ -476,6 +480,37 @@ func (p *Plugins) validate() []error {
 		errs = append(errs, errors.New("plugins.uid_base: must be at least 1000 and leave room for 65536 ids below 2^32-1"))
 	}
 	return errs
+}
+
+// Host is the [host] section: whether bcd configures this host from the
+// NodeSpec's host section, and how often the repair pass mends drift.
+// bcd helper reads root's own copy, whatever the node's says.
+type Host struct {
+	// Units, false, turns the host section off: bcd changes nothing of
+	// the host and bcd helper refuses every host.unit. Default on.
+	Units *bool `toml:"units,omitempty"`
+	// RepairInterval is how often every section is planned again to mend
+	// drift (a hand edit of a file bcd owns); default 10m, at least 1s.
+	RepairInterval string `toml:"repair_interval,omitempty"`
+}
+
+// UnitsOn reports whether the host section is on.
+func (h Host) UnitsOn() bool { return h.Units == nil || *h.Units }
+
+// Repair is the repair interval (0: the engine's default).
+func (h Host) Repair() time.Duration {
+	d, _ := time.ParseDuration(h.RepairInterval)
+	return d
+}
+
+func (h *Host) validate() []error {
+	if h.RepairInterval == "" {
+		return nil
+	}
+	if d, err := time.ParseDuration(h.RepairInterval); err != nil || d < time.Second {
+		return []error{fmt.Errorf("host.repair_interval: %q is not a Go duration of at least 1s, e.g. \"10m\"", h.RepairInterval)}
+	}
+	return nil
 }
 
 // Access is the [access] section, read by whoever applies the access

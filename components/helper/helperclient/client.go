@@ -222,3 +222,15 @@ func (c *Client) roundTrip(ctx context.Context, data []byte) ([]byte, error) {
 	}
 	return nil, errors.New("the helper closed the connection without an answer")
 }
+
+// HostUnit asks the helper to plan and apply one host unit as root from
+// the host section of the held spec, with its proof: the helper verifies
+// the signature itself and plans the unit again from the section.
+func (c *Client) HostUnit(ctx context.Context, name string, section []byte, proof rootsig.Proof) error {
+	p, err := json.Marshal(proof)
+	if err != nil {
+		return err
+	}
+	_, err = c.Do(ctx, &wire.Request{V: wire.Version, Op: wire.OpHostUnit, ID: name, Section: section, Proof: p})
+	return err
+}

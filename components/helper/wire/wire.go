@@ -73,6 +73,25 @@ const (
 	OpUpdateClearFailed = "update.clear_failed"
 )
 
+// OpHostUnit runs one host unit (id: its name) as root from the host
+// section of a signed spec (section and proof, as access.apply).
+const OpHostUnit = "host.unit"
+
+// hostUnitName reports whether id has the shape of host.unit's id: a
+// unit's name of [a-z0-9-], 1 to 32 characters. Which units exist is the
+// helper's own registry's to say.
+func hostUnitName(id string) bool {
+	if len(id) == 0 || len(id) > 32 {
+		return false
+	}
+	for _, c := range id {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
 // UpdateConfirmed is update.confirm's update object.
 type UpdateConfirmed struct {
 	Confirmed bool `json:"confirmed"`
@@ -404,6 +423,8 @@ func (r *Request) Check() error {
 		allowed = "unique qualifying_data"
 	case OpAccessApply:
 		allowed = "section proof"
+	case OpHostUnit:
+		allowed = "id section proof"
 	case OpUpdatePrepare, OpUpdateSwap:
 		allowed = "document"
 	case OpSSHReload, OpPing, OpTPMAK,
@@ -436,9 +457,12 @@ func (r *Request) Check() error {
 			// section's fields (access.apply), never sent as content.
 			return fmt.Errorf("%s: file kind %s is written only by %s", r.Op, r.Kind, OpAccessApply)
 		}
-	case OpAccessApply:
+	case OpAccessApply, OpHostUnit:
+		if r.Op == OpHostUnit && !hostUnitName(r.ID) {
+			return fmt.Errorf("%s: id must name a host unit ([a-z0-9-], 1 to 32 characters)", r.Op)
+		}
 		if len(r.Proof) == 0 {
-			return fmt.Errorf("%s: no proof: the access section is applied only from a signed spec", r.Op)
+			return fmt.Errorf("%s: no proof: the section is applied only from a signed spec", r.Op)
 		}
 		if _, err := rootsig.DecodeProof(r.Proof); err != nil {
 			return fmt.Errorf("%s: %w", r.Op, err)
