@@ -45,6 +45,21 @@ type Config struct {
 	// Fake is a fakehw build's machine, handed in by the role's main; nil
 	// on a host build, where GPUs come from nvidia-smi and CPUs from sysfs.
 	Fake *FakeMachine
+	// HostUnits are the host section's units host.unit runs, handed in by
+	// the role's main (components/host/unit); nil: host.unit is refused.
+	HostUnits HostUnits
+	// HostOff is root's [host] units = false: every host.unit is refused.
+	HostOff bool
+}
+
+// HostUnits is what host.unit needs of the host section's units: whether
+// a unit exists, and to plan it again from the section root verified and
+// apply what it finds, on the host under root ("/" on a host). final
+// marks an error retrying cannot mend (invalid or unsupported settings, a
+// refused change).
+type HostUnits interface {
+	Has(name string) bool
+	Apply(ctx context.Context, root, name string, section []byte) (changed []string, final bool, err error)
 }
 
 // UpdateConfig is what the helper's update.* operations take from its
@@ -119,7 +134,7 @@ func FromConfig(c *config.Config) Config {
 	}
 	return Config{Socket: c.Helper.Socket, User: c.Helper.User, Entrypoint: c.Helper.Entrypoint, ConfigFile: p,
 		SystemAccounts: c.Access.SystemAccounts, StateDir: c.Helper.StateDirOrDefault(), JoinSigningPin: c.JoinSigningKeyPin,
-		CommandRoots: c.Helper.CommandRootSHA256,
+		CommandRoots: c.Helper.CommandRootSHA256, HostOff: !c.Host.UnitsOn(),
 		Update: UpdateConfig{Pins: c.Update.ReleasePins, Threshold: c.Update.Threshold(), SlotsDir: selfupdate.SlotsDir(c),
 			DataDir: c.DataDir, Adopt: adopt, AdoptSequence: buildinfo.ReleaseSequence()}}
 }
@@ -132,10 +147,10 @@ func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 }
 
 // Command is `bcd helper --config PATH`; fake is a fakehw build's machine
-// (nil on a host build).
-func Command(fake *FakeMachine) cli.Command {
+// (nil on a host build), units the host section's units host.unit runs.
+func Command(fake *FakeMachine, units HostUnits) cli.Command {
 	return cli.Command{Name: "helper", Summary: "serve bcd node's privileged operations (runs as root)",
-		Run: func(ctx context.Context, env *cli.Env, args []string) int { return run(ctx, env, args, fake) }}
+		Run: func(ctx context.Context, env *cli.Env, args []string) int { return run(ctx, env, args, fake, units) }}
 }
 
 // RollbackCommand is `bcd-helper update-rollback --config PATH`: as
@@ -169,7 +184,7 @@ func RollbackCommand() cli.Command {
 		}}
 }
 
-func run(ctx context.Context, env *cli.Env, args []string, fake *FakeMachine) int {
+func run(ctx context.Context, env *cli.Env, args []string, fake *FakeMachine, units HostUnits) int {
 	fs := cli.NewFlagSet(env, "bcd", "helper")
 	path := fs.String("config", config.DefaultPath, "the configuration file; it must have a [helper] section")
 	if code, ok := cli.Parse(fs, env, args, ""); !ok {
@@ -185,7 +200,7 @@ func run(ctx context.Context, env *cli.Env, args []string, fake *FakeMachine) in
 		return cli.Fail(env, prefix, err)
 	}
 	hc := FromConfig(cfg)
-	hc.Fake = fake
+	hc.Fake, hc.HostUnits = fake, units
 	if err := Serve(ctx, hc, log); err != nil {
 		return cli.Fail(env, prefix, err)
 	}

@@ -27,6 +27,7 @@ var operations = map[string]opFunc{
 	wire.OpReboot:        (*server).reboot,
 	wire.OpSSHReload:     (*server).sshReload,
 	wire.OpAccessApply:   (*server).accessApply,
+	wire.OpHostUnit:      (*server).hostUnit,
 	wire.OpGPUReset:      (*server).gpuReset,
 	wire.OpSliceApply:    (*server).sliceApply,
 	wire.OpSliceRemove:   (*server).sliceRemove,

@@ -194,7 +194,7 @@ func (s *Section) Apply(ctx context.Context, body json.RawMessage, p converge.Pl
 
 // final reports whether retrying cannot mend err in this generation.
 func final(err error) bool {
-	if errors.Is(err, unit.ErrInvalid) || errors.Is(err, unit.ErrUnsupported) || errors.Is(err, unit.ErrRefused) {
+	if unit.Final(err) {
 		return true
 	}
 	var he *helperclient.Error
