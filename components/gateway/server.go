@@ -161,7 +161,7 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	h := hub.New()
 	fl, err := fleet.New(fleet.Config{
 		DataDir: cfg.DataDir, Database: cfg.Database, ServerName: cfg.ServerName, Name: cfg.Name,
-		LeaseTTL: cfg.LeaseTTL, Heartbeat: cfg.Heartbeat,
+		LeaseTTL: cfg.LeaseTTL, Heartbeat: cfg.Heartbeat, KEK: kk,
 	}, cfg.Log, st, h, k, kf, ck)
 	if err != nil {
 		st.Close()

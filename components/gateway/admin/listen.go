@@ -40,6 +40,7 @@ func (s *API) Listeners() (*http.Server, []net.Listener, error) {
 	mux.HandleFunc("POST /v1/trust/approvers", s.adminSetApprovers)
 	mux.HandleFunc("POST /v1/batches/submit", s.adminSubmitBatch)
 	mux.HandleFunc("POST /v1/bmc", s.adminBMC)
+	s.secretRoutes(mux)
 	mux.HandleFunc("GET /v1/nodes/{id}/status", s.adminStatus)
 	mux.HandleFunc("GET /v1/nodes/{id}/events", s.adminEvents)
 	mux.HandleFunc("GET /v1/nodes/{id}/spec", s.adminSpec)

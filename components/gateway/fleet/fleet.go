@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway/hub"
+	"github.com/better-compute/bcd/components/gateway/kek"
 	"github.com/better-compute/bcd/components/gateway/keys"
 	"github.com/better-compute/bcd/components/gateway/store"
 )
@@ -22,6 +23,9 @@ type Config struct {
 	Name      string
 	LeaseTTL  time.Duration // boot lease lifetime without renewal
 	Heartbeat time.Duration // the agents' heartbeat interval
+	// KEK is the fleet's key-encryption key on a database (nil on
+	// bbolt): operator secrets are sealed under it (opsecrets.go).
+	KEK *kek.KEK
 }
 
 // Fleet is the fleet logic of one gateway: its store and keys, the
@@ -55,6 +59,11 @@ type Fleet struct {
 	health dbHealth
 	// onSweep runs at each sweep of the shared store (OnSweep).
 	onSweep []func()
+
+	// secretsMu guards secretsKey, the bbolt gateway's key for operator
+	// secrets once read or made (opsecrets.go).
+	secretsMu  sync.Mutex
+	secretsKey *kek.KEK
 
 	mu      sync.Mutex
 	waiters map[string][]chan struct{} // command id -> admin calls waiting for its result
