@@ -33,6 +33,8 @@ want unshare util-linux
 want openssl openssl
 # The multi-gateway tests and make demo-ha put HAProxy (TCP mode) in front of the gateways.
 want haproxy haproxy
+# The fleet page's e2e test opens it in headless Chromium (--screenshot, --dump-dom).
+want chromium chromium
 want wipefs util-linux
 ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
 want dnsmasq dnsmasq-base

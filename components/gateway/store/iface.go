@@ -81,6 +81,22 @@ type Store interface {
 	AddEvent(nodeID string, e Event, keep int) (bool, error)
 	Events(nodeID string, after uint64) ([]Event, error)
 	DeleteEvents(nodeID string) error
+
+	// The fleet at a glance and day-2 work (audit.go).
+	// RecentCommands lists the newest commands of every node, newest
+	// first, at most limit.
+	RecentCommands(limit int) ([]Command, error)
+	// Tokens lists the join tokens by id.
+	Tokens() ([]Token, error)
+	// DeleteNode forgets a node with its commands, spec, report and
+	// events; ErrNotFound for a node the store does not know.
+	DeleteNode(id string) error
+	// AddAudit appends an entry to the audit trail with the next seq,
+	// and returns it as stored.
+	AddAudit(e AuditEntry) (AuditEntry, error)
+	// Audit lists the entries after seq after, oldest first, at most
+	// limit (0: all).
+	Audit(after uint64, limit int) ([]AuditEntry, error)
 }
 
 // Notice is what one gateway tells every gateway sharing its store: that

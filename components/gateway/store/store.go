@@ -30,6 +30,7 @@ var (
 	bSpecs    = []byte("specs")   // node id -> Spec
 	bReports  = []byte("reports") // node id -> the gateway's record of its latest StatusReport
 	bEvents   = []byte("events")  // node id + "/" + %020d seq -> Event
+	bAudit    = []byte("audit")   // %020d seq -> AuditEntry
 )
 
 // Errors callers distinguish.
@@ -187,7 +188,7 @@ func Open(path string) (*Bolt, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bTokens, bNodes, bCommands, bPending, bMeta, bSpecs, bReports, bEvents} {
+		for _, b := range [][]byte{bTokens, bNodes, bCommands, bPending, bMeta, bSpecs, bReports, bEvents, bAudit} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

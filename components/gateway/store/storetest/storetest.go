@@ -53,6 +53,10 @@ func Run(t *testing.T, open Open) {
 		{"ConcurrentSpecWriters", testConcurrentSpecWriters},
 		{"ConcurrentEvents", testConcurrentEvents},
 		{"ConcurrentUpdateNode", testConcurrentUpdateNode},
+		{"RecentCommands", testRecentCommands},
+		{"TokensList", testTokensList},
+		{"DeleteNode", testDeleteNode},
+		{"Audit", testAudit},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, open) })
 	}
