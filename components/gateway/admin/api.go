@@ -32,6 +32,8 @@ type API struct {
 	log   *slog.Logger
 	store store.Store
 
+	page pageAuth // the fleet page's one-time links and sessions
+
 	mu    sync.Mutex
 	admin string // the loopback admin URL once listening (AdminURL)
 }

@@ -40,19 +40,28 @@ func (s *API) adminToken(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *API) adminNodes(w http.ResponseWriter, r *http.Request) {
-	nodes, err := s.store.Nodes()
+	out, err := s.nodeViews()
 	if err != nil {
 		adminErr(w, http.StatusInternalServerError, err)
 		return
+	}
+	writeJSON(w, out)
+}
+
+// nodeViews is every node as the admin API lists it.
+func (s *API) nodeViews() ([]adminapi.NodeView, error) {
+	nodes, err := s.store.Nodes()
+	if err != nil {
+		return nil, err
 	}
 	out := make([]adminapi.NodeView, 0, len(nodes))
 	for _, n := range nodes {
 		on, connected := s.SessionOn(n)
 		out = append(out, adminapi.NodeView{ID: n.ID, Role: n.Role, Site: n.Site, Hostname: n.Hostname, Connected: connected, Gateway: on,
 			BootLease: n.Role == "site" && s.BootLeaseHolder(n.Site) == n.ID,
-			Epoch:     n.Epoch, Revoked: n.Revoked, LastSeen: n.LastSeen, NotAfter: n.NotAfter, AK: n.AK})
+			Epoch:     n.Epoch, Revoked: n.Revoked, LastSeen: n.LastSeen, NotAfter: n.NotAfter, AK: n.AK, Version: n.Version})
 	}
-	writeJSON(w, out)
+	return out, nil
 }
 
 func (s *API) adminRevoke(w http.ResponseWriter, r *http.Request) {

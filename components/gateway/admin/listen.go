@@ -70,6 +70,9 @@ func (s *API) Listeners() (*http.Server, []net.Listener, error) {
 		}
 		writeJSON(w, fleet.ViewCommand(c))
 	})
+	mux.HandleFunc("POST /v1/page/link", s.adminPageLink)
+	mux.HandleFunc("GET /fleet", s.fleetPage)
+	mux.HandleFunc("GET /fleet/login", s.pageLogin)
 	mux.HandleFunc("GET /v1/well-known", func(w http.ResponseWriter, r *http.Request) {
 		d, err := s.cfg.WellKnown()
 		if err != nil {
@@ -107,14 +110,19 @@ func (s *API) Listeners() (*http.Server, []net.Listener, error) {
 		lns = append(lns, bearerListener{Listener: tl})
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		actor := SocketActor
 		if _, tcp := r.Context().Value(tcpConnKey{}).(bool); tcp {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(bearer)) != 1 {
+			var ok bool
+			if actor, ok = s.authenticate(r, bearer); !ok {
+				if r.URL.Path == "/fleet" || r.URL.Path == "/fleet/login" {
+					pageRefused(w, "no admin token came with this request")
+					return
+				}
 				adminErr(w, http.StatusUnauthorized, errors.New("bearer token required: send Authorization: Bearer <the token in DATA/admin.token>"))
 				return
 			}
 		}
-		mux.ServeHTTP(w, r)
+		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey{}, actor)))
 	})
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 		if _, ok := c.(bearerConn); ok {
@@ -181,6 +189,45 @@ func (s *API) AdminURL() string {
 }
 
 type tcpConnKey struct{}
+
+type actorKey struct{}
+
+// SocketActor is who a call over the admin socket is: the account that
+// may open it (the socket needs no token).
+const SocketActor = "socket"
+
+// DefaultTokenName names the token bcgw serve writes to DATA/admin.token.
+const DefaultTokenName = "default"
+
+// actorOf is the name of who made the request.
+func actorOf(r *http.Request) string {
+	if a, ok := r.Context().Value(actorKey{}).(string); ok {
+		return a
+	}
+	return SocketActor
+}
+
+// authenticate names who a request on the loopback listener comes from:
+// the admin token in its Authorization header; or, for the fleet page
+// only, its session cookie or a one-time link (which the login spends).
+func (s *API) authenticate(r *http.Request, bearer string) (string, bool) {
+	if got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(bearer)) == 1 {
+			return DefaultTokenName, true
+		}
+		return "", false
+	}
+	if r.Method != http.MethodGet {
+		return "", false
+	}
+	switch r.URL.Path {
+	case "/fleet/login":
+		return "", r.URL.Query().Get("code") != ""
+	case "/fleet":
+		return s.pageSession(r)
+	}
+	return "", false
+}
 
 // bearerListener marks its connections as needing the bearer token.
 type bearerListener struct{ net.Listener }

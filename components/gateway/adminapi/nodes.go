@@ -27,7 +27,8 @@ type NodeView struct {
 	Revoked   bool      `json:"revoked"`
 	LastSeen  time.Time `json:"last_seen"`
 	NotAfter  time.Time `json:"not_after"`
-	AK        string    `json:"ak,omitempty"` // the TPM name (hex) of the AK a tpm join proved
+	AK        string    `json:"ak,omitempty"`      // the TPM name (hex) of the AK a tpm join proved
+	Version   string    `json:"version,omitempty"` // the bcd version of its last Hello
 }
 
 // TokenRequest asks for a join token.

@@ -95,6 +95,7 @@ func (s *Service) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agen
 	if _, err := s.store.UpdateNode(n.ID, func(x *store.Node) error {
 		x.AppliedGeneration, x.ObservedGeneration = hello.GetAppliedGeneration(), hello.GetObservedGeneration()
 		x.TrustVersion, x.TrustVersionAt = hello.GetTrustBundleVersion(), s.now().UTC()
+		x.Version = hello.GetVersion()
 		if x.Epoch == epoch {
 			x.Gateway = s.cfg.Name
 		}

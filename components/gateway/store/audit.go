@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"math"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 

@@ -114,6 +114,8 @@ type Node struct {
 	// a newly taken bundle), at TrustVersionAt.
 	TrustVersion   uint64    `json:"trust_version,omitempty"`
 	TrustVersionAt time.Time `json:"trust_version_at,omitzero"`
+	// Version is the bcd version the agent said in its last Hello.
+	Version string `json:"version,omitempty"`
 }
 
 // Current reports whether a certificate serial may be used by this node:
