@@ -63,6 +63,8 @@ type Config struct {
 	BootLease func() (held bool, left time.Duration)
 	// StatusGPUs, when set, gives bcd status one line per GPU.
 	StatusGPUs func(context.Context) []status.GPU
+	// StatusHost, when set, gives bcd status the host units' states.
+	StatusHost func() []status.HostUnit
 	// FakeReboot adds the fakehw node.reboot kind: Run then returns
 	// ErrRebooted and the caller starts the agent again.
 	FakeReboot bool
@@ -381,6 +383,14 @@ func Run(ctx context.Context, c Config) error {
 			}
 			if sn.GPUs == nil {
 				sn.GPUs = []status.GPU{}
+			}
+			if c.StatusHost != nil {
+				sn.HostUnits = c.StatusHost()
+			}
+			if c.Machine.Conditions != nil {
+				for _, x := range c.Machine.Conditions() {
+					sn.Conditions = append(sn.Conditions, status.Condition{Type: x.GetType(), Subject: x.GetSubject(), Message: x.GetMessage(), Since: time.UnixMilli(x.GetSinceUnixMs())})
+				}
 			}
 			return sn
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/better-compute/bcd/components/base/roles"
 	"github.com/better-compute/bcd/components/helper/helperclient"
 	hostsection "github.com/better-compute/bcd/components/host/section"
+	"github.com/better-compute/bcd/components/host/unit"
 	"github.com/better-compute/bcd/components/machine/access"
 	"github.com/better-compute/bcd/components/machine/dcgm"
 	"github.com/better-compute/bcd/components/machine/devices"
@@ -93,6 +94,13 @@ func withHealth(m *agentcmd.Machine, mon *health.Monitor) {
 // withHostConditions adds the host units' conditions (RebootRequired,
 // FabricManagerDown, MPSDown) to the health monitor's in the reports.
 func withHostConditions(m *agentcmd.Machine, host *hostsection.Section) {
+	m.StatusHost = func() []status.HostUnit {
+		var out []status.HostUnit
+		for _, u := range host.Units() {
+			out = append(out, status.HostUnit(u))
+		}
+		return out
+	}
 	health := m.Report.Conditions
 	m.Report.Conditions = func() []*bcdv1.Condition {
 		return append(health(), host.Conditions()...)
@@ -142,7 +150,7 @@ func doctorChecks(cfg *config.Config, path string) []doctor.Check {
 		helper = append(helper, doctor.Update(cfg, update.Entrypoint), doctor.Telemetry(cfg.DataDir))
 	}
 	hw, backend := hardware(dataDir)
-	return append(append(doctor.Base(cfg, path), nodekinds.DoctorChecks(hw, backend)...), helper...)
+	return append(append(withHostUnits(doctor.Base(cfg, path), unit.Real{Root: "/"}), nodekinds.DoctorChecks(hw, backend)...), helper...)
 }
 
 func main() {

@@ -27,6 +27,8 @@ import (
 type Machine struct {
 	Kinds      []dispatch.Kind
 	StatusGPUs func(context.Context) []status.GPU
+	// StatusHost, when set, gives bcd status the host units' states.
+	StatusHost func() []status.HostUnit
 	BootLease  func() (held bool, left time.Duration)
 	// Sections are the NodeSpec sections the role converges.
 	Sections []converge.Section
@@ -102,7 +104,7 @@ func Agent(name, role, summary string, machine func(*config.Config, *slog.Logger
 				return cli.Fail(env, prefix, err)
 			}
 		}
-		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, Sections: m.Sections,
+		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, StatusHost: m.StatusHost, Sections: m.Sections,
 			Machine: m.Report, Watch: m.Watch, ReportSections: m.ReportSections, Kicker: m.Kicker,
 			BootLease: m.BootLease, Drivers: m.Drivers, Tunnels: m.Tunnels, Telemetry: m.Telemetry, Version: buildinfo.Version, Log: log,
 			FakeReboot: buildinfo.FakeHW && role == "node", Reboot: m.Reboot}

@@ -128,6 +128,22 @@ func Render(w io.Writer, s Snapshot) {
 			fmt.Fprintf(w, "    %s\n", clean(c))
 		}
 	}
+	for _, u := range s.HostUnits {
+		text := u.Name + " " + u.State
+		if u.Message != "" {
+			text += ": " + u.Message
+		}
+		line("    unit", "%s", text)
+		for _, c := range u.Changes {
+			fmt.Fprintf(w, "    %s\n", clean(c))
+		}
+	}
+	if len(s.Conditions) > 0 {
+		line("conditions", "%d", len(s.Conditions))
+		for _, c := range s.Conditions {
+			fmt.Fprintf(w, "  %s\n", clean(fmt.Sprintf("%s %s since %s: %s", c.Type, or(c.Subject), stamp(c.Since), c.Message)))
+		}
+	}
 	lanes := make([]string, len(s.Lanes))
 	for i, l := range s.Lanes {
 		lanes[i] = fmt.Sprintf("%s %d/%d free", l.Lane, l.Free, l.Size)

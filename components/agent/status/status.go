@@ -61,6 +61,12 @@ type Snapshot struct {
 
 	GPUs []GPU `json:"gpus"`
 
+	// Conditions are what the node reports as conditions (Xid, the host
+	// units' RebootRequired, FabricManagerDown, MPSDown).
+	Conditions []Condition `json:"conditions,omitempty"`
+	// HostUnits are the host section's units and their states (docs/host.md).
+	HostUnits []HostUnit `json:"host_units,omitempty"`
+
 	// Tunnels are the open tunnels (components/agent/tunnel).
 	Tunnels []Tunnel `json:"tunnels"`
 
@@ -123,6 +129,22 @@ type Section struct {
 	Changes    []string  `json:"changes,omitempty"`
 	Since      time.Time `json:"since,omitzero"`
 	Attempts   int       `json:"attempts,omitempty"`
+}
+
+// Condition is one reported condition.
+type Condition struct {
+	Type    string    `json:"type"`
+	Subject string    `json:"subject,omitempty"`
+	Message string    `json:"message,omitempty"`
+	Since   time.Time `json:"since,omitzero"`
+}
+
+// HostUnit is one host unit's state after the last pass.
+type HostUnit struct {
+	Name    string   `json:"name"`
+	State   string   `json:"state"`
+	Message string   `json:"message,omitempty"`
+	Changes []string `json:"changes,omitempty"`
 }
 
 // BootLease is whether this site agent holds its site's boot lease.

@@ -487,6 +487,35 @@ gpus        1
 `,
 		},
 		{
+			name: "host units and conditions",
+			s: Snapshot{HostUnits: []HostUnit{{Name: "sysctl", State: "CONVERGED"}, {Name: "iommu", State: "CONVERGED"},
+				{Name: "k8s-join", State: "UNSUPPORTED", Message: "unsupported: k8s-join waits for the Kubernetes work"},
+				{Name: "hugepages", State: "CHANGING", Changes: []string{"set the 2 MiB pool to 64 pages (now 0)"}}},
+				Conditions: []Condition{{Type: "RebootRequired", Subject: "host", Message: "iommu: the running kernel's command line lacks iommu=pt",
+					Since: time.Date(2026, 9, 26, 8, 0, 0, 0, time.UTC)}}},
+			want: `node        - (site -, role -)
+boot        -, version -
+gateway     -, not connected
+clock       offset +0ms, time mark -
+trust       bundle version 0; signed intent NOT enforced (no command-signing roots)
+generation  applied 0, observed 0
+    unit    sysctl CONVERGED
+    unit    iommu CONVERGED
+    unit    k8s-join UNSUPPORTED: unsupported: k8s-join waits for the Kubernetes work
+    unit    hugepages CHANGING
+    set the 2 MiB pool to 64 pages (now 0)
+conditions  1
+  RebootRequired host since 2026-09-26T08:00:00Z: iommu: the running kernel's command line lacks iommu=pt
+lanes       -
+events      backlog 0, dropped 0; results unacked 0
+certificate -
+node key    -
+running     0
+deferred    0
+gpus        0
+`,
+		},
+		{
 			name: "a tunnel",
 			s: Snapshot{Tunnels: []Tunnel{{ID: "t1", Kind: "ssh", Account: "alice", JTI: "j1",
 				Opened: time.Date(2026, 9, 26, 8, 0, 0, 0, time.UTC), Expires: time.Date(2026, 9, 26, 8, 15, 0, 0, time.UTC), BytesIn: 10, BytesOut: 20}}},

@@ -388,3 +388,19 @@ func TestRegistryOrder(t *testing.T) {
 		t.Fatalf("an unknown unit: %v", err)
 	}
 }
+
+func TestReadWanted(t *testing.T) {
+	f := NewFake()
+	grubFake(f)
+	f.SetFile(Pool2M, "0\n")
+	converge(t, IOMMU{}, f, `{"passthrough":true}`)
+	converge(t, Hugepages{}, f, `{"pages_2m":16}`)
+	w := ReadWanted(f)
+	if w.Pages2M == nil || *w.Pages2M != 16 || !slices.Equal(w.Args["iommu"], []string{"iommu=pt"}) || !slices.Equal(w.Pending["iommu"], []string{"iommu=pt"}) {
+		t.Fatalf("wanted %+v", w)
+	}
+	reboot(f)
+	if w := ReadWanted(f); len(w.Pending) != 0 {
+		t.Fatalf("pending after the reboot: %v", w.Pending)
+	}
+}
