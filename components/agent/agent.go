@@ -148,6 +148,14 @@ func Run(ctx context.Context, c Config) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	defer hc.CloseIdleConnections()
+	var ws *transport.WS // the WebSocket fallback, with [websocket] url
+	if cfg.WebSocket.URL != "" {
+		if ws, err = transport.NewWS(transport.WSOptions{URL: cfg.WebSocket.URL, CAFile: cfg.WebSocket.CAFile, SigningPin: cfg.JoinSigningKeyPin}); err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		client, hc = ws.Gateway(cert.Load), ws.HTTPClient()
+		defer hc.CloseIdleConnections()
+	}
 	j, opened, err := journal.Open(filepath.Join(cfg.DataDir, journal.File), a.NodeID)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -287,7 +295,7 @@ func Run(ctx context.Context, c Config) error {
 				log.Error("recording an event", "type", typ, "err", err)
 			}
 		}})
-	s = session.New(session.Config{
+	scfg := session.Config{
 		Client: client, NodeID: a.NodeID, Role: c.Role, BootID: bootID, Version: c.Version,
 		Dispatcher: d, Clock: clk, Log: nodeLog, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
 		BeforeDial: hc.CloseIdleConnections, Drivers: c.Drivers,
@@ -296,7 +304,28 @@ func Run(ctx context.Context, c Config) error {
 		OnOpenTunnel: func(ot *bcdv1.OpenTunnel) { tunnels.Open(sctx, ot) },
 		NodeKey:      func() crypto.Signer { k, _ := cert.Load().PrivateKey.(crypto.Signer); return k },
 		VerifyCancel: func(c *bcdv1.Cancel) error { return trust.Roots().VerifyCancel(a.NodeID, c) },
-	})
+	}
+	if ws != nil {
+		log.Info("using the WebSocket fallback: no tunnels", "url", cfg.WebSocket.URL)
+		scfg.Dial = func(ctx context.Context) (session.Stream, error) {
+			st, err := ws.Dial(ctx, cert.Load)
+			if err != nil {
+				return nil, err
+			}
+			return st, nil
+		}
+		scfg.AfterWelcome = func() error {
+			if trust.Enforced() {
+				return nil
+			}
+			log.Error(errNoRoots.Error(), "trust_bundle_version", trust.Version())
+			return errNoRoots
+		}
+		scfg.OnOpenTunnel = func(ot *bcdv1.OpenTunnel) {
+			log.Warn("tunnel refused: the WebSocket fallback carries no tunnels", "tunnel_id", ot.GetTunnelId())
+		}
+	}
+	s = session.New(scfg)
 	if c.ReportSections != nil {
 		c.ReportSections(rep.SetSections)
 	}
@@ -426,6 +455,11 @@ func Run(ctx context.Context, c Config) error {
 	}
 	return err
 }
+
+// errNoRoots ends a session on the WebSocket fallback while the held
+// trust bundle names no command-signing root: the proxy in the middle
+// could otherwise inject commands and desired state.
+var errNoRoots = errors.New("WebSocket fallback refused: the trust bundle names no command-signing roots, so the proxy in the middle could inject commands; add one (bcgw trust add-root) or reach the gateway directly")
 
 // intentCheck is the dispatcher's signed-intent check of a new command:
 // Verify checks its signature under the bundle's roots and, for a

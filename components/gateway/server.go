@@ -244,6 +244,11 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 	mux.HandleFunc("GET "+adminapi.ReleasePath+"{sha256}", s.ServeRelease)
 	mux.HandleFunc("GET "+adminapi.ReadyPath, s.svc.ServeReady)
+	// The WebSocket fallback for agents behind a proxy that strips client
+	// certificates (docs/protocol.md#the-websocket-fallback).
+	mux.HandleFunc("GET "+agentsvc.SessionPath, s.svc.ServeWebSocket)
+	mux.HandleFunc("GET "+agentsvc.ChallengePath, s.svc.ServeChallenge)
+	mux.HandleFunc("POST "+agentsvc.RenewPath, s.svc.ServeRenew)
 	withPeer := agentsvc.WithPeer(mux)
 	var protos http.Protocols
 	protos.SetHTTP1(true)

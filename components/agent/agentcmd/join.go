@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -32,6 +33,7 @@ import (
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/rootsig"
 	"github.com/better-compute/bcd/components/trust/wellknown"
+	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
 )
 
 // MaxTokenSize bounds a join token read from stdin or a file.
@@ -174,7 +176,7 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 			return code
 		}
 	}
-	client, hc, err := transport.Client(transport.Options{URL: cfg.Gateway, ServerName: cfg.GatewayServerName, ServingCASPKIPin: cfg.ServingCASPKIPin})
+	client, hc, err := joinClient(cfg)
 	if err != nil {
 		return cli.Fail(env, "bcd join", err)
 	}
@@ -397,4 +399,19 @@ func handOver(cfg *config.Config) error {
 		}
 	}
 	return nil
+}
+
+// joinClient is the gateway's client for a join: over the WebSocket
+// fallback's host with [websocket] url (the answer is signed by the
+// pinned join-signing key, so a proxy in the middle cannot forge it),
+// else the gateway's own.
+func joinClient(cfg *config.Config) (bcdv1connect.AgentGatewayClient, *http.Client, error) {
+	if cfg.WebSocket.URL != "" {
+		ws, err := transport.NewWS(transport.WSOptions{URL: cfg.WebSocket.URL, CAFile: cfg.WebSocket.CAFile, SigningPin: cfg.JoinSigningKeyPin})
+		if err != nil {
+			return nil, nil, err
+		}
+		return ws.Gateway(nil), ws.HTTPClient(), nil
+	}
+	return transport.Client(transport.Options{URL: cfg.Gateway, ServerName: cfg.GatewayServerName, ServingCASPKIPin: cfg.ServingCASPKIPin})
 }

@@ -45,16 +45,38 @@ type Dispatcher interface {
 	Notify() <-chan struct{}
 }
 
+// Stream is one session's frames: the Session RPC over HTTP/2, or the
+// WebSocket fallback (components/agent/transport).
+type Stream interface {
+	Send(*bcdv1.AgentFrame) error
+	Receive() (*bcdv1.GatewayFrame, error)
+	Close()
+}
+
+// rpcStream is the Session RPC as a Stream.
+type rpcStream struct {
+	*connect.BidiStreamForClient[bcdv1.AgentFrame, bcdv1.GatewayFrame]
+}
+
+func (r rpcStream) Close() { _ = r.CloseRequest(); _ = r.CloseResponse() }
+
 // Config configures a session.
 type Config struct {
-	Client     bcdv1connect.AgentGatewayClient
-	NodeID     string
-	Role       string
-	BootID     string
-	Version    string
-	Dispatcher Dispatcher
-	Clock      *clock.Clock
-	Log        *slog.Logger
+	Client bcdv1connect.AgentGatewayClient
+	// Dial, when set, opens each session's stream instead of the Session
+	// RPC of Client (the WebSocket fallback).
+	Dial func(ctx context.Context) (Stream, error)
+	// AfterWelcome, when set, runs after OnWelcome, before any other frame
+	// of the session is read; an error ends the session (the fallback
+	// refuses to go on without command-signing roots).
+	AfterWelcome func() error
+	NodeID       string
+	Role         string
+	BootID       string
+	Version      string
+	Dispatcher   Dispatcher
+	Clock        *clock.Clock
+	Log          *slog.Logger
 	// Back-off between failed dials: full jitter up to min(Max, Base*2^n).
 	BackoffBase, BackoffMax time.Duration
 	// OnWelcome, when set, is told each accepted Welcome before anything
@@ -235,8 +257,16 @@ func (s *Session) hello() *bcdv1.Hello {
 func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st := s.cfg.Client.Session(sctx)
-	defer func() { _ = st.CloseRequest(); _ = st.CloseResponse() }()
+	var st Stream
+	if s.cfg.Dial != nil {
+		var err error
+		if st, err = s.cfg.Dial(sctx); err != nil {
+			return false, 0, err
+		}
+	} else {
+		st = rpcStream{s.cfg.Client.Session(sctx)}
+	}
+	defer st.Close()
 	if err := st.Send(&bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Hello{Hello: s.hello()}}); err != nil {
 		if _, rerr := st.Receive(); rerr != nil {
 			return false, 0, rerr
@@ -262,6 +292,11 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 	defer s.setState(false, 0)
 	if s.cfg.OnWelcome != nil {
 		s.cfg.OnWelcome(w)
+	}
+	if s.cfg.AfterWelcome != nil {
+		if err := s.cfg.AfterWelcome(); err != nil {
+			return false, 0, err
+		}
 	}
 	hb := time.Duration(w.GetHeartbeatSeconds()) * time.Second
 	if hb <= 0 {
@@ -448,7 +483,7 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 // accept hands a delivered command to the dispatcher, which journals it
 // (or its refusal) before the session acks it. A command the journal could
 // not take is not acked: the gateway sends it again.
-func (s *Session) accept(st *connect.BidiStreamForClient[bcdv1.AgentFrame, bcdv1.GatewayFrame], c *bcdv1.Command) error {
+func (s *Session) accept(st Stream, c *bcdv1.Command) error {
 	if err := s.cfg.Dispatcher.Deliver(c); err != nil {
 		s.log.Error("command not accepted; the gateway will send it again", "command_id", c.GetId(), "kind", c.GetKind(), "err", err)
 		return nil

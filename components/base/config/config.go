@@ -72,9 +72,23 @@ type Config struct {
 	Intent Intent `toml:"intent,omitempty"`
 	// Update configures self-update: the release keys and the slots.
 	Update Update `toml:"update,omitempty"`
+	// WebSocket is the fallback through a proxy that strips client
+	// certificates (docs/protocol.md#the-websocket-fallback).
+	WebSocket WebSocket `toml:"websocket,omitempty"`
 
 	// Path is the file the configuration was loaded from; it is not a key.
 	Path string `toml:"-"`
+}
+
+// WebSocket is the [websocket] section.
+type WebSocket struct {
+	// URL, when set, is wss://HOST[:PORT]/v1/session: join, the session
+	// and renewals then go through it instead of gateway.
+	URL string `toml:"url,omitempty"`
+	// CAFile, when set, is a PEM file of the CAs that may sign the TLS
+	// certificate the URL's host presents (a proxy's); unset, the
+	// system's roots. The gateway's own proof is checked either way.
+	CAFile string `toml:"ca_file,omitempty"`
 }
 
 // Log is the [log] section.
@@ -286,6 +300,14 @@ func (c *Config) Validate() error {
 		if err := checkGateway(c.Gateway); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.WebSocket.URL != "" {
+		if err := CheckWebSocketURL(c.WebSocket.URL); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.WebSocket.CAFile != "" && !filepath.IsAbs(c.WebSocket.CAFile) {
+		errs = append(errs, errors.New("websocket.ca_file: must be an absolute path"))
 	}
 	if c.GatewayServerName != "" && !isDNSName(c.GatewayServerName) {
 		errs = append(errs, errors.New("gateway_server_name: must be a DNS name such as gw.example.com (no scheme, port or path)"))
@@ -574,6 +596,24 @@ func (h *Helper) validate() []error {
 
 // checkGateway requires an https URL with a host and nothing secret in it.
 // The value is not echoed: a URL may carry credentials.
+// CheckWebSocketURL checks a [websocket] url: wss://host[:port]/v1/session.
+func CheckWebSocketURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return errors.New("websocket.url: is not a URL; use wss://host[:port]/v1/session")
+	case u.Scheme != "wss":
+		return errors.New("websocket.url: must be a wss:// URL, e.g. wss://proxy.example.com/v1/session")
+	case u.Host == "" || u.Hostname() == "":
+		return errors.New("websocket.url: needs a host, e.g. wss://proxy.example.com/v1/session")
+	case u.User != nil:
+		return errors.New("websocket.url: must not contain a user name or password")
+	case u.Path != "/v1/session" || u.RawQuery != "" || u.Fragment != "":
+		return errors.New("websocket.url: the path must be /v1/session, with no query")
+	}
+	return nil
+}
+
 func checkGateway(s string) error {
 	u, err := url.Parse(s)
 	if err != nil {

@@ -160,6 +160,11 @@ func (s *Service) admit(n store.Node, csr *x509.CertificateRequest, sum [32]byte
 // peerNode returns the node record of the mTLS client certificate.
 func (s *Service) peerNode(ctx context.Context) (store.Node, *x509.Certificate, error) {
 	cert, _ := ctx.Value(peerKey{}).(*x509.Certificate)
+	return s.nodeOfCert(cert)
+}
+
+// nodeOfCert returns the node record of a verified node certificate.
+func (s *Service) nodeOfCert(cert *x509.Certificate) (store.Node, *x509.Certificate, error) {
 	if cert == nil || len(cert.URIs) != 1 {
 		return store.Node{}, nil, connectErr(connect.CodeUnauthenticated, "a node certificate is required")
 	}
@@ -180,20 +185,30 @@ func (s *Service) Renew(ctx context.Context, req *connect.Request[bcdv1.RenewReq
 	if err != nil {
 		return nil, err
 	}
+	resp, err := s.renew(n, cert, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// renew issues node n, whose certificate cert the agent proved it holds,
+// a certificate for the new key of req.
+func (s *Service) renew(n store.Node, cert *x509.Certificate, msg *bcdv1.RenewRequest) (*bcdv1.JoinResponse, error) {
 	if n.Revoked {
 		return nil, connectErr(connect.CodePermissionDenied, "this node's certificate was revoked")
 	}
 	if !n.Current(cert.SerialNumber.Text(16)) {
 		return nil, connectErr(connect.CodeUnauthenticated, "certificate was superseded")
 	}
-	if err := pki.Verify(cert.PublicKey, pki.PurposeRenew, req.Msg.GetCsr(), req.Msg.GetProof()); err != nil {
+	if err := pki.Verify(cert.PublicKey, pki.PurposeRenew, msg.GetCsr(), msg.GetProof()); err != nil {
 		return nil, connectErr(connect.CodePermissionDenied, "renewal proof does not verify with the current key")
 	}
-	csr, err := pki.ParseCSR(req.Msg.GetCsr())
+	csr, err := pki.ParseCSR(msg.GetCsr())
 	if err != nil {
 		return nil, connectErr(connect.CodeInvalidArgument, "csr: %v", err)
 	}
-	if err := s.checkRenewalCertification(n, req.Msg, csr); err != nil {
+	if err := s.checkRenewalCertification(n, msg, csr); err != nil {
 		s.log.Warn("renewal refused", "node", n.ID, "reason", err.Error())
 		return nil, err
 	}
@@ -208,7 +223,7 @@ func (s *Service) Renew(ctx context.Context, req *connect.Request[bcdv1.RenewReq
 	}); err != nil {
 		return nil, connectErr(connect.CodeUnavailable, "store node: %v", err)
 	}
-	sum := sha256.Sum256(req.Msg.GetCsr())
+	sum := sha256.Sum256(msg.GetCsr())
 	resp, err := s.signResult(&bcdv1.JoinResult{
 		NodeId: n.ID, Site: n.Site, Role: n.Role, SpiffeId: n.SPIFFEID, Certificate: nc.Raw,
 		CsrSha256: sum[:], NotAfterUnix: nc.NotAfter.Unix(), ServerTimeUnixMs: s.now().UnixMilli(),
@@ -217,5 +232,5 @@ func (s *Service) Renew(ctx context.Context, req *connect.Request[bcdv1.RenewReq
 		return nil, connectErr(connect.CodeInternal, "sign renewal: %v", err)
 	}
 	s.log.Info("node renewed", "node", n.ID, "not_after", nc.NotAfter)
-	return connect.NewResponse(resp), nil
+	return resp, nil
 }

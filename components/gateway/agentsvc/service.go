@@ -2,12 +2,14 @@ package agentsvc
 
 import (
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/gateway/keys"
 	"github.com/better-compute/bcd/components/gateway/store"
+	"github.com/better-compute/bcd/components/trust/wsproof"
 )
 
 // Config is what the agent service needs of a gateway's settings.
@@ -37,6 +39,9 @@ type Service struct {
 	tunnels tunnelBook
 	// joins limits the rate of Join (joinlimit.go).
 	joins *joinLimiter
+	// ws issues the WebSocket fallback's challenges (websocket.go).
+	ws     *wsproof.Issuer
+	wsOnce sync.Once
 }
 
 // New is the agent service over fl, whose sessions h registers.

@@ -2,6 +2,7 @@ package agentsvc
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"strconv"
 	"time"
@@ -22,13 +23,30 @@ func (s *Service) busy() error {
 	return err
 }
 
+// frameStream is one agent's stream of frames: the Session RPC over
+// HTTP/2, or the WebSocket fallback (websocket.go).
+type frameStream interface {
+	Send(*bcdv1.GatewayFrame) error
+	Receive() (*bcdv1.AgentFrame, error)
+}
+
 // Session serves one agent's stream.
 func (s *Service) Session(ctx context.Context, st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame]) error {
 	n, cert, err := s.peerNode(ctx)
 	if err != nil {
 		return err
 	}
+	return s.serve(ctx, n, cert, st, false)
+}
+
+// serve runs the session of node n, whose certificate cert the agent
+// proved it holds (mTLS, or the fallback's node proof); overWS marks a
+// session on the WebSocket fallback, which carries no tunnels.
+func (s *Service) serve(ctx context.Context, n store.Node, cert *x509.Certificate, st frameStream, overWS bool) error {
 	log := s.log.With("node", n.ID, "rpc", "Session")
+	if overWS {
+		log = log.With("transport", "websocket")
+	}
 	if n.Revoked {
 		log.Info("session refused", "reason", "revoked")
 		return st.Send(fleet.RevocationFrame())
@@ -75,6 +93,7 @@ func (s *Service) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agen
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
 	}
 	l := hub.NewLive(cert.PublicKey, n.ID, n.Role, n.Site, epoch)
+	l.WebSocket = overWS
 	_, ok := s.hub.Register(l)
 	s.hub.Release()
 	reserved = false
@@ -165,7 +184,7 @@ func (s *Service) Session(ctx context.Context, st *connect.BidiStream[bcdv1.Agen
 }
 
 // receive handles the agent's frames until the stream ends.
-func (s *Service) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame], l *hub.Live, log interface {
+func (s *Service) receive(st frameStream, l *hub.Live, log interface {
 	Info(string, ...any)
 	Warn(string, ...any)
 }) error {
@@ -246,7 +265,7 @@ func (s *Service) receive(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.Gateway
 // Hello), then lets spec changes reach the session. It runs before the
 // session's send loop, under the node's spec lock, so no change is lost or
 // sent ahead of it.
-func (s *Service) welcomeSpec(st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame], l *hub.Live, applied uint64, log interface {
+func (s *Service) welcomeSpec(st frameStream, l *hub.Live, applied uint64, log interface {
 	Info(string, ...any)
 }) error {
 	unlock := s.LockSpec(l.NodeID)

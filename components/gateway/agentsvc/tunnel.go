@@ -131,6 +131,9 @@ func (s *Service) OpenTunnel(ctx context.Context, node string, r adminapi.Tunnel
 		return nil, c, fmt.Errorf("node %s's session is on gateway %s, not on this one (%s): a tunnel goes over its session, so open it there (bcgw --data-dir on that host)",
 			node, on, s.cfg.Name)
 	}
+	if l := s.hub.Get(node); l != nil && l.WebSocket {
+		return nil, c, fmt.Errorf("node %s is connected over the WebSocket fallback, which carries no tunnels: a tunnel needs the node's HTTP/2 session to the gateway", node)
+	}
 	key, err := s.TicketKey()
 	if err != nil {
 		return nil, c, err

@@ -35,6 +35,9 @@ type Live struct {
 	FullGen atomic.Uint64
 	// Beat is what this session last wrote of its heartbeats.
 	Beat Beat
+	// WebSocket marks a session on the WebSocket fallback, which carries
+	// no tunnels.
+	WebSocket bool
 }
 
 // NewLive makes the session of node nodeID, whose certificate's key is
