@@ -33,21 +33,9 @@ import (
 // like it fails alone. An empty section removes the domains, their
 // directories and the image.
 func TestInstancesOnFakeRuntime(t *testing.T) {
-	qemuImg := testenv.NeedTool(t, "qemu-img", "qemu-utils")
 	l := newLab(t)
-	imgPath := filepath.Join(l.root, "base.qcow2")
-	if out, err := exec.Command(qemuImg, "create", "-q", "-f", "qcow2", imgPath, "64M").CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img: %v\n%s", err, out)
-	}
-	base, _ := os.ReadFile(imgPath)
-	sum := sha256.Sum256(base)
-	digest := hex.EncodeToString(sum[:])
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(300 * time.Millisecond) // room for the kill below
-		w.Write(base)
-	}))
-	defer srv.Close()
-	image := `{"sha256":"` + digest + `","url":"` + srv.URL + `/base.qcow2","format":"qcow2","spki_pin":"` + pki.PinOfCert(srv.Certificate()) + `"}`
+	digest, imageURL, pin := imageServer(t, l)
+	image := `{"sha256":"` + digest + `","url":"` + imageURL + `","format":"qcow2","spki_pin":"` + pin + `"}`
 	vm := func(id, state string) string {
 		return `{"id":"` + id + `","allocation":"alloc_` + id + `","state":"` + state + `","vcpus":1,"memory_mib":128,"image":"` + digest + `"}`
 	}
@@ -156,8 +144,8 @@ func TestInstancesOnFakeRuntime(t *testing.T) {
 		return gen
 	}
 	instance("remove", id, "--id", "vm-b")
-	instance("add", id, "--id", "byhand", "--alloc", "alloc_x", "--image", digest+"="+srv.URL+"/base.qcow2",
-		"--spki-pin", pki.PinOfCert(srv.Certificate()), "--memory-mib", "128")
+	instance("add", id, "--id", "byhand", "--alloc", "alloc_x", "--image", digest+"="+imageURL,
+		"--spki-pin", pin, "--memory-mib", "128")
 	gen = instance("state", id, "--id", "vm-a", "--state", "STOPPED")
 	st = l.waitStatus(g, id, "byhand failed", func(s adminapi.StatusView) bool {
 		return s.ObservedGeneration == gen && section(s, "instances").State == "FAILED"
@@ -192,6 +180,80 @@ func TestInstancesOnFakeRuntime(t *testing.T) {
 		}
 	}
 	listed("byhand STOPPED foreign; failed: ")
+}
+
+// imageServer serves a 64 MiB qcow2 base made by qemu-img over https on
+// loopback, each download held 300 ms (room for a kill), and returns its
+// SHA-256, URL and SPKI pin.
+func imageServer(t *testing.T, l *lab) (digest, url, pin string) {
+	t.Helper()
+	qemuImg := testenv.NeedTool(t, "qemu-img", "qemu-utils")
+	p := filepath.Join(l.root, "base.qcow2")
+	if out, err := exec.Command(qemuImg, "create", "-q", "-f", "qcow2", p, "64M").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img: %v\n%s", err, out)
+	}
+	base, _ := os.ReadFile(p)
+	sum := sha256.Sum256(base)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond)
+		w.Write(base)
+	}))
+	t.Cleanup(srv.Close)
+	return hex.EncodeToString(sum[:]), srv.URL + "/base.qcow2", pki.PinOfCert(srv.Certificate())
+}
+
+// TestInstanceGPUsBesideHolds: on a fakehw node, an instance asking for a
+// GPU a hold has fails alone (resources-exhausted), one with a free GPU
+// of the machine converges, and a hold then asking for that GPU fails
+// alone (passed through to the instance): the devices and instances
+// sections never share a GPU.
+func TestInstanceGPUsBesideHolds(t *testing.T) {
+	l := newLab(t)
+	digest, imageURL, pin := imageServer(t, l)
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	cfg, id := l.joinNode(g, "n", l.token(g, "--uses", "1"), "node")
+	l.start("bcd-node", "node", "--config", cfg)
+	l.waitNode(g, id, "connected", func(n nodeView) bool { return n.Connected })
+	var st struct {
+		GPUs []struct {
+			UUID string `json:"uuid"`
+		} `json:"gpus"`
+	}
+	_, out, _ := l.run("", nil, "bcd-node", "status", "--config", cfg, "--json")
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.GPUs) < 2 {
+		t.Fatalf("bcd status: %v %s", err, out)
+	}
+	gpu0, gpu1 := st.GPUs[0].UUID, st.GPUs[1].UUID
+	l.bcgw(g, "hold", id, "--alloc", "alloc_h", "--gpu", gpu1)
+	add := func(vmID, gpu string) uint64 {
+		gen, err := strconv.ParseUint(strings.TrimSpace(l.bcgw(g, "instance", "add", id, "--id", vmID, "--alloc", "alloc_"+vmID,
+			"--image", digest+"="+imageURL, "--spki-pin", pin, "--memory-mib", "128", "--gpu", gpu)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gen
+	}
+	add("vm-held", gpu1)
+	gen := add("vm-free", gpu0)
+	sv := l.waitStatus(g, id, "vm-held failed", func(s adminapi.StatusView) bool {
+		return s.ObservedGeneration == gen && section(s, "instances").State == "FAILED"
+	})
+	if m := section(sv, "instances").Message; !strings.Contains(m, "1 of 2 instances failed: vm-held: resources-exhausted: GPU "+gpu1+" is held by alloc_h") {
+		t.Fatalf("instances: %s", m)
+	}
+	if s := section(sv, "devices"); s.State != "CONVERGED" {
+		t.Fatalf("devices: %+v", s)
+	}
+	gen, err := strconv.ParseUint(strings.TrimSpace(l.bcgw(g, "hold", id, "--alloc", "alloc_late", "--gpu", gpu0)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv = l.waitStatus(g, id, "alloc_late failed", func(s adminapi.StatusView) bool {
+		return s.ObservedGeneration == gen && section(s, "devices").State == "FAILED"
+	})
+	if m := section(sv, "devices").Message; !strings.Contains(m, "alloc_late: resources-exhausted: GPU "+gpu0+" is passed through to instance vm-free") {
+		t.Errorf("devices: %s", m)
+	}
 }
 
 // instancesList is bcgw instances --json.

@@ -98,25 +98,44 @@ func hostReboot(*helperclient.Client) func(context.Context, string) error { retu
 
 // extraSections are the instances section on the file-backed runtime
 // and the fakehw test section.
-func extraSections(dataDir string) []converge.Section {
-	return append(instancesSection(dataDir), fakekinds.Section(dataDir))
+func extraSections(dataDir string, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough) []converge.Section {
+	return append(instancesSection(dataDir, hw, dev, vms), fakekinds.Section(dataDir))
 }
 
 // instancesSection runs the instances section on the fake runtime, whose
 // records are in data_dir/fakehw/runtime (no guest runs): base images in
-// data_dir/images, fetched with the fakehw roots, disks by qemu-img. A
-// data directory it cannot set up leaves the section out (UNSUPPORTED),
-// logged.
-func instancesSection(dataDir string) []converge.Section {
+// data_dir/images, fetched with the fakehw roots, disks by qemu-img, the
+// fake machine's GPUs passed through unless a hold has them (and no hold
+// beside a GPU an instance has). A data directory it cannot set up
+// leaves the section out (UNSUPPORTED), logged.
+func instancesSection(dataDir string, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough) []converge.Section {
 	store, err := images.New(images.Config{Dir: filepath.Join(dataDir, "images"), Roots: fakehttp.Roots()})
 	if err == nil {
 		var rt *fakeruntime.Runtime
 		if rt, err = fakeruntime.New(filepath.Join(dataDir, "fakehw", "runtime"), nil); err == nil {
-			return []converge.Section{instances.New(instances.Config{Dir: filepath.Join(dataDir, "instances"), Runtime: rt, Images: store})}
+			s := instances.New(instances.Config{Dir: filepath.Join(dataDir, "instances"), Runtime: rt, Images: store,
+				GPUs: gpuUUIDs(hw), HeldBy: dev.HeldBy})
+			vms.inVM = s.InVM
+			return []converge.Section{s}
 		}
 	}
 	slog.Warn("instances section left out", "err", err)
 	return nil
+}
+
+// gpuUUIDs lists the machine's GPUs from its inventory.
+func gpuUUIDs(hw nodekinds.Hardware) func(context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		inv, err := hw.Inventory(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, g := range inv.GPUs {
+			out = append(out, g.UUID)
+		}
+		return out, nil
+	}
 }
 
 // fakeCommands are the commands only a fakehw build has.
@@ -124,9 +143,10 @@ func fakeCommands() []cli.Command {
 	return []cli.Command{agentcmd.Sim(func(dataDir string, seed int64) agentcmd.Machine {
 		hw := fakehw.Hardware{Seed: seed, DataDir: dataDir}
 		mon := health.New(health.Config{HW: hw, Log: slog.New(slog.DiscardHandler)})
-		dev := devicesSection(hw, mon, holdFiles(dataDir, nil), holdSlices(dataDir, nil))
+		vms := &passthrough{}
+		dev := devicesSection(hw, mon, holdFiles(dataDir, nil), holdSlices(dataDir, nil), vms.InVM)
 		m := agentcmd.Machine{Kinds: append(nodekinds.Kinds(hw, heldGPU(dev)), fakekinds.Kinds(dataDir)...), StatusGPUs: statusGPUs(hw, dev),
-			Sections: append([]converge.Section{dev}, extraSections(dataDir)...)}
+			Sections: append([]converge.Section{dev}, extraSections(dataDir, hw, dev, vms)...)}
 		withReport(&m)
 		// BCD_SIM_NO_REPORT=1: no health monitor (conditions, pressure,
 		// inventory), for make bench's reference run.

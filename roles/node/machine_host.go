@@ -88,7 +88,10 @@ func hostReboot(helper *helperclient.Client) func(ctx context.Context, reason st
 	}
 }
 
-// extraSections: a host build converges no test section.
-func extraSections(string) []converge.Section { return nil }
+// extraSections: a host build converges no test section, and no
+// instances section until it has a runtime.
+func extraSections(string, nodekinds.Hardware, *devices.Section, *passthrough) []converge.Section {
+	return nil
+}
 
 func fakeCommands() []cli.Command { return nil }

@@ -48,7 +48,8 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 		hw = nodekinds.WithHelper(hw, helper)
 	}
 	mon := health.New(health.Config{HW: hw, Pressure: pressure.New("/proc"), Log: log})
-	dev := devicesSection(hw, mon, holdFiles(cfg.DataDir, helper), holdSlices(cfg.DataDir, helper))
+	vms := &passthrough{}
+	dev := devicesSection(hw, mon, holdFiles(cfg.DataDir, helper), holdSlices(cfg.DataDir, helper), vms.InVM)
 	acc := access.New(accessConfig(cfg.DataDir, helper, cfg.Access.SystemAccounts))
 	sections := []converge.Section{dev, acc}
 	host := hostSection(cfg, helper)
@@ -60,7 +61,7 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 			extraKinds(cfg.DataDir)...),
 		StatusGPUs: statusGPUs(hw, dev),
 		Reboot:     hostReboot(helper),
-		Sections:   append(sections, extraSections(cfg.DataDir)...),
+		Sections:   append(sections, extraSections(cfg.DataDir, hw, dev, vms)...),
 		Tunnels: agent.Tunnels{JWKS: acc.JWKS, SSHPort: cfg.Access.SSHPort,
 			Console: tunnel.Console(tunnel.ConsoleConfig{RootConsole: cfg.Access.RootConsole})},
 	}
@@ -117,8 +118,21 @@ func withTelemetry(m *agentcmd.Machine, hw nodekinds.Hardware, mon *health.Monit
 // devicesSection is the GPU holds section over hw: a GPU the health
 // monitor finds unhealthy (an Xid NVIDIA counts as a failure, or a failed
 // health check) takes no new hold; one with warnings does.
-func devicesSection(hw nodekinds.Hardware, mon *health.Monitor, files devices.Files, sl devices.Slices) *devices.Section {
-	return devices.New(devices.Config{Inventory: hw.Inventory, MIGCaps: migCaps, Files: files, Slices: sl, Unhealthy: mon.Unhealthy})
+func devicesSection(hw nodekinds.Hardware, mon *health.Monitor, files devices.Files, sl devices.Slices, inVM func(string) string) *devices.Section {
+	return devices.New(devices.Config{Inventory: hw.Inventory, MIGCaps: migCaps, Files: files, Slices: sl, Unhealthy: mon.Unhealthy, InVM: inVM})
+}
+
+// passthrough names the instance a GPU is passed through to, for the
+// devices section, once a build composes an instances section (set
+// before the agent runs); until then none.
+type passthrough struct{ inVM func(uuid string) string }
+
+// InVM is devices.Config.InVM.
+func (p *passthrough) InVM(uuid string) string {
+	if p.inVM == nil {
+		return ""
+	}
+	return p.inVM(uuid)
 }
 
 // heldGPU is gpu.reset's hold check: a held GPU is never reset.

@@ -60,6 +60,12 @@ type Config struct {
 	UserData func(ctx context.Context, in spec.Instance) ([]byte, error)
 	// Event records InstanceFailed.
 	Event func(typ string, body any)
+	// GPUs lists this host's GPUs (UUIDs) from its inventory; nil: none,
+	// so an instance with a GPU fails.
+	GPUs func(ctx context.Context) ([]string, error)
+	// HeldBy names the allocation whose hold (the devices section) has a
+	// GPU, "" when none: such a GPU is not passed through. nil: none.
+	HeldBy func(uuid string) string
 }
 
 // Section is the instances section.
@@ -71,6 +77,7 @@ type Section struct {
 	fetches   map[string]*fetchResult // digest -> its background fetch
 	publish   func([]byte)            // the role report's setter
 	published []byte                  // what was last published
+	inVM      map[string]string       // GPU UUID (lower case) -> the owned domain it is passed to
 }
 
 // Report is the node's role report section "instances": every domain the
@@ -98,14 +105,12 @@ func (s *Section) SetPublish(f func([]byte)) {
 	s.mu.Unlock()
 }
 
-// publishReport publishes what the runtime lists now, when it changed.
+// publishReport lists the runtime's domains now, for InVM, and publishes
+// them when they changed.
 func (s *Section) publishReport(ctx context.Context) {
 	s.mu.Lock()
 	pub := s.publish
 	s.mu.Unlock()
-	if pub == nil {
-		return
-	}
 	r := Report{Complete: true, Domains: []ReportDomain{}}
 	if s.cfg.Runtime != nil {
 		l, err := s.cfg.Runtime.List(ctx)
@@ -113,6 +118,12 @@ func (s *Section) publishReport(ctx context.Context) {
 		for _, d := range l {
 			r.Domains = append(r.Domains, ReportDomain{ID: d.ID, State: d.State, Owned: d.Owned})
 		}
+		if err == nil {
+			s.observe(l)
+		}
+	}
+	if pub == nil {
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -183,6 +194,7 @@ func (s *Section) read(ctx context.Context, body json.RawMessage) (state, error)
 		for _, d := range l {
 			st.domains[d.ID] = d
 		}
+		s.observe(l)
 	}
 	entries, err := os.ReadDir(s.cfg.Dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -194,6 +206,64 @@ func (s *Section) read(ctx context.Context, body json.RawMessage) (state, error)
 		}
 	}
 	return st, nil
+}
+
+// observe records which GPUs the owned domains of a listing have.
+func (s *Section) observe(l []vmruntime.Domain) {
+	inVM := map[string]string{}
+	for _, d := range l {
+		for _, g := range d.Machine.GPUs {
+			if d.Owned {
+				inVM[strings.ToLower(g)] = d.ID
+			}
+		}
+	}
+	s.mu.Lock()
+	s.inVM = inVM
+	s.mu.Unlock()
+}
+
+// InVM names the instance a GPU (UUID) is passed through to, as the
+// runtime listed its domains at this section's last plan or apply (or
+// now, before the first); "" when none. The devices section, which
+// converges first, puts no hold beside it.
+func (s *Section) InVM(uuid string) string {
+	s.mu.Lock()
+	loaded := s.inVM != nil
+	s.mu.Unlock()
+	if !loaded && s.cfg.Runtime != nil {
+		if l, err := s.cfg.Runtime.List(context.Background()); err == nil {
+			s.observe(l)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inVM[strings.ToLower(uuid)]
+}
+
+// gpus refuses a GPU this host does not have or a hold has.
+func (s *Section) gpus(ctx context.Context, in spec.Instance) *failure {
+	if len(in.GPUs) == 0 {
+		return nil
+	}
+	if s.cfg.GPUs == nil {
+		return fail(true, "this host has no GPU to pass through")
+	}
+	host, err := s.cfg.GPUs(ctx)
+	if err != nil {
+		return fail(false, "read the host's GPUs: %v", err)
+	}
+	for _, g := range in.GPUs {
+		if !slices.ContainsFunc(host, func(h string) bool { return strings.EqualFold(h, g) }) {
+			return fail(true, "GPU %s is not on this host", g)
+		}
+		if s.cfg.HeldBy != nil {
+			if a := s.cfg.HeldBy(g); a != "" {
+				return fail(true, "resources-exhausted: GPU %s is held by %s", g, a)
+			}
+		}
+	}
+	return nil
 }
 
 // desired reports whether id is an instance of the section.
@@ -429,6 +499,9 @@ func (s *Section) ensure(ctx context.Context, in spec.Instance, st state) *failu
 	}
 	if err != nil {
 		return fail(errors.Is(err, images.ErrRefused), "%v", err)
+	}
+	if f := s.gpus(ctx, in); f != nil {
+		return f
 	}
 	dir := filepath.Join(s.cfg.Dir, in.ID)
 	if err := os.MkdirAll(dir, 0o750); err != nil {

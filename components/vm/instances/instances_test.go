@@ -386,3 +386,41 @@ func TestTamperedDiskFound(t *testing.T) {
 		t.Errorf("after the swap: %v, %v", err, left)
 	}
 }
+
+// TestGPUs: an instance with a GPU this host does not have, or one a
+// hold has, fails alone; one with a free GPU of this host converges, and
+// InVM then names it for the devices section.
+func TestGPUs(t *testing.T) {
+	h := newHost(t)
+	const free, held = "GPU-AAAAAAAA-0000", "GPU-bbbbbbbb-0000"
+	h.s.cfg.GPUs = func(context.Context) ([]string, error) { return []string{free, held}, nil }
+	h.s.cfg.HeldBy = func(u string) string {
+		if strings.EqualFold(u, held) {
+			return "alloc_hold"
+		}
+		return ""
+	}
+	base := h.image("/debian.qcow2", "qcow2", h.qcow2("-o", "size=64M"))
+	a, b, c := inst("vm-a", vmruntime.Running, base), inst("vm-b", vmruntime.Running, base), inst("vm-c", vmruntime.Running, base)
+	a.GPUs, b.GPUs, c.GPUs = []string{"GPU-aaaaaaaa-0000"}, []string{held}, []string{"GPU-cccccccc-0000"}
+	err, _ := h.pass(spec.Body{Images: []spec.Image{base}, Instances: []spec.Instance{a, b, c}})
+	if !converge.IsTerminal(err) || !strings.Contains(err.Error(), "vm-b: resources-exhausted: GPU "+held+" is held by alloc_hold") ||
+		!strings.Contains(err.Error(), "vm-c: GPU GPU-cccccccc-0000 is not on this host") || strings.Contains(err.Error(), "vm-a") {
+		t.Fatalf("Apply = %v", err)
+	}
+	if d := h.domains(); len(d) != 1 || d["vm-a"].State != vmruntime.Running {
+		t.Errorf("domains %+v, want vm-a alone", d)
+	}
+	if got := h.s.InVM(free); got != "vm-a" {
+		t.Errorf("InVM(%s) = %q, want vm-a", free, got)
+	}
+	// A restarted node knows it before its first pass: the devices
+	// section converges first.
+	h.restart()
+	if got := h.s.InVM(free); got != "vm-a" {
+		t.Errorf("after a restart, InVM(%s) = %q, want vm-a", free, got)
+	}
+	if got := h.s.InVM(held); got != "" {
+		t.Errorf("InVM(%s) = %q, want none", held, got)
+	}
+}
