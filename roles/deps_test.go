@@ -39,6 +39,9 @@ var forbidden = map[string]map[string]string{
 		bcd + "disk":                    "the helper wipes and writes no disk",
 		bcd + "bmc":                     "the helper drives no BMC",
 		bcd + "bcx":                     "the helper hosts no plugin",
+		bcd + "vm/images":               "base images are fetched by the node; the helper only checks their headers (vm/qcow2)",
+		bcd + "vm/instances":            "the instances section converges in the node; the helper renders domains (vm/domainxml)",
+		bcd + "vm/spec":                 "the helper takes typed requests, never the node's spec",
 	},
 	"node": {
 		bcd + "boot/bootserver":   "the boot server is the site's",
