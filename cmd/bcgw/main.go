@@ -42,6 +42,8 @@ func program() *cli.Program {
 			{Name: "serve", Summary: "run the gateway and control plane", Run: serve},
 			{Name: "token", Summary: "token create: make a join token", Run: token},
 			{Name: "nodes", Summary: "list nodes", Run: nodes},
+			{Name: "admin-token", Summary: "admin-token create NAME | ls | rm NAME: named admin tokens for the loopback admin listener", Run: adminTokenCmd},
+			{Name: "audit", Summary: "audit [--json] [--after SEQ] [--limit N]: who changed what through the admin API", Run: audit},
 			{Name: "page", Summary: "page [--json] [--html FILE]: a one-time link to the fleet page on the loopback admin listener", Run: page},
 			{Name: "health", Summary: "health [--json]: this gateway's sessions and whether its database answers (exit 1 when it does not)", Run: health},
 			{Name: "tpm", Summary: "tpm enroll: let a TPM join (bcd join --attestor tpm) by its EK or EK CA", Run: tpmCmd},

@@ -36,6 +36,7 @@ func (s *API) adminToken(w http.ResponseWriter, r *http.Request) {
 		adminErr(w, http.StatusBadRequest, err)
 		return
 	}
+	auditTarget(w, rec.ID)
 	writeJSON(w, adminapi.TokenResponse{Token: tok, ID: rec.ID, ExpiresAt: rec.ExpiresAt})
 }
 

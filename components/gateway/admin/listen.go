@@ -71,6 +71,10 @@ func (s *API) Listeners() (*http.Server, []net.Listener, error) {
 		writeJSON(w, fleet.ViewCommand(c))
 	})
 	mux.HandleFunc("POST /v1/page/link", s.adminPageLink)
+	mux.HandleFunc("POST /v1/admin-tokens", s.adminCreateAdminToken)
+	mux.HandleFunc("GET /v1/admin-tokens", s.adminListAdminTokens)
+	mux.HandleFunc("DELETE /v1/admin-tokens/{name}", s.adminRemoveAdminToken)
+	mux.HandleFunc("GET /v1/audit", s.adminAudit)
 	mux.HandleFunc("GET /fleet", s.fleetPage)
 	mux.HandleFunc("GET /fleet/login", s.pageLogin)
 	mux.HandleFunc("GET /v1/well-known", func(w http.ResponseWriter, r *http.Request) {
@@ -118,11 +122,18 @@ func (s *API) Listeners() (*http.Server, []net.Listener, error) {
 					pageRefused(w, "no admin token came with this request")
 					return
 				}
-				adminErr(w, http.StatusUnauthorized, errors.New("bearer token required: send Authorization: Bearer <the token in DATA/admin.token>"))
+				adminErr(w, http.StatusUnauthorized, errors.New("bearer token required: send Authorization: Bearer <the token in DATA/admin.token, or a named admin token>"))
 				return
 			}
 		}
-		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey{}, actor)))
+		r = r.WithContext(context.WithValue(r.Context(), actorKey{}, actor))
+		if !audited(r) {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		aw := &auditWriter{ResponseWriter: w}
+		mux.ServeHTTP(aw, r)
+		s.record(r, aw)
 	})
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 		if _, ok := c.(bearerConn); ok {
@@ -215,7 +226,7 @@ func (s *API) authenticate(r *http.Request, bearer string) (string, bool) {
 		if subtle.ConstantTimeCompare([]byte(got), []byte(bearer)) == 1 {
 			return DefaultTokenName, true
 		}
-		return "", false
+		return s.namedToken(got)
 	}
 	if r.Method != http.MethodGet {
 		return "", false
