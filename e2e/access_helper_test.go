@@ -10,12 +10,14 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/helper/anchor"
@@ -77,20 +79,31 @@ func TestAccessThroughHelper(t *testing.T) {
 	os.Mkdir(statusDir, 0o700)
 	os.Chown(statusDir, uid, gid)
 	cfg := filepath.Join(base, "etc", "config.toml")
-	tok := l.token(g, "--uses", "1")
-	args := append([]string{"join", "--config", cfg, "--server", "https://" + g.addr, "--data-dir", dataDir}, pins...)
-	code, out, errOut := root.run(tok+"\n", nil, "bcd-node", args...)
-	m := joinedRe.FindStringSubmatch(out)
-	if code != 0 || m == nil {
+	// A first join writes config.toml from the well-known document (its
+	// identity in a directory of its own, then left); config.toml then
+	// gets [helper], and this node joins as root with it, so root keeps
+	// a join record the helper binds to.
+	args := append([]string{"join", "--config", cfg, "--server", "https://" + g.addr, "--data-dir", filepath.Join(base, "data0")}, pins...)
+	if code, out, errOut := root.run(l.token(g, "--uses", "1")+"\n", nil, "bcd-node", args...); code != 0 {
 		t.Fatalf("bcd join: exit %d %q %s", code, out, errOut)
 	}
-	id := m[1]
 	b, _ := os.ReadFile(cfg)
 	b = socketRe.ReplaceAll(b, []byte(fmt.Sprintf("socket_path = %q", filepath.Join(statusDir, "bcd.sock"))))
+	b = regexp.MustCompile(`(?m)^data_dir = .*$`).ReplaceAll(b, []byte(fmt.Sprintf("data_dir = %q", dataDir)))
+	state := filepath.Join(base, "hstate")
 	b = append(b, []byte(fmt.Sprintf("\n[helper]\nsocket = %q\nuser = %q\nentrypoint = %q\nstate_dir = %q\n",
-		filepath.Join(base, "run", "helper.sock"), name, filepath.Join(bin, "bcd-node"), filepath.Join(base, "hstate")))...)
+		filepath.Join(base, "run", "helper.sock"), name, filepath.Join(bin, "bcd-node"), state))...)
 	if err := os.WriteFile(cfg, b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	code, out, errOut := root.run(l.token(g, "--uses", "1")+"\n", nil, "bcd-node", "join", "--config", cfg)
+	m := joinedRe.FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("bcd join with [helper]: exit %d %q %s", code, out, errOut)
+	}
+	id := m[1]
+	if c, err := config.Load(cfg); err != nil || anchor.Check(state, c.JoinSigningKeyPin, id).State != "ok" {
+		t.Fatalf("root's join record for %s: %v %+v", id, err, anchor.Check(state, c.JoinSigningKeyPin, id))
 	}
 	os.Chmod(cfg, 0o644) // root's, readable by the node account
 	os.Chmod(dataDir, 0o700)
@@ -184,7 +197,7 @@ func TestAccessThroughHelper(t *testing.T) {
 	der, _ := x509.MarshalPKIXPublicKey(rk.Public())
 	rootPub := filepath.Join(l.root, "new-root.pub")
 	os.WriteFile(rootPub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644)
-	heldBefore := heldBundleVersion(t, filepath.Join(base, "hstate"))
+	heldBefore := heldBundleVersion(t, state)
 	l.bcgw(g, "trust", "add-root", "--key", rootPub)
 	// A full spec (a submitted patch is re-signed by bcgw when the spec
 	// is next sent in full; a submitted full spec keeps its signature).
@@ -208,7 +221,7 @@ func TestAccessThroughHelper(t *testing.T) {
 		}
 		return nil
 	})
-	if after := heldBundleVersion(t, filepath.Join(base, "hstate")); after <= heldBefore {
+	if after := heldBundleVersion(t, state); after <= heldBefore {
 		t.Errorf("the helper holds trust bundle version %d after the rotation, %d before", after, heldBefore)
 	}
 	if err := helper.cmd.Process.Signal(syscall.Signal(0)); err != nil || strings.Count(helper.stderr.String(), "helper: listening") != 1 {

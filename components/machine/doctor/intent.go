@@ -48,9 +48,11 @@ func HelperTrust(cfg *config.Config) Check {
 	return Check{Name: "helper-trust", Run: func(context.Context) Result {
 		r := Result{Name: "helper-trust"}
 		dir := cfg.Helper.StateDirOrDefault()
-		if _, err := os.Stat(dir); errors.Is(err, fs.ErrPermission) {
+		if f, err := os.Open(filepath.Join(dir, anchor.RecordFile)); errors.Is(err, fs.ErrPermission) {
 			r.Status, r.Detail = Warn, "cannot read "+dir+" as this user: run bcd doctor as root to see what bcd helper binds signed intent to"
 			return r
+		} else if err == nil {
+			f.Close()
 		}
 		var id struct {
 			NodeID string `json:"node_id"`
