@@ -17,6 +17,7 @@ var rank = map[string]int{
 	"hub":      1,
 	"keys":     1,
 	"kek":      0,
+	"metrics":  0,
 	"store":    0,
 }
 

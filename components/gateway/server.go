@@ -22,6 +22,7 @@ import (
 	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/gateway/kek"
 	"github.com/better-compute/bcd/components/gateway/keys"
+	"github.com/better-compute/bcd/components/gateway/metrics"
 	"github.com/better-compute/bcd/components/gateway/store"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/wellknown"
@@ -59,7 +60,11 @@ type Config struct {
 	// a gateway on a database (Database set) must have: the fleet's keys
 	// are stored there sealed under it (package keys). Unused on bbolt.
 	KEKFile string
-	Log     *slog.Logger
+	// MetricsListen, when set, serves bcgw's own metrics in the
+	// Prometheus text format at /metrics on this address: a bare port is
+	// on loopback (metrics.go; docs/bcgw.md, "Metrics").
+	MetricsListen string
+	Log           *slog.Logger
 	// boundAside, when set, sees the admin socket where it is bound,
 	// before it gets its mode and its place (tests).
 	boundAside func(path string)
@@ -79,9 +84,12 @@ type Server struct {
 	store store.Store
 	keys  *keys.Set
 	hub   *hub.Hub
+	// metrics are this gateway's own (metrics.go).
+	metrics *metrics.Metrics
 
-	mu   sync.Mutex
-	addr net.Addr
+	mu          sync.Mutex
+	addr        net.Addr
+	metricsAddr net.Addr
 }
 
 // New opens the data directory, making the keys on first start.
@@ -159,9 +167,12 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	h := hub.New()
-	fl, err := fleet.New(fleet.Config{
+	var fl *fleet.Fleet
+	m := metrics.New(cfg.Name, metrics.Gauges{Sessions: h.Count, DatabaseUp: func() bool { return fl.Health().Database.Reachable }})
+	st = store.Timed(st, m.StoreOp)
+	fl, err = fleet.New(fleet.Config{
 		DataDir: cfg.DataDir, Database: cfg.Database, ServerName: cfg.ServerName, Name: cfg.Name,
-		LeaseTTL: cfg.LeaseTTL, Heartbeat: cfg.Heartbeat, KEK: kk,
+		LeaseTTL: cfg.LeaseTTL, Heartbeat: cfg.Heartbeat, KEK: kk, Metrics: m,
 	}, cfg.Log, st, h, k, kf, ck)
 	if err != nil {
 		st.Close()
@@ -171,7 +182,7 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 		TrustDomain: cfg.TrustDomain, Name: cfg.Name, CertValidity: cfg.CertValidity, Heartbeat: cfg.Heartbeat,
 		MaxSessions: cfg.MaxSessions, Pushback: cfg.Pushback, JoinRate: cfg.JoinRate,
 	}, fl, h)
-	s := &Server{Fleet: fl, svc: svc, cfg: cfg, log: cfg.Log, store: st, keys: k, hub: h}
+	s := &Server{Fleet: fl, svc: svc, cfg: cfg, log: cfg.Log, store: st, keys: k, hub: h, metrics: m}
 	s.admin = admin.New(admin.Config{DataDir: cfg.DataDir, AdminListen: cfg.AdminListen, BoundAside: cfg.boundAside, WellKnown: s.WellKnown}, fl, svc)
 	return s, nil
 }
@@ -231,7 +242,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Unlock()
 
 	mux := http.NewServeMux()
-	path, h := bcdv1connect.NewAgentGatewayHandler(s.svc, connect.WithReadMaxBytes(5<<20))
+	path, h := bcdv1connect.NewAgentGatewayHandler(metered{s.svc, s.metrics}, connect.WithReadMaxBytes(5<<20))
 	mux.Handle(path, h)
 	mux.HandleFunc("GET "+wellknown.Path, func(w http.ResponseWriter, r *http.Request) {
 		d, err := s.WellKnown()
@@ -267,18 +278,30 @@ func (s *Server) Run(ctx context.Context) error {
 		ln.Close()
 		return err
 	}
-	errc := make(chan error, 1+len(adminLns))
+	metricsSrv, metricsLn, err := s.listenMetrics()
+	if err != nil {
+		ln.Close()
+		for _, al := range adminLns {
+			al.Close()
+		}
+		return err
+	}
+	errc := make(chan error, 2+len(adminLns))
 	go func() {
 		errc <- srv.Serve(agentsvc.NewHandshakeListener(ln, srv.TLSConfig, agentsvc.HandshakeSlots(), s.log))
 	}()
 	for _, al := range adminLns {
 		go func() { errc <- adminSrv.Serve(al) }()
 	}
+	if metricsSrv != nil {
+		go func() { errc <- metricsSrv.Serve(metricsLn) }()
+		defer metricsSrv.Close()
+	}
 	lctx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 	s.Fleet.Run(lctx)
 	s.log.Info("bcgw serving", "addr", ln.Addr().String(), "server_name", s.cfg.ServerName, "data_dir", s.cfg.DataDir,
-		"admin_socket", filepath.Join(s.cfg.DataDir, adminapi.AdminSocket), "admin_url", s.AdminURL())
+		"admin_socket", filepath.Join(s.cfg.DataDir, adminapi.AdminSocket), "admin_url", s.AdminURL(), "metrics_addr", addrString(s.MetricsAddr()))
 
 	select {
 	case <-ctx.Done():
@@ -301,7 +324,12 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-// ---- Join and Renew ----
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
 
 // defaultName is a gateway's name when it is given none: its host and its
 // data directory, which is where its admin socket lives (bcgw --data-dir).

@@ -48,6 +48,7 @@ func (s *Service) serve(ctx context.Context, n store.Node, cert *x509.Certificat
 		log = log.With("transport", "websocket")
 	}
 	if n.Revoked {
+		s.Metrics().SessionRefused("revoked")
 		log.Info("session refused", "reason", "revoked")
 		return st.Send(fleet.RevocationFrame())
 	}
@@ -65,6 +66,7 @@ func (s *Service) serve(ctx context.Context, n store.Node, cert *x509.Certificat
 		})
 	}
 	if !s.hub.Reserve(n.ID, s.cfg.MaxSessions) {
+		s.Metrics().SessionRefused("busy")
 		log.Warn("session refused", "reason", "busy", "sessions", s.hub.Count())
 		return s.busy()
 	}
@@ -86,6 +88,7 @@ func (s *Service) serve(ctx context.Context, n store.Node, cert *x509.Certificat
 		return connectErr(connect.CodePermissionDenied, "Hello names node %s but the certificate is for %s", hello.GetNodeId(), n.ID)
 	}
 	if s.hub.Draining() {
+		s.Metrics().SessionRefused("draining")
 		return connectErr(connect.CodeUnavailable, "gateway is draining")
 	}
 	epoch, err := s.store.NextEpoch(n.ID, s.now().UTC())
@@ -144,6 +147,7 @@ func (s *Service) serve(ctx context.Context, n store.Node, cert *x509.Certificat
 		if err := st.Send(fleet.CommandFrame(c)); err != nil {
 			return err
 		}
+		s.Metrics().CommandSent(c.ID, s.now())
 	}
 	if err := s.welcomeSpec(st, l, hello.GetAppliedGeneration(), log); err != nil {
 		return err
@@ -162,6 +166,9 @@ func (s *Service) serve(ctx context.Context, n store.Node, cert *x509.Certificat
 		case f := <-l.Out():
 			if err := st.Send(f.F); err != nil {
 				return err
+			}
+			if c := f.F.GetCommand(); c != nil {
+				s.Metrics().CommandSent(c.GetId(), s.now())
 			}
 			if f.Final {
 				l.Close()
@@ -348,6 +355,7 @@ func (s *Service) resultTaken(l *hub.Live, r *bcdv1.CommandResult, first bool, e
 		log.Warn("result for an unknown command; acked and dropped", "command_id", r.GetCommandId())
 	}
 	if first {
+		s.Metrics().CommandResult(r.GetCommandId(), s.now())
 		log.Info("command result", "command_id", r.GetCommandId(), "status", r.GetStatus())
 		if c, err := s.store.Command(r.GetCommandId()); err == nil {
 			s.BMCResult(c, r.GetStatus())
@@ -372,6 +380,8 @@ func (s *Service) retryResult(l *hub.Live, r *bcdv1.CommandResult, log interface
 	Info(string, ...any)
 	Warn(string, ...any)
 }) {
+	s.Metrics().ResultRetrying(1)
+	defer s.Metrics().ResultRetrying(-1)
 	wait := resultRetryFirst
 	for tries := 1; ; tries++ {
 		select {

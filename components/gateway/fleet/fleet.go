@@ -11,6 +11,7 @@ import (
 	"github.com/better-compute/bcd/components/gateway/hub"
 	"github.com/better-compute/bcd/components/gateway/kek"
 	"github.com/better-compute/bcd/components/gateway/keys"
+	"github.com/better-compute/bcd/components/gateway/metrics"
 	"github.com/better-compute/bcd/components/gateway/store"
 )
 
@@ -26,6 +27,8 @@ type Config struct {
 	// KEK is the fleet's key-encryption key on a database (nil on
 	// bbolt): operator secrets are sealed under it (opsecrets.go).
 	KEK *kek.KEK
+	// Metrics is where the gateway's metrics are counted (nil: nowhere).
+	Metrics *metrics.Metrics
 }
 
 // Fleet is the fleet logic of one gateway: its store and keys, the
@@ -89,6 +92,9 @@ func New(cfg Config, log *slog.Logger, st store.Store, h *hub.Hub, k *keys.Set, 
 
 // Store gives the tests and the admin API the store (bbolt or PostgreSQL).
 func (s *Fleet) Store() store.Store { return s.store }
+
+// Metrics is where the gateway's metrics are counted (nil counts nothing).
+func (s *Fleet) Metrics() *metrics.Metrics { return s.cfg.Metrics }
 
 // Log is the gateway's logger.
 func (s *Fleet) Log() *slog.Logger { return s.log }

@@ -55,6 +55,7 @@ func (s *Fleet) pushCommand(c store.Command) {
 // and the next session's replay make up for it).
 func (s *Fleet) Notify(n store.Notice) {
 	if err := s.shared.Notify(n); err != nil {
+		s.cfg.Metrics.NoticeUnsent()
 		s.log.Warn("notice not sent to the other gateways", "kind", n.Kind, "node", n.Node, "command_id", n.Command, "err", err)
 	}
 }
@@ -78,6 +79,7 @@ func (s *Fleet) sharedLoop(ctx context.Context) {
 		if time.Since(start) > time.Minute {
 			wait = time.Second
 		}
+		s.cfg.Metrics.NoticeListenerLost()
 		s.log.Warn("notices from the other gateways lost; listening again", "err", err, "retry_in", wait.String())
 		select {
 		case <-ctx.Done():
@@ -105,11 +107,14 @@ func (s *Fleet) sweep() {
 		return
 	}
 	old := s.now().Add(-time.Second)
+	again := 0
 	for _, c := range cs {
 		if c.CreatedAt.Before(old) {
 			s.hub.Send(c.NodeID, CommandFrame(c))
+			again++
 		}
 	}
+	s.cfg.Metrics.NoticeMadeUp("command", again)
 }
 
 // wakeAll wakes every admin call waiting for a result, which reads its
@@ -226,6 +231,7 @@ func (s *Fleet) catchUp() {
 		}
 		sp, err := s.store.Spec(n.ID)
 		if err == nil && sp.Generation > n.AppliedGeneration && sp.Generation > l.FullGen.Load() {
+			s.cfg.Metrics.NoticeMadeUp("spec", 1)
 			s.onNotice(store.Notice{Kind: store.NoticeSpec, Node: n.ID})
 		}
 	}
