@@ -91,7 +91,14 @@ func TestGatewayMetricsWithSim(t *testing.T) {
 		}
 	}
 
-	text := curlMetrics(t, addr)
+	// A result is visible in the store a moment before it is counted.
+	var text string
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		text = curlMetrics(t, addr)
+		if v, _ := sample(text, `bcgw_command_round_trip_seconds_count{gateway="gw-sim"}`); v == 20 {
+			break
+		}
+	}
 	for _, c := range []struct {
 		series string
 		ok     func(float64) bool

@@ -79,7 +79,12 @@ func TestGatewayMetrics(t *testing.T) {
 	sendFrame(t, st, &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_Result{Result: &bcdv1.CommandResult{CommandId: c.ID, Status: "SUCCEEDED", Output: []byte(`{}`)}}})
 	waitFor(t, "the result", func() bool { v, _ := ac.Command(ctx, c.ID, 0); return v.State == "done" })
 
-	m := scrapeGateway(t, addr.String())
+	// The result is visible in the store a moment before it is counted.
+	var m map[string]float64
+	waitFor(t, "the round trip counted", func() bool {
+		m = scrapeGateway(t, addr.String())
+		return m[`bcgw_command_round_trip_seconds_count{gateway="gw-m"}`] == 1 && m[`bcgw_store_seconds_count{gateway="gw-m",op="SetResult"}`] == 1
+	})
 	for _, c := range []struct {
 		sample string
 		ok     func(float64) bool
