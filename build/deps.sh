@@ -35,6 +35,8 @@ want openssl openssl
 want haproxy haproxy
 # The fleet page's e2e test opens it in headless Chromium (--screenshot, --dump-dom).
 want chromium chromium
+# The gateway's metrics test scrapes bcgw with Debian's Prometheus.
+want prometheus prometheus
 want wipefs util-linux
 ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
 want dnsmasq dnsmasq-base
@@ -64,7 +66,8 @@ if [ ${#need[@]} -gt 0 ]; then
   # The tests run their own sshd on a loopback port: keep the package from
   # starting the system's sshd on port 22 while it installs.
   norc=
-  if [[ " ${need[*]} " == *" openssh-server "* ]] && [ ! -e /usr/sbin/policy-rc.d ]; then
+  # Nor a Prometheus on port 9090.
+  if [[ " ${need[*]} " == *" openssh-server "* || " ${need[*]} " == *" prometheus "* ]] && [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && norc=1
   fi
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -136,9 +140,90 @@ func TestGatewayMetricsWithSim(t *testing.T) {
 			}
 		}
 	}
+	prometheusScrapes(t, l, addr, n)
+
 	rt := regexp.MustCompile(`(?m)^bcgw_command_round_trip_seconds_bucket.*$`).FindAllString(text, -1)
 	st := regexp.MustCompile(`(?m)^bcgw_store_seconds_bucket\{gateway="gw-sim",op="SetResult".*$`).FindAllString(text, -1)
 	t.Logf("curl http://%s/metrics while bcd sim runs %d agents:\n%s\n%s\n%s", addr, n,
 		strings.Join(regexp.MustCompile(`(?m)^bcgw_(sessions|joins_total|database_up).*$`).FindAllString(text, -1), "\n"),
 		strings.Join(rt, "\n"), strings.Join(st, "\n"))
+}
+
+// prometheusScrapes runs Debian's Prometheus (build/deps.sh installs it)
+// on loopback, scraping bcgw every second, and waits until its own query
+// API answers sum(bcgw_sessions) = sessions: a real scraper takes the
+// text as bcgw writes it.
+func prometheusScrapes(t *testing.T, l *lab, target string, sessions int) {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		testenv.Skip(t, "no prometheus (Debian's package): %v", err)
+	}
+	dir := filepath.Join(l.root, "prometheus")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "prometheus.yml")
+	body := fmt.Sprintf("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: bcgw\n    static_configs:\n      - targets: [%q]\n", target)
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	web := freeAddr(t)
+	cmd := exec.Command(bin, "--config.file", cfg, "--storage.tsdb.path", filepath.Join(dir, "data"), "--web.listen-address", web)
+	se := &syncBuf{name: "prometheus (stderr)"}
+	l.out.add(se)
+	cmd.Stdout, cmd.Stderr = se, se
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start prometheus: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	query := func(q string) (float64, string) {
+		resp, err := http.Get("http://" + web + "/api/v1/query?query=" + url.QueryEscape(q))
+		if err != nil {
+			return -1, err.Error()
+		}
+		defer resp.Body.Close()
+		var r struct {
+			Status string
+			Data   struct {
+				Result []struct {
+					Value [2]any
+				}
+			}
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || r.Status != "success" || len(r.Data.Result) != 1 {
+			return -1, fmt.Sprintf("%s %+v %v", resp.Status, r, err)
+		}
+		v, _ := r.Data.Result[0].Value[1].(string)
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return -1, v
+		}
+		return f, ""
+	}
+	var last string
+	for end := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		v, why := query("sum(bcgw_sessions)")
+		if v == float64(sessions) {
+			break
+		}
+		last = fmt.Sprintf("%v %s", v, why)
+		select {
+		case <-done:
+			t.Fatalf("prometheus exited:\n%s", se.String())
+		default:
+		}
+		if time.Now().After(end) {
+			t.Fatalf("Prometheus did not see %d sessions within 60s (last: %s):\n%s", sessions, last, se.String())
+		}
+	}
+	if v, why := query(`count(bcgw_store_seconds_bucket{op="NextEpoch"})`); v < 10 {
+		t.Errorf("Prometheus has %v buckets of the store's NextEpoch latency (%s)", v, why)
+	}
+	if v, why := query(`up{job="bcgw"}`); v != 1 {
+		t.Errorf("Prometheus: up{job=\"bcgw\"} = %v (%s)", v, why)
+	}
+	t.Logf("Prometheus %s scraping %s: sum(bcgw_sessions) = %d", bin, target, sessions)
 }
