@@ -40,7 +40,8 @@ func program() *cli.Program {
 		Name: "bcgw",
 		Commands: []cli.Command{
 			{Name: "serve", Summary: "run the gateway and control plane", Run: serve},
-			{Name: "token", Summary: "token create: make a join token", Run: token},
+			{Name: "token", Summary: "token create | ls | rm ID: make, list or delete join tokens", Run: token},
+			{Name: "node", Summary: "node rm NODE: revoke a node and forget it (its commands, spec, report, events)", Run: nodeCmd},
 			{Name: "nodes", Summary: "list nodes", Run: nodes},
 			{Name: "admin-token", Summary: "admin-token create NAME | ls | rm NAME: named admin tokens for the loopback admin listener", Run: adminTokenCmd},
 			{Name: "audit", Summary: "audit [--json] [--after SEQ] [--limit N]: who changed what through the admin API", Run: audit},
@@ -176,8 +177,11 @@ func serve(ctx context.Context, env *cli.Env, args []string) int {
 }
 
 func token(ctx context.Context, env *cli.Env, args []string) int {
+	if len(args) > 0 && (args[0] == "ls" || args[0] == "rm") {
+		return tokenLsRm(ctx, env, args)
+	}
 	if len(args) == 0 || args[0] != "create" {
-		return cli.Usagef(env, "usage: bcgw token create [--uses N] [--role node|site] [--site S] [--ttl D] [--node-id ID]")
+		return cli.Usagef(env, "usage: bcgw token create [--uses N] [--role node|site] [--site S] [--ttl D] [--node-id ID] | ls [--json] | rm ID")
 	}
 	fs := cli.NewFlagSet(env, "bcgw", "token create")
 	var a adminFlags

@@ -75,6 +75,9 @@ func (s *API) Listeners() (*http.Server, []net.Listener, error) {
 	mux.HandleFunc("GET /v1/admin-tokens", s.adminListAdminTokens)
 	mux.HandleFunc("DELETE /v1/admin-tokens/{name}", s.adminRemoveAdminToken)
 	mux.HandleFunc("GET /v1/audit", s.adminAudit)
+	mux.HandleFunc("DELETE /v1/nodes/{id}", s.adminRemoveNode)
+	mux.HandleFunc("GET /v1/tokens", s.adminJoinTokens)
+	mux.HandleFunc("DELETE /v1/tokens/{id}", s.adminRemoveJoinToken)
 	mux.HandleFunc("GET /fleet", s.fleetPage)
 	mux.HandleFunc("GET /fleet/login", s.pageLogin)
 	mux.HandleFunc("GET /v1/well-known", func(w http.ResponseWriter, r *http.Request) {

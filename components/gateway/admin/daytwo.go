@@ -1,0 +1,30 @@
+package admin
+
+import (
+	"net/http"
+)
+
+func (s *API) adminRemoveNode(w http.ResponseWriter, r *http.Request) {
+	if err := s.RemoveNode(r.PathValue("id")); err != nil {
+		adminErr(w, errCode(err, http.StatusInternalServerError), err)
+		return
+	}
+	writeJSON(w, map[string]bool{"removed": true})
+}
+
+func (s *API) adminJoinTokens(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.JoinTokens()
+	if err != nil {
+		adminErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, ts)
+}
+
+func (s *API) adminRemoveJoinToken(w http.ResponseWriter, r *http.Request) {
+	if err := s.RemoveJoinToken(r.PathValue("id")); err != nil {
+		adminErr(w, errCode(err, http.StatusInternalServerError), err)
+		return
+	}
+	writeJSON(w, map[string]bool{"removed": true})
+}

@@ -1,0 +1,41 @@
+package adminapi
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// JoinTokenView is a join token as listed: never its secret.
+type JoinTokenView struct {
+	ID        string    `json:"id"`
+	Role      string    `json:"role"`
+	Site      string    `json:"site"`
+	Uses      int       `json:"uses"`
+	Used      int       `json:"used"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// NodeID, MAC and Command: a provisioned or discovery token's binding.
+	NodeID  string `json:"node_id,omitempty"`
+	MAC     string `json:"mac,omitempty"`
+	Command string `json:"command,omitempty"`
+	Spent   bool   `json:"spent,omitempty"`
+	Expired bool   `json:"expired,omitempty"`
+}
+
+// JoinTokens lists the join tokens.
+func (c *Client) JoinTokens(ctx context.Context) ([]JoinTokenView, error) {
+	var out []JoinTokenView
+	return out, c.do(ctx, http.MethodGet, "/v1/tokens", nil, &out)
+}
+
+// RemoveJoinToken deletes a join token.
+func (c *Client) RemoveJoinToken(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/tokens/"+url.PathEscape(id), nil, nil)
+}
+
+// RemoveNode revokes a node and forgets it.
+func (c *Client) RemoveNode(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(id), nil, nil)
+}
