@@ -29,6 +29,8 @@ want xmllint libxml2-utils
 # The VM tests start Debian's libvirtd themselves, in a mount namespace of their own.
 want libvirtd libvirt-daemon-system
 want unshare util-linux
+# The instances' network policy is rendered for nft; its tests load it in network namespaces.
+want nft nftables
 # make demo serves its instances' base image over https with openssl s_server.
 want openssl openssl
 # The multi-gateway tests and make demo-ha put HAProxy (TCP mode) in front of the gateways.
