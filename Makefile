@@ -95,6 +95,8 @@ sizes: build image
 # alone, a signed command through the dispatcher against an unsigned one
 # (and the ES256 verification alone), desired-state reporting's bytes and
 # bcgw CPU with 1,000 sim agents against the same run without reporting,
+# bcgw CPU with 200 sim agents with its metrics scraped every second against
+# the same gateway unscraped,
 # deploy.image against zstd -dc | dd and gzip -dc | dd, a node key's
 # signature through bcd helper against one by the TPM (swtpm) directly, an
 # idle bcd node against a sleep process (and with telemetry every 10 s
@@ -115,7 +117,7 @@ bench: deps
 	@mkdir -p $(BENCH_OUT) && cat /proc/loadavg > $(BENCH_OUT)/loadavg-start && : > $(BENCH_OUT)/raw.txt
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./components/agent/journal/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok)'
 	$(GO) test -run '^$$' -bench BenchmarkSignedIntent -benchtime 500x ./components/agent/dispatch/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok)'
-	$(GO) test -run '^$$' -bench 'BenchmarkSim|BenchmarkReporting|BenchmarkIdleNode' -benchtime 1x -timeout 40m ./e2e/ | tee -a $(BENCH_OUT)/raw.txt | grep -vE '^[[:space:]]*[{]'
+	$(GO) test -run '^$$' -bench 'BenchmarkSim|BenchmarkReporting|BenchmarkIdleNode|BenchmarkGatewayMetrics' -benchtime 1x -timeout 40m ./e2e/ | tee -a $(BENCH_OUT)/raw.txt | grep -vE '^[[:space:]]*[{]'
 	$(GO) test -run '^$$' -bench BenchmarkDeploy -benchtime 3x ./components/disk/deploy/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok|deploy)'
 	$(GO) test -run '^$$' -bench BenchmarkTPMSign -benchtime 200x ./components/helper/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok)'
 	$(GO) test -run '^$$' -bench BenchmarkStore -benchtime 2s ./components/gateway/store/ ./components/gateway/store/pgstore/ | tee -a $(BENCH_OUT)/raw.txt | grep -E '^(Benchmark|ok)'

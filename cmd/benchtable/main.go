@@ -122,6 +122,8 @@ var specs = []spec{
 		reference: "1,000 agents", ref: metric{"BenchmarkScale", "ref-pg-commits/s"}},
 	{figure: "reporting bytes/agent/min at bcgw", value: metric{"BenchmarkReporting", "B/agent/min"},
 		reference: "without reporting", ref: metric{"BenchmarkReporting", "ref-B/agent/min"}},
+	{figure: "bcgw CPU ms/min, 200 agents, metrics scraped every 1 s", value: metric{"BenchmarkGatewayMetrics", "scraped-cpu-ms/min"},
+		reference: "not scraped, ms/min", ref: metric{"BenchmarkGatewayMetrics", "cpu-ms/min"}},
 	{figure: "idle bcd node (fakehw) RSS KiB", value: metric{"BenchmarkIdleNode", "node-KiB"},
 		reference: "a sleep process, KiB", ref: metric{"BenchmarkIdleNode", "sleep-KiB"}},
 	{figure: "idle bcd node (fakehw) CPU ms/min", value: metric{"BenchmarkIdleNode", "node-cpu-ms/min"},
