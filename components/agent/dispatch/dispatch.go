@@ -137,6 +137,11 @@ type job struct {
 	id   string
 	cmd  *bcdv1.Command
 	kind Kind
+	// started: Deliver gave it a worker and its resources and recorded it
+	// accepted and running in one journal write (AcceptStarted); the
+	// worker runs it without locking or starting it again.
+	started bool
+	res     []string // its resources, locked when started
 }
 
 // jobState is an accepted command this process holds.
@@ -175,8 +180,15 @@ type lane struct {
 	name  string
 	size  int
 	queue chan *job
-	mu    sync.Mutex
-	busy  int
+	// started carries the commands Deliver started (job.started); a free
+	// worker takes them before the queue.
+	started chan *job
+	mu      sync.Mutex
+	busy    int
+	// claimed counts the commands in the lane's channels or running, and
+	// the ones Deliver is starting: below size, a worker is free for one
+	// more at once.
+	claimed int
 	// spill holds, oldest first, the ids of queued commands that found
 	// the queue full; their commands are in the journal. While it is not
 	// empty every new command joins it, so the lane keeps its order.
@@ -231,7 +243,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		if n < 1 {
 			return nil, fmt.Errorf("dispatch: lane %s needs at least one worker", name)
 		}
-		d.lanes[name] = &lane{name: name, size: n, queue: make(chan *job, cfg.queueDepth)}
+		d.lanes[name] = &lane{name: name, size: n, queue: make(chan *job, cfg.queueDepth), started: make(chan *job, n)}
 	}
 	for _, k := range cfg.Kinds {
 		if k.Lane == "" {
@@ -394,10 +406,23 @@ func decodeResult(e *journal.Entry) *bcdv1.CommandResult {
 // Deliver takes a command from the gateway. It returns once the command is
 // in the journal (so the session may ack it); a command seen before is not
 // run again.
+//
+// The checks come first, and change nothing; what the journal then
+// records holds their outcome, in one durable write (docs/delivery.md): a
+// refused command is accepted with its result; one that can run at once
+// (a free worker in its lane, its resources free) is accepted and started;
+// any other is accepted and queued, and started by its worker. What must
+// be spent once (Admit) is spent only after that write.
 func (d *Dispatcher) Deliver(c *bcdv1.Command) error {
 	id := c.GetId()
 	if id == "" {
 		return errors.New("command without an id")
+	}
+	log := d.log.With("command_id", id, "kind", c.GetKind())
+	if e, err := d.cfg.Journal.Get(id); err == nil && e != nil {
+		// Its result, once made, goes out with the next Welcome's Unacked.
+		log.Info("command delivered again; not run again", "state", e.State)
+		return nil
 	}
 	raw, err := proto.Marshal(c)
 	if err != nil {
@@ -408,64 +433,134 @@ func (d *Dispatcher) Deliver(c *bcdv1.Command) error {
 	if dl := c.GetDeadlineUnixMs(); dl != 0 {
 		deadline = time.UnixMilli(dl)
 	}
-	// The id is kept until the deadline has passed (Sweep), so a command
-	// delivered again is known for as long as it could run.
-	e, isNew, err := d.cfg.Journal.AcceptUntil(id, c.GetKind(), k.Lane, raw, deadline)
-	if err != nil {
-		return fmt.Errorf("journal accept %s: %w", id, err)
+	now := d.now()
+	if status, reason := d.check(c, known, deadline, now); status != "" {
+		log.Warn("command refused", "status", status, "reason", reason)
+		r := &bcdv1.CommandResult{CommandId: id, Status: status, Error: reason, StartedUnixMs: now.UnixMilli(), FinishedUnixMs: now.UnixMilli()}
+		b, err := proto.Marshal(r)
+		if err != nil {
+			return err
+		}
+		// The id is kept until the deadline has passed (Sweep), so a
+		// command delivered again is known for as long as it could run.
+		_, isNew, err := d.cfg.Journal.AcceptFinished(id, c.GetKind(), k.Lane, deadline, b)
+		if err != nil {
+			return fmt.Errorf("journal accept %s: %w", id, err)
+		}
+		if isNew {
+			d.stored(id, r)
+		}
+		return nil
 	}
-	log := d.log.With("command_id", id, "kind", c.GetKind())
-	if !isNew {
-		// Its result, once made, goes out with the next Welcome's Unacked.
+	j := &job{id: id, cmd: c, kind: k}
+	d.claim(j)
+	accept := d.cfg.Journal.AcceptUntil
+	if j.started {
+		accept = d.cfg.Journal.AcceptStarted
+	}
+	e, isNew, err := accept(id, c.GetKind(), k.Lane, raw, deadline)
+	if err != nil || !isNew {
+		d.unclaim(j)
+		if err != nil {
+			return fmt.Errorf("journal accept %s: %w", id, err)
+		}
 		log.Info("command delivered again; not run again", "state", e.State)
 		return nil
 	}
-	now := d.now()
-	refuse := func(status, reason string) error {
-		log.Warn("command refused", "status", status, "reason", reason)
-		return d.finish(id, &bcdv1.CommandResult{Status: status, Error: reason, StartedUnixMs: now.UnixMilli(), FinishedUnixMs: now.UnixMilli()})
+	if d.cfg.Admit != nil {
+		// Every admitted command runs or is queued (a full lane spills),
+		// so what Admit spent stays spent and its undo is not needed. A
+		// crash between the journal write and Admit leaves a started
+		// command interrupted, never run: nothing was spent for it.
+		if _, err := d.cfg.Admit(c); err != nil {
+			d.unclaim(j)
+			log.Warn("command refused", "status", intentStatus(err), "reason", err.Error())
+			return d.finish(id, &bcdv1.CommandResult{Status: intentStatus(err), Error: err.Error(), StartedUnixMs: now.UnixMilli(), FinishedUnixMs: now.UnixMilli()})
+		}
 	}
+	if j.started {
+		d.mu.Lock()
+		d.running[id] = &jobState{kind: k.Name, lane: k.Lane}
+		d.mu.Unlock()
+		d.lanes[k.Lane].started <- j // a worker is free for it (claim)
+		return nil
+	}
+	d.enqueue(c)
+	return nil
+}
+
+// check is the acceptance checks of docs/delivery.md, in their order; the
+// first that fails gives the status and reason the command is refused
+// with. It changes nothing.
+func (d *Dispatcher) check(c *bcdv1.Command, known bool, deadline, now time.Time) (status, reason string) {
 	switch {
 	case !known:
-		return refuse(Unsupported, fmt.Sprintf("kind %q is not supported by this agent", c.GetKind()))
+		return Unsupported, fmt.Sprintf("kind %q is not supported by this agent", c.GetKind())
 	case len(c.GetBody()) > MaxBody:
-		return refuse(Refused, fmt.Sprintf("command body is %d bytes, more than 1 MiB", len(c.GetBody())))
-	}
-	intentStatus := func(err error) string {
-		switch {
-		case errors.Is(err, intent.ErrUnsigned):
-			return Unsigned
-		case errors.Is(err, quorum.ErrUnapproved):
-			return BatchUnapproved
-		}
-		return BadSignature
+		return Refused, fmt.Sprintf("command body is %d bytes, more than 1 MiB", len(c.GetBody()))
 	}
 	if d.cfg.Verify != nil {
 		if err := d.cfg.Verify(c); err != nil {
-			return refuse(intentStatus(err), err.Error())
+			return intentStatus(err), err.Error()
 		}
 	}
 	switch {
 	case c.GetDeadlineUnixMs() != 0 && now.UnixMilli() > c.GetDeadlineUnixMs():
-		return refuse(Refused, "command is past its deadline")
+		return Refused, "command is past its deadline"
 	case len(c.GetSignature()) > 0 && c.GetDeadlineUnixMs() == 0:
-		return refuse(Refused, "a signed command must have a deadline")
+		return Refused, "a signed command must have a deadline"
 	case len(c.GetSignature()) > 0 && deadline.Sub(now) > intent.MaxDeadline+intent.DeadlineSkew:
-		return refuse(Refused, fmt.Sprintf("the command's deadline %s is more than %s ahead (the most a signed command may have)",
-			deadline.UTC().Format(time.RFC3339), intent.MaxDeadline))
+		return Refused, fmt.Sprintf("the command's deadline %s is more than %s ahead (the most a signed command may have)",
+			deadline.UTC().Format(time.RFC3339), intent.MaxDeadline)
 	case c.GetNodeId() != d.cfg.NodeID:
-		return refuse(Refused, "command is for another node")
+		return Refused, "command is for another node"
 	}
-	if d.cfg.Admit != nil {
-		// A command that passed every check is always queued (enqueue
-		// spills rather than refuses), so what Admit spent stays spent
-		// and its undo is not needed.
-		if _, err := d.cfg.Admit(c); err != nil {
-			return refuse(intentStatus(err), err.Error())
+	return "", ""
+}
+
+func intentStatus(err error) string {
+	switch {
+	case errors.Is(err, intent.ErrUnsigned):
+		return Unsigned
+	case errors.Is(err, quorum.ErrUnapproved):
+		return BatchUnapproved
+	}
+	return BadSignature
+}
+
+// claim starts j at delivery when it can run at once: its lane has a
+// worker free (nothing spilled, fewer commands claimed than workers) and
+// its resources are free, which it then holds. Otherwise j is queued as
+// before.
+func (d *Dispatcher) claim(j *job) {
+	var res []string
+	if j.kind.Resources != nil {
+		var err error
+		if res, err = j.kind.Resources(j.cmd.GetBody()); err != nil {
+			return // its worker finishes it FAILED
 		}
 	}
-	d.enqueue(c)
-	return nil
+	l := d.lanes[j.kind.Lane]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.spill) > 0 || l.claimed >= l.size || !d.tryLock(res) {
+		return
+	}
+	l.claimed++
+	j.started, j.res = true, res
+}
+
+// unclaim gives back what claim took, for a command that does not run.
+func (d *Dispatcher) unclaim(j *job) {
+	if !j.started {
+		return
+	}
+	l := d.lanes[j.kind.Lane]
+	l.mu.Lock()
+	l.claimed--
+	l.mu.Unlock()
+	d.unlock(j.res)
+	j.started = false
 }
 
 // enqueue queues an accepted command on its lane: in memory while the
@@ -481,6 +576,7 @@ func (d *Dispatcher) enqueue(c *bcdv1.Command) {
 	if len(l.spill) == 0 {
 		select {
 		case l.queue <- &job{id: c.GetId(), cmd: c, kind: k}:
+			l.claimed++
 			return
 		default:
 		}
@@ -511,6 +607,7 @@ func (d *Dispatcher) refill(l *lane) {
 		select {
 		case l.queue <- &job{id: id, cmd: c, kind: d.kinds[c.GetKind()]}:
 			l.spill = l.spill[1:]
+			l.claimed++
 			continue
 		default:
 		}
@@ -578,13 +675,12 @@ func (d *Dispatcher) Unacked() []*bcdv1.CommandResult {
 	return out
 }
 
-// Acked records the gateway's acks.
+// Acked records the gateway's acks. They are not fdatasynced
+// (journal.AckResult): an ack lost to a crash only has the result sent
+// again, which the gateway stores once.
 func (d *Dispatcher) Acked(ids []string) {
 	for _, id := range ids {
-		if err := d.cfg.Journal.AckResult(id); err != nil {
-			d.log.Error("journal ack failed", "command_id", id, "err", err)
-			continue
-		}
+		d.cfg.Journal.AckResult(id)
 		d.mu.Lock()
 		r := d.pending[id]
 		delete(d.pending, id)
@@ -607,6 +703,12 @@ func (d *Dispatcher) finish(id string, r *bcdv1.CommandResult) error {
 	if err := d.cfg.Journal.Finish(id, b); err != nil {
 		return fmt.Errorf("journal finish %s: %w", id, err)
 	}
+	d.stored(id, r)
+	return nil
+}
+
+// stored hands a result the journal holds to the session.
+func (d *Dispatcher) stored(id string, r *bcdv1.CommandResult) {
 	d.mu.Lock()
 	delete(d.running, id)
 	delete(d.cancelled, id)
@@ -616,7 +718,6 @@ func (d *Dispatcher) finish(id string, r *bcdv1.CommandResult) error {
 	case d.notify <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 func (d *Dispatcher) lock(res []string) {
@@ -640,6 +741,21 @@ func (d *Dispatcher) lock(res []string) {
 	}
 }
 
+// tryLock takes res if every one is free, without waiting.
+func (d *Dispatcher) tryLock(res []string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, r := range res {
+		if d.locks[r] {
+			return false
+		}
+	}
+	for _, r := range res {
+		d.locks[r] = true
+	}
+	return true
+}
+
 func (d *Dispatcher) unlock(res []string) {
 	d.mu.Lock()
 	for _, r := range res {
@@ -651,34 +767,53 @@ func (d *Dispatcher) unlock(res []string) {
 
 func (d *Dispatcher) worker(ctx context.Context, l *lane) {
 	for {
+		var j *job
 		select {
-		case <-ctx.Done():
-			return
-		case j := <-l.queue:
-			d.refill(l)
-			l.mu.Lock()
-			l.busy++
-			l.mu.Unlock()
-			d.runJob(ctx, j)
-			l.mu.Lock()
-			l.busy--
-			l.mu.Unlock()
+		case j = <-l.started: // started at delivery: it comes first
+		default:
+			select {
+			case <-ctx.Done():
+				return
+			case j = <-l.started:
+			case j = <-l.queue:
+				d.refill(l)
+			}
 		}
+		l.mu.Lock()
+		l.busy++
+		l.mu.Unlock()
+		d.runJob(ctx, j)
+		l.mu.Lock()
+		l.busy--
+		l.claimed--
+		l.mu.Unlock()
 	}
+}
+
+// startOnce marks j running in the journal unless Deliver did.
+func (d *Dispatcher) startOnce(j *job) error {
+	if j.started {
+		return nil
+	}
+	return d.cfg.Journal.Start(j.id)
 }
 
 func (d *Dispatcher) runJob(ctx context.Context, j *job) {
 	log := d.log.With("command_id", j.id, "kind", j.kind.Name)
-	var res []string
-	if j.kind.Resources != nil {
+	res := j.res
+	if j.started {
+		defer d.unlock(res)
+	} else if j.kind.Resources != nil {
 		var err error
 		if res, err = j.kind.Resources(j.cmd.GetBody()); err != nil {
 			_ = d.finish(j.id, &bcdv1.CommandResult{Status: Failed, Error: err.Error()})
 			return
 		}
 	}
-	d.lock(res)
-	defer d.unlock(res)
+	if !j.started {
+		d.lock(res)
+		defer d.unlock(res)
+	}
 	cctx, cancel := context.WithCancel(WithCommandID(ctx, j.id))
 	defer cancel()
 	if dl := j.cmd.GetDeadlineUnixMs(); dl != 0 {
@@ -701,11 +836,12 @@ func (d *Dispatcher) runJob(ctx context.Context, j *job) {
 		return
 	}
 	if ctx.Err() != nil {
-		return // shutting down: it stays accepted and runs after the restart
+		return // shutting down: it stays accepted (or started: interrupted) for the restart
 	}
 	// Recorded before the side effect: a crash from here on reports it
-	// interrupted instead of running it twice.
-	if err := d.cfg.Journal.Start(j.id); err != nil {
+	// interrupted instead of running it twice. A command started at
+	// delivery was recorded running with its acceptance.
+	if err := d.startOnce(j); err != nil {
 		log.Error("journal start failed; not running", "err", err)
 		return
 	}

@@ -119,12 +119,30 @@ func TestAcceptanceRefusals(t *testing.T) {
 	}
 }
 
+// TestOnceAcrossRestartAndInterrupted stops the agent while commands run,
+// by both ways a command starts: at delivery, accepted and started in one
+// journal write (s1, i1, q1 find a worker free), and by its worker after
+// it waited in the queue (q2, behind q1 in the one-worker bulk lane).
+// After the restart none of them runs again but the idempotent kind's.
 func TestOnceAcrossRestartAndInterrupted(t *testing.T) {
 	dir := t.TempDir()
 	var runs atomic.Int32
 	release := make(chan struct{})
+	q1done := make(chan struct{})
 	kinds := func() []Kind {
 		return []Kind{
+			{Name: "queued", Lane: LaneBulk, Run: func(ctx context.Context, b []byte) (json.RawMessage, error) {
+				runs.Add(1000)
+				gate := release
+				if CommandID(ctx) == "q1" {
+					gate = q1done
+				}
+				select {
+				case <-gate:
+				case <-ctx.Done():
+				}
+				return nil, nil
+			}},
 			{Name: "side", Run: func(ctx context.Context, b []byte) (json.RawMessage, error) {
 				runs.Add(1)
 				select {
@@ -146,9 +164,18 @@ func TestOnceAcrossRestartAndInterrupted(t *testing.T) {
 	f := start(t, dir, kinds())
 	f.d.Deliver(cmd("s1", "side"))
 	f.d.Deliver(cmd("i1", "idem"))
+	f.d.Deliver(cmd("q1", "queued"))
+	f.d.Deliver(cmd("q2", "queued"))
+	if e, _ := f.j.Get("q2"); e == nil || e.State != journal.Accepted {
+		t.Fatalf("q2 behind q1 in the bulk lane: %+v, want accepted", e)
+	}
+	close(q1done)
 	deadline := time.Now().Add(5 * time.Second)
-	for runs.Load() != 101 && time.Now().Before(deadline) {
+	for runs.Load() != 2101 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
+	}
+	if r := f.result("q1"); r.GetStatus() != Succeeded {
+		t.Fatalf("q1: %v", r)
 	}
 	f.close() // the agent stops while both run
 	runs.Store(0)
@@ -157,14 +184,14 @@ func TestOnceAcrossRestartAndInterrupted(t *testing.T) {
 	f2 := start(t, dir, kinds())
 	// The interrupted result waits among the unacked ones, which the
 	// session sends after its Welcome.
-	var r *bcdv1.CommandResult
+	got := map[string]*bcdv1.CommandResult{}
 	for _, u := range f2.d.Unacked() {
-		if u.GetCommandId() == "s1" {
-			r = u
-		}
+		got[u.GetCommandId()] = u
 	}
-	if r.GetStatus() != Interrupted {
-		t.Fatalf("s1 after restart: %v, want INTERRUPTED", r)
+	for _, id := range []string{"s1", "q2"} {
+		if r := got[id]; r.GetStatus() != Interrupted {
+			t.Fatalf("%s after restart: %v, want INTERRUPTED", id, r)
+		}
 	}
 	if r := f2.result("i1"); r.GetStatus() != Succeeded {
 		t.Fatalf("idempotent i1 after restart: %v", r)
@@ -181,9 +208,38 @@ func TestOnceAcrossRestartAndInterrupted(t *testing.T) {
 	if !found || runs.Load() != 100 {
 		t.Fatalf("redelivered s1: unacked has it %v, runs %d", found, runs.Load())
 	}
-	f2.d.Acked([]string{"s1", "i1"})
+	f2.d.Acked([]string{"s1", "i1", "q1", "q2"})
 	if un := f2.d.Unacked(); len(un) != 0 {
 		t.Fatalf("unacked after acks: %v", un)
+	}
+}
+
+// TestTwoFsyncsPerCommand: a command delivered when a worker is free,
+// run, and its result acked costs two fdatasyncs, one at a time
+// (docs/delivery.md): its acceptance and start share one, its result
+// has one, and the ack none. One more may go to a new log segment.
+func TestTwoFsyncsPerCommand(t *testing.T) {
+	f := start(t, t.TempDir(), []Kind{{Name: "x.run", Run: func(context.Context, []byte) (json.RawMessage, error) { return nil, nil }}})
+	f.d.Deliver(cmd("warm", "x.run"))
+	f.result("warm")
+	f.d.Acked([]string{"warm"})
+	const n = 20
+	before := f.j.Stats().Syncs
+	for i := range n {
+		id := fmt.Sprintf("c%d", i)
+		if err := f.d.Deliver(cmd(id, "x.run")); err != nil {
+			t.Fatal(err)
+		}
+		if r := f.result(id); r.GetStatus() != Succeeded {
+			t.Fatalf("%s: %v", id, r)
+		}
+		f.d.Acked([]string{id})
+	}
+	if syncs := f.j.Stats().Syncs - before; syncs > 2*n+1 {
+		t.Fatalf("%d commands, one at a time, issued %d fsyncs, want at most %d", n, syncs, 2*n+1)
+	}
+	if un, _ := f.j.Unacked(); len(un) != 0 {
+		t.Fatalf("unacked in the journal after every ack: %d", len(un))
 	}
 }
 

@@ -11,24 +11,30 @@ import (
 	"time"
 )
 
-// BenchmarkCommand is one command's journal life (accept, start, finish:
-// three durable writes) with c commands in flight at once, as when a
-// burst of commands reaches an agent's lanes. Group commit lets writes
+// BenchmarkCommand is one command's journal life as the agent lives it
+// (accepted and started in one durable write, finished in another, its
+// ack written but not synced) with c commands in flight at once, as when
+// a burst of commands reaches an agent's lanes. Group commit lets writes
 // that arrive together share one commit: one log write and one fdatasync;
 // fsyncs/command counts every fsync and fdatasync the journal issued (the
-// commits' and the snapshots') per command. Its reference is
-// BenchmarkRawFsync in the same kind of directory: make bench prints both
-// in its table (cmd/benchtable).
+// commits', the segments' and the snapshots') per command: a count, which
+// the machine's load does not change.
 //
-// Each run also measures raw write+fsync/s in the same directory for a
-// quarter second before and after its timed part (raw-fsyncs/s), so the
-// ratio is taken against the disk as it was during that run: on a shared
-// machine the raw rate alone swings by half within a minute.
+// The reference is raw write+fsync/s in the same directory, interleaved
+// with the measured run: the run is cut in rounds, and after each round
+// the raw loop runs for as long as the round took, with the timer
+// stopped. raw-fsyncs/s is over the same total time as commands/s, and
+// x-raw-fsync is their ratio (on a shared machine the raw rate alone
+// swings by half within a minute).
 func BenchmarkCommand(b *testing.B) {
 	for _, c := range []int{1, 4, 16, 32, 64} {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { benchCommands(b, c) })
 	}
 }
+
+// benchRounds is how many rounds a run is cut in, each followed by as
+// long of the raw fsync loop.
+const benchRounds = 8
 
 func benchCommands(b *testing.B, c int) {
 	dir := b.TempDir()
@@ -37,56 +43,67 @@ func benchCommands(b *testing.B, c int) {
 		b.Fatal(err)
 	}
 	defer j.Close()
-	rawBefore := rawFsyncRate(b, dir, time.Second/4)
 	result := make([]byte, 200)
 	before := j.Stats()
 	var next atomic.Int64
-	var wg sync.WaitGroup
 	errs := make(chan error, c)
+	var measured, rawTime time.Duration
+	rawN := 0
 	b.ResetTimer()
-	for g := 0; g < c; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(b.N) {
-					return
+	for round := 1; round <= benchRounds; round++ {
+		end := int64(b.N) * int64(round) / benchRounds
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		for g := 0; g < c; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := next.Add(1) - 1
+					if i >= end {
+						next.Add(-1)
+						return
+					}
+					id := fmt.Sprintf("cmd_%d", i)
+					if _, _, err := j.AcceptStarted(id, "k", "control", result, time.Time{}); err != nil {
+						errs <- err
+						return
+					}
+					if err := j.Finish(id, result); err != nil {
+						errs <- err
+						return
+					}
+					j.AckResult(id)
 				}
-				id := fmt.Sprintf("cmd_%d", i)
-				if _, _, err := j.Accept(id, "k", "control", result); err != nil {
-					errs <- err
-					return
-				}
-				if err := j.Start(id); err != nil {
-					errs <- err
-					return
-				}
-				if err := j.Finish(id, result); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
+			}()
+		}
+		wg.Wait()
+		took := time.Since(t0)
+		measured += took
+		b.StopTimer()
+		n, d := rawFsyncs(b, dir, took)
+		rawN, rawTime = rawN+n, rawTime+d
+		b.StartTimer()
 	}
-	wg.Wait()
 	b.StopTimer()
 	close(errs)
 	for err := range errs {
 		b.Fatal(err)
 	}
 	st := j.Stats()
-	elapsed := b.Elapsed()
-	raw := (rawBefore + rawFsyncRate(b, dir, time.Second/4)) / 2
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "commands/s")
+	cmds := float64(b.N) / measured.Seconds()
+	raw := float64(rawN) / rawTime.Seconds()
+	b.ReportMetric(cmds, "commands/s")
 	b.ReportMetric(float64(st.Syncs-before.Syncs)/float64(b.N), "fsyncs/command")
-	b.ReportMetric(float64(st.Writes-before.Writes)/float64(st.Commits-before.Commits), "writes/commit")
+	b.ReportMetric(float64(st.Writes-before.Writes)/float64(max(1, st.Commits-before.Commits)), "writes/commit")
 	b.ReportMetric(raw, "raw-fsyncs/s")
+	b.ReportMetric(cmds/raw, "x-raw-fsync")
 }
 
-// rawFsyncRate is BenchmarkRawFsync's loop, in dir, for d: 200-byte
-// appends, each fsynced, per second.
-func rawFsyncRate(b *testing.B, dir string, d time.Duration) float64 {
+// rawFsyncs is BenchmarkRawFsync's loop, in dir, for d (at least one
+// round): 200-byte appends, each fsynced. It returns how many and the time
+// they took.
+func rawFsyncs(b *testing.B, dir string, d time.Duration) (int, time.Duration) {
 	f, err := os.CreateTemp(dir, "raw")
 	if err != nil {
 		b.Fatal(err)
@@ -95,7 +112,7 @@ func rawFsyncRate(b *testing.B, dir string, d time.Duration) float64 {
 	defer f.Close()
 	buf := make([]byte, 200)
 	n, start := 0, time.Now()
-	for time.Since(start) < d {
+	for n == 0 || time.Since(start) < d {
 		if _, err := f.Write(buf); err != nil {
 			b.Fatal(err)
 		}
@@ -104,7 +121,7 @@ func rawFsyncRate(b *testing.B, dir string, d time.Duration) float64 {
 		}
 		n++
 	}
-	return float64(n) / time.Since(start).Seconds()
+	return n, time.Since(start)
 }
 
 // BenchmarkRawFsync is the reference: a 200-byte write and fsync of a file

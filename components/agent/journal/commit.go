@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -45,7 +46,7 @@ const maxGroup = 256
 // Stats counts the writer's work since Open.
 type Stats struct {
 	Writes  uint64 // write functions committed or failed
-	Commits uint64 // groups written to the log, each with one fdatasync
+	Commits uint64 // groups written to the log with one fdatasync (a group of lazy writes only has none)
 	Syncs   uint64 // every fsync and fdatasync: the commits', the log's segments' and new generations' (snapshots)
 }
 
@@ -61,6 +62,10 @@ type write struct {
 	fn   func(*state) (*change, error)
 	done chan error    // its answer, once its group is committed
 	lead chan struct{} // woken to commit the queue
+	// lazy writes (result acks) are not waited for and need no
+	// fdatasync of their own: a group of lazy writes only is written to
+	// the log and not synced; the next commit's fdatasync covers it.
+	lazy bool
 }
 
 type writer struct {
@@ -97,14 +102,28 @@ func startWriter(j *Journal, head *state) *writer {
 // do runs fn as one write and returns once its change is on disk
 // (fdatasynced), or with fn's error, or the commit's.
 func (w *writer) do(fn func(*state) (*change, error)) error {
-	wr := &write{fn: fn, done: make(chan error, 1), lead: make(chan struct{}, 1)}
+	return w.run(&write{fn: fn, done: make(chan error, 1), lead: make(chan struct{}, 1)})
+}
+
+// lazy runs fn as a lazy write: committed by this caller when no commit is
+// under way (a write(2), no fdatasync), else queued for the commit under
+// way, and not waited for.
+func (w *writer) lazy(fn func(*state) (*change, error)) {
+	_ = w.run(&write{fn: fn, done: make(chan error, 1), lazy: true})
+}
+
+func (w *writer) run(wr *write) error {
 	w.mu.Lock()
 	if w.shut {
 		w.mu.Unlock()
 		return ErrClosed
 	}
 	w.queue = append(w.queue, wr)
-	if !w.busy && w.lastGroup > 1 {
+	if wr.lazy && w.busy {
+		w.mu.Unlock()
+		return nil // the commit under way takes it
+	}
+	if !w.busy && w.lastGroup > 1 && !wr.lazy {
 		// The last commit was shared: its other callers are about to
 		// write again. Let them queue, so this commit is shared too,
 		// rather than go alone and leave them to the next.
@@ -137,11 +156,16 @@ func (w *writer) do(fn func(*state) (*change, error)) error {
 		if len(w.queue) > 0 {
 			select {
 			case err := <-wr.done:
-				// Ours is committed: hand the queue to its first write's
-				// caller rather than keep this caller waiting.
-				w.queue[0].lead <- struct{}{}
-				w.mu.Unlock()
-				return err
+				// Ours is committed: hand the queue to the first caller
+				// waiting in it rather than keep this caller waiting (a
+				// queue of lazy writes only is cheap: this caller
+				// commits it).
+				if i := slices.IndexFunc(w.queue, func(q *write) bool { return !q.lazy }); i >= 0 {
+					w.queue[i].lead <- struct{}{}
+					w.mu.Unlock()
+					return err
+				}
+				wr.done <- err
 			default:
 			}
 		}
@@ -166,6 +190,7 @@ func (w *writer) stop() {
 func (w *writer) commit(group []*write) {
 	w.writes.Add(uint64(len(group)))
 	w.recs, w.changes, w.errs = w.recs[:0], w.changes[:0], w.errs[:0]
+	sync := false
 	for _, wr := range group {
 		c, err := wr.fn(w.head)
 		if err == nil && c != nil {
@@ -177,6 +202,7 @@ func (w *writer) commit(group []*write) {
 				w.head.apply(c)
 				w.recs = append(w.recs, rec)
 				w.changes = append(w.changes, c)
+				sync = sync || !wr.lazy
 			}
 		}
 		w.errs = append(w.errs, err)
@@ -184,7 +210,7 @@ func (w *writer) commit(group []*write) {
 	// A group that changed nothing read only what is on disk: no record,
 	// no fdatasync.
 	if len(w.recs) > 0 {
-		if err := w.flush(len(group)); err != nil {
+		if err := w.flush(len(group), sync); err != nil {
 			for i := range w.errs {
 				w.errs[i] = err
 			}
@@ -204,17 +230,20 @@ func (w *writer) commit(group []*write) {
 	w.mu.Unlock()
 }
 
-// flush writes the group's records and fdatasyncs them, then applies the
-// changes to the state readers see. A failure resets the head and starts
-// a new generation from the state on disk.
-func (w *writer) flush(n int) error {
+// flush writes the group's records and, unless it holds lazy writes
+// only, fdatasyncs them, then applies the changes to the state readers
+// see. A failure resets the head and starts a new generation from the
+// state on disk.
+func (w *writer) flush(n int, sync bool) error {
 	j := w.j
 	err := j.log.Append(w.recs)
-	if err == nil && w.beforeCommit != nil {
-		err = w.beforeCommit(n)
-	}
-	if err == nil {
-		err = j.log.Sync()
+	if sync {
+		if err == nil && w.beforeCommit != nil {
+			err = w.beforeCommit(n)
+		}
+		if err == nil {
+			err = j.log.Sync()
+		}
 	}
 	if err != nil {
 		j.log.Fail(err)
@@ -231,7 +260,9 @@ func (w *writer) flush(n int) error {
 		}
 		return err
 	}
-	w.commits.Add(1)
+	if sync {
+		w.commits.Add(1)
+	}
 	j.mu.Lock()
 	for _, c := range w.changes {
 		j.st.apply(c)

@@ -145,19 +145,49 @@ func (j *Journal) Accept(id, kind, lane string, command []byte) (*Entry, bool, e
 // AcceptUntil is Accept for a command with a deadline (zero: none): its
 // entry outlives the deadline, whatever Sweep's ttl (docs/delivery.md).
 func (j *Journal) AcceptUntil(id, kind, lane string, command []byte, deadline time.Time) (*Entry, bool, error) {
+	return j.accept(&Entry{ID: id, Kind: kind, Lane: lane, Command: command, State: Accepted, Deadline: deadline})
+}
+
+// AcceptStarted is AcceptUntil for a command that runs at once: accepted
+// and marked running in one record, so its one fdatasync does for both
+// (docs/delivery.md). Call it only once the command has a worker and its
+// resources: a crash from here on reports it interrupted, never runs it.
+func (j *Journal) AcceptStarted(id, kind, lane string, command []byte, deadline time.Time) (*Entry, bool, error) {
+	return j.accept(&Entry{ID: id, Kind: kind, Lane: lane, Command: command, State: Running, Deadline: deadline})
+}
+
+// AcceptFinished is AcceptUntil for a command refused before anything ran:
+// accepted with its result, in one record. An id seen before keeps its
+// entry and its result.
+func (j *Journal) AcceptFinished(id, kind, lane string, deadline time.Time, result []byte) (*Entry, bool, error) {
+	if len(result) > maxStoredResultSz {
+		return nil, false, fmt.Errorf("result of %s is %d bytes, more than the journal keeps", id, len(result))
+	}
+	return j.accept(&Entry{ID: id, Kind: kind, Lane: lane, Result: result, State: Done, Deadline: deadline})
+}
+
+// accept stores e, a new entry, unless its id is known.
+func (j *Journal) accept(n *Entry) (*Entry, bool, error) {
 	var out *Entry
 	isNew := false
 	err := j.w.do(func(h *state) (*change, error) {
-		if e := h.entries[id]; e != nil {
+		if e := h.entries[n.ID]; e != nil {
 			out = readCopy(e)
 			return nil, nil
 		}
 		if h.bytes > MaxBytes {
 			return nil, ErrFull
 		}
-		e := &Entry{ID: id, Kind: kind, Lane: lane, Command: bytes.Clone(command), State: Accepted, AcceptedAt: j.now().UTC()}
-		if !deadline.IsZero() {
-			e.Deadline = deadline.UTC()
+		e := readCopy(n)
+		e.AcceptedAt = j.now().UTC()
+		switch e.State {
+		case Running:
+			e.StartedAt = e.AcceptedAt
+		case Done:
+			e.FinishedAt = e.AcceptedAt
+		}
+		if !e.Deadline.IsZero() {
+			e.Deadline = e.Deadline.UTC()
 		}
 		out, isNew = readCopy(e), true
 		return &change{Put: e}, nil
@@ -191,19 +221,22 @@ func (j *Journal) Finish(id string, result []byte) error {
 	})
 }
 
-// AckResult records that the gateway stored a command's result.
-func (j *Journal) AckResult(id string) error {
-	err := j.update(id, func(e *Entry) error {
-		if e.State != Done || e.Acked {
-			return errNoChange
+// AckResult records that the gateway stored a command's result. The
+// record is not fdatasynced (docs/delivery.md): it is written to the log
+// at once, or by the commit under way, and is made durable by the next
+// commit's fdatasync. An ack lost to a power cut only has the result sent
+// again, which the gateway stores once and acks again. So AckResult does
+// not wait and reports no error of its commit.
+func (j *Journal) AckResult(id string) {
+	j.w.lazy(func(h *state) (*change, error) {
+		e := h.entries[id]
+		if e == nil || e.State != Done || e.Acked {
+			return nil, nil // swept already, or acked
 		}
-		e.Acked, e.AckedAt = true, j.now().UTC()
-		return nil
+		n := copyEntry(e)
+		n.Acked, n.AckedAt = true, j.now().UTC()
+		return &change{Put: n}, nil
 	})
-	if errors.Is(err, ErrUnknown) {
-		return nil // swept already
-	}
-	return err
 }
 
 // errNoChange tells update the entry stays as it is (and the write succeeds).
