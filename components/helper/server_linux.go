@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/better-compute/bcd/components/helper/cdispec"
+	"github.com/better-compute/bcd/components/helper/netpolicy"
 	"io"
 	"log/slog"
 	"net"
@@ -52,6 +53,9 @@ type seams struct {
 	self func() (os.FileInfo, error)
 	// nft runs nft with args and stdin, returning standard output.
 	nft func(ctx context.Context, stdin []byte, args ...string) ([]byte, error)
+	// netHost reads the named bridges and whether the host is an EC2
+	// instance (netpolicy.apply).
+	netHost func(bridges []string) (netpolicy.Host, error)
 	// reboot reboots the host (a host build).
 	reboot func(ctx context.Context, reason string) error
 	// systemctl runs systemctl with args, returning standard output.
@@ -101,6 +105,7 @@ func hostSeams() seams {
 		lookupUser: lookupUser, peer: socketPeer, exe: peerExe,
 		self:      func() (os.FileInfo, error) { return os.Stat("/proc/self/exe") },
 		nft:       runNft,
+		netHost:   func(b []string) (netpolicy.Host, error) { return netpolicy.ReadHost("/sys", b) },
 		reboot:    systemctlReboot,
 		systemctl: runSystemctl,
 		smi:       runSMI,

@@ -77,6 +77,13 @@ const (
 // section of a signed spec (section and proof, as access.apply).
 const OpHostUnit = "host.unit"
 
+// OpNetPolicyApply loads the instances' network policy: the helper
+// renders bcd's nftables tables itself from the NICs of the instances
+// section of a signed spec (section and proof, as access.apply) and
+// answers the rules loaded and a "netpolicy" object naming each instance
+// whose policy it could not express ({"failed":{"<id>":"<reason>"}}).
+const OpNetPolicyApply = "netpolicy.apply"
+
 // hostUnitName reports whether id has the shape of host.unit's id: a
 // unit's name of [a-z0-9-], 1 to 32 characters. Which units exist is the
 // helper's own registry's to say.
@@ -158,6 +165,7 @@ type Response struct {
 	// release manifest refused: release.FinalError).
 	Final     bool
 	Update    json.RawMessage // update.*: the answer object, checked by the client
+	NetPolicy json.RawMessage // netpolicy.apply: {"failed":{id:reason}}
 	Rules     *int64          // firewall.check: the rules loaded in the three tables
 	Loaded    *bool           // firewall.check: the tables are loaded with Rules == the request's rules
 	Public    []byte          // tpm.nodekey: the node key's TPMT_PUBLIC
@@ -186,6 +194,7 @@ type wireResponse struct {
 	Attest    []byte          `json:"attest,omitempty"`
 	AKPublic  []byte          `json:"ak_public,omitempty"`
 	Update    json.RawMessage `json:"update,omitempty"`
+	NetPolicy json.RawMessage `json:"netpolicy,omitempty"`
 }
 
 // valueType is what a key's value must be.
@@ -209,7 +218,7 @@ var requestKeys = map[string]valueType{
 var responseKeys = map[string]valueType{
 	"v": tNumber, "ok": tBool, "error": tString, "retryable": tBool, "rules": tNumber, "loaded": tBool,
 	"public": tString, "signature": tString, "attest": tString, "ak_public": tString,
-	"final": tBool, "update": tObject,
+	"final": tBool, "update": tObject, "netpolicy": tObject,
 }
 
 // EncodeRequest checks r and returns its JSON.
@@ -253,7 +262,7 @@ func EncodeResponse(r *Response) []byte {
 	if r.OK {
 		w.Rules, w.Loaded = r.Rules, r.Loaded
 		w.Public, w.Signature, w.Attest, w.AKPublic = r.Public, r.Signature, r.Attest, r.AKPublic
-		w.Update = r.Update
+		w.Update, w.NetPolicy = r.Update, r.NetPolicy
 	} else {
 		w.Final = r.Final
 		msg := r.Error
@@ -294,12 +303,12 @@ func DecodeResponse(data []byte) (*Response, error) {
 			return nil, errors.New("helper answer: ok with an error")
 		}
 		return &Response{OK: true, Rules: w.Rules, Loaded: w.Loaded,
-			Public: w.Public, Signature: w.Signature, Attest: w.Attest, AKPublic: w.AKPublic, Update: w.Update}, nil
+			Public: w.Public, Signature: w.Signature, Attest: w.Attest, AKPublic: w.AKPublic, Update: w.Update, NetPolicy: w.NetPolicy}, nil
 	}
 	if w.Error == "" || w.Retryable == nil {
 		return nil, errors.New("helper answer: failed without an error and retryable")
 	}
-	if w.Rules != nil || w.Loaded != nil || len(w.Public)+len(w.Signature)+len(w.Attest)+len(w.AKPublic)+len(w.Update) > 0 {
+	if w.Rules != nil || w.Loaded != nil || len(w.Public)+len(w.Signature)+len(w.Attest)+len(w.AKPublic)+len(w.Update)+len(w.NetPolicy) > 0 {
 		return nil, errors.New("helper answer: failed with results")
 	}
 	if w.Final && *w.Retryable {
@@ -421,7 +430,7 @@ func (r *Request) Check() error {
 		allowed = "unique digest"
 	case OpTPMCertify:
 		allowed = "unique qualifying_data"
-	case OpAccessApply:
+	case OpAccessApply, OpNetPolicyApply:
 		allowed = "section proof"
 	case OpHostUnit:
 		allowed = "id section proof"
@@ -457,7 +466,7 @@ func (r *Request) Check() error {
 			// section's fields (access.apply), never sent as content.
 			return fmt.Errorf("%s: file kind %s is written only by %s", r.Op, r.Kind, OpAccessApply)
 		}
-	case OpAccessApply, OpHostUnit:
+	case OpAccessApply, OpHostUnit, OpNetPolicyApply:
 		if r.Op == OpHostUnit && !hostUnitName(r.ID) {
 			return fmt.Errorf("%s: id must name a host unit ([a-z0-9-], 1 to 32 characters)", r.Op)
 		}
@@ -537,6 +546,8 @@ func (r *Response) CheckAnswer(op string) error {
 	switch op {
 	case OpFirewallCheck:
 		want = "rules loaded"
+	case OpNetPolicyApply:
+		want = "rules netpolicy"
 	case OpTPMNodeKey:
 		want = "public"
 	case OpTPMSign:
@@ -554,7 +565,7 @@ func (r *Response) CheckAnswer(op string) error {
 	}{
 		{"rules", r.Rules != nil}, {"loaded", r.Loaded != nil}, {"public", len(r.Public) > 0},
 		{"signature", len(r.Signature) > 0}, {"attest", len(r.Attest) > 0}, {"ak_public", len(r.AKPublic) > 0},
-		{"update", len(r.Update) > 0},
+		{"update", len(r.Update) > 0}, {"netpolicy", len(r.NetPolicy) > 0},
 	}
 	// Another operation's result first, then a missing one, in a fixed order.
 	for _, f := range fields {

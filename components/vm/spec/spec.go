@@ -15,6 +15,7 @@ import (
 	"github.com/better-compute/bcd/components/base/filehash"
 	"github.com/better-compute/bcd/components/base/httpsurl"
 	"github.com/better-compute/bcd/components/helper/cdispec"
+	"github.com/better-compute/bcd/components/helper/netpolicy"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/vm/domainxml"
 	"github.com/better-compute/bcd/components/vm/vmruntime"
@@ -89,6 +90,10 @@ type Instance struct {
 	Hostname string `json:"hostname,omitempty"`
 	// GPUs are passed through whole, by UUID (GPU-...).
 	GPUs []string `json:"gpus,omitempty"`
+	// NICs are its network interfaces, each a tap (named by
+	// netpolicy.TapName from the id and the NIC's index) on a host
+	// bridge, guarded and policed by bcd helper's nftables tables.
+	NICs []netpolicy.NIC `json:"nics,omitempty"`
 }
 
 // Decode reads the section strictly (no unknown field, one JSON value)
@@ -116,6 +121,7 @@ func Decode(body json.RawMessage) (Body, error) {
 	}
 	ids := map[string]bool{}
 	gpus := map[string]string{}
+	claims := map[string]string{} // a NIC's MAC or address -> its instance
 	for i, in := range b.Instances {
 		if err := checkInstance(in, images); err != nil {
 			return b, fmt.Errorf("instances[%d]: %w", i, err)
@@ -129,6 +135,19 @@ func Decode(body json.RawMessage) (Body, error) {
 				return b, fmt.Errorf("instances[%d]: GPU %s is also instance %s's", i, g, other)
 			}
 			gpus[strings.ToLower(g)] = in.ID
+		}
+		for j, n := range in.NICs {
+			keys := []string{"mac " + n.MAC}
+			for _, a := range n.Addresses {
+				p, _ := netpolicy.ParseAddress(a)
+				keys = append(keys, "address "+p.Addr().String())
+			}
+			for _, k := range keys {
+				if other, ok := claims[k]; ok {
+					return b, fmt.Errorf("instances[%d]: nics[%d]: %s is also instance %s's", i, j, k, other)
+				}
+				claims[k] = in.ID
+			}
 		}
 	}
 	return b, nil
@@ -175,6 +194,13 @@ func checkInstance(in Instance, images map[string]Image) error {
 		return fmt.Errorf("hostname %q is not a DNS label ([a-z0-9-], 1 to 63, no leading or trailing -)", in.Hostname)
 	case len(in.GPUs) > MaxGPUs:
 		return fmt.Errorf("%d GPUs; at most %d", len(in.GPUs), MaxGPUs)
+	case len(in.NICs) > netpolicy.MaxNICs:
+		return fmt.Errorf("%d NICs; at most %d", len(in.NICs), netpolicy.MaxNICs)
+	}
+	for j, n := range in.NICs {
+		if err := netpolicy.CheckNIC(n); err != nil {
+			return fmt.Errorf("nics[%d]: %w", j, err)
+		}
 	}
 	im, ok := images[in.Image]
 	if !ok {

@@ -16,8 +16,10 @@ const (
 func good() string {
 	return `{"images":[{"sha256":"` + sumA + `","url":"https://img.example/debian.qcow2","format":"qcow2","spki_pin":"` + pin + `"},
 	                   {"sha256":"` + sumB + `","url":"https://img.example/install.iso","format":"iso"}],
-	         "instances":[{"id":"vm-1","allocation":"alloc_a","state":"RUNNING","vcpus":2,"memory_mib":2048,"image":"` + sumA + `","user_data":true,"hostname":"web1","gpus":["GPU-5f1c0a2b"]},
-	                      {"id":"vm_2","allocation":"alloc_a","state":"STOPPED","vcpus":1,"memory_mib":512,"image":"` + sumB + `","disk_gib":10}]}`
+	         "instances":[{"id":"vm-1","allocation":"alloc_a","state":"RUNNING","vcpus":2,"memory_mib":2048,"image":"` + sumA + `","user_data":true,"hostname":"web1","gpus":["GPU-5f1c0a2b"],
+	                       "nics":[{"bridge":"br0","mac":"52:54:00:00:00:01","addresses":["10.9.0.5/24","fd09::5/64"],"policy":"PRIVATE"}]},
+	                      {"id":"vm_2","allocation":"alloc_a","state":"STOPPED","vcpus":1,"memory_mib":512,"image":"` + sumB + `","disk_gib":10,
+	                       "nics":[{"bridge":"br0","mac":"52:54:00:00:00:02","policy":"EGRESS"}]}]}`
 }
 
 func TestDecode(t *testing.T) {
@@ -50,6 +52,18 @@ func TestDecode(t *testing.T) {
 		{name: "MIG passthrough", from: `"GPU-5f1c0a2b"`, to: `"MIG-5f1c0a2b"`, wantErr: "not a GPU UUID"},
 		{name: "GPU index", from: `"GPU-5f1c0a2b"`, to: `"3"`, wantErr: "not a GPU UUID"},
 		{name: "GPU twice", from: `"GPU-5f1c0a2b"`, to: `"GPU-5f1c0a2b","GPU-5F1C0A2B"`, wantErr: "named twice"},
+		{name: "NIC policy NONE", from: `"policy":"PRIVATE"`, to: `"policy":"NONE"`},
+		{name: "NIC policy lower", from: `"policy":"PRIVATE"`, to: `"policy":"private"`, wantErr: "not EGRESS, PRIVATE or NONE"},
+		{name: "NIC NONE without addresses", from: `"policy":"EGRESS"`, to: `"policy":"NONE"`, wantErr: "cannot be expressed"},
+		{name: "NIC rules", from: `"policy":"EGRESS"`, to: `"policy":"EGRESS","rules":"accept"`, wantErr: `unknown field "rules"`},
+		{name: "NIC bridge quote", from: `"bridge":"br0"`, to: `"bridge":"br0\" accept"`, wantErr: "not an interface name"},
+		{name: "NIC MAC upper", from: `52:54:00:00:00:01`, to: `52:54:00:00:00:0A`, wantErr: "mac"},
+		{name: "NIC MAC multicast", from: `52:54:00:00:00:01`, to: `01:00:5e:00:00:01`, wantErr: "mac"},
+		{name: "NIC address without prefix", from: `"10.9.0.5/24"`, to: `"10.9.0.5"`, wantErr: "prefix length"},
+		{name: "NIC address twice", from: `"fd09::5/64"`, to: `"10.9.0.5/16"`, wantErr: "given twice"},
+		{name: "NIC loopback", from: `"10.9.0.5/24"`, to: `"127.0.0.5/8"`, wantErr: "unicast"},
+		{name: "NIC MAC in two instances", from: `52:54:00:00:00:02`, to: `52:54:00:00:00:01`, wantErr: "mac 52:54:00:00:00:01 is also instance vm-1's"},
+		{name: "NIC address in two instances", from: `"mac":"52:54:00:00:00:02","policy"`, to: `"mac":"52:54:00:00:00:02","addresses":["10.9.0.5/24"],"policy"`, wantErr: "address 10.9.0.5 is also instance vm-1's"},
 		{name: "GPU in two instances", from: `"disk_gib":10`, to: `"disk_gib":10,"gpus":["GPU-5f1c0a2b"]`, wantErr: "also instance vm-1's"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
