@@ -50,7 +50,7 @@ func program() *cli.Program {
 			{Name: "tpm", Summary: "tpm enroll: let a TPM join (bcd join --attestor tpm) by its EK or EK CA", Run: tpmCmd},
 			{Name: "run", Summary: "run NODE KIND: send a command and print its result (--prepare: print it to sign; --submit FILE: send a prepared one)", Run: run},
 			{Name: "sign", Summary: "sign --key KEY.pem [--in FILE]: sign a prepared command or spec (no gateway needed)", Run: signCmd},
-			{Name: "trust", Summary: "trust show|add-root|remove-root|approvers: the trust bundle's command-signing roots and approver set", Run: trustCmd},
+			{Name: "trust", Summary: "trust show|add-root|remove-root|rotate-key|approvers: the trust bundle's command-signing roots and approver set, bcgw's own key", Run: trustCmd},
 			{Name: "batch", Summary: "batch create|approve|submit: destructive commands as a batch the approvers approve", Run: batchCmd},
 			{Name: "revoke", Summary: "revoke NODE: revoke a node's certificate", Run: revoke},
 			{Name: "cancel", Summary: "cancel COMMAND: cancel a command", Run: cancel},

@@ -13,7 +13,7 @@ import (
 )
 
 const trustUsage = "usage: bcgw trust show [--json] | bcgw trust add-root --key PUB.pem | bcgw trust remove-root --key PUB.pem | " +
-	"bcgw trust approvers propose|endorse|set ..."
+	"bcgw trust rotate-key [--json] | bcgw trust approvers propose|endorse|set ..."
 
 // trustCmd is `bcgw trust show|add-root|remove-root|approvers`.
 func trustCmd(ctx context.Context, env *cli.Env, args []string) int {
@@ -87,6 +87,26 @@ func trustCmd(ctx context.Context, env *cli.Env, args []string) int {
 			return printJSON(env, ch)
 		}
 		fmt.Fprintln(env.Stdout, ch.Version)
+		return 0
+	case "rotate-key":
+		asJSON := fs.Bool("json", false, "print {\"old_pin\", \"new_pin\", \"version\", \"old_public_key\"}")
+		if code, ok := cli.Parse(fs, env, args[1:], ""); !ok {
+			return code
+		}
+		c, err := a.client()
+		if err != nil {
+			return cli.Fail(env, prefix, err)
+		}
+		r, err := c.RotateCommandKey(ctx)
+		if err != nil {
+			return cli.Fail(env, prefix, err)
+		}
+		if *asJSON {
+			return printJSON(env, r)
+		}
+		fmt.Fprintf(env.Stdout, "%d\n", r.Version)
+		fmt.Fprintf(env.Stderr, "%s: bcgw signs with %s now; %s stays a root for the commands it signed. Once they are done:\n"+
+			"  bcgw trust remove-root --key %s\n", prefix, r.NewPin, r.OldPin, r.OldPublicKey)
 		return 0
 	default:
 		return cli.Usagef(env, "%s", trustUsage)

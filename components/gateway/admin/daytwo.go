@@ -28,3 +28,12 @@ func (s *API) adminRemoveJoinToken(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, map[string]bool{"removed": true})
 }
+
+func (s *API) adminRotateCommandKey(w http.ResponseWriter, r *http.Request) {
+	v, err := s.RotateCommandKey()
+	if err != nil {
+		adminErr(w, http.StatusConflict, err)
+		return
+	}
+	writeJSON(w, v)
+}

@@ -39,3 +39,21 @@ func (c *Client) RemoveJoinToken(ctx context.Context, id string) error {
 func (c *Client) RemoveNode(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(id), nil, nil)
 }
+
+// KeyRotation is what a rotation of bcgw's command-signing key did.
+type KeyRotation struct {
+	OldPin string `json:"old_pin"`
+	NewPin string `json:"new_pin"`
+	// Version is the trust bundle version that names the new key a root
+	// (next to the old one).
+	Version uint64 `json:"version"`
+	// OldPublicKey is the file holding the old key's public half, for
+	// bcgw trust remove-root --key once its commands are done.
+	OldPublicKey string `json:"old_public_key"`
+}
+
+// RotateCommandKey rotates bcgw's own command-signing key.
+func (c *Client) RotateCommandKey(ctx context.Context) (KeyRotation, error) {
+	var out KeyRotation
+	return out, c.do(ctx, http.MethodPost, "/v1/trust/rotate-key", nil, &out)
+}

@@ -60,8 +60,8 @@ func (s *Fleet) SubmitBatch(bf adminapi.BatchFile) (adminapi.BatchSubmitView, er
 		out.Warning = fmt.Sprintf("trust bundle version %d names no approver set: agents do not check batch leaves (bcgw trust approvers set)", doc.Version)
 	}
 	for i, f := range frames {
-		if len(f.GetSignature()) == 0 && s.cmdKey != nil {
-			sig, err := intent.SignCommand(s.cmdKey, f)
+		if len(f.GetSignature()) == 0 && s.commandKey() != nil {
+			sig, err := intent.SignCommand(s.commandKey(), f)
 			if err != nil {
 				return out, fmt.Errorf("command %d (%s): sign it: %w", i, f.GetId(), err)
 			}

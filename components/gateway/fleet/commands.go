@@ -54,9 +54,9 @@ func (s *Fleet) SendCommandWithSecrets(nodeID, kind string, body []byte, deadlin
 	}
 	now := s.now()
 	c := store.Command{ID: newCommandID(), NodeID: nodeID, Kind: kind, Body: body, DeadlineMS: now.Add(deadline).UnixMilli(), CreatedAt: now.UTC()}
-	if s.cmdKey != nil {
+	if s.commandKey() != nil {
 		// Signed once, here: every copy the agent gets carries these bytes.
-		sig, err := intent.SignCommand(s.cmdKey, commandProto(c))
+		sig, err := intent.SignCommand(s.commandKey(), commandProto(c))
 		if err != nil {
 			return c, fmt.Errorf("sign the command: %w", err)
 		}
@@ -95,8 +95,8 @@ func (s *Fleet) CancelCommand(id, reason string) (store.Command, error) {
 		s.Notify(store.Notice{Kind: store.NoticeCancel, Node: c.NodeID, Command: id, Reason: reason})
 	} else if !done && c.State == store.StateDelivered {
 		cf := &bcdv1.Cancel{CommandId: id, Reason: reason}
-		if s.cmdKey != nil {
-			if cf.Signature, err = intent.SignCancel(s.cmdKey, c.NodeID, cf); err != nil {
+		if s.commandKey() != nil {
+			if cf.Signature, err = intent.SignCancel(s.commandKey(), c.NodeID, cf); err != nil {
 				return c, fmt.Errorf("signing the cancel of %s: %w", id, err)
 			}
 		}

@@ -49,6 +49,7 @@ type Fleet struct {
 	// cmdKey is bcgw's own command-signing key (nil without one); trust
 	// is the trust bundle Welcome carries (trust.go).
 	cmdKey   crypto.Signer
+	cmdKeyMu sync.RWMutex // guards cmdKey, which a rotation replaces (rotate.go)
 	trust    trustState
 	hub      *hub.Hub
 	leases   *leases

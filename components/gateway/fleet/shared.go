@@ -171,9 +171,9 @@ func (s *Fleet) onNotice(n store.Notice) {
 			return
 		}
 		cf := &bcdv1.Cancel{CommandId: n.Command, Reason: n.Reason}
-		if s.cmdKey != nil {
+		if s.commandKey() != nil {
 			var err error
-			if cf.Signature, err = intent.SignCancel(s.cmdKey, n.Node, cf); err != nil {
+			if cf.Signature, err = intent.SignCancel(s.commandKey(), n.Node, cf); err != nil {
 				s.log.Warn("cancel not signed", "command_id", n.Command, "err", err)
 				return
 			}

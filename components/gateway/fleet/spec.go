@@ -154,14 +154,14 @@ func (s *Fleet) commitSpecLocked(node string, p specPlan, submitted bool, sig []
 // for node with bcgw's own command-signing key; with none it stays
 // unsigned.
 func (s *Fleet) signDesired(node string, ds *bcdv1.DesiredState, full []byte) error {
-	if s.cmdKey == nil {
+	if s.commandKey() == nil {
 		return nil
 	}
 	spec, err := nodespec.Decode(full)
 	if err != nil {
 		return fmt.Errorf("sign the desired state of %s: %w", node, err)
 	}
-	sig, err := intent.SignDesiredState(s.cmdKey, node, ds, spec)
+	sig, err := intent.SignDesiredState(s.commandKey(), node, ds, spec)
 	if err != nil {
 		return fmt.Errorf("sign the desired state of %s: %w", node, err)
 	}

@@ -109,8 +109,8 @@ func (s *Fleet) loadTrust() error {
 		return nil
 	}
 	doc := bundle.Document{Version: 1}
-	if s.cmdKey != nil {
-		spki, err := x509.MarshalPKIXPublicKey(s.cmdKey.Public())
+	if s.commandKey() != nil {
+		spki, err := x509.MarshalPKIXPublicKey(s.commandKey().Public())
 		if err != nil {
 			return err
 		}
@@ -217,10 +217,10 @@ func (s *Fleet) trustRoots() *intent.Roots {
 
 // ownSPKI is the SPKI DER of bcgw's own command-signing key (nil: none).
 func (s *Fleet) ownSPKI() []byte {
-	if s.cmdKey == nil {
+	if s.commandKey() == nil {
 		return nil
 	}
-	b, _ := x509.MarshalPKIXPublicKey(s.cmdKey.Public())
+	b, _ := x509.MarshalPKIXPublicKey(s.commandKey().Public())
 	return b
 }
 
