@@ -31,6 +31,8 @@ want libvirtd libvirt-daemon-system
 want unshare util-linux
 # The instances' network policy is rendered for nft; its tests load it in network namespaces.
 want nft nftables
+# The metadata service's tests ask it with curl from a guest's network namespace.
+want curl curl
 # make demo serves its instances' base image over https with openssl s_server.
 want openssl openssl
 # The multi-gateway tests and make demo-ha put HAProxy (TCP mode) in front of the gateways.

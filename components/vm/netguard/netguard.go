@@ -11,6 +11,7 @@ package netguard
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -113,8 +114,9 @@ func (g *Guard) apply(ctx context.Context) (map[string]string, error) {
 	}
 	g.rules, g.failed, g.loaded = rules, failed, true
 	g.owners = map[netip.Addr]string{}
+	running := runningIDs(section)
 	for _, in := range instances {
-		if _, bad := failed[in.ID]; bad {
+		if _, bad := failed[in.ID]; bad || !running[in.ID] {
 			continue
 		}
 		for _, n := range in.NICs {
@@ -127,6 +129,24 @@ func (g *Guard) apply(ctx context.Context) (map[string]string, error) {
 	}
 	g.setTaps(instances, failed, nil)
 	return failed, nil
+}
+
+// runningIDs are the instances the section wants RUNNING: only their
+// addresses are trusted.
+func runningIDs(section []byte) map[string]bool {
+	var s struct {
+		Instances []struct {
+			ID    string `json:"id"`
+			State string `json:"state"`
+		} `json:"instances"`
+	}
+	out := map[string]bool{}
+	if json.Unmarshal(section, &s) == nil {
+		for _, in := range s.Instances {
+			out[in.ID] = in.State == "RUNNING"
+		}
+	}
+	return out
 }
 
 func (g *Guard) setTaps(instances []netpolicy.Instance, failed map[string]string, loadErr error) {

@@ -2,93 +2,24 @@ package netguard
 
 import (
 	"context"
-	"encoding/json"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/better-compute/bcd/components/helper/netpolicy"
 	"github.com/better-compute/bcd/components/helper/netpolicy/netpolicytest"
 	"github.com/better-compute/bcd/components/trust/rootsig"
 )
 
-// nsHelper does in a test's network namespace what bcd helper does for
-// netpolicy.apply and firewall.check (components/helper tests the helper
-// itself): the policy rendered by netpolicy, loaded and counted by a real
-// nft. loading, when set, is called before each load.
-type nsHelper struct {
-	ns      *netpolicytest.NS
-	mu      sync.Mutex
-	loads   int
-	loading func()
-}
-
-func (h *nsHelper) ApplyNetPolicy(ctx context.Context, section []byte, _ rootsig.Proof) (int64, map[string]string, error) {
-	h.mu.Lock()
-	h.loads++
-	hook := h.loading
-	h.mu.Unlock()
-	if hook != nil {
-		hook()
-	}
-	in, err := netpolicy.Decode(section)
-	if err != nil {
-		return 0, nil, err
-	}
-	var host netpolicy.Host
-	if err := h.ns.Do(func() (err error) { host, err = netpolicy.ReadHost("/sys", netpolicy.BridgeNames(in)); return err }); err != nil {
-		return 0, nil, err
-	}
-	taps, _, failed := netpolicy.Plan(in, host)
-	rules, err := netpolicy.Render(taps, host)
-	if err != nil {
-		return 0, nil, err
-	}
-	if _, err := h.ns.Nft(ctx, rules, "-f", "-"); err != nil {
-		return 0, nil, err
-	}
-	n, err := h.count(ctx)
-	return n, failed, err
-}
-
-func (h *nsHelper) count(ctx context.Context) (int64, error) {
-	var n int64
-	for _, t := range netpolicy.Tables {
-		fam, name, _ := strings.Cut(t, " ")
-		out, err := h.ns.Nft(ctx, nil, "-j", "list", "table", fam, name)
-		if err != nil {
-			return -1, nil
-		}
-		var doc struct {
-			Nftables []map[string]json.RawMessage `json:"nftables"`
-		}
-		if err := json.Unmarshal(out, &doc); err != nil {
-			return 0, err
-		}
-		for _, o := range doc.Nftables {
-			if _, ok := o["rule"]; ok {
-				n++
-			}
-		}
-	}
-	return n, nil
-}
-
-func (h *nsHelper) CheckFirewall(ctx context.Context, rules int64) (bool, error) {
-	n, err := h.count(ctx)
-	return err == nil && n == rules, err
-}
-
 const section = `{"instances":[
- {"id":"vm-a","nics":[{"bridge":"br0","mac":"52:54:00:0a:00:01","addresses":["10.9.0.5/24"],"policy":"PRIVATE"}]},
- {"id":"vm-h","nics":[{"bridge":"br0","mac":"52:54:00:0c:00:01","addresses":["10.9.0.1/24"],"policy":"EGRESS"}]}]}`
+ {"id":"vm-a","state":"RUNNING","nics":[{"bridge":"br0","mac":"52:54:00:0a:00:01","addresses":["10.9.0.5/24"],"policy":"PRIVATE"}]},
+ {"id":"vm-h","state":"RUNNING","nics":[{"bridge":"br0","mac":"52:54:00:0c:00:01","addresses":["10.9.0.1/24"],"policy":"EGRESS"}]},
+ {"id":"vm-s","state":"STOPPED","nics":[{"bridge":"br0","mac":"52:54:00:0d:00:01","addresses":["10.9.0.8/24"],"policy":"EGRESS"}]}]}`
 
-func newGuard(t *testing.T) (*Guard, *nsHelper) {
+func newGuard(t *testing.T) (*Guard, *netpolicytest.Helper) {
 	ns := netpolicytest.New(t)
 	ns.Bridge("br0", "10.9.0.1/24")
-	h := &nsHelper{ns: ns}
+	h := &netpolicytest.Helper{NS: ns}
 	g := New(h, nil)
 	failed, err := g.Apply(context.Background(), []byte(section), rootsig.Proof{})
 	if err != nil {
@@ -109,7 +40,7 @@ func TestOwner(t *testing.T) {
 	if id, ok := g.Owner(addrA); !ok || id != "vm-a" {
 		t.Fatalf("Owner(%s) = %q %v", addrA, id, ok)
 	}
-	for _, a := range []string{"10.9.0.1", "10.9.0.77", "::ffff:10.9.0.77"} {
+	for _, a := range []string{"10.9.0.1", "10.9.0.77", "::ffff:10.9.0.77", "10.9.0.8"} {
 		if id, ok := g.Owner(netip.MustParseAddr(a)); ok {
 			t.Errorf("Owner(%s) = %s", a, id)
 		}
@@ -118,7 +49,7 @@ func TestOwner(t *testing.T) {
 		t.Errorf("Owner of the IPv4-mapped address = %q %v", id, ok)
 	}
 	taps := g.Taps()
-	if len(taps) != 2 || taps[0].State != Guarded || taps[1].State != Failed {
+	if len(taps) != 3 || taps[0].State != Guarded || taps[1].State != Failed {
 		t.Fatalf("taps %+v", taps)
 	}
 }
@@ -131,21 +62,19 @@ func TestFlushReloaded(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	trustedWhileLoading := make(chan bool, 4)
-	h.mu.Lock()
-	h.loading = func() {
+	h.OnLoad(func() {
 		_, ok := g.Owner(addrA)
 		trustedWhileLoading <- ok
-	}
-	h.mu.Unlock()
+	})
 	go g.Run(ctx, Interval)
-	loaded, _ := h.count(ctx)
-	h.ns.Run("nft", "flush", "table", "bridge", "bcd_instances")
+	loaded, _ := h.Count(ctx)
+	h.NS.Run("nft", "flush", "table", "bridge", "bcd_instances")
 	flushed := time.Now()
-	if n, _ := h.count(ctx); n >= loaded {
+	if n, _ := h.Count(ctx); n >= loaded {
 		t.Fatalf("after the flush %d rules, before %d", n, loaded)
 	}
 	for {
-		if n, _ := h.count(ctx); n == loaded {
+		if n, _ := h.Count(ctx); n == loaded {
 			break
 		}
 		if time.Since(flushed) > 6*time.Second {

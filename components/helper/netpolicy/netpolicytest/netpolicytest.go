@@ -12,6 +12,7 @@ package netpolicytest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -26,6 +27,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/better-compute/bcd/components/base/testenv"
+	"github.com/better-compute/bcd/components/helper/netpolicy"
+	"github.com/better-compute/bcd/components/trust/rootsig"
 )
 
 // NS is a network namespace of the test.
@@ -217,4 +220,101 @@ func (s *Socket) SawFunc(f func([]byte) bool) bool {
 		}
 	}
 	return false
+}
+
+// Helper does in the namespace what bcd helper does for netpolicy.apply
+// and firewall.check (components/helper tests the helper itself): the
+// policy rendered by netpolicy, loaded and counted by a real nft. It
+// implements the node's netguard.Helper. Loading, when set, is called
+// before each load.
+type Helper struct {
+	NS      *NS
+	mu      sync.Mutex
+	loading func()
+}
+
+// OnLoad sets the function called before each load.
+func (h *Helper) OnLoad(f func()) {
+	h.mu.Lock()
+	h.loading = f
+	h.mu.Unlock()
+}
+
+// ApplyNetPolicy plans, renders and loads section's policy.
+func (h *Helper) ApplyNetPolicy(ctx context.Context, section []byte, _ rootsig.Proof) (int64, map[string]string, error) {
+	h.mu.Lock()
+	hook := h.loading
+	h.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	in, err := netpolicy.Decode(section)
+	if err != nil {
+		return 0, nil, err
+	}
+	var host netpolicy.Host
+	if err := h.NS.Do(func() (err error) { host, err = netpolicy.ReadHost("/sys", netpolicy.BridgeNames(in)); return err }); err != nil {
+		return 0, nil, err
+	}
+	taps, _, failed := netpolicy.Plan(in, host)
+	rules, err := netpolicy.Render(taps, host)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := h.NS.Nft(ctx, rules, "-f", "-"); err != nil {
+		return 0, nil, err
+	}
+	n, err := h.Count(ctx)
+	return n, failed, err
+}
+
+// Count counts the rules of bcd's tables; -1 when bridge bcd_instances
+// is not loaded.
+func (h *Helper) Count(ctx context.Context) (int64, error) {
+	var n int64
+	for _, t := range netpolicy.Tables {
+		fam, name, _ := strings.Cut(t, " ")
+		out, err := h.NS.Nft(ctx, nil, "-j", "list", "table", fam, name)
+		if err != nil {
+			if t == netpolicy.Tables[0] {
+				return -1, nil
+			}
+			continue
+		}
+		var doc struct {
+			Nftables []map[string]json.RawMessage `json:"nftables"`
+		}
+		if err := json.Unmarshal(out, &doc); err != nil {
+			return 0, err
+		}
+		for _, o := range doc.Nftables {
+			if _, ok := o["rule"]; ok {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// CheckFirewall reports whether the tables hold rules rules.
+func (h *Helper) CheckFirewall(ctx context.Context, rules int64) (bool, error) {
+	n, err := h.Count(ctx)
+	return err == nil && n == rules, err
+}
+
+// Guest makes a second namespace standing in for an instance: a veth
+// pair whose end tap is on bridge in ns, the other end eth0 in the guest
+// with mac and addr (CIDR), up, IPv6 off.
+func (ns *NS) Guest(bridge, tap, mac, addr string) *NS {
+	ns.t.Helper()
+	g := New(ns.t)
+	ns.Run("ip", "link", "add", tap, "type", "veth", "peer", "name", "eth0", "netns", g.Name)
+	ns.Run("sysctl", "-qw", "net.ipv6.conf."+tap+".disable_ipv6=1")
+	ns.Run("ip", "link", "set", tap, "master", bridge)
+	ns.Run("ip", "link", "set", tap, "up")
+	g.Run("sysctl", "-qw", "net.ipv6.conf.eth0.disable_ipv6=1")
+	g.Run("ip", "link", "set", "eth0", "address", mac)
+	g.Run("ip", "addr", "add", addr, "dev", "eth0")
+	g.Run("ip", "link", "set", "eth0", "up")
+	return g
 }
