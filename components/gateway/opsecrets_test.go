@@ -199,6 +199,17 @@ func testHeaderSecrets(t *testing.T, g *gw, stored func() []byte, bbolt bool) {
 		t.Errorf("deleting it twice: %v", err)
 	}
 
+	// A removed node's own secrets go with it; the fleet's stay.
+	if _, err := ac.SetSecret(ctx, "telemetry-header/Authorization", other.NodeID, []byte(nodeValue)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ac.RemoveNode(ctx, other.NodeID); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := ac.Secrets(ctx); err != nil || len(list) != 2 || list[0].Node != "" || list[1].Node != "" {
+		t.Errorf("after removing node %s: %+v %v", other.NodeID, list, err)
+	}
+
 	raw := stored()
 	for _, v := range values {
 		if bytes.Contains(raw, []byte(v)) {

@@ -186,6 +186,13 @@ func (s *Fleet) DeleteSecret(name, node string) (string, error) {
 	return name, nil
 }
 
+// dropNodeSecrets forgets the secrets set for a node that is removed.
+func (s *Fleet) dropNodeSecrets(node string) {
+	if err := s.store.DeleteMetaPrefix(opSecretPrefix + "node/" + node + "/"); err != nil {
+		s.log.Warn("a removed node's secrets were not deleted", "node", node, "err", err)
+	}
+}
+
 func scopeName(node string) string {
 	if node == "" {
 		return "the fleet"

@@ -26,6 +26,7 @@ func (s *Fleet) RemoveNode(id string) error {
 	if err := s.store.DeleteNode(id); err != nil {
 		return fmt.Errorf("remove node %s: %w", id, err)
 	}
+	s.dropNodeSecrets(id)
 	s.log.Info("node removed", "node", id)
 	return nil
 }

@@ -23,6 +23,9 @@ import (
 //     other change to that node in between;
 //   - SwapMeta writes only over the value it was given, so of two
 //     writers from one value exactly one wins.
+//
+// A method added here also needs its timed copy in timed.go (the
+// gateway's store latency metric).
 type Store interface {
 	// Close releases the backend (the file, the connection pool).
 	Close() error
