@@ -15,13 +15,13 @@ import (
 )
 
 // Base returns the checks every agent host runs, in the order they print:
-// config, kvm, iommu, gateway, identity, clock, cgroups, hugepages and
+// config, kvm, iommu, nft, gateway, identity, clock, cgroups, hugepages and
 // vfio. With cfg nil (the file did not load) the gateway and identity
 // checks, which need it, are left out; the config check says why. The
 // role's main adds NVML and Hardware, which need its nvidia-smi and
 // inventory backends.
 func Base(cfg *config.Config, path string) []Check {
-	checks := []Check{Config(path), KVM(), IOMMU()}
+	checks := []Check{Config(path), KVM(), IOMMU(), Nft()}
 	if cfg != nil {
 		checks = append(checks, Gateway(cfg.Gateway), Identity(cfg.DataDir, time.Now), NodeKey(cfg.DataDir, HostHasTPM()),
 			SignedIntent(cfg.DataDir, cfg.JoinSigningKeyPin))

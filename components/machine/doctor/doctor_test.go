@@ -218,11 +218,11 @@ func TestBase(t *testing.T) {
 		}
 		return strings.Join(n, " ")
 	}
-	if got, want := names(Base(nil, "/x")), "config kvm iommu clock cgroups hugepages vfio"; got != want {
+	if got, want := names(Base(nil, "/x")), "config kvm iommu nft clock cgroups hugepages vfio"; got != want {
 		t.Errorf("without a config: %s, want %s", got, want)
 	}
 	cfg := &config.Config{Gateway: "https://gw.example.com", DataDir: t.TempDir()}
-	if got, want := names(Base(cfg, "/x")), "config kvm iommu gateway identity node key intent clock cgroups hugepages vfio"; got != want {
+	if got, want := names(Base(cfg, "/x")), "config kvm iommu nft gateway identity node key intent clock cgroups hugepages vfio"; got != want {
 		t.Errorf("with a config: %s, want %s", got, want)
 	}
 }
@@ -230,7 +230,7 @@ func TestBase(t *testing.T) {
 // TestRealHost runs the checks that read this machine: whatever it has,
 // each gives a valid status and a detail.
 func TestRealHost(t *testing.T) {
-	for _, c := range []Check{KVM(), IOMMU(), Clock(), Cgroups(), HugePages(), VFIO()} {
+	for _, c := range []Check{KVM(), IOMMU(), Nft(), Clock(), Cgroups(), HugePages(), VFIO()} {
 		r := runOne(context.Background(), c)[0]
 		if r.Name != c.Name || r.Detail == "" || (r.Status != OK && r.Status != Warn && r.Status != Fail) {
 			t.Errorf("%s: %+v", c.Name, r)
