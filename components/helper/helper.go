@@ -50,6 +50,42 @@ type Config struct {
 	HostUnits HostUnits
 	// HostOff is root's [host] units = false: every host.unit is refused.
 	HostOff bool
+	// Libvirt is the instances' root half the libvirt.* operations run
+	// (components/vm/rootvirt), handed in by the role's main; nil: every
+	// libvirt.* is refused.
+	Libvirt Libvirt
+	// Instances is root's [instances] section: the acceleration domains
+	// get and the libvirtd they go to.
+	Instances config.Instances
+}
+
+// Libvirt is what the libvirt.* operations need of the instances' root
+// half: Define renders and defines one instance's domain from the
+// instances section root verified; Act runs one of the other operations
+// on a domain bcd's metadata names. final marks an error retrying cannot
+// mend (a refusal).
+type Libvirt interface {
+	Define(ctx context.Context, h LibvirtHost, id string, section []byte) (final bool, err error)
+	Act(ctx context.Context, h LibvirtHost, op, id string) (final bool, err error)
+}
+
+// LibvirtHost is what the helper itself knows for a libvirt.* operation,
+// from root's configuration and the host, never from the node.
+type LibvirtHost struct {
+	// DataDir is the node's data_dir from root's configuration: the
+	// instances' directories are DataDir/instances/<id>, the base images
+	// DataDir/images.
+	DataDir string
+	// Owner is the node account's uid: every disk file must be its.
+	Owner uint32
+	// Accel is kvm or qemu (TCG), as root's [instances] accel says.
+	Accel string
+	// Virsh runs virsh, found in the system directories with a fixed
+	// environment, on root's libvirtd, with stdin as its input.
+	Virsh func(ctx context.Context, stdin []byte, args ...string) ([]byte, error)
+	// GPUs lists this host's GPUs: UUID to PCI bus id (nvidia-smi's
+	// pci.bus_id, e.g. 00000000:3B:00.0).
+	GPUs func(ctx context.Context) (map[string]string, error)
 }
 
 // HostUnits is what host.unit needs of the host section's units: whether
@@ -134,7 +170,7 @@ func FromConfig(c *config.Config) Config {
 	}
 	return Config{Socket: c.Helper.Socket, User: c.Helper.User, Entrypoint: c.Helper.Entrypoint, ConfigFile: p,
 		SystemAccounts: c.Access.SystemAccounts, StateDir: c.Helper.StateDirOrDefault(), JoinSigningPin: c.JoinSigningKeyPin,
-		CommandRoots: c.Helper.CommandRootSHA256, HostOff: !c.Host.UnitsOn(),
+		CommandRoots: c.Helper.CommandRootSHA256, HostOff: !c.Host.UnitsOn(), Instances: c.Instances,
 		Update: UpdateConfig{Pins: c.Update.ReleasePins, Threshold: c.Update.Threshold(), SlotsDir: selfupdate.SlotsDir(c),
 			DataDir: c.DataDir, Adopt: adopt, AdoptSequence: buildinfo.ReleaseSequence()}}
 }
@@ -147,10 +183,13 @@ func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 }
 
 // Command is `bcd helper --config PATH`; fake is a fakehw build's machine
-// (nil on a host build), units the host section's units host.unit runs.
-func Command(fake *FakeMachine, units HostUnits) cli.Command {
+// (nil on a host build), units the host section's units host.unit runs,
+// lv the instances' root half the libvirt.* operations run.
+func Command(fake *FakeMachine, units HostUnits, lv Libvirt) cli.Command {
 	return cli.Command{Name: "helper", Summary: "serve bcd node's privileged operations (runs as root)",
-		Run: func(ctx context.Context, env *cli.Env, args []string) int { return run(ctx, env, args, fake, units) }}
+		Run: func(ctx context.Context, env *cli.Env, args []string) int {
+			return run(ctx, env, args, fake, units, lv)
+		}}
 }
 
 // RollbackCommand is `bcd-helper update-rollback --config PATH`: as
@@ -184,7 +223,7 @@ func RollbackCommand() cli.Command {
 		}}
 }
 
-func run(ctx context.Context, env *cli.Env, args []string, fake *FakeMachine, units HostUnits) int {
+func run(ctx context.Context, env *cli.Env, args []string, fake *FakeMachine, units HostUnits, lv Libvirt) int {
 	fs := cli.NewFlagSet(env, "bcd", "helper")
 	path := fs.String("config", config.DefaultPath, "the configuration file; it must have a [helper] section")
 	if code, ok := cli.Parse(fs, env, args, ""); !ok {
@@ -200,7 +239,7 @@ func run(ctx context.Context, env *cli.Env, args []string, fake *FakeMachine, un
 		return cli.Fail(env, prefix, err)
 	}
 	hc := FromConfig(cfg)
-	hc.Fake, hc.HostUnits = fake, units
+	hc.Fake, hc.HostUnits, hc.Libvirt = fake, units, lv
 	if err := Serve(ctx, hc, log); err != nil {
 		return cli.Fail(env, prefix, err)
 	}

@@ -38,6 +38,14 @@ var operations = map[string]opFunc{
 	wire.OpTPMCertify:     (*server).tpmCertify,
 	wire.OpTPMRelease:     (*server).tpmRelease,
 
+	wire.OpLibvirtDefine:   (*server).libvirt,
+	wire.OpLibvirtStart:    (*server).libvirt,
+	wire.OpLibvirtShutdown: (*server).libvirt,
+	wire.OpLibvirtDestroy:  (*server).libvirt,
+	wire.OpLibvirtSuspend:  (*server).libvirt,
+	wire.OpLibvirtResume:   (*server).libvirt,
+	wire.OpLibvirtUndefine: (*server).libvirt,
+
 	wire.OpUpdateStatus:      (*server).update,
 	wire.OpUpdatePrepare:     (*server).update,
 	wire.OpUpdateSwap:        (*server).update,

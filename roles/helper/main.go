@@ -2,7 +2,8 @@
 // helper` serves an unprivileged bcd node's typed privileged operations on
 // [helper] socket (components/helper). It links no network, gRPC, connect
 // or protobuf code: it parses only its own small JSON. It composes the
-// host section's units (components/host/unit) for host.unit.
+// host section's units (components/host/unit) for host.unit and the
+// instances' root half (components/vm/rootvirt) for libvirt.*.
 package main
 
 import (
@@ -10,8 +11,9 @@ import (
 	"github.com/better-compute/bcd/components/base/roles"
 	"github.com/better-compute/bcd/components/helper"
 	"github.com/better-compute/bcd/components/host/unit"
+	"github.com/better-compute/bcd/components/vm/rootvirt"
 )
 
 func main() {
-	roles.Main("helper", append([]cli.Command{helper.Command(fakeMachine(), unit.Root{Units: unit.Standard()}), helper.RollbackCommand()}, e2eCommands()...), nil)
+	roles.Main("helper", append([]cli.Command{helper.Command(fakeMachine(), unit.Root{Units: unit.Standard()}, rootvirt.Ops{}), helper.RollbackCommand()}, e2eCommands()...), nil)
 }

@@ -64,6 +64,8 @@ type Config struct {
 	Access Access `toml:"access,omitempty"`
 	// Host is root's own word on the host section (docs/host.md).
 	Host Host `toml:"host,omitempty"`
+	// Instances is root's word on the instances' runtime (docs/instances.md).
+	Instances Instances `toml:"instances,omitempty"`
 	// Boot configures a site agent's boot server.
 	Boot Boot `toml:"boot,omitempty"`
 	// Plugins configures the bcx driver plugins a site agent hosts.
@@ -364,6 +366,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.Helper.validate()...)
 	errs = append(errs, c.Access.validate()...)
 	errs = append(errs, c.Host.validate()...)
+	errs = append(errs, c.Instances.validate()...)
 	errs = append(errs, c.Boot.validate()...)
 	errs = append(errs, c.Plugins.validate()...)
 	errs = append(errs, c.Intent.validate()...)
@@ -514,6 +517,53 @@ type Host struct {
 	// RepairInterval is how often every section is planned again to mend
 	// drift (a hand edit of a file bcd owns); default 10m, at least 1s.
 	RepairInterval string `toml:"repair_interval,omitempty"`
+}
+
+// Instances is the [instances] section.
+type Instances struct {
+	// Accel is the acceleration of the instances' domains: kvm (the
+	// default, production), qemu (TCG, for hosts where KVM is unusable)
+	// or auto (kvm when /dev/kvm opens, else qemu). bcd helper renders
+	// TCG domains only when root's own configuration says so.
+	Accel string `toml:"accel,omitempty"`
+	// LibvirtSocket is the absolute path of libvirtd's read-write socket;
+	// empty: the system libvirtd's (qemu:///system). bcd node reads
+	// through the read-only socket beside it (libvirt-sock-ro).
+	LibvirtSocket string `toml:"libvirt_socket,omitempty"`
+}
+
+// The values of [instances] accel.
+const (
+	AccelKVM  = "kvm"
+	AccelTCG  = "qemu"
+	AccelAuto = "auto"
+)
+
+func (i *Instances) validate() []error {
+	var errs []error
+	switch i.Accel {
+	case "", AccelKVM, AccelTCG, AccelAuto:
+	default:
+		errs = append(errs, fmt.Errorf("instances.accel: %q is not kvm, qemu or auto", i.Accel))
+	}
+	if i.LibvirtSocket != "" && (!filepath.IsAbs(i.LibvirtSocket) || filepath.Clean(i.LibvirtSocket) != i.LibvirtSocket || strings.ContainsAny(i.LibvirtSocket, "?&#")) {
+		errs = append(errs, fmt.Errorf("instances.libvirt_socket: %q is not an absolute, clean path", i.LibvirtSocket))
+	}
+	return errs
+}
+
+// LibvirtURI is the URI of libvirtd's read-write socket, or with
+// readOnly its read-only one: qemu:///system, with ?socket= when
+// LibvirtSocket is set.
+func (i Instances) LibvirtURI(readOnly bool) string {
+	if i.LibvirtSocket == "" {
+		return "qemu:///system"
+	}
+	s := i.LibvirtSocket
+	if readOnly {
+		s = filepath.Join(filepath.Dir(s), "libvirt-sock-ro")
+	}
+	return "qemu:///system?socket=" + s
 }
 
 // UnitsOn reports whether the host section is on.

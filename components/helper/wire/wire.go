@@ -84,6 +84,44 @@ const OpHostUnit = "host.unit"
 // whose policy it could not express ({"failed":{"<id>":"<reason>"}}).
 const OpNetPolicyApply = "netpolicy.apply"
 
+// The libvirt.* operations (docs/instances.md, "Through bcd helper"):
+// libvirt.define takes an instance id with the instances section and its
+// proof (as access.apply), and the helper renders the domain from the
+// section itself; the others take only the id of a domain bcd's metadata
+// names. No operation carries domain XML.
+const (
+	OpLibvirtDefine   = "libvirt.define"
+	OpLibvirtStart    = "libvirt.start"
+	OpLibvirtShutdown = "libvirt.shutdown"
+	OpLibvirtDestroy  = "libvirt.destroy"
+	OpLibvirtSuspend  = "libvirt.suspend"
+	OpLibvirtResume   = "libvirt.resume"
+	OpLibvirtUndefine = "libvirt.undefine"
+)
+
+// IsLibvirtOp reports whether op is one of the libvirt.* operations.
+func IsLibvirtOp(op string) bool {
+	switch op {
+	case OpLibvirtDefine, OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine:
+		return true
+	}
+	return false
+}
+
+// instanceID reports whether id has the shape of an instance id:
+// [A-Za-z0-9][A-Za-z0-9_-], 1 to 64 characters.
+func instanceID(id string) bool {
+	if len(id) == 0 || len(id) > 64 || id[0] == '-' || id[0] == '_' {
+		return false
+	}
+	for _, c := range id {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '-' && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
 // hostUnitName reports whether id has the shape of host.unit's id: a
 // unit's name of [a-z0-9-], 1 to 32 characters. Which units exist is the
 // helper's own registry's to say.
@@ -432,8 +470,10 @@ func (r *Request) Check() error {
 		allowed = "unique qualifying_data"
 	case OpAccessApply, OpNetPolicyApply:
 		allowed = "section proof"
-	case OpHostUnit:
+	case OpHostUnit, OpLibvirtDefine:
 		allowed = "id section proof"
+	case OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine:
+		allowed = "id"
 	case OpUpdatePrepare, OpUpdateSwap:
 		allowed = "document"
 	case OpSSHReload, OpPing, OpTPMAK,
@@ -466,7 +506,14 @@ func (r *Request) Check() error {
 			// section's fields (access.apply), never sent as content.
 			return fmt.Errorf("%s: file kind %s is written only by %s", r.Op, r.Kind, OpAccessApply)
 		}
-	case OpAccessApply, OpHostUnit, OpNetPolicyApply:
+	case OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine:
+		if !instanceID(r.ID) {
+			return fmt.Errorf("%s: id must name an instance ([A-Za-z0-9][A-Za-z0-9_-], 1 to 64 characters)", r.Op)
+		}
+	case OpAccessApply, OpHostUnit, OpNetPolicyApply, OpLibvirtDefine:
+		if r.Op == OpLibvirtDefine && !instanceID(r.ID) {
+			return fmt.Errorf("%s: id must name an instance ([A-Za-z0-9][A-Za-z0-9_-], 1 to 64 characters)", r.Op)
+		}
 		if r.Op == OpHostUnit && !hostUnitName(r.ID) {
 			return fmt.Errorf("%s: id must name a host unit ([a-z0-9-], 1 to 32 characters)", r.Op)
 		}

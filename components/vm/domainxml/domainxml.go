@@ -45,7 +45,10 @@ const (
 
 // Request is one instance's domain as the node asks for it.
 type Request struct {
-	ID        string
+	ID string
+	// UUID keeps a domain's libvirt UUID when it is defined again
+	// (lowercase 8-4-4-4-12 hex); empty: libvirt picks one.
+	UUID      string
 	VCPUs     int
 	MemoryMiB int
 	Accel     string
@@ -128,6 +131,18 @@ func name(s string, max int, extra string) bool {
 	return len(s) >= 1 && len(s) <= max && strings.ContainsRune(lowerDigits, rune(s[0])) && only(s, lowerDigits+extra)
 }
 
+func validUUID(u string) bool {
+	if len(u) != 36 || !only(u, "0123456789abcdef-") {
+		return false
+	}
+	for i, c := range u {
+		if (i == 8 || i == 13 || i == 18 || i == 23) != (c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 func validMAC(m string) bool {
 	if len(m) != 17 || !only(m, "0123456789abcdef:") {
 		return false
@@ -146,6 +161,8 @@ func (r Request) Check(h Host) error {
 	switch {
 	case !ValidID(r.ID):
 		return fmt.Errorf("instance id %q is not [A-Za-z0-9][A-Za-z0-9_-], 1 to 64", r.ID)
+	case r.UUID != "" && !validUUID(r.UUID):
+		return fmt.Errorf("uuid %q is not lowercase 8-4-4-4-12 hex", r.UUID)
 	case r.VCPUs < 1 || r.VCPUs > MaxVCPUs:
 		return fmt.Errorf("vcpus %d: 1 to %d", r.VCPUs, MaxVCPUs)
 	case r.MemoryMiB < MinMemoryMiB || r.MemoryMiB > MaxMemoryMiB:
@@ -258,6 +275,9 @@ func Render(r Request, h Host) ([]byte, error) {
 	itoa := strconv.Itoa
 	w(`<domain type="`, r.Accel, `">`)
 	w(`  <name>`, r.ID, `</name>`)
+	if r.UUID != "" {
+		w(`  <uuid>`, r.UUID, `</uuid>`)
+	}
 	w(`  <metadata>`)
 	w(`    <bcd:instance xmlns:bcd="`, Namespace, `" id="`, r.ID, `"/>`)
 	w(`  </metadata>`)

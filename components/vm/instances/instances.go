@@ -38,8 +38,8 @@ import (
 
 // Files of an instance, in data_dir/instances/<id>/.
 const (
-	DiskFile = "disk.qcow2"
-	SeedFile = "seed.iso"
+	DiskFile = vmruntime.DiskFile
+	SeedFile = vmruntime.SeedFile
 )
 
 // Config wires the section.
@@ -369,12 +369,7 @@ func (s *Section) removals(st state) []string {
 // machine is the domain of an instance: its disk (after an iso base
 // image's cdrom, when it boots from one) and its seed.
 func machine(in spec.Instance, im spec.Image) vmruntime.Machine {
-	disks := []vmruntime.Disk{{Name: DiskFile, Format: "qcow2", Boot: 1}}
-	if im.Format == spec.ISO {
-		disks = []vmruntime.Disk{{Name: im.SHA256 + ".iso", Format: "raw", CDROM: true, Base: true, Boot: 1}, {Name: DiskFile, Format: "qcow2", Boot: 2}}
-	}
-	disks = append(disks, vmruntime.Disk{Name: SeedFile, Format: "raw", CDROM: true})
-	return vmruntime.Machine{ID: in.ID, VCPUs: in.VCPUs, MemoryMiB: in.MemoryMiB, Disks: disks, GPUs: in.GPUs}
+	return vmruntime.InstanceMachine(in.ID, in.VCPUs, in.MemoryMiB, im.SHA256, im.Format, in.GPUs)
 }
 
 // failure is why an instance did not converge; terminal when trying

@@ -89,5 +89,24 @@ type Runtime interface {
 	Destroy(ctx context.Context, id string) error
 }
 
+// Files of an instance, in data_dir/instances/<id>/.
+const (
+	DiskFile = "disk.qcow2"
+	SeedFile = "seed.iso"
+)
+
+// InstanceMachine is the domain of an instance: its disk (after an iso
+// base image's cdrom, when it boots from one) and its seed. The node's
+// converger and bcd helper, which takes the instance from the signed
+// section itself, both build a domain with it, so the two agree.
+func InstanceMachine(id string, vcpus, memoryMiB int, image, imageFormat string, gpus []string) Machine {
+	disks := []Disk{{Name: DiskFile, Format: "qcow2", Boot: 1}}
+	if imageFormat == "iso" {
+		disks = []Disk{{Name: image + ".iso", Format: "raw", CDROM: true, Base: true, Boot: 1}, {Name: DiskFile, Format: "qcow2", Boot: 2}}
+	}
+	disks = append(disks, Disk{Name: SeedFile, Format: "raw", CDROM: true})
+	return Machine{ID: id, VCPUs: vcpus, MemoryMiB: memoryMiB, Disks: disks, GPUs: gpus}
+}
+
 // ValidState reports whether s is RUNNING, PAUSED or STOPPED.
 func ValidState(s string) bool { return s == Running || s == Paused || s == Stopped }
