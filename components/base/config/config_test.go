@@ -369,3 +369,29 @@ func TestPluginsSection(t *testing.T) {
 		}
 	}
 }
+
+func TestInstances(t *testing.T) {
+	for _, tt := range []struct {
+		toml, want, uri, ro string
+	}{
+		{toml: "", uri: "qemu:///system", ro: "qemu:///system"},
+		{toml: "[instances]\naccel = \"qemu\"\nlibvirt_socket = \"/run/lv/libvirt-sock\"\n", uri: "qemu:///system?socket=/run/lv/libvirt-sock", ro: "qemu:///system?socket=/run/lv/libvirt-sock-ro"},
+		{toml: "[instances]\naccel = \"tcg\"\n", want: "instances.accel"},
+		{toml: "[instances]\nlibvirt_socket = \"/run/lv/sock?x=1\"\n", want: "instances.libvirt_socket"},
+		{toml: "[instances]\nlibvirt_socket = \"run/sock\"\n", want: "instances.libvirt_socket"},
+	} {
+		c, err := Parse([]byte(tt.toml), "")
+		if tt.want != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%q: %v, want an error naming %s", tt.toml, err, tt.want)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tt.toml, err)
+		}
+		if got, ro := c.Instances.LibvirtURI(false), c.Instances.LibvirtURI(true); got != tt.uri || ro != tt.ro {
+			t.Errorf("%q: URIs %q, %q", tt.toml, got, ro)
+		}
+	}
+}
