@@ -23,6 +23,7 @@ import (
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/agentsvc"
 	"github.com/better-compute/bcd/components/gateway/fleet"
+	"github.com/better-compute/bcd/components/trust/cloudiid"
 	"github.com/better-compute/bcd/components/trust/intent"
 	"github.com/better-compute/bcd/components/trust/wellknown"
 )
@@ -152,8 +153,19 @@ func serve(ctx context.Context, env *cli.Env, args []string) int {
 	fs.StringVar(&cfg.CommandKey, "command-key", "", "bcgw's own command-signing key: a PEM file, or none (sign nothing); default DATA/command-signing.key, made at first start")
 	kekFlag := fs.String("key-encryption-key", "", "with --database: the key-encryption key's file (bcgw kek generate), the same for every gateway; the keys are stored in the database sealed under it (default: the systemd credential "+kekCredential+")")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	iidCerts := fs.String("cloud-iid-certs", "", "a PEM file of the certificates EC2 identity documents must verify under (AWS's published RSA certificates of the regions that may join); unset, cloud-iid joins are refused")
+	fs.DurationVar(&cfg.CloudIIDMaxAge, "cloud-iid-max-age", agentsvc.DefaultCloudIIDMaxAge, "how long after launch an EC2 instance may join with cloud-iid (-1ns: no limit)")
 	if code, ok := cli.Parse(fs, env, args, ""); !ok {
 		return code
+	}
+	if *iidCerts != "" {
+		b, err := os.ReadFile(*iidCerts)
+		if err == nil {
+			cfg.CloudIIDCerts, err = cloudiid.ParseCerts(b)
+		}
+		if err != nil {
+			return cli.Usagef(env, "bcgw serve: --cloud-iid-certs: %v", err)
+		}
 	}
 	log, err := logging.New(env.Stderr, *level, "json", "bcgw")
 	if err != nil {
@@ -181,7 +193,7 @@ func token(ctx context.Context, env *cli.Env, args []string) int {
 		return tokenLsRm(ctx, env, args)
 	}
 	if len(args) == 0 || args[0] != "create" {
-		return cli.Usagef(env, "usage: bcgw token create [--uses N] [--role node|site] [--site S] [--ttl D] [--node-id ID] | ls [--json] | rm ID")
+		return cli.Usagef(env, "usage: bcgw token create [--uses N] [--role node|site] [--site S] [--ttl D] [--node-id ID | --cloud-iid-account ACCOUNT [--region R]] | ls [--json] | rm ID")
 	}
 	fs := cli.NewFlagSet(env, "bcgw", "token create")
 	var a adminFlags
@@ -191,20 +203,30 @@ func token(ctx context.Context, env *cli.Env, args []string) int {
 	site := fs.String("site", "lab", "the site joined agents belong to")
 	ttl := fs.Duration("ttl", 24*time.Hour, "how long the token is valid (0: no expiry)")
 	nodeID := fs.String("node-id", "", "a provisioned token: the installed OS joins as this node (bcd join --node-id); one use")
+	account := fs.String("cloud-iid-account", "", "a cloud-iid rule, not a token: EC2 instances of this AWS account join with bcd join --attestor cloud-iid, up to --uses of them; prints the rule's id")
+	region := fs.String("region", "", "with --cloud-iid-account: only instances of this region")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if code, ok := cli.Parse(fs, env, args[1:], ""); !ok {
 		return code
+	}
+	if *region != "" && *account == "" {
+		return cli.Usagef(env, "bcgw token create: --region needs --cloud-iid-account")
 	}
 	c, err := a.client()
 	if err != nil {
 		return cli.Fail(env, "bcgw token create", err)
 	}
-	t, err := c.CreateToken(ctx, adminapi.TokenRequest{Role: *role, Site: *site, Uses: *uses, TTLSeconds: int(ttl.Seconds()), NodeID: *nodeID})
+	t, err := c.CreateToken(ctx, adminapi.TokenRequest{Role: *role, Site: *site, Uses: *uses, TTLSeconds: int(ttl.Seconds()), NodeID: *nodeID,
+		CloudAccount: *account, CloudRegion: *region})
 	if err != nil {
 		return cli.Fail(env, "bcgw token create", err)
 	}
 	if *asJSON {
 		return printJSON(env, t)
+	}
+	if *account != "" {
+		fmt.Fprintf(env.Stdout, "cloud-iid rule %s: EC2 instances of account %s may join (bcd join --attestor cloud-iid)\n", t.ID, *account)
+		return 0
 	}
 	fmt.Fprintln(env.Stdout, t.Token)
 	return 0

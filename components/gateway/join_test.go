@@ -195,9 +195,14 @@ func TestJoinRefusals(t *testing.T) {
 		}, connect.CodeInvalidArgument},
 		{"unsupported attestor", func() *bcdv1.JoinRequest {
 			r, _ := joinRequest(t, g.jwk, nodeTok, "node", nil, time.Now())
-			r.Attestor = "cloud-iid"
+			r.Attestor = "aws-sts"
 			return r
 		}, connect.CodeUnimplemented},
+		{"cloud-iid on a gateway that pins no certificates", func() *bcdv1.JoinRequest {
+			r, _ := joinRequest(t, g.jwk, nodeTok, "node", nil, time.Now())
+			r.Attestor = "cloud-iid"
+			return r
+		}, connect.CodePermissionDenied},
 		{"garbage CSR", func() *bcdv1.JoinRequest {
 			r, _ := joinRequest(t, g.jwk, nodeTok, "node", nil, time.Now())
 			r.Csr = []byte("not a csr")

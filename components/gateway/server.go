@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,13 +46,17 @@ type Config struct {
 	Name string
 	// AdminListen, when set, also serves the admin API on this loopback
 	// address with the bearer token in DataDir/admin.token.
-	AdminListen  string
-	MaxSessions  int           // live sessions beyond this are refused busy; 0 = unlimited
-	LeaseTTL     time.Duration // boot lease lifetime without renewal; default 45s
-	Pushback     time.Duration // the retry pushback a busy refusal carries
-	JoinRate     float64       // joins a second admitted (joinlimit.go); 0: DefaultJoinRate, below 0: no limit
-	CertValidity time.Duration // node certificates; default 24h
-	Heartbeat    time.Duration // heartbeat interval asked of agents; default 15s
+	AdminListen string
+	MaxSessions int           // live sessions beyond this are refused busy; 0 = unlimited
+	LeaseTTL    time.Duration // boot lease lifetime without renewal; default 45s
+	Pushback    time.Duration // the retry pushback a busy refusal carries
+	JoinRate    float64       // joins a second admitted (joinlimit.go); 0: DefaultJoinRate, below 0: no limit
+	// CloudIIDCerts and CloudIIDMaxAge: the cloud-iid attestor's pinned
+	// certificates and the maximum age of an instance that joins with it.
+	CloudIIDCerts  []*x509.Certificate
+	CloudIIDMaxAge time.Duration
+	CertValidity   time.Duration // node certificates; default 24h
+	Heartbeat      time.Duration // heartbeat interval asked of agents; default 15s
 	// CommandKey is bcgw's own command-signing key: "" for
 	// DataDir/command-signing.key (made at first start), CommandKeyNone
 	// for none (bcgw then signs nothing), or the path of a PEM key file.
@@ -181,6 +186,7 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	svc := agentsvc.New(agentsvc.Config{
 		TrustDomain: cfg.TrustDomain, Name: cfg.Name, CertValidity: cfg.CertValidity, Heartbeat: cfg.Heartbeat,
 		MaxSessions: cfg.MaxSessions, Pushback: cfg.Pushback, JoinRate: cfg.JoinRate,
+		CloudIIDCerts: cfg.CloudIIDCerts, CloudIIDMaxAge: cfg.CloudIIDMaxAge,
 	}, fl, h)
 	s := &Server{Fleet: fl, svc: svc, cfg: cfg, log: cfg.Log, store: st, keys: k, hub: h, metrics: m}
 	s.admin = admin.New(admin.Config{DataDir: cfg.DataDir, AdminListen: cfg.AdminListen, BoundAside: cfg.boundAside, WellKnown: s.WellKnown}, fl, svc)

@@ -28,11 +28,13 @@ import (
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/base/logging"
 	"github.com/better-compute/bcd/components/helper/anchor"
+	"github.com/better-compute/bcd/components/trust/cloudiid"
 	"github.com/better-compute/bcd/components/trust/identity"
 	"github.com/better-compute/bcd/components/trust/join"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/rootsig"
 	"github.com/better-compute/bcd/components/trust/wellknown"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
 )
 
@@ -64,7 +66,7 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 	fs.StringVar(&f.tokenFile, "token-file", "", "read the token from this file (regular, mode 0600 or 0400, at most 4 KiB); removed once joined")
 	fs.StringVar(&f.nodeID, "node-id", "", "the node an installed OS must join as (provisioned attestor)")
 	fs.StringVar(&f.server, "server", "", "the control plane URL (https://): its well-known document bootstraps config.toml and the join key")
-	fs.StringVar(&f.attestor, "attestor", "join-token", "join-token; tpm (the host's TPM, no token); provisioned (implied by --node-id); cloud-iid comes later")
+	fs.StringVar(&f.attestor, "attestor", "join-token", "join-token; tpm (the host's TPM, no token); cloud-iid (an EC2 instance's signed identity, no token); provisioned (implied by --node-id)")
 	fs.StringVar(&f.servingPin, "serving-ca-pin", "", "sha256/...: required with --server and no config.toml; must equal serving_ca_spki_pin")
 	fs.StringVar(&f.signingPin, "join-signing-pin", "", "sha256/...: same, for join_signing_key_pin")
 	fs.StringVar(&f.encPin, "join-encryption-pin", "", "sha256/...: same, for join_encryption_key_pin")
@@ -82,9 +84,6 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 	case "tpm", "cloud-iid":
 		if f.tokenFile != "" {
 			return cli.Usagef(env, "bcd join: --attestor %s takes no --token-file", f.attestor)
-		}
-		if f.attestor != "tpm" {
-			return cli.Usagef(env, "bcd join: --attestor %s is not in this build yet", f.attestor)
 		}
 	case "provisioned":
 		if f.nodeID == "" {
@@ -164,14 +163,27 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 		defer t.Close()
 		jt = t
 	}
+	var iid *bcdv1.CloudIdentity // the cloud-iid attestor: EC2's signed identity, and no token
+	if f.attestor == cloudiid.Attestor {
+		// Off EC2 nothing is asked of 169.254.169.254, which could be
+		// anyone's there.
+		if err := cloudiid.OnEC2(sysfsRoot(env)); err != nil {
+			return cli.Fail(env, "bcd join", fmt.Errorf("--attestor cloud-iid: %w", err))
+		}
+		ev, err := cloudiid.Fetch(ctx, cloudiid.IMDS)
+		if err != nil {
+			return cli.Fail(env, "bcd join", fmt.Errorf("--attestor cloud-iid: %w", err))
+		}
+		iid = &bcdv1.CloudIdentity{Document: ev.Document, Signature: ev.Signature}
+	}
 	token, code := "", 0
-	if jt == nil {
+	if jt == nil && iid == nil {
 		token, code = readToken(env, envToken, f.tokenFile)
 	}
 	if code != 0 {
 		return code
 	}
-	if jwk == nil && jt == nil {
+	if jwk == nil && jt == nil && iid == nil {
 		if jwk, code = loadJWK(ctx, env, cfg, &f, doc); code != 0 {
 			return code
 		}
@@ -182,7 +194,7 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 	}
 	defer hc.CloseIdleConnections()
 	a, err := join.Join(ctx, join.Options{
-		Client: client, Role: f.role, Attestor: f.attestor, Token: token, EncryptionJWK: jwk, SigningPin: cfg.JoinSigningKeyPin,
+		Client: client, Role: f.role, Attestor: f.attestor, Token: token, EncryptionJWK: jwk, SigningPin: cfg.JoinSigningKeyPin, CloudIID: iid,
 		Claims: hostinfo.Claims(cfg.DataDir), DataDir: cfg.DataDir, Log: log, TPM: jt, NodeID: f.nodeID,
 		Verified: rootRecord(cfg),
 	})
@@ -414,4 +426,13 @@ func joinClient(cfg *config.Config) (bcdv1connect.AgentGatewayClient, *http.Clie
 		return ws.Gateway(nil), ws.HTTPClient(), nil
 	}
 	return transport.Client(transport.Options{URL: cfg.Gateway, ServerName: cfg.GatewayServerName, ServingCASPKIPin: cfg.ServingCASPKIPin})
+}
+
+// sysfsRoot is where bcd join reads the DMI: /sys, or in a fakehw build
+// BCD_FAKEHW_SYSFS (a fake sysfs tree of a test).
+func sysfsRoot(env *cli.Env) string {
+	if v := env.Getenv("BCD_FAKEHW_SYSFS"); v != "" && buildinfo.FakeHW {
+		return v
+	}
+	return "/sys"
 }

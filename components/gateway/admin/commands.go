@@ -23,6 +23,19 @@ func (s *API) adminToken(w http.ResponseWriter, r *http.Request) {
 	var tok string
 	var rec store.Token
 	var err error
+	if req.CloudRegion != "" && req.CloudAccount == "" {
+		adminErr(w, http.StatusBadRequest, errors.New("cloud_iid_region needs cloud_iid_account"))
+		return
+	}
+	if req.CloudAccount != "" {
+		rec, err := s.NewCloudRule(req.Role, req.Site, req.CloudAccount, req.CloudRegion, req.Uses, time.Duration(req.TTLSeconds)*time.Second)
+		if err != nil {
+			adminErr(w, http.StatusBadRequest, err)
+			return
+		}
+		writeJSON(w, adminapi.TokenResponse{ID: rec.ID, ExpiresAt: rec.ExpiresAt})
+		return
+	}
 	if req.NodeID != "" {
 		if (req.Role != "" && req.Role != "node") || req.Uses > 1 {
 			adminErr(w, http.StatusBadRequest, errors.New("a provisioned token (node_id) is of role node and admits one join"))

@@ -40,6 +40,11 @@ type TokenRequest struct {
 	// NodeID makes a provisioned token (role node, one use): the OS that
 	// joins with it (`bcd join --node-id`) becomes that node.
 	NodeID string `json:"node_id,omitempty"`
+	// CloudAccount makes a cloud-iid rule: EC2 instances of this account
+	// (and of CloudRegion, when set) join with bcd join --attestor
+	// cloud-iid, up to Uses of them. No token is shown.
+	CloudAccount string `json:"cloud_iid_account,omitempty"`
+	CloudRegion  string `json:"cloud_iid_region,omitempty"`
 }
 
 // TokenResponse carries a new token, shown once.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -71,6 +72,9 @@ func (s *Service) Join(ctx context.Context, req *connect.Request[bcdv1.JoinReque
 	if m.GetAttestor() == "tpm" {
 		return s.joinTPM(ctx, m)
 	}
+	if m.GetAttestor() == "cloud-iid" {
+		return s.joinCloudIID(m)
+	}
 	switch a := m.GetAttestor(); {
 	case (a == "" || a == "join-token") && (m.GetRole() == "node" || m.GetRole() == "site"):
 	case a == "discovery" && m.GetRole() == "ramdisk":
@@ -102,7 +106,12 @@ func (s *Service) Join(ctx context.Context, req *connect.Request[bcdv1.JoinReque
 		log.Warn("join refused", "reason", "malformed token")
 		return nil, connectErr(connect.CodePermissionDenied, "join token is not valid")
 	}
-	tok, err := s.store.SpendTokenIf(id, secret, m.GetRole(), s.now(), func(t store.Token) error { return fleet.ProvisionedBinding(m.GetAttestor(), t) })
+	tok, err := s.store.SpendTokenIf(id, secret, m.GetRole(), s.now(), func(t store.Token) error {
+		if t.CloudAccount != "" {
+			return errors.New("join token is not valid")
+		}
+		return fleet.ProvisionedBinding(m.GetAttestor(), t)
+	})
 	if err != nil {
 		log.Warn("join refused", "token_id", id, "reason", err.Error())
 		return nil, connect.NewError(connect.CodePermissionDenied, err)

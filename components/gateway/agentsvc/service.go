@@ -1,6 +1,7 @@
 package agentsvc
 
 import (
+	"crypto/x509"
 	"log/slog"
 	"sync"
 	"time"
@@ -21,6 +22,12 @@ type Config struct {
 	MaxSessions  int           // live sessions beyond this are refused busy; 0 = unlimited
 	Pushback     time.Duration // the retry pushback a busy refusal carries
 	JoinRate     float64       // joins a second admitted (joinlimit.go)
+	// CloudIIDCerts are the certificates EC2 identity documents must verify
+	// under (AWS's published ones, or a test's); none: cloud-iid is refused.
+	CloudIIDCerts []*x509.Certificate
+	// CloudIIDMaxAge is how long after launch an instance may join with
+	// cloud-iid (0: DefaultCloudIIDMaxAge; below 0: no limit).
+	CloudIIDMaxAge time.Duration
 }
 
 // Service is the AgentGateway service of one gateway over its fleet
@@ -42,6 +49,8 @@ type Service struct {
 	// ws issues the WebSocket fallback's challenges (websocket.go).
 	ws     *wsproof.Issuer
 	wsOnce sync.Once
+	// cloudMu admits one cloud-iid join at a time (cloudiid.go).
+	cloudMu sync.Mutex
 }
 
 // New is the agent service over fl, whose sessions h registers.

@@ -63,16 +63,27 @@ type Token struct {
 	// installed OS must join as; the deploy.image command it was minted
 	// for is Command.
 	NodeID string `json:"node_id,omitempty"`
+	// CloudAccount (and CloudRegion, when set) make the token a cloud-iid
+	// rule: no one holds it (its secret is derived, never shown), and it
+	// admits EC2 instances of that account (and region) that prove
+	// themselves with their identity document.
+	CloudAccount string `json:"cloud_iid_account,omitempty"`
+	CloudRegion  string `json:"cloud_iid_region,omitempty"`
 }
 
 // Node is a joined agent.
 type Node struct {
-	ID         string `json:"id"`
-	Role       string `json:"role"`
-	Site       string `json:"site"`
-	Hostname   string `json:"hostname"`
-	SPIFFEID   string `json:"spiffe_id"`
-	CertSerial string `json:"cert_serial"`
+	ID string `json:"id"`
+	// CloudAccount and CloudInstanceID bind a node that joined with the
+	// cloud-iid attestor to its EC2 account and instance: an instance is
+	// admitted once.
+	CloudAccount    string `json:"cloud_iid_account,omitempty"`
+	CloudInstanceID string `json:"cloud_iid_instance,omitempty"`
+	Role            string `json:"role"`
+	Site            string `json:"site"`
+	Hostname        string `json:"hostname"`
+	SPIFFEID        string `json:"spiffe_id"`
+	CertSerial      string `json:"cert_serial"`
 	// PrevCertSerial is the certificate a renewal replaced; it stays valid
 	// until the new one is first used, so an agent that died before
 	// storing its renewed certificate can still connect (and renew again).

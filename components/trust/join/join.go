@@ -31,11 +31,14 @@ import (
 
 // Options are the inputs of one join.
 type Options struct {
-	Client        bcdv1connect.AgentGatewayClient
-	Role          string
-	Attestor      string // default join-token
-	Assertion     string // the site's discovery assertion (attestor discovery)
-	TPM           TPM    // the host's TPM (attestor tpm; see tpm.go)
+	Client    bcdv1connect.AgentGatewayClient
+	Role      string
+	Attestor  string // default join-token
+	Assertion string // the site's discovery assertion (attestor discovery)
+	TPM       TPM    // the host's TPM (attestor tpm; see tpm.go)
+	// CloudIID is an EC2 instance's identity document and signature
+	// (attestor cloud-iid, no token), read once from IMDSv2.
+	CloudIID      *bcdv1.CloudIdentity
 	Token         string
 	EncryptionJWK *jose.JSONWebKey // already checked against join_encryption_key_pin
 	SigningPin    string           // join_signing_key_pin
@@ -110,7 +113,7 @@ func Join(ctx context.Context, o Options) (*identity.Agent, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256(csr)
-	req := &bcdv1.JoinRequest{Role: o.Role, Attestor: o.Attestor, Csr: csr, Claims: o.Claims, Assertion: o.Assertion}
+	req := &bcdv1.JoinRequest{Role: o.Role, Attestor: o.Attestor, Csr: csr, Claims: o.Claims, Assertion: o.Assertion, CloudIid: o.CloudIID}
 	var resp *connect.Response[bcdv1.JoinResponse]
 	// A refusal with a pushback (the gateway's join limiter, its session
 	// limit) is the gateway saying when to come back, not a failure: it is
@@ -119,9 +122,11 @@ func Join(ctx context.Context, o Options) (*identity.Agent, error) {
 	for attempt := 0; ; attempt++ {
 		// Sealed anew for each attempt, so its issue time stays fresh
 		// however long the back-off was.
-		req.SealedToken, err = pki.SealToken(o.EncryptionJWK, pki.SealedToken{Token: o.Token, CSRSHA256: fmt.Sprintf("%x", sum), IssuedAt: o.Now().Unix()})
-		if err != nil {
-			return nil, fmt.Errorf("seal join token: %w", err)
+		if o.CloudIID == nil {
+			req.SealedToken, err = pki.SealToken(o.EncryptionJWK, pki.SealedToken{Token: o.Token, CSRSHA256: fmt.Sprintf("%x", sum), IssuedAt: o.Now().Unix()})
+			if err != nil {
+				return nil, fmt.Errorf("seal join token: %w", err)
+			}
 		}
 		resp, err = o.Client.Join(ctx, connect.NewRequest(req))
 		if err == nil {
@@ -135,6 +140,11 @@ func Join(ctx context.Context, o Options) (*identity.Agent, error) {
 			wait = backoff.Jitter(wait)
 		} else if !Retryable(err) || attempt+1 >= o.MaxAttempts {
 			if connect.CodeOf(err) == connect.CodePermissionDenied || connect.CodeOf(err) == connect.CodeInvalidArgument {
+				if o.CloudIID != nil && attempt > 0 {
+					// The gateway admits each instance once: a lost answer
+					// may have admitted this one.
+					return nil, fmt.Errorf("Join refused: %s (an earlier attempt may have admitted this instance: check for its node, or join again with --reset and a join token)", connectMessage(err))
+				}
 				return nil, fmt.Errorf("Join refused: %s", connectMessage(err))
 			}
 			return nil, fmt.Errorf("Join: %w", err)

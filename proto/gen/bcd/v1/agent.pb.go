@@ -28,7 +28,8 @@ type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "node", "site" or "ramdisk".
 	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
-	// The attestor: "join-token", "discovery", "tpm", "provisioned".
+	// The attestor: "join-token", "discovery", "tpm", "provisioned",
+	// "cloud-iid".
 	Attestor string `protobuf:"bytes,2,opt,name=attestor,proto3" json:"attestor,omitempty"`
 	// Compact JWE of {token, csr_sha256, iat} sealed to the JoinService
 	// encryption key. The token never travels in the clear.
@@ -43,7 +44,10 @@ type JoinRequest struct {
 	Assertion string `protobuf:"bytes,7,opt,name=assertion,proto3" json:"assertion,omitempty"`
 	// For the tpm attestor (no sealed token): the TPM's evidence, and the
 	// answer to a challenge once the gateway asked one.
-	Tpm           *TPMAttestation `protobuf:"bytes,8,opt,name=tpm,proto3" json:"tpm,omitempty"`
+	Tpm *TPMAttestation `protobuf:"bytes,8,opt,name=tpm,proto3" json:"tpm,omitempty"`
+	// For the cloud-iid attestor (no sealed token): the EC2 instance
+	// identity document and its signature, as IMDSv2 served them.
+	CloudIid      *CloudIdentity `protobuf:"bytes,9,opt,name=cloud_iid,json=cloudIid,proto3" json:"cloud_iid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -134,6 +138,68 @@ func (x *JoinRequest) GetTpm() *TPMAttestation {
 	return nil
 }
 
+func (x *JoinRequest) GetCloudIid() *CloudIdentity {
+	if x != nil {
+		return x.CloudIid
+	}
+	return nil
+}
+
+// CloudIdentity is an EC2 instance's identity document (the exact bytes
+// of /latest/dynamic/instance-identity/document) and the base64 RSA
+// signature AWS made of it (/latest/dynamic/instance-identity/signature).
+type CloudIdentity struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Document      []byte                 `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloudIdentity) Reset() {
+	*x = CloudIdentity{}
+	mi := &file_bcd_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloudIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloudIdentity) ProtoMessage() {}
+
+func (x *CloudIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloudIdentity.ProtoReflect.Descriptor instead.
+func (*CloudIdentity) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CloudIdentity) GetDocument() []byte {
+	if x != nil {
+		return x.Document
+	}
+	return nil
+}
+
+func (x *CloudIdentity) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // TPMAttestation is a tpm join's evidence: the EK, the AK, and the AK's
 // certification (TPM2_Certify) of the join key over sha256(csr). The same
 // request, with a challenge answered, is sent again for each round.
@@ -162,7 +228,7 @@ type TPMAttestation struct {
 
 func (x *TPMAttestation) Reset() {
 	*x = TPMAttestation{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[1]
+	mi := &file_bcd_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +240,7 @@ func (x *TPMAttestation) String() string {
 func (*TPMAttestation) ProtoMessage() {}
 
 func (x *TPMAttestation) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[1]
+	mi := &file_bcd_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +253,7 @@ func (x *TPMAttestation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TPMAttestation.ProtoReflect.Descriptor instead.
 func (*TPMAttestation) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *TPMAttestation) GetEkPublic() []byte {
@@ -265,7 +331,7 @@ type TPMChallenge struct {
 
 func (x *TPMChallenge) Reset() {
 	*x = TPMChallenge{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[2]
+	mi := &file_bcd_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -277,7 +343,7 @@ func (x *TPMChallenge) String() string {
 func (*TPMChallenge) ProtoMessage() {}
 
 func (x *TPMChallenge) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[2]
+	mi := &file_bcd_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -290,7 +356,7 @@ func (x *TPMChallenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TPMChallenge.ProtoReflect.Descriptor instead.
 func (*TPMChallenge) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TPMChallenge) GetId() string {
@@ -335,7 +401,7 @@ type TPMCertification struct {
 
 func (x *TPMCertification) Reset() {
 	*x = TPMCertification{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[3]
+	mi := &file_bcd_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -347,7 +413,7 @@ func (x *TPMCertification) String() string {
 func (*TPMCertification) ProtoMessage() {}
 
 func (x *TPMCertification) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[3]
+	mi := &file_bcd_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -360,7 +426,7 @@ func (x *TPMCertification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TPMCertification.ProtoReflect.Descriptor instead.
 func (*TPMCertification) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TPMCertification) GetKeyPublic() []byte {
@@ -398,7 +464,7 @@ type HardwareClaims struct {
 
 func (x *HardwareClaims) Reset() {
 	*x = HardwareClaims{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[4]
+	mi := &file_bcd_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +476,7 @@ func (x *HardwareClaims) String() string {
 func (*HardwareClaims) ProtoMessage() {}
 
 func (x *HardwareClaims) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[4]
+	mi := &file_bcd_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +489,7 @@ func (x *HardwareClaims) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareClaims.ProtoReflect.Descriptor instead.
 func (*HardwareClaims) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HardwareClaims) GetHostname() string {
@@ -486,7 +552,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[5]
+	mi := &file_bcd_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +564,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[5]
+	mi := &file_bcd_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +577,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JoinResponse) GetResult() []byte {
@@ -561,7 +627,7 @@ type JoinResult struct {
 
 func (x *JoinResult) Reset() {
 	*x = JoinResult{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[6]
+	mi := &file_bcd_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -573,7 +639,7 @@ func (x *JoinResult) String() string {
 func (*JoinResult) ProtoMessage() {}
 
 func (x *JoinResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[6]
+	mi := &file_bcd_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -586,7 +652,7 @@ func (x *JoinResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResult.ProtoReflect.Descriptor instead.
 func (*JoinResult) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *JoinResult) GetNodeId() string {
@@ -660,7 +726,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[7]
+	mi := &file_bcd_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +738,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[7]
+	mi := &file_bcd_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +751,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RenewRequest) GetCsr() []byte {
@@ -729,7 +795,7 @@ type AgentFrame struct {
 
 func (x *AgentFrame) Reset() {
 	*x = AgentFrame{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[8]
+	mi := &file_bcd_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +807,7 @@ func (x *AgentFrame) String() string {
 func (*AgentFrame) ProtoMessage() {}
 
 func (x *AgentFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[8]
+	mi := &file_bcd_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +820,7 @@ func (x *AgentFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentFrame.ProtoReflect.Descriptor instead.
 func (*AgentFrame) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AgentFrame) GetFrame() isAgentFrame_Frame {
@@ -924,7 +990,7 @@ type GatewayFrame struct {
 
 func (x *GatewayFrame) Reset() {
 	*x = GatewayFrame{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[9]
+	mi := &file_bcd_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1002,7 @@ func (x *GatewayFrame) String() string {
 func (*GatewayFrame) ProtoMessage() {}
 
 func (x *GatewayFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[9]
+	mi := &file_bcd_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1015,7 @@ func (x *GatewayFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayFrame.ProtoReflect.Descriptor instead.
 func (*GatewayFrame) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GatewayFrame) GetFrame() isGatewayFrame_Frame {
@@ -1141,7 +1207,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[10]
+	mi := &file_bcd_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1219,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[10]
+	mi := &file_bcd_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1232,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -1271,7 +1337,7 @@ type Driver struct {
 
 func (x *Driver) Reset() {
 	*x = Driver{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[11]
+	mi := &file_bcd_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1349,7 @@ func (x *Driver) String() string {
 func (*Driver) ProtoMessage() {}
 
 func (x *Driver) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[11]
+	mi := &file_bcd_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1362,7 @@ func (x *Driver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Driver.ProtoReflect.Descriptor instead.
 func (*Driver) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Driver) GetId() string {
@@ -1339,7 +1405,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[12]
+	mi := &file_bcd_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1417,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[12]
+	mi := &file_bcd_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1430,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Welcome) GetEpoch() uint64 {
@@ -1429,7 +1495,7 @@ type TrustBundle struct {
 
 func (x *TrustBundle) Reset() {
 	*x = TrustBundle{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[13]
+	mi := &file_bcd_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1507,7 @@ func (x *TrustBundle) String() string {
 func (*TrustBundle) ProtoMessage() {}
 
 func (x *TrustBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[13]
+	mi := &file_bcd_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1520,7 @@ func (x *TrustBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustBundle.ProtoReflect.Descriptor instead.
 func (*TrustBundle) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TrustBundle) GetVersion() uint64 {
@@ -1503,7 +1569,7 @@ type LaneCredit struct {
 
 func (x *LaneCredit) Reset() {
 	*x = LaneCredit{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[14]
+	mi := &file_bcd_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1581,7 @@ func (x *LaneCredit) String() string {
 func (*LaneCredit) ProtoMessage() {}
 
 func (x *LaneCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[14]
+	mi := &file_bcd_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1594,7 @@ func (x *LaneCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaneCredit.ProtoReflect.Descriptor instead.
 func (*LaneCredit) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LaneCredit) GetLane() string {
@@ -1568,7 +1634,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[15]
+	mi := &file_bcd_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1646,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[15]
+	mi := &file_bcd_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1659,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Heartbeat) GetSentUnixMs() int64 {
@@ -1651,7 +1717,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[16]
+	mi := &file_bcd_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1729,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[16]
+	mi := &file_bcd_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1742,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Command) GetId() string {
@@ -1758,7 +1824,7 @@ type BatchLeaf struct {
 
 func (x *BatchLeaf) Reset() {
 	*x = BatchLeaf{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1836,7 @@ func (x *BatchLeaf) String() string {
 func (*BatchLeaf) ProtoMessage() {}
 
 func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1849,7 @@ func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLeaf.ProtoReflect.Descriptor instead.
 func (*BatchLeaf) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BatchLeaf) GetHeader() []byte {
@@ -1828,7 +1894,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +1906,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +1919,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -1889,7 +1955,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +1967,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +1980,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Drain) GetReason() string {
@@ -1944,7 +2010,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2022,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2035,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Ack) GetCommandIds() []string {
@@ -2013,7 +2079,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2025,7 +2091,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2038,7 +2104,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -2102,7 +2168,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2114,7 +2180,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2127,7 +2193,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2174,7 +2240,7 @@ type CommandProgress struct {
 
 func (x *CommandProgress) Reset() {
 	*x = CommandProgress{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +2252,7 @@ func (x *CommandProgress) String() string {
 func (*CommandProgress) ProtoMessage() {}
 
 func (x *CommandProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +2265,7 @@ func (x *CommandProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandProgress.ProtoReflect.Descriptor instead.
 func (*CommandProgress) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CommandProgress) GetCommandId() string {
@@ -2262,7 +2328,7 @@ type StatusReport struct {
 
 func (x *StatusReport) Reset() {
 	*x = StatusReport{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2274,7 +2340,7 @@ func (x *StatusReport) String() string {
 func (*StatusReport) ProtoMessage() {}
 
 func (x *StatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2287,7 +2353,7 @@ func (x *StatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReport.ProtoReflect.Descriptor instead.
 func (*StatusReport) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatusReport) GetObservedGeneration() uint64 {
@@ -2403,7 +2469,7 @@ type SectionStatus struct {
 
 func (x *SectionStatus) Reset() {
 	*x = SectionStatus{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2481,7 @@ func (x *SectionStatus) String() string {
 func (*SectionStatus) ProtoMessage() {}
 
 func (x *SectionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2494,7 @@ func (x *SectionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SectionStatus.ProtoReflect.Descriptor instead.
 func (*SectionStatus) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SectionStatus) GetName() string {
@@ -2497,7 +2563,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2575,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2588,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Condition) GetType() string {
@@ -2588,7 +2654,7 @@ type Pressure struct {
 
 func (x *Pressure) Reset() {
 	*x = Pressure{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2666,7 @@ func (x *Pressure) String() string {
 func (*Pressure) ProtoMessage() {}
 
 func (x *Pressure) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2679,7 @@ func (x *Pressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pressure.ProtoReflect.Descriptor instead.
 func (*Pressure) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Pressure) GetAvailable() bool {
@@ -2697,7 +2763,7 @@ type DesiredState struct {
 
 func (x *DesiredState) Reset() {
 	*x = DesiredState{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2775,7 @@ func (x *DesiredState) String() string {
 func (*DesiredState) ProtoMessage() {}
 
 func (x *DesiredState) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2788,7 @@ func (x *DesiredState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredState.ProtoReflect.Descriptor instead.
 func (*DesiredState) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DesiredState) GetGeneration() uint64 {
@@ -2769,7 +2835,7 @@ type RevocationNotice struct {
 
 func (x *RevocationNotice) Reset() {
 	*x = RevocationNotice{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +2847,7 @@ func (x *RevocationNotice) String() string {
 func (*RevocationNotice) ProtoMessage() {}
 
 func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +2860,7 @@ func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationNotice.ProtoReflect.Descriptor instead.
 func (*RevocationNotice) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RevocationNotice) GetReason() string {
@@ -2819,7 +2885,7 @@ type OpenTunnel struct {
 
 func (x *OpenTunnel) Reset() {
 	*x = OpenTunnel{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[30]
+	mi := &file_bcd_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2831,7 +2897,7 @@ func (x *OpenTunnel) String() string {
 func (*OpenTunnel) ProtoMessage() {}
 
 func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[30]
+	mi := &file_bcd_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2844,7 +2910,7 @@ func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenTunnel.ProtoReflect.Descriptor instead.
 func (*OpenTunnel) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *OpenTunnel) GetTunnelId() string {
@@ -2886,7 +2952,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[31]
+	mi := &file_bcd_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2898,7 +2964,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[31]
+	mi := &file_bcd_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2911,7 +2977,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SecretRequest) GetRequestId() string {
@@ -2971,7 +3037,7 @@ type SecretAnswer struct {
 
 func (x *SecretAnswer) Reset() {
 	*x = SecretAnswer{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[32]
+	mi := &file_bcd_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2983,7 +3049,7 @@ func (x *SecretAnswer) String() string {
 func (*SecretAnswer) ProtoMessage() {}
 
 func (x *SecretAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[32]
+	mi := &file_bcd_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2996,7 +3062,7 @@ func (x *SecretAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretAnswer.ProtoReflect.Descriptor instead.
 func (*SecretAnswer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SecretAnswer) GetRequestId() string {
@@ -3042,7 +3108,7 @@ type WorkloadTokenRequest struct {
 
 func (x *WorkloadTokenRequest) Reset() {
 	*x = WorkloadTokenRequest{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[33]
+	mi := &file_bcd_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3120,7 @@ func (x *WorkloadTokenRequest) String() string {
 func (*WorkloadTokenRequest) ProtoMessage() {}
 
 func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[33]
+	mi := &file_bcd_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3133,7 @@ func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenRequest.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WorkloadTokenRequest) GetRequestId() string {
@@ -3112,7 +3178,7 @@ type WorkloadTokenAnswer struct {
 
 func (x *WorkloadTokenAnswer) Reset() {
 	*x = WorkloadTokenAnswer{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[34]
+	mi := &file_bcd_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3124,7 +3190,7 @@ func (x *WorkloadTokenAnswer) String() string {
 func (*WorkloadTokenAnswer) ProtoMessage() {}
 
 func (x *WorkloadTokenAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[34]
+	mi := &file_bcd_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3137,7 +3203,7 @@ func (x *WorkloadTokenAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenAnswer.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenAnswer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WorkloadTokenAnswer) GetRequestId() string {
@@ -3190,7 +3256,7 @@ type TunnelData struct {
 
 func (x *TunnelData) Reset() {
 	*x = TunnelData{}
-	mi := &file_bcd_v1_agent_proto_msgTypes[35]
+	mi := &file_bcd_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3268,7 @@ func (x *TunnelData) String() string {
 func (*TunnelData) ProtoMessage() {}
 
 func (x *TunnelData) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_agent_proto_msgTypes[35]
+	mi := &file_bcd_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3281,7 @@ func (x *TunnelData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelData.ProtoReflect.Descriptor instead.
 func (*TunnelData) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_bcd_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TunnelData) GetTunnelId() string {
@@ -3271,7 +3337,7 @@ var File_bcd_v1_agent_proto protoreflect.FileDescriptor
 
 const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x12bcd/v1/agent.proto\x12\x06bcd.v1\"\x83\x02\n" +
+	"\x12bcd/v1/agent.proto\x12\x06bcd.v1\"\xb7\x02\n" +
 	"\vJoinRequest\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x1a\n" +
 	"\battestor\x18\x02 \x01(\tR\battestor\x12!\n" +
@@ -3280,7 +3346,11 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"\x06claims\x18\x05 \x01(\v2\x16.bcd.v1.HardwareClaimsR\x06claims\x12\x17\n" +
 	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\tassertion\x18\a \x01(\tR\tassertion\x12(\n" +
-	"\x03tpm\x18\b \x01(\v2\x16.bcd.v1.TPMAttestationR\x03tpm\"\xae\x02\n" +
+	"\x03tpm\x18\b \x01(\v2\x16.bcd.v1.TPMAttestationR\x03tpm\x122\n" +
+	"\tcloud_iid\x18\t \x01(\v2\x15.bcd.v1.CloudIdentityR\bcloudIid\"I\n" +
+	"\rCloudIdentity\x12\x1a\n" +
+	"\bdocument\x18\x01 \x01(\fR\bdocument\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"\xae\x02\n" +
 	"\x0eTPMAttestation\x12\x1b\n" +
 	"\tek_public\x18\x01 \x01(\fR\bekPublic\x12%\n" +
 	"\x0eek_certificate\x18\x02 \x01(\fR\rekCertificate\x12\x1b\n" +
@@ -3577,94 +3647,96 @@ func file_bcd_v1_agent_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_agent_proto_rawDescData
 }
 
-var file_bcd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_bcd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_bcd_v1_agent_proto_goTypes = []any{
 	(*JoinRequest)(nil),          // 0: bcd.v1.JoinRequest
-	(*TPMAttestation)(nil),       // 1: bcd.v1.TPMAttestation
-	(*TPMChallenge)(nil),         // 2: bcd.v1.TPMChallenge
-	(*TPMCertification)(nil),     // 3: bcd.v1.TPMCertification
-	(*HardwareClaims)(nil),       // 4: bcd.v1.HardwareClaims
-	(*JoinResponse)(nil),         // 5: bcd.v1.JoinResponse
-	(*JoinResult)(nil),           // 6: bcd.v1.JoinResult
-	(*RenewRequest)(nil),         // 7: bcd.v1.RenewRequest
-	(*AgentFrame)(nil),           // 8: bcd.v1.AgentFrame
-	(*GatewayFrame)(nil),         // 9: bcd.v1.GatewayFrame
-	(*Hello)(nil),                // 10: bcd.v1.Hello
-	(*Driver)(nil),               // 11: bcd.v1.Driver
-	(*Welcome)(nil),              // 12: bcd.v1.Welcome
-	(*TrustBundle)(nil),          // 13: bcd.v1.TrustBundle
-	(*LaneCredit)(nil),           // 14: bcd.v1.LaneCredit
-	(*Heartbeat)(nil),            // 15: bcd.v1.Heartbeat
-	(*Command)(nil),              // 16: bcd.v1.Command
-	(*BatchLeaf)(nil),            // 17: bcd.v1.BatchLeaf
-	(*Cancel)(nil),               // 18: bcd.v1.Cancel
-	(*Drain)(nil),                // 19: bcd.v1.Drain
-	(*Ack)(nil),                  // 20: bcd.v1.Ack
-	(*CommandResult)(nil),        // 21: bcd.v1.CommandResult
-	(*Event)(nil),                // 22: bcd.v1.Event
-	(*CommandProgress)(nil),      // 23: bcd.v1.CommandProgress
-	(*StatusReport)(nil),         // 24: bcd.v1.StatusReport
-	(*SectionStatus)(nil),        // 25: bcd.v1.SectionStatus
-	(*Condition)(nil),            // 26: bcd.v1.Condition
-	(*Pressure)(nil),             // 27: bcd.v1.Pressure
-	(*DesiredState)(nil),         // 28: bcd.v1.DesiredState
-	(*RevocationNotice)(nil),     // 29: bcd.v1.RevocationNotice
-	(*OpenTunnel)(nil),           // 30: bcd.v1.OpenTunnel
-	(*SecretRequest)(nil),        // 31: bcd.v1.SecretRequest
-	(*SecretAnswer)(nil),         // 32: bcd.v1.SecretAnswer
-	(*WorkloadTokenRequest)(nil), // 33: bcd.v1.WorkloadTokenRequest
-	(*WorkloadTokenAnswer)(nil),  // 34: bcd.v1.WorkloadTokenAnswer
-	(*TunnelData)(nil),           // 35: bcd.v1.TunnelData
-	nil,                          // 36: bcd.v1.Heartbeat.InventoryHashesEntry
-	nil,                          // 37: bcd.v1.StatusReport.InventoryHashesEntry
+	(*CloudIdentity)(nil),        // 1: bcd.v1.CloudIdentity
+	(*TPMAttestation)(nil),       // 2: bcd.v1.TPMAttestation
+	(*TPMChallenge)(nil),         // 3: bcd.v1.TPMChallenge
+	(*TPMCertification)(nil),     // 4: bcd.v1.TPMCertification
+	(*HardwareClaims)(nil),       // 5: bcd.v1.HardwareClaims
+	(*JoinResponse)(nil),         // 6: bcd.v1.JoinResponse
+	(*JoinResult)(nil),           // 7: bcd.v1.JoinResult
+	(*RenewRequest)(nil),         // 8: bcd.v1.RenewRequest
+	(*AgentFrame)(nil),           // 9: bcd.v1.AgentFrame
+	(*GatewayFrame)(nil),         // 10: bcd.v1.GatewayFrame
+	(*Hello)(nil),                // 11: bcd.v1.Hello
+	(*Driver)(nil),               // 12: bcd.v1.Driver
+	(*Welcome)(nil),              // 13: bcd.v1.Welcome
+	(*TrustBundle)(nil),          // 14: bcd.v1.TrustBundle
+	(*LaneCredit)(nil),           // 15: bcd.v1.LaneCredit
+	(*Heartbeat)(nil),            // 16: bcd.v1.Heartbeat
+	(*Command)(nil),              // 17: bcd.v1.Command
+	(*BatchLeaf)(nil),            // 18: bcd.v1.BatchLeaf
+	(*Cancel)(nil),               // 19: bcd.v1.Cancel
+	(*Drain)(nil),                // 20: bcd.v1.Drain
+	(*Ack)(nil),                  // 21: bcd.v1.Ack
+	(*CommandResult)(nil),        // 22: bcd.v1.CommandResult
+	(*Event)(nil),                // 23: bcd.v1.Event
+	(*CommandProgress)(nil),      // 24: bcd.v1.CommandProgress
+	(*StatusReport)(nil),         // 25: bcd.v1.StatusReport
+	(*SectionStatus)(nil),        // 26: bcd.v1.SectionStatus
+	(*Condition)(nil),            // 27: bcd.v1.Condition
+	(*Pressure)(nil),             // 28: bcd.v1.Pressure
+	(*DesiredState)(nil),         // 29: bcd.v1.DesiredState
+	(*RevocationNotice)(nil),     // 30: bcd.v1.RevocationNotice
+	(*OpenTunnel)(nil),           // 31: bcd.v1.OpenTunnel
+	(*SecretRequest)(nil),        // 32: bcd.v1.SecretRequest
+	(*SecretAnswer)(nil),         // 33: bcd.v1.SecretAnswer
+	(*WorkloadTokenRequest)(nil), // 34: bcd.v1.WorkloadTokenRequest
+	(*WorkloadTokenAnswer)(nil),  // 35: bcd.v1.WorkloadTokenAnswer
+	(*TunnelData)(nil),           // 36: bcd.v1.TunnelData
+	nil,                          // 37: bcd.v1.Heartbeat.InventoryHashesEntry
+	nil,                          // 38: bcd.v1.StatusReport.InventoryHashesEntry
 }
 var file_bcd_v1_agent_proto_depIdxs = []int32{
-	4,  // 0: bcd.v1.JoinRequest.claims:type_name -> bcd.v1.HardwareClaims
-	1,  // 1: bcd.v1.JoinRequest.tpm:type_name -> bcd.v1.TPMAttestation
-	2,  // 2: bcd.v1.JoinResponse.challenge:type_name -> bcd.v1.TPMChallenge
-	3,  // 3: bcd.v1.RenewRequest.certification:type_name -> bcd.v1.TPMCertification
-	10, // 4: bcd.v1.AgentFrame.hello:type_name -> bcd.v1.Hello
-	15, // 5: bcd.v1.AgentFrame.heartbeat:type_name -> bcd.v1.Heartbeat
-	20, // 6: bcd.v1.AgentFrame.ack:type_name -> bcd.v1.Ack
-	21, // 7: bcd.v1.AgentFrame.result:type_name -> bcd.v1.CommandResult
-	22, // 8: bcd.v1.AgentFrame.event:type_name -> bcd.v1.Event
-	24, // 9: bcd.v1.AgentFrame.status:type_name -> bcd.v1.StatusReport
-	31, // 10: bcd.v1.AgentFrame.secret_request:type_name -> bcd.v1.SecretRequest
-	33, // 11: bcd.v1.AgentFrame.workload_token_request:type_name -> bcd.v1.WorkloadTokenRequest
-	23, // 12: bcd.v1.AgentFrame.progress:type_name -> bcd.v1.CommandProgress
-	12, // 13: bcd.v1.GatewayFrame.welcome:type_name -> bcd.v1.Welcome
-	16, // 14: bcd.v1.GatewayFrame.command:type_name -> bcd.v1.Command
-	18, // 15: bcd.v1.GatewayFrame.cancel:type_name -> bcd.v1.Cancel
-	19, // 16: bcd.v1.GatewayFrame.drain:type_name -> bcd.v1.Drain
-	20, // 17: bcd.v1.GatewayFrame.ack:type_name -> bcd.v1.Ack
-	28, // 18: bcd.v1.GatewayFrame.desired_state:type_name -> bcd.v1.DesiredState
-	29, // 19: bcd.v1.GatewayFrame.revocation:type_name -> bcd.v1.RevocationNotice
-	30, // 20: bcd.v1.GatewayFrame.open_tunnel:type_name -> bcd.v1.OpenTunnel
-	32, // 21: bcd.v1.GatewayFrame.secret_answer:type_name -> bcd.v1.SecretAnswer
-	34, // 22: bcd.v1.GatewayFrame.workload_token_answer:type_name -> bcd.v1.WorkloadTokenAnswer
-	11, // 23: bcd.v1.Hello.drivers:type_name -> bcd.v1.Driver
-	14, // 24: bcd.v1.Hello.lanes:type_name -> bcd.v1.LaneCredit
-	13, // 25: bcd.v1.Welcome.trust_bundle:type_name -> bcd.v1.TrustBundle
-	14, // 26: bcd.v1.Heartbeat.lanes:type_name -> bcd.v1.LaneCredit
-	36, // 27: bcd.v1.Heartbeat.inventory_hashes:type_name -> bcd.v1.Heartbeat.InventoryHashesEntry
-	17, // 28: bcd.v1.Command.batch:type_name -> bcd.v1.BatchLeaf
-	25, // 29: bcd.v1.StatusReport.section_states:type_name -> bcd.v1.SectionStatus
-	26, // 30: bcd.v1.StatusReport.conditions:type_name -> bcd.v1.Condition
-	27, // 31: bcd.v1.StatusReport.pressure:type_name -> bcd.v1.Pressure
-	37, // 32: bcd.v1.StatusReport.inventory_hashes:type_name -> bcd.v1.StatusReport.InventoryHashesEntry
-	0,  // 33: bcd.v1.AgentGateway.Join:input_type -> bcd.v1.JoinRequest
-	7,  // 34: bcd.v1.AgentGateway.Renew:input_type -> bcd.v1.RenewRequest
-	8,  // 35: bcd.v1.AgentGateway.Session:input_type -> bcd.v1.AgentFrame
-	35, // 36: bcd.v1.AgentGateway.Tunnel:input_type -> bcd.v1.TunnelData
-	5,  // 37: bcd.v1.AgentGateway.Join:output_type -> bcd.v1.JoinResponse
-	5,  // 38: bcd.v1.AgentGateway.Renew:output_type -> bcd.v1.JoinResponse
-	9,  // 39: bcd.v1.AgentGateway.Session:output_type -> bcd.v1.GatewayFrame
-	35, // 40: bcd.v1.AgentGateway.Tunnel:output_type -> bcd.v1.TunnelData
-	37, // [37:41] is the sub-list for method output_type
-	33, // [33:37] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	5,  // 0: bcd.v1.JoinRequest.claims:type_name -> bcd.v1.HardwareClaims
+	2,  // 1: bcd.v1.JoinRequest.tpm:type_name -> bcd.v1.TPMAttestation
+	1,  // 2: bcd.v1.JoinRequest.cloud_iid:type_name -> bcd.v1.CloudIdentity
+	3,  // 3: bcd.v1.JoinResponse.challenge:type_name -> bcd.v1.TPMChallenge
+	4,  // 4: bcd.v1.RenewRequest.certification:type_name -> bcd.v1.TPMCertification
+	11, // 5: bcd.v1.AgentFrame.hello:type_name -> bcd.v1.Hello
+	16, // 6: bcd.v1.AgentFrame.heartbeat:type_name -> bcd.v1.Heartbeat
+	21, // 7: bcd.v1.AgentFrame.ack:type_name -> bcd.v1.Ack
+	22, // 8: bcd.v1.AgentFrame.result:type_name -> bcd.v1.CommandResult
+	23, // 9: bcd.v1.AgentFrame.event:type_name -> bcd.v1.Event
+	25, // 10: bcd.v1.AgentFrame.status:type_name -> bcd.v1.StatusReport
+	32, // 11: bcd.v1.AgentFrame.secret_request:type_name -> bcd.v1.SecretRequest
+	34, // 12: bcd.v1.AgentFrame.workload_token_request:type_name -> bcd.v1.WorkloadTokenRequest
+	24, // 13: bcd.v1.AgentFrame.progress:type_name -> bcd.v1.CommandProgress
+	13, // 14: bcd.v1.GatewayFrame.welcome:type_name -> bcd.v1.Welcome
+	17, // 15: bcd.v1.GatewayFrame.command:type_name -> bcd.v1.Command
+	19, // 16: bcd.v1.GatewayFrame.cancel:type_name -> bcd.v1.Cancel
+	20, // 17: bcd.v1.GatewayFrame.drain:type_name -> bcd.v1.Drain
+	21, // 18: bcd.v1.GatewayFrame.ack:type_name -> bcd.v1.Ack
+	29, // 19: bcd.v1.GatewayFrame.desired_state:type_name -> bcd.v1.DesiredState
+	30, // 20: bcd.v1.GatewayFrame.revocation:type_name -> bcd.v1.RevocationNotice
+	31, // 21: bcd.v1.GatewayFrame.open_tunnel:type_name -> bcd.v1.OpenTunnel
+	33, // 22: bcd.v1.GatewayFrame.secret_answer:type_name -> bcd.v1.SecretAnswer
+	35, // 23: bcd.v1.GatewayFrame.workload_token_answer:type_name -> bcd.v1.WorkloadTokenAnswer
+	12, // 24: bcd.v1.Hello.drivers:type_name -> bcd.v1.Driver
+	15, // 25: bcd.v1.Hello.lanes:type_name -> bcd.v1.LaneCredit
+	14, // 26: bcd.v1.Welcome.trust_bundle:type_name -> bcd.v1.TrustBundle
+	15, // 27: bcd.v1.Heartbeat.lanes:type_name -> bcd.v1.LaneCredit
+	37, // 28: bcd.v1.Heartbeat.inventory_hashes:type_name -> bcd.v1.Heartbeat.InventoryHashesEntry
+	18, // 29: bcd.v1.Command.batch:type_name -> bcd.v1.BatchLeaf
+	26, // 30: bcd.v1.StatusReport.section_states:type_name -> bcd.v1.SectionStatus
+	27, // 31: bcd.v1.StatusReport.conditions:type_name -> bcd.v1.Condition
+	28, // 32: bcd.v1.StatusReport.pressure:type_name -> bcd.v1.Pressure
+	38, // 33: bcd.v1.StatusReport.inventory_hashes:type_name -> bcd.v1.StatusReport.InventoryHashesEntry
+	0,  // 34: bcd.v1.AgentGateway.Join:input_type -> bcd.v1.JoinRequest
+	8,  // 35: bcd.v1.AgentGateway.Renew:input_type -> bcd.v1.RenewRequest
+	9,  // 36: bcd.v1.AgentGateway.Session:input_type -> bcd.v1.AgentFrame
+	36, // 37: bcd.v1.AgentGateway.Tunnel:input_type -> bcd.v1.TunnelData
+	6,  // 38: bcd.v1.AgentGateway.Join:output_type -> bcd.v1.JoinResponse
+	6,  // 39: bcd.v1.AgentGateway.Renew:output_type -> bcd.v1.JoinResponse
+	10, // 40: bcd.v1.AgentGateway.Session:output_type -> bcd.v1.GatewayFrame
+	36, // 41: bcd.v1.AgentGateway.Tunnel:output_type -> bcd.v1.TunnelData
+	38, // [38:42] is the sub-list for method output_type
+	34, // [34:38] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_agent_proto_init() }
@@ -3672,7 +3744,7 @@ func file_bcd_v1_agent_proto_init() {
 	if File_bcd_v1_agent_proto != nil {
 		return
 	}
-	file_bcd_v1_agent_proto_msgTypes[8].OneofWrappers = []any{
+	file_bcd_v1_agent_proto_msgTypes[9].OneofWrappers = []any{
 		(*AgentFrame_Hello)(nil),
 		(*AgentFrame_Heartbeat)(nil),
 		(*AgentFrame_Ack)(nil),
@@ -3683,7 +3755,7 @@ func file_bcd_v1_agent_proto_init() {
 		(*AgentFrame_WorkloadTokenRequest)(nil),
 		(*AgentFrame_Progress)(nil),
 	}
-	file_bcd_v1_agent_proto_msgTypes[9].OneofWrappers = []any{
+	file_bcd_v1_agent_proto_msgTypes[10].OneofWrappers = []any{
 		(*GatewayFrame_Welcome)(nil),
 		(*GatewayFrame_Command)(nil),
 		(*GatewayFrame_Cancel)(nil),
@@ -3701,7 +3773,7 @@ func file_bcd_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_agent_proto_rawDesc), len(file_bcd_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
