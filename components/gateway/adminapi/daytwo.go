@@ -20,8 +20,11 @@ type JoinTokenView struct {
 	NodeID  string `json:"node_id,omitempty"`
 	MAC     string `json:"mac,omitempty"`
 	Command string `json:"command,omitempty"`
-	Spent   bool   `json:"spent,omitempty"`
-	Expired bool   `json:"expired,omitempty"`
+	// CloudAccount and CloudRegion: a cloud-iid rule's (no one holds it).
+	CloudAccount string `json:"cloud_iid_account,omitempty"`
+	CloudRegion  string `json:"cloud_iid_region,omitempty"`
+	Spent        bool   `json:"spent,omitempty"`
+	Expired      bool   `json:"expired,omitempty"`
 }
 
 // JoinTokens lists the join tokens.

@@ -42,6 +42,7 @@ func (s *Fleet) JoinTokens() ([]adminapi.JoinTokenView, error) {
 	for _, t := range ts {
 		out = append(out, adminapi.JoinTokenView{ID: t.ID, Role: t.Role, Site: t.Site, Uses: t.Uses, Used: t.Used,
 			CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, NodeID: t.NodeID, MAC: t.MAC, Command: t.Command,
+			CloudAccount: t.CloudAccount, CloudRegion: t.CloudRegion,
 			Spent:   t.Used >= t.Uses,
 			Expired: !t.ExpiresAt.IsZero() && now.After(t.ExpiresAt)})
 	}
