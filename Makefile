@@ -126,7 +126,9 @@ bench: deps
 	$(GO) test -run '^$$' -bench BenchmarkUpgrade -benchtime 1x ./e2e/ | tee -a $(BENCH_OUT)/raw.txt | grep -vE '^[[:space:]]*[{]'
 	$(GO) test -run '^$$' -bench BenchmarkScale -benchtime 1x -timeout 90m ./e2e/ | tee -a $(BENCH_OUT)/raw.txt | grep -vE '^[[:space:]]*[{]'
 	@$(GOBUILD) $(HELPER_GOFLAGS) -o $(BENCH_OUT)/bcd-helper ./roles/helper
-	@$(GO) run ./cmd/benchtable -load-at-start $(BENCH_OUT)/loadavg-start -size bcd-helper=$(BENCH_OUT)/bcd-helper -qemu-log bin/qemu-tier.json \
+	@$(GOBUILD) -o $(BENCH_OUT)/bcd-node ./roles/node
+	@$(GO) run ./cmd/benchtable -load-at-start $(BENCH_OUT)/loadavg-start -size bcd-helper=$(BENCH_OUT)/bcd-helper \
+		-size bcd-node=$(BENCH_OUT)/bcd-node -size initramfs=images/out/initramfs.cpio.zst -qemu-log bin/qemu-tier.json \
 		-json $(BENCH_OUT)/bench.json $(BENCH_OUT)/raw.txt | tee $(BENCH_OUT)/bench.txt
 	@cd build/benchplot && $(GO) run . -in ../../$(BENCH_OUT)/raw.txt -out ../../$(BENCH_OUT)
 

@@ -25,6 +25,7 @@ type scaleFigures struct {
 	joinsPerSec        float64
 	connectTook        time.Duration // from the sim's start until every agent was connected
 	p50, p99           time.Duration
+	lat                latency // p50 and p99 again, p99.9 and max, of measuredTrips round trips
 	gwRSS, simRSS      float64 // KiB: bcgw, and bcd sim with its child processes
 	simProcs           int
 	idleCPU            time.Duration // bcgw CPU per minute, idle
@@ -175,7 +176,8 @@ func BenchmarkScale(b *testing.B) {
 		f.pgWrites, f.pgCommit = (rows1-rows0)/secs, (commits1-commits0)/secs
 		f.gwRSS = rssKiB(pid)
 		f.simRSS, f.simProcs = treeRSS(p.cmd.Process.Pid)
-		f.p50, f.p99 = roundTrips(b, admin, ids, 300)
+		f.lat = roundTrips(b, admin, ids, measuredTrips)
+		f.p50, f.p99 = f.lat.p50, f.lat.p99
 		p.signal(syscall.SIGTERM)
 		p.wait(b, 5*time.Minute)
 		g.signal(syscall.SIGTERM)
@@ -195,6 +197,8 @@ func BenchmarkScale(b *testing.B) {
 	row("start to all connected", "s", big.connectTook.Seconds(), ref.connectTook.Seconds())
 	row("control round trip p50", "ms", float64(big.p50.Microseconds())/1000, float64(ref.p50.Microseconds())/1000)
 	row("control round trip p99", "ms", float64(big.p99.Microseconds())/1000, float64(ref.p99.Microseconds())/1000)
+	row("control round trip p99.9", "ms", float64(big.lat.p999.Microseconds())/1000, float64(ref.lat.p999.Microseconds())/1000)
+	row("control round trip max", "ms", float64(big.lat.max.Microseconds())/1000, float64(ref.lat.max.Microseconds())/1000)
 	row("bcgw RSS per session", "KiB", big.gwRSS/float64(big.n), ref.gwRSS/float64(ref.n))
 	row("bcgw RSS", "MiB", big.gwRSS/1024, ref.gwRSS/1024)
 	row("bcgw CPU at idle", "ms/min", float64(big.idleCPU.Milliseconds()), float64(ref.idleCPU.Milliseconds()))
@@ -208,6 +212,8 @@ func BenchmarkScale(b *testing.B) {
 	b.ReportMetric(float64(ref.p50.Microseconds()), "ref-p50-us")
 	b.ReportMetric(float64(big.p99.Microseconds()), "p99-us")
 	b.ReportMetric(float64(ref.p99.Microseconds()), "ref-p99-us")
+	b.ReportMetric(float64(big.lat.p999.Microseconds()), "p99.9-us")
+	b.ReportMetric(float64(big.lat.max.Microseconds()), "max-us")
 	b.ReportMetric(big.gwRSS/float64(big.n), "gw-KiB/session")
 	b.ReportMetric(ref.gwRSS/float64(ref.n), "ref-gw-KiB/session")
 	b.ReportMetric(float64(big.idleCPU.Milliseconds()), "gw-idle-cpu-ms/min")

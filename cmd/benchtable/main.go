@@ -6,8 +6,10 @@
 //
 //	benchtable [-json FILE] [-size NAME=PATH]... OUTPUT.txt...
 //
-// A figure whose benchmark did not run (a tool missing, a tier not run)
-// is printed as "not measured", never left out.
+// Every budget of docs/ is a row. A figure whose benchmark did not run (a
+// tool missing, a tier not run) is printed as "not measured", never left
+// out and never a pass; the last line says "budgets missed: 0" only when
+// every budget was measured and met.
 package main
 
 import (
@@ -51,7 +53,8 @@ type Table struct {
 type metric struct{ bench, unit string }
 
 // spec is one row: the figure and its reference, and the budget on
-// value/reference (min for throughputs, max for costs; 0 for none).
+// value/reference (min for throughputs, max for costs; 0 for none), or on
+// the value itself (atMost).
 type spec struct {
 	figure      string
 	value       metric
@@ -60,20 +63,32 @@ type spec struct {
 	budget      string
 	min, max    float64
 	refConstant float64 // a fixed reference (a size budget) instead of ref
+	atMost      float64 // a budget on the value itself, not the ratio
+	// elsewhere names the target that measures a budget make bench does
+	// not: the row is "not measured" here, whatever figures it is given.
+	elsewhere string
 }
 
+// rawRef is the journal rows' reference: BenchmarkCommand measures it
+// interleaved with its own run, over the same time.
+const rawRef = "raw write+fsync/s, interleaved"
+
 var specs = []spec{
-	{figure: "journal commands/s, 16 in flight", value: metric{"BenchmarkCommand/c=16", "commands/s"},
-		reference: "raw write+fsync/s, same dir, same run", ref: metric{"BenchmarkCommand/c=16", "raw-fsyncs/s"}, budget: ">= 1.00x", min: 1},
+	// The journal (docs/delivery.md): rates against the raw fsync of the
+	// same directory over the same time, and fdatasyncs per command, a
+	// count the machine's load does not change.
 	{figure: "journal commands/s, 1 in flight", value: metric{"BenchmarkCommand/c=1", "commands/s"},
-		reference: "raw write+fsync/s, same dir, same run", ref: metric{"BenchmarkCommand/c=1", "raw-fsyncs/s"}},
+		reference: rawRef, ref: metric{"BenchmarkCommand/c=1", "raw-fsyncs/s"}, budget: ">= 0.50x", min: 0.5},
+	{figure: "journal fsyncs/command, 1 in flight", value: metric{"BenchmarkCommand/c=1", "fsyncs/command"},
+		budget: "<= 2", atMost: 2},
 	{figure: "journal commands/s, 4 in flight", value: metric{"BenchmarkCommand/c=4", "commands/s"},
-		reference: "raw write+fsync/s, same dir, same run", ref: metric{"BenchmarkCommand/c=4", "raw-fsyncs/s"}},
+		reference: rawRef, ref: metric{"BenchmarkCommand/c=4", "raw-fsyncs/s"}, budget: ">= 1.00x", min: 1},
+	{figure: "journal commands/s, 16 in flight", value: metric{"BenchmarkCommand/c=16", "commands/s"},
+		reference: rawRef, ref: metric{"BenchmarkCommand/c=16", "raw-fsyncs/s"}, budget: ">= 1.00x", min: 1},
 	{figure: "journal commands/s, 32 in flight", value: metric{"BenchmarkCommand/c=32", "commands/s"},
-		reference: "raw write+fsync/s, same dir, same run", ref: metric{"BenchmarkCommand/c=32", "raw-fsyncs/s"}},
+		reference: rawRef, ref: metric{"BenchmarkCommand/c=32", "raw-fsyncs/s"}},
 	{figure: "journal commands/s, 64 in flight", value: metric{"BenchmarkCommand/c=64", "commands/s"},
-		reference: "raw write+fsync/s, same dir, same run", ref: metric{"BenchmarkCommand/c=64", "raw-fsyncs/s"}},
-	{figure: "journal fsyncs/command, 1 in flight", value: metric{"BenchmarkCommand/c=1", "fsyncs/command"}},
+		reference: rawRef, ref: metric{"BenchmarkCommand/c=64", "raw-fsyncs/s"}},
 	{figure: "journal fsyncs/command, 4 in flight", value: metric{"BenchmarkCommand/c=4", "fsyncs/command"},
 		reference: "the same, 1 in flight", ref: metric{"BenchmarkCommand/c=1", "fsyncs/command"}},
 	{figure: "journal fsyncs/command, 16 in flight", value: metric{"BenchmarkCommand/c=16", "fsyncs/command"},
@@ -94,6 +109,10 @@ var specs = []spec{
 		reference: "gzip -dc | dd, CPU ms", ref: metric{"BenchmarkDeploy/gzip/gzip-dc-dd", "cpu-ms/op"}},
 	{figure: "bcd-helper binary, bytes", value: metric{"size/bcd-helper", "bytes"},
 		reference: "5 MiB", refConstant: 5 << 20, budget: "<= 1.00x", max: 1},
+	{figure: "bcd-node binary, bytes", value: metric{"size/bcd-node", "bytes"},
+		reference: "16 MiB", refConstant: 16 << 20, budget: "<= 1.00x", max: 1},
+	{figure: "initramfs.cpio.zst, bytes", value: metric{"size/initramfs", "bytes"},
+		reference: "12 MiB", refConstant: 12 << 20, budget: "<= 1.00x", max: 1},
 	{figure: "signed command in dispatcher, ns", value: metric{"BenchmarkSignedIntent/signed", "ns/op"},
 		reference: "unsigned command, ns", ref: metric{"BenchmarkSignedIntent/unsigned", "ns/op"}},
 	{figure: "node key signature via helper, ns", value: metric{"BenchmarkTPMSign/through_the_helper", "ns/op"},
@@ -104,6 +123,10 @@ var specs = []spec{
 		reference: "one-agent process, KiB", ref: metric{"BenchmarkSim", "ref-KiB"}},
 	{figure: "control round trip p99 us, 1,000 agents", value: metric{"BenchmarkSim", "p99-us"},
 		reference: "one agent alone", ref: metric{"BenchmarkSim", "ref-p99-us"}},
+	{figure: "control round trip p99.9 us, 1,000 agents", value: metric{"BenchmarkSim", "p99.9-us"},
+		reference: "p99", ref: metric{"BenchmarkSim", "p99-us"}},
+	{figure: "control round trip max us, 1,000 agents", value: metric{"BenchmarkSim", "max-us"},
+		reference: "p99", ref: metric{"BenchmarkSim", "p99-us"}},
 	// BenchmarkScale (e2e/scale_bench_test.go): 10,000 sim agents held by
 	// one bcgw on PostgreSQL, next to 1,000 in the same run.
 	{figure: "scale: joins/s, 10,000 agents on PostgreSQL", value: metric{"BenchmarkScale", "joins/s"},
@@ -112,6 +135,16 @@ var specs = []spec{
 		reference: "1,000 agents", ref: metric{"BenchmarkScale", "ref-p50-us"}},
 	{figure: "scale: control round trip p99 us, 10,000 agents", value: metric{"BenchmarkScale", "p99-us"},
 		reference: "1,000 agents", ref: metric{"BenchmarkScale", "ref-p99-us"}},
+	{figure: "scale: round trip p99.9 us, 10,000 agents", value: metric{"BenchmarkScale", "p99.9-us"},
+		reference: "p99", ref: metric{"BenchmarkScale", "p99-us"}},
+	{figure: "scale: round trip max us, 10,000 agents", value: metric{"BenchmarkScale", "max-us"},
+		reference: "p99", ref: metric{"BenchmarkScale", "p99-us"}},
+	// The budgets of issue 36 at 10,000 agents are for two gateways behind
+	// HAProxy, one killed: make bench-scale's runs, not make bench's.
+	{figure: "p99 ms, 10,000 agents, two bcgw, each run", value: metric{"BenchmarkScaleHA", "p99-ms"},
+		budget: "<= 250", atMost: 250, elsewhere: "make bench-scale"},
+	{figure: "failover s, 10,000 agents, one bcgw killed", value: metric{"BenchmarkScaleHA", "failover-s"},
+		budget: "<= 60", atMost: 60, elsewhere: "make bench-scale"},
 	{figure: "scale: bcgw RSS KiB/session, 10,000 agents", value: metric{"BenchmarkScale", "gw-KiB/session"},
 		reference: "1,000 agents", ref: metric{"BenchmarkScale", "ref-gw-KiB/session"}},
 	{figure: "scale: bcgw CPU ms/min at idle, 10,000 agents", value: metric{"BenchmarkScale", "gw-idle-cpu-ms/min"},
@@ -125,7 +158,11 @@ var specs = []spec{
 	{figure: "bcgw CPU ms/min, 200 agents, metrics scraped every 1 s", value: metric{"BenchmarkGatewayMetrics", "scraped-cpu-ms/min"},
 		reference: "not scraped, ms/min", ref: metric{"BenchmarkGatewayMetrics", "cpu-ms/min"}},
 	{figure: "idle bcd node (fakehw) RSS KiB", value: metric{"BenchmarkIdleNode", "node-KiB"},
-		reference: "a sleep process, KiB", ref: metric{"BenchmarkIdleNode", "sleep-KiB"}},
+		reference: "a sleep process, KiB", ref: metric{"BenchmarkIdleNode", "sleep-KiB"}, budget: "<= 16384", atMost: 16 << 10},
+	{figure: "idle bcd node (fakehw) anonymous KiB", value: metric{"BenchmarkIdleNode", "node-anon-KiB"},
+		reference: "RSS, KiB", ref: metric{"BenchmarkIdleNode", "node-KiB"}, budget: "<= 8192", atMost: 8 << 10},
+	{figure: "idle bcd node code+rodata resident KiB", value: metric{"BenchmarkIdleNode", "node-code-KiB"},
+		reference: "the binary (fakehw), KiB", ref: metric{"BenchmarkIdleNode", "node-bin-KiB"}},
 	{figure: "idle bcd node (fakehw) CPU ms/min", value: metric{"BenchmarkIdleNode", "node-cpu-ms/min"},
 		reference: "a sleep process, ms/min", ref: metric{"BenchmarkIdleNode", "sleep-cpu-ms/min"}},
 	{figure: "idle bcd node with telemetry every 10 s, RSS KiB", value: metric{"BenchmarkIdleNode", "tel-node-KiB"},
@@ -284,9 +321,17 @@ func rows(figs map[metric]float64) []Row {
 			r.Ratio = &ratio
 		}
 		switch {
+		case s.elsewhere != "":
+			r.Value, r.RefValue, r.Ratio = nil, nil, nil
+			r.Verdict = "not measured in make bench; " + s.elsewhere
 		case r.Value == nil:
 			r.Verdict = "not measured"
 		case s.budget == "":
+		case s.atMost != 0:
+			r.Verdict = "ok"
+			if *r.Value > s.atMost {
+				r.Verdict = "missed"
+			}
 		case r.Ratio == nil:
 			r.Verdict = "not measured"
 		case s.min != 0 && *r.Ratio >= s.min, s.max != 0 && *r.Ratio <= s.max:
@@ -318,7 +363,7 @@ func print(w io.Writer, t Table) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-40s %12s  %-36s %12s  %7s  %-9s %s\n", "figure", "value", "reference (same run)", "reference", "ratio", "budget", "verdict")
-	missed := 0
+	budgets, missed, unmeasured := 0, 0, 0
 	for _, r := range t.Rows {
 		ratio := "-"
 		if r.Ratio != nil {
@@ -336,10 +381,22 @@ func print(w io.Writer, t Table) {
 		if verdict == "" {
 			verdict = "-"
 		}
-		if verdict == "missed" {
-			missed++
+		if r.Budget != "" {
+			budgets++
+			switch {
+			case verdict == "missed":
+				missed++
+			case verdict != "ok":
+				unmeasured++
+			}
 		}
 		fmt.Fprintf(w, "%-40s %12s  %-36s %12s  %7s  %-9s %s\n", r.Figure, num(r.Value), ref, num(r.RefValue), ratio, budget, verdict)
 	}
-	fmt.Fprintf(w, "budgets missed: %d\n", missed)
+	// "budgets missed: 0" is said only when every budget was measured and
+	// met: a budget without a figure is not a pass.
+	if missed == 0 && unmeasured == 0 {
+		fmt.Fprintf(w, "budgets: %d, every one measured and met\nbudgets missed: 0\n", budgets)
+		return
+	}
+	fmt.Fprintf(w, "budgets: %d; missed %d; not measured %d\n", budgets, missed, unmeasured)
 }

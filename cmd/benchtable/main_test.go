@@ -57,10 +57,59 @@ func TestRows(t *testing.T) {
 	if d := find(rows2(figs), "deploy.image zstd, MB/s"); d.Verdict != "ok" {
 		t.Errorf("deploy row at 0.975x: %+v", d)
 	}
+	if f := find(rows, "journal fsyncs/command, 1 in flight"); f.Value == nil || *f.Value != 6 || f.Verdict != "missed" {
+		t.Errorf("fsyncs/command at 1 in flight, 6 against at most 2: %+v", f)
+	}
 	var out bytes.Buffer
 	print(&out, Table{Rows: rows})
-	if !strings.Contains(out.String(), "budgets missed: 3") {
+	if !strings.Contains(out.String(), "; missed 4; not measured ") || strings.Contains(out.String(), "budgets missed: 0") {
 		t.Errorf("table:\n%s", out.String())
+	}
+}
+
+// TestEveryBudgetARow: each budget of docs/ is a row, and a budget row
+// whose figure is missing or measured by another target is "not
+// measured", which keeps "budgets missed: 0" off the last line; it is
+// printed only when every budget row was measured and met.
+func TestEveryBudgetARow(t *testing.T) {
+	figs := map[metric]float64{
+		{"BenchmarkIdleNode", "node-KiB"}:      15000,
+		{"BenchmarkIdleNode", "node-anon-KiB"}: 9000,
+		{"BenchmarkScaleHA", "p99-ms"}:         10, // make bench-scale's, not make bench's
+	}
+	rs := rows(figs)
+	for _, want := range []string{
+		"journal commands/s, 1 in flight", "journal fsyncs/command, 1 in flight", "journal commands/s, 16 in flight",
+		"deploy.image zstd, MB/s", "bcd-helper binary, bytes", "bcd-node binary, bytes", "initramfs.cpio.zst, bytes",
+		"idle bcd node (fakehw) RSS KiB", "idle bcd node (fakehw) anonymous KiB",
+		"p99 ms, 10,000 agents, two bcgw, each run", "failover s, 10,000 agents, one bcgw killed",
+	} {
+		if r := find(rs, want); r.Budget == "" {
+			t.Errorf("no budget row %q", want)
+		}
+	}
+	if r := find(rs, "idle bcd node (fakehw) RSS KiB"); r.Verdict != "ok" {
+		t.Errorf("RSS 15,000 KiB against 16 MiB: %+v", r)
+	}
+	if r := find(rs, "idle bcd node (fakehw) anonymous KiB"); r.Verdict != "missed" {
+		t.Errorf("anonymous 9,000 KiB against 8 MiB: %+v", r)
+	}
+	if r := find(rs, "p99 ms, 10,000 agents, two bcgw, each run"); r.Value != nil || r.Verdict != "not measured in make bench; make bench-scale" {
+		t.Errorf("a budget of make bench-scale: %+v", r)
+	}
+	if r := find(rs, "journal commands/s, 1 in flight"); r.Verdict != "not measured" {
+		t.Errorf("a budget without its figure: %+v", r)
+	}
+	met := []Row{{Figure: "a", Budget: "<= 1", Verdict: "ok"}, {Figure: "b"}}
+	var out bytes.Buffer
+	print(&out, Table{Rows: met})
+	if !strings.Contains(out.String(), "budgets missed: 0") {
+		t.Errorf("every budget met:\n%s", out.String())
+	}
+	out.Reset()
+	print(&out, Table{Rows: append(met, Row{Figure: "c", Budget: "<= 1", Verdict: "not measured"})})
+	if strings.Contains(out.String(), "budgets missed: 0") || !strings.Contains(out.String(), "missed 0; not measured 1") {
+		t.Errorf("a budget not measured:\n%s", out.String())
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/journal"
 	"github.com/better-compute/bcd/components/agent/renew"
 	"github.com/better-compute/bcd/components/agent/report"
+	"github.com/better-compute/bcd/components/agent/resident"
 	"github.com/better-compute/bcd/components/agent/session"
 	"github.com/better-compute/bcd/components/agent/status"
 	"github.com/better-compute/bcd/components/agent/telemetry"
@@ -256,11 +257,7 @@ func Run(ctx context.Context, c Config) error {
 	if err := d.Recover(); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	gateway := cfg.Gateway // where the session goes, as logs and bcd status say
-	if ws != nil {
-		gateway = cfg.WebSocket.URL
-	}
-	log.Info("agent starting", "role", c.Role, "site", a.Site, "gateway", gateway, "boot_id", bootID)
+	log.Info("agent starting", "role", c.Role, "site", a.Site, "gateway", cfg.Gateway, "boot_id", bootID)
 	rep = report.New(report.Config{Status: engine.Status, Machine: c.Machine, Now: clk.Now, Log: nodeLog, TrustTaken: trust.Taken,
 		Publish: func(r *bcdv1.StatusReport) { s.Report(r) }})
 	// welcome takes a newer trust bundle before anything of the session
@@ -346,6 +343,8 @@ func Run(ctx context.Context, c Config) error {
 	go func() { defer bg.Done(); _ = engine.Run(bctx) }()
 	go func() { defer bg.Done(); _ = tunnels.Run(bctx) }()
 	go func() { defer bg.Done(); _ = rep.Run(bctx) }()
+	bg.Add(1)
+	go func() { defer bg.Done(); dropStartPages(bctx, log) }()
 	if c.Watch != nil {
 		bg.Add(1)
 		go func() {
@@ -383,7 +382,7 @@ func Run(ctx context.Context, c Config) error {
 			now := clk.Now()
 			sn := status.Snapshot{
 				NodeID: a.NodeID, Site: a.Site, Role: a.Role, BootID: bootID, Version: c.Version,
-				Gateway: gateway, Connected: connected, Epoch: epoch, SessionSince: since,
+				Gateway: cfg.Gateway, Connected: connected, Epoch: epoch, SessionSince: since,
 				ClockOffsetMS: now.Sub(time.Now()).Milliseconds(), TimeMark: clk.Mark(),
 				EventBacklog: len(evs), EventsDropped: j.Dropped(), ResultsUnacked: len(d.Unacked()),
 				Converge:            statusConverge(engine.Status()),
@@ -564,5 +563,28 @@ func ping(a *identity.Agent, bootID, version string, clk *clock.Clock) func(cont
 			"node_id": a.NodeID, "site": a.Site, "role": a.Role, "boot_id": bootID,
 			"version": version, "time": clk.Now().UTC().Format(time.RFC3339Nano),
 		})
+	}
+}
+
+// startPagesAfter is when the agent's start is over: its first session,
+// report and converge pass done.
+const startPagesAfter = 20 * time.Second
+
+// dropStartPages gives back, once the start is over, the pages of the
+// binary's code and read-only data that only the start touched
+// (components/agent/resident): an idle agent then keeps mapped only what
+// it runs (docs/decisions.md).
+func dropStartPages(ctx context.Context, log *slog.Logger) {
+	t := time.NewTimer(startPagesAfter)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-t.C:
+	}
+	if n, err := resident.Drop(); err != nil {
+		log.Warn("could not give back the start's code pages", "err", err)
+	} else {
+		log.Debug("gave back the start's code pages", "bytes_spanned", n)
 	}
 }
