@@ -175,8 +175,8 @@ func TestWorkloadTokenSealed(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := g.agentSession(t, ctx, a, &bcdv1.Hello{})
-	ask := func(id, audience string, signer crypto.Signer) (*seal.Opener, *bcdv1.WorkloadTokenAnswer, []byte) {
-		req := &bcdv1.WorkloadTokenRequest{RequestId: id, Audience: audience}
+	ask := func(id, instance, audience string, signer crypto.Signer) (*seal.Opener, *bcdv1.WorkloadTokenAnswer, []byte) {
+		req := &bcdv1.WorkloadTokenRequest{RequestId: id, Audience: audience, Instance: instance}
 		o, err := seal.NewWorkloadRequest(signer, a.NodeID, req, time.Now())
 		if err != nil {
 			t.Fatal(err)
@@ -190,7 +190,7 @@ func TestWorkloadTokenSealed(t *testing.T) {
 			}
 		}
 	}
-	o, ans, frame := ask("wt-1", "https://vault.example", a.Key)
+	o, ans, frame := ask("wt-1", "", "https://vault.example", a.Key)
 	if ans.GetError() != "" || ans.GetToken() != "" {
 		t.Fatalf("answer %+v", ans)
 	}
@@ -216,10 +216,40 @@ func TestWorkloadTokenSealed(t *testing.T) {
 		t.Errorf("expires %s", exp)
 	}
 	other, _ := pki.GenerateKey()
-	if _, ans, _ := ask("wt-2", "x", other); ans.GetError() == "" || ans.GetSealed() != "" {
+	if _, ans, _ := ask("wt-2", "", "x", other); ans.GetError() == "" || ans.GetSealed() != "" {
 		t.Errorf("signed by another key: %+v", ans)
 	}
-	if _, ans, _ := ask("wt-3", "has space", a.Key); !strings.Contains(ans.GetError(), "audience") {
+	if _, ans, _ := ask("wt-3", "", "has space", a.Key); !strings.Contains(ans.GetError(), "audience") {
 		t.Errorf("a bad audience: %+v", ans)
+	}
+
+	// An instance's token (the metadata service's): only for an instance
+	// the node's desired spec runs, and it names the instance.
+	spec := `{"instances":{"images":[{"sha256":"` + strings.Repeat("a", 64) + `","url":"https://img.example/d.qcow2","format":"qcow2"}],
+	 "instances":[{"id":"vm-1","allocation":"al","state":"RUNNING","vcpus":1,"memory_mib":512,"image":"` + strings.Repeat("a", 64) + `"},
+	              {"id":"vm-2","allocation":"al","state":"STOPPED","vcpus":1,"memory_mib":512,"image":"` + strings.Repeat("a", 64) + `"}]}}`
+	if _, err := g.s.SetSpec(a.NodeID, []byte(spec)); err != nil {
+		t.Fatal(err)
+	}
+	o, ans, _ = ask("wt-4", "vm-1", "sts.example", a.Key)
+	raw, err = o.OpenSealed(ans.GetSealed(), time.Now())
+	if err != nil {
+		t.Fatalf("vm-1's token: %v (%s)", err, ans.GetError())
+	}
+	tok, err = josejwt.ParseSigned(string(raw), []jose.SignatureAlgorithm{jose.ES256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ic struct {
+		josejwt.Claims
+		Instance string `json:"instance"`
+	}
+	if err := tok.Claims(g.s.WorkloadKey(), &ic); err != nil || ic.Instance != "vm-1" || ic.Subject != a.NodeID || !ic.Audience.Contains("sts.example") {
+		t.Fatalf("vm-1's token: %+v %v", ic, err)
+	}
+	for _, inst := range []string{"vm-2", "vm-9"} {
+		if _, ans, _ := ask("wt-"+inst, inst, "sts.example", a.Key); !strings.Contains(ans.GetError(), "runs no instance") || ans.GetSealed() != "" {
+			t.Errorf("instance %s: %+v", inst, ans)
+		}
 	}
 }

@@ -517,8 +517,16 @@ func (s *Session) Secret(ctx context.Context, name, workflowID, commandID string
 // key and the answer opens only with the reply key made for it, within
 // 10 s. The metadata service hands such tokens to workloads.
 func (s *Session) WorkloadToken(ctx context.Context, audience string) (string, error) {
+	return s.InstanceToken(ctx, "", audience)
+}
+
+// InstanceToken is WorkloadToken for an instance of this node (the
+// metadata service's identity tokens): the gateway answers only for an
+// instance the node's desired spec runs, and its token names it. An empty
+// instance asks for the node's own token.
+func (s *Session) InstanceToken(ctx context.Context, instance, audience string) (string, error) {
 	v, err := s.ask(ctx, "wt", func(id string, key crypto.Signer) (*bcdv1.AgentFrame, *seal.Opener, error) {
-		wr := &bcdv1.WorkloadTokenRequest{RequestId: id, Audience: audience}
+		wr := &bcdv1.WorkloadTokenRequest{RequestId: id, Audience: audience, Instance: instance}
 		o, err := seal.NewWorkloadRequest(key, s.cfg.NodeID, wr, time.Now())
 		return &bcdv1.AgentFrame{Frame: &bcdv1.AgentFrame_WorkloadTokenRequest{WorkloadTokenRequest: wr}}, o, err
 	})

@@ -1,6 +1,7 @@
 package agentsvc
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -27,22 +28,55 @@ func (s *Service) answerWorkloadToken(l *hub.Live, req *bcdv1.WorkloadTokenReque
 	ans := &bcdv1.WorkloadTokenAnswer{RequestId: req.GetRequestId()}
 	err := seal.VerifyWorkloadRequest(l.NodeKey, l.NodeID, req)
 	var tok string
+	if err == nil && req.GetInstance() != "" {
+		err = s.runsInstance(l.NodeID, req.GetInstance())
+	}
 	if err == nil {
-		tok, err = s.workloadToken(l.NodeID, req.GetAudience())
+		tok, err = s.workloadToken(l.NodeID, req.GetAudience(), req.GetInstance())
 	}
 	if err == nil {
 		ans.Sealed, err = seal.SealTo(req.GetReplyKey(), req.GetRequestId(), []byte(tok), s.now())
 	}
 	if err != nil {
 		ans.Error = err.Error()
-		s.log.Warn("workload token refused", "node", l.NodeID, "audience", req.GetAudience(), "reason", err.Error())
+		s.log.Warn("workload token refused", "node", l.NodeID, "instance", req.GetInstance(), "audience", req.GetAudience(), "reason", err.Error())
 	} else {
-		s.log.Info("workload token answered", "node", l.NodeID, "audience", req.GetAudience())
+		s.log.Info("workload token answered", "node", l.NodeID, "instance", req.GetInstance(), "audience", req.GetAudience())
 	}
 	return &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_WorkloadTokenAnswer{WorkloadTokenAnswer: ans}}
 }
 
-func (s *Service) workloadToken(node, audience string) (string, error) {
+// runsInstance checks that the node's desired spec names instance in
+// its instances section, RUNNING: only such an instance gets a token.
+func (s *Service) runsInstance(node, instance string) error {
+	sp, err := s.store.Spec(node)
+	if err != nil {
+		return fmt.Errorf("the node's desired spec: %w", err)
+	}
+	var spec struct {
+		Instances *struct {
+			Instances []struct {
+				ID    string `json:"id"`
+				State string `json:"state"`
+			} `json:"instances"`
+		} `json:"instances"`
+	}
+	if len(sp.Spec) > 0 {
+		if err := json.Unmarshal(sp.Spec, &spec); err != nil {
+			return fmt.Errorf("the node's desired spec: %w", err)
+		}
+	}
+	if spec.Instances != nil {
+		for _, in := range spec.Instances.Instances {
+			if in.ID == instance && in.State == "RUNNING" {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("the node's desired spec runs no instance %q", instance)
+}
+
+func (s *Service) workloadToken(node, audience, instance string) (string, error) {
 	if audience == "" || len(audience) > 256 || strings.ContainsFunc(audience, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) {
 		return "", errors.New("the audience must be 1 to 256 printable characters without spaces")
 	}
@@ -56,7 +90,11 @@ func (s *Service) workloadToken(node, audience string) (string, error) {
 		return "", fmt.Errorf("workload token signer: %w", err)
 	}
 	now := s.now()
-	return jwt.Signed(signer).Claims(jwt.Claims{
+	extra := map[string]any{}
+	if instance != "" {
+		extra["instance"] = instance
+	}
+	return jwt.Signed(signer).Claims(extra).Claims(jwt.Claims{
 		Issuer: "bcgw", Subject: node, Audience: jwt.Audience{audience},
 		IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now), Expiry: jwt.NewNumericDate(now.Add(WorkloadTokenTTL)),
 		ID: fleet.RandomID(16),

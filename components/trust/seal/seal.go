@@ -73,6 +73,7 @@ type workloadMessage struct {
 	V              int    `json:"v"`
 	RequestID      string `json:"request_id"`
 	Audience       string `json:"audience"`
+	Instance       string `json:"instance,omitempty"`
 	NodeID         string `json:"node_id"`
 	ReplyKeySHA256 []byte `json:"reply_key_sha256"`
 }
@@ -80,7 +81,7 @@ type workloadMessage struct {
 // WorkloadRequestMessage is what a node signs of a workload token request.
 func WorkloadRequestMessage(nodeID string, r *bcdv1.WorkloadTokenRequest) []byte {
 	sum := sha256.Sum256(r.GetReplyKey())
-	b, _ := json.Marshal(workloadMessage{V: 1, RequestID: r.GetRequestId(), Audience: r.GetAudience(), NodeID: nodeID, ReplyKeySHA256: sum[:]})
+	b, _ := json.Marshal(workloadMessage{V: 1, RequestID: r.GetRequestId(), Audience: r.GetAudience(), Instance: r.GetInstance(), NodeID: nodeID, ReplyKeySHA256: sum[:]})
 	return b
 }
 

@@ -104,3 +104,24 @@ func TestVerifyRequestRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkloadRequestCoversInstance: the node's signature covers the
+// instance a workload token is asked for, so a request cannot be replayed
+// for another instance; a request for no instance signs as before.
+func TestWorkloadRequestCoversInstance(t *testing.T) {
+	key, _ := pki.GenerateKey()
+	r := &bcdv1.WorkloadTokenRequest{RequestId: "wt-1", Audience: "sts.example", Instance: "vm-1"}
+	if _, err := NewWorkloadRequest(key, "node_a", r, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := VerifyWorkloadRequest(key.Public(), "node_a", r); err != nil {
+		t.Fatal(err)
+	}
+	r.Instance = "vm-2"
+	if err := VerifyWorkloadRequest(key.Public(), "node_a", r); err == nil {
+		t.Fatal("the request verified for another instance")
+	}
+	if strings.Contains(string(WorkloadRequestMessage("node_a", &bcdv1.WorkloadTokenRequest{RequestId: "x"})), "instance") {
+		t.Fatal("a request for no instance names one in its signed message")
+	}
+}

@@ -3095,13 +3095,16 @@ func (x *SecretAnswer) GetSealed() string {
 
 // WorkloadTokenRequest asks for a short-lived token for audience (a JWT
 // the gateway signs), sealed like a secret: reply_key and node_signature
-// as in SecretRequest.
+// as in SecretRequest. instance, when set, asks for an instance's token
+// (the metadata service): the gateway answers only for an instance the
+// node's desired instances section names RUNNING, and the token names it.
 type WorkloadTokenRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Audience      string                 `protobuf:"bytes,2,opt,name=audience,proto3" json:"audience,omitempty"`
 	ReplyKey      []byte                 `protobuf:"bytes,3,opt,name=reply_key,json=replyKey,proto3" json:"reply_key,omitempty"`
 	NodeSignature []byte                 `protobuf:"bytes,4,opt,name=node_signature,json=nodeSignature,proto3" json:"node_signature,omitempty"`
+	Instance      string                 `protobuf:"bytes,5,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3162,6 +3165,13 @@ func (x *WorkloadTokenRequest) GetNodeSignature() []byte {
 		return x.NodeSignature
 	}
 	return nil
+}
+
+func (x *WorkloadTokenRequest) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
 }
 
 // WorkloadTokenAnswer carries the token only as sealed, as SecretAnswer;
@@ -3607,13 +3617,14 @@ const file_bcd_v1_agent_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x16\n" +
-	"\x06sealed\x18\x04 \x01(\tR\x06sealed\"\x95\x01\n" +
+	"\x06sealed\x18\x04 \x01(\tR\x06sealed\"\xb1\x01\n" +
 	"\x14WorkloadTokenRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1a\n" +
 	"\baudience\x18\x02 \x01(\tR\baudience\x12\x1b\n" +
 	"\treply_key\x18\x03 \x01(\fR\breplyKey\x12%\n" +
-	"\x0enode_signature\x18\x04 \x01(\fR\rnodeSignature\"x\n" +
+	"\x0enode_signature\x18\x04 \x01(\fR\rnodeSignature\x12\x1a\n" +
+	"\binstance\x18\x05 \x01(\tR\binstance\"x\n" +
 	"\x13WorkloadTokenAnswer\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
