@@ -196,9 +196,10 @@ func (l *lab) wsJoin(g *gw, cfg string) string {
 // certificate on, a fakehw node whose gateway URL answers nothing and
 // whose [websocket] url is the proxy joins, runs a command, takes a spec,
 // renews its certificate (and reconnects with the new one), refuses a
-// tunnel; then, with the proxy and bcgw killed at random points while
-// commands with a side effect run (each restarted on its address), no
-// side effect happens twice and every command has its one result.
+// tunnel; then, with the proxy killed at random points while commands
+// with a side effect run, bcgw too every second trial and the node every
+// third (each restarted on its address or data directory), no side effect
+// happens twice and every command has its one result.
 func TestWebSocketThroughHAProxy(t *testing.T) {
 	l := newLab(t)
 	gwDir := filepath.Join(l.root, "gw")
@@ -250,6 +251,11 @@ func TestWebSocketThroughHAProxy(t *testing.T) {
 		time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
 		hp.signal(syscall.SIGKILL)
 		hp.wait(t, 10*time.Second)
+		if trial%3 == 2 {
+			node.signal(syscall.SIGKILL)
+			node.wait(t, 10*time.Second)
+			node = l.start("bcd-node", "node", "--config", cfg)
+		}
 		if trial%2 == 1 {
 			g.signal(syscall.SIGKILL)
 			g.wait(t, 10*time.Second)
@@ -260,6 +266,7 @@ func TestWebSocketThroughHAProxy(t *testing.T) {
 		hp = l.startWSHAProxy(proxyAddr, pt.pemFile, g.addr)
 	}
 	end := time.Now().Add(2 * time.Minute)
+	statuses := map[string]int{}
 	for _, cid := range all {
 		var c adminapi.CommandView
 		for {
@@ -271,17 +278,18 @@ func TestWebSocketThroughHAProxy(t *testing.T) {
 				break
 			}
 		}
-		if c.State != "done" || c.Status != "SUCCEEDED" {
+		if c.State != "done" || c.Status != "SUCCEEDED" && c.Status != "INTERRUPTED" {
 			t.Fatalf("command %s: %s %s %s", cid, c.State, c.Status, c.Error)
 		}
+		statuses[c.Status]++
 	}
 	counts := checkMarks(t, marks, trials)
 	for _, cid := range all {
-		if counts[cid] != 1 {
+		if c, _ := admin.Command(ctx, cid, 0); c.Status == "SUCCEEDED" && counts[cid] != 1 {
 			t.Errorf("command %s SUCCEEDED but its side effect happened %d times", cid, counts[cid])
 		}
 	}
-	t.Logf("%d trials, %d commands through killed proxies and gateways: each ran once", trials, len(all))
+	t.Logf("%d trials, %d commands through killed proxies, gateways and nodes: %v, no side effect twice", trials, len(all), statuses)
 }
 
 // TestWebSocketNeedsRoots: with a trust bundle that names no
