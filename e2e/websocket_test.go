@@ -218,6 +218,9 @@ func TestWebSocketThroughHAProxy(t *testing.T) {
 	if !strings.Contains(g.stderr.String(), `"transport":"websocket"`) {
 		t.Fatal("bcgw logged no session over the WebSocket fallback")
 	}
+	if code, out, _ := l.run("", nil, "bcd-node", "status", "--config", cfg); code != 0 || !strings.Contains(out, "wss://"+proxyAddr+"/v1/session") {
+		t.Fatalf("bcd status on the fallback: exit %d\n%s", code, out)
+	}
 	if code, out, errOut := l.run("", nil, "bcgw", "run", id, "agent.ping", "--wait", "--data-dir", gwDir); code != 0 || !strings.Contains(out, id) {
 		t.Fatalf("agent.ping over the fallback: exit %d %s %s", code, out, errOut)
 	}

@@ -257,7 +257,11 @@ func Run(ctx context.Context, c Config) error {
 	if err := d.Recover(); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	log.Info("agent starting", "role", c.Role, "site", a.Site, "gateway", cfg.Gateway, "boot_id", bootID)
+	gateway := cfg.Gateway // where the session goes, as logs and bcd status say
+	if ws != nil {
+		gateway = cfg.WebSocket.URL
+	}
+	log.Info("agent starting", "role", c.Role, "site", a.Site, "gateway", gateway, "boot_id", bootID)
 	rep = report.New(report.Config{Status: engine.Status, Machine: c.Machine, Now: clk.Now, Log: nodeLog, TrustTaken: trust.Taken,
 		Publish: func(r *bcdv1.StatusReport) { s.Report(r) }})
 	// welcome takes a newer trust bundle before anything of the session
@@ -382,7 +386,7 @@ func Run(ctx context.Context, c Config) error {
 			now := clk.Now()
 			sn := status.Snapshot{
 				NodeID: a.NodeID, Site: a.Site, Role: a.Role, BootID: bootID, Version: c.Version,
-				Gateway: cfg.Gateway, Connected: connected, Epoch: epoch, SessionSince: since,
+				Gateway: gateway, Connected: connected, Epoch: epoch, SessionSince: since,
 				ClockOffsetMS: now.Sub(time.Now()).Milliseconds(), TimeMark: clk.Mark(),
 				EventBacklog: len(evs), EventsDropped: j.Dropped(), ResultsUnacked: len(d.Unacked()),
 				Converge:            statusConverge(engine.Status()),

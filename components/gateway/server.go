@@ -174,10 +174,11 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	h := hub.New()
 	var fl *fleet.Fleet
 	m := metrics.New(cfg.Name, metrics.Gauges{Sessions: h.Count, DatabaseUp: func() bool { return fl.Health().Database.Reachable }})
+	keyStore, _ := st.(store.KeyStore) // the timed store below is not one
 	st = store.Timed(st, m.StoreOp)
 	fl, err = fleet.New(fleet.Config{
 		DataDir: cfg.DataDir, Database: cfg.Database, ServerName: cfg.ServerName, Name: cfg.Name,
-		LeaseTTL: cfg.LeaseTTL, Heartbeat: cfg.Heartbeat, KEK: kk, Metrics: m,
+		LeaseTTL: cfg.LeaseTTL, Heartbeat: cfg.Heartbeat, KEK: kk, KeyStore: keyStore, Metrics: m,
 	}, cfg.Log, st, h, k, kf, ck)
 	if err != nil {
 		st.Close()

@@ -28,6 +28,7 @@ import (
 	"github.com/better-compute/bcd/components/vm/fakeruntime"
 	"github.com/better-compute/bcd/components/vm/images"
 	"github.com/better-compute/bcd/components/vm/instances"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
 // hardware is the fake machine of BCD_FAKEHW_SEED (default 1).
@@ -97,8 +98,13 @@ func hostSection(*config.Config, *helperclient.Client) *hostsection.Section { re
 func hostReboot(*helperclient.Client) func(context.Context, string) error { return nil }
 
 // extraSections are the instances section on the file-backed runtime
-// and the fakehw test section.
-func extraSections(dataDir string, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough) []converge.Section {
+// and the fakehw test section; the file-backed runtime is no driver
+// Hello lists.
+func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough, _ *helperclient.Client) ([]converge.Section, []*bcdv1.Driver) {
+	return fakeSections(cfg.DataDir, hw, dev, vms), nil
+}
+
+func fakeSections(dataDir string, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough) []converge.Section {
 	return append(instancesSection(dataDir, hw, dev, vms), fakekinds.Section(dataDir))
 }
 
@@ -123,21 +129,6 @@ func instancesSection(dataDir string, hw nodekinds.Hardware, dev *devices.Sectio
 	return nil
 }
 
-// gpuUUIDs lists the machine's GPUs from its inventory.
-func gpuUUIDs(hw nodekinds.Hardware) func(context.Context) ([]string, error) {
-	return func(ctx context.Context) ([]string, error) {
-		inv, err := hw.Inventory(ctx)
-		if err != nil {
-			return nil, err
-		}
-		var out []string
-		for _, g := range inv.GPUs {
-			out = append(out, g.UUID)
-		}
-		return out, nil
-	}
-}
-
 // fakeCommands are the commands only a fakehw build has.
 func fakeCommands() []cli.Command {
 	return []cli.Command{agentcmd.Sim(func(dataDir string, seed int64) agentcmd.Machine {
@@ -146,7 +137,7 @@ func fakeCommands() []cli.Command {
 		vms := &passthrough{}
 		dev := devicesSection(hw, mon, holdFiles(dataDir, nil), holdSlices(dataDir, nil), vms.InVM)
 		m := agentcmd.Machine{Kinds: append(nodekinds.Kinds(hw, heldGPU(dev)), fakekinds.Kinds(dataDir)...), StatusGPUs: statusGPUs(hw, dev),
-			Sections: append([]converge.Section{dev}, extraSections(dataDir, hw, dev, vms)...)}
+			Sections: append([]converge.Section{dev}, fakeSections(dataDir, hw, dev, vms)...)}
 		withReport(&m)
 		// BCD_SIM_NO_REPORT=1: no health monitor (conditions, pressure,
 		// inventory), for make bench's reference run.

@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"github.com/better-compute/bcd/components/agent/converge"
@@ -21,6 +23,12 @@ import (
 	"github.com/better-compute/bcd/components/machine/access"
 	"github.com/better-compute/bcd/components/machine/devices"
 	"github.com/better-compute/bcd/components/machine/nodekinds"
+	"github.com/better-compute/bcd/components/trust/rootsig"
+	"github.com/better-compute/bcd/components/vm/images"
+	"github.com/better-compute/bcd/components/vm/instances"
+	"github.com/better-compute/bcd/components/vm/libvirtrt"
+	"github.com/better-compute/bcd/components/vm/vmruntime"
+	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
 // hardware is this machine.
@@ -88,10 +96,28 @@ func hostReboot(helper *helperclient.Client) func(ctx context.Context, reason st
 	}
 }
 
-// extraSections: a host build converges no test section, and no
-// instances section until it has a runtime.
-func extraSections(string, nodekinds.Hardware, *devices.Section, *passthrough) []converge.Section {
-	return nil
+// extraSections: a host build converges no test section. Under
+// [helper], the instances section runs on the libvirt-kvm runtime: reads
+// through libvirtd's read-only socket, every change one of bcd helper's
+// libvirt.* operations, a domain defined only from the signed section;
+// base images fetched with the system's roots or their pins. Without
+// [helper] there is no runtime (a section naming an instance fails).
+func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough, helper *helperclient.Client) ([]converge.Section, []*bcdv1.Driver) {
+	if helper == nil {
+		return nil, nil
+	}
+	store, err := images.New(images.Config{Dir: filepath.Join(cfg.DataDir, "images")})
+	if err != nil {
+		slog.Warn("instances section left out", "err", err)
+		return nil, nil
+	}
+	var s *instances.Section
+	rt := libvirtrt.New(libvirtrt.Config{URI: cfg.Instances.LibvirtURI(true), InstancesDir: filepath.Join(cfg.DataDir, "instances"), Helper: helper,
+		Signed: func(m vmruntime.Machine) ([]byte, rootsig.Proof, error) { return s.Signed(m) }})
+	s = instances.New(instances.Config{Dir: filepath.Join(cfg.DataDir, "instances"), Runtime: rt, Images: store,
+		GPUs: gpuUUIDs(hw), HeldBy: dev.HeldBy})
+	vms.inVM = s.InVM
+	return []converge.Section{s}, []*bcdv1.Driver{{Id: rt.Name(), Kind: "runtime"}}
 }
 
 func fakeCommands() []cli.Command { return nil }

@@ -56,12 +56,14 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	if host != nil {
 		sections = []converge.Section{host, dev, acc}
 	}
+	extra, drivers := extraSections(cfg, hw, dev, vms, helper)
 	m := agentcmd.Machine{
 		Kinds: append(append(nodekinds.Kinds(hw, heldGPU(dev)), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
 		StatusGPUs: statusGPUs(hw, dev),
 		Reboot:     hostReboot(helper),
-		Sections:   append(sections, extraSections(cfg.DataDir, hw, dev, vms)...),
+		Sections:   append(sections, extra...),
+		Drivers:    func() []*bcdv1.Driver { return drivers },
 		Tunnels: agent.Tunnels{JWKS: acc.JWKS, SSHPort: cfg.Access.SSHPort,
 			Console: tunnel.Console(tunnel.ConsoleConfig{RootConsole: cfg.Access.RootConsole})},
 	}
@@ -162,6 +164,11 @@ func doctorChecks(cfg *config.Config, path string) []doctor.Check {
 			helper = append(helper, doctor.HelperTrust(cfg))
 		}
 		helper = append(helper, doctor.Update(cfg, update.Entrypoint), doctor.Telemetry(cfg.DataDir))
+		if cfg.Helper.Socket != "" {
+			helper = append(helper, doctor.VPS(cfg.Helper.User)...)
+		} else {
+			helper = append(helper, doctor.VPS("")...)
+		}
 	}
 	hw, backend := hardware(dataDir)
 	return append(append(withHostUnits(doctor.Base(cfg, path), unit.Real{Root: "/"}), nodekinds.DoctorChecks(hw, backend)...), helper...)
@@ -176,4 +183,19 @@ func main() {
 		nodekinds.HardwareCommand(hardware),
 		update.Command(),
 	}, fakeCommands()...), nil)
+}
+
+// gpuUUIDs lists the machine's GPUs from its inventory.
+func gpuUUIDs(hw nodekinds.Hardware) func(context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		inv, err := hw.Inventory(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, g := range inv.GPUs {
+			out = append(out, g.UUID)
+		}
+		return out, nil
+	}
 }

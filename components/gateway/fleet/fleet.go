@@ -27,6 +27,9 @@ type Config struct {
 	// KEK is the fleet's key-encryption key on a database (nil on
 	// bbolt): operator secrets are sealed under it (opsecrets.go).
 	KEK *kek.KEK
+	// KeyStore is where a database keeps the key set sealed under KEK
+	// (nil on bbolt): a gateway checks it still is (reseal.go).
+	KeyStore store.KeyStore
 	// Metrics is where the gateway's metrics are counted (nil: nowhere).
 	Metrics *metrics.Metrics
 }

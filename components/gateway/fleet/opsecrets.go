@@ -153,6 +153,9 @@ func (s *Fleet) SetSecret(name, node string, value []byte) (string, error) {
 			return "", fmt.Errorf("node %s: %w", node, err)
 		}
 	}
+	if err := s.kekCurrent(); err != nil {
+		return "", err
+	}
 	k, err := s.secretsKEK(true)
 	if err != nil {
 		return "", err
@@ -271,6 +274,9 @@ func (s *Fleet) telemetrySecret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, 
 		}
 		v, err := k.Open(key, 1, sealed)
 		if err != nil {
+			if kerr := s.kekCurrent(); kerr != nil {
+				err = kerr
+			}
 			return nil, fmt.Errorf("secret %s of %s: %w", name, scopeName(node), err)
 		}
 		return v, nil

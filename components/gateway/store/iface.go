@@ -186,4 +186,10 @@ type KeyStore interface {
 	// reports false: of gateways starting together on an empty store,
 	// one set wins and every gateway reads it back.
 	AddKeysIfAbsent(kekFingerprint string, keys []SealedKey) (bool, error)
+	// ResealKeys replaces the stored key set, sealed anew under another
+	// key-encryption key, in one transaction, only while the stored set
+	// is sealed under oldFingerprint, and reports whether it did: of two
+	// rotations from one key-encryption key exactly one wins. keys must
+	// name exactly the stored keys.
+	ResealKeys(oldFingerprint, newFingerprint string, keys []SealedKey) (bool, error)
 }

@@ -38,3 +38,43 @@ func TestNft(t *testing.T) {
 		})
 	}
 }
+
+func TestVPS(t *testing.T) {
+	write := func(t *testing.T, root, name, content string, mode os.FileMode) {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		files  map[string]string
+		check  func(root string) Check
+		status Status
+		detail string
+	}{
+		{"runtime", map[string]string{"usr/bin/virsh": "", "usr/sbin/libvirtd": ""}, vpsRuntime, OK, "libvirt-kvm (/usr/bin/virsh, /usr/sbin/libvirtd)"},
+		{"no runtime", nil, vpsRuntime, Warn, "no instance runtime"},
+		{"qemu-img missing", map[string]string{"usr/bin/virsh": ""}, func(r string) Check { return vpsTool(r, "qemu-img", "qemu-utils", "x") }, Warn, "qemu-utils"},
+		{"qemu-img not needed", nil, func(r string) Check { return vpsTool(r, "qemu-img", "qemu-utils", "x") }, OK, "not needed"},
+		{"node in libvirt", map[string]string{"etc/group": "root:x:0:\nlibvirt:x:120:alice,bcd\n"}, func(r string) Check { return libvirtGroup(r, "bcd") }, Fail, "gpasswd -d bcd libvirt"},
+		{"node not in libvirt", map[string]string{"etc/group": "libvirt:x:120:alice,bcdx\n"}, func(r string) Check { return libvirtGroup(r, "bcd") }, OK, "not in the libvirt group"},
+		{"dynamic ownership off", map[string]string{"etc/libvirt/qemu.conf": "#dynamic_ownership = 1\ndynamic_ownership = 0\n"}, dynamicOwnership, OK, "= 0"},
+		{"dynamic ownership on", map[string]string{"etc/libvirt/qemu.conf": "dynamic_ownership = 1\n"}, dynamicOwnership, Warn, "chowns"},
+		{"dynamic ownership default", map[string]string{"etc/libvirt/qemu.conf": "#dynamic_ownership = 0\n"}, dynamicOwnership, Warn, "default is 1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			for name, content := range c.files {
+				write(t, root, name, content, 0o755)
+			}
+			r := c.check(root).Run(context.Background())
+			if r.Status != c.status || !strings.Contains(r.Detail, c.detail) {
+				t.Fatalf("%s: %s, want %s %q", r.Status, r.Detail, c.status, c.detail)
+			}
+		})
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"sync"
 
 	"github.com/better-compute/bcd/components/agent/converge"
+	"github.com/better-compute/bcd/components/trust/rootsig"
 	"github.com/better-compute/bcd/components/vm/domainxml"
 	"github.com/better-compute/bcd/components/vm/images"
 	"github.com/better-compute/bcd/components/vm/qcow2"
@@ -78,6 +79,29 @@ type Section struct {
 	publish   func([]byte)            // the role report's setter
 	published []byte                  // what was last published
 	inVM      map[string]string       // GPU UUID (lower case) -> the owned domain it is passed to
+	proof     *rootsig.Proof          // the held spec's (converge.Proven)
+	body      json.RawMessage         // the section of the pass under way
+}
+
+// HeldProof keeps the proof of the held spec (converge.Proven): a
+// runtime through bcd helper defines a domain only with it.
+func (s *Section) HeldProof(p rootsig.Proof) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.proof = &p
+}
+
+// Signed returns the section of the pass under way and the held spec's
+// proof, for a runtime whose definitions bcd helper takes only from the
+// signed section (libvirtrt's Config.Signed); m is what the converger
+// asks for, which the helper reads from the section itself.
+func (s *Section) Signed(vmruntime.Machine) ([]byte, rootsig.Proof, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proof == nil {
+		return nil, rootsig.Proof{}, errors.New("no proof of the held spec yet")
+	}
+	return s.body, *s.proof, nil
 }
 
 // Report is the node's role report section "instances": every domain the
@@ -384,6 +408,9 @@ type failure struct {
 // Apply removes what the section no longer names, then sets up each
 // instance on its own.
 func (s *Section) Apply(ctx context.Context, body json.RawMessage, p converge.Plan) error {
+	s.mu.Lock()
+	s.body = body
+	s.mu.Unlock()
 	st, ok := p.Detail.(state)
 	if !ok {
 		var err error

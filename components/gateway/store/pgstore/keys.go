@@ -82,3 +82,44 @@ func (p *PG) AddKeysIfAbsent(fp string, keys []store.SealedKey) (bool, error) {
 	})
 	return added, err
 }
+
+// ResealKeys swaps the fingerprint row while it still names old, then
+// rewrites every key's seal, in one transaction.
+func (p *PG) ResealKeys(old, fp string, keys []store.SealedKey) (bool, error) {
+	if old == "" || fp == "" || len(keys) == 0 {
+		return false, errors.New("reseal keys: no fingerprint or no keys")
+	}
+	var done bool
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		done = false
+		tag, err := tx.Exec(ctx, `UPDATE gateway_kek SET fingerprint = $2, created_at = now() WHERE one AND fingerprint = $1`, old, fp)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+		var stored int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM gateway_keys`).Scan(&stored); err != nil {
+			return err
+		}
+		if stored != len(keys) {
+			return fmt.Errorf("reseal keys: %d keys given, %d stored", len(keys), stored)
+		}
+		for _, k := range keys {
+			if k.Version == 0 || k.Version > 1<<31-1 {
+				return fmt.Errorf("key %s: version %d", k.Name, k.Version)
+			}
+			tag, err := tx.Exec(ctx, `UPDATE gateway_keys SET version = $2, sealed = $3 WHERE name = $1`, k.Name, int32(k.Version), k.Sealed)
+			if err != nil {
+				return fmt.Errorf("key %s: %w", k.Name, err)
+			}
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("reseal keys: %s is not stored", k.Name)
+			}
+		}
+		done = true
+		return nil
+	})
+	return done, err
+}

@@ -37,6 +37,7 @@ func RunShared(t *testing.T, open OpenShared) {
 		{"LeaseOneHolder", testLeaseOneHolder},
 		{"ReleasesAcrossGateways", testReleasesAcross},
 		{"OneKeySetAcrossGateways", testOneKeySet},
+		{"OneResealAcrossGateways", testOneReseal},
 		{"SwapMetaAcrossGateways", testSwapMetaAcross},
 		{"UpdateMetaAcrossGateways", testUpdateMetaAcross},
 	} {
@@ -404,6 +405,38 @@ func testOneKeySet(t *testing.T, a, b store.Store) {
 		if ok, err := k.AddKeysIfAbsent(fp, ks); ok || err != nil {
 			t.Errorf("a later set: stored %v %v", ok, err)
 		}
+	}
+}
+
+// Two rotations of the key-encryption key from one fingerprint: exactly
+// one reseals the set, whole; a set naming other keys than the stored
+// ones changes nothing.
+func testOneReseal(t *testing.T, a, b store.Store) {
+	ka, kb := a.(store.KeyStore), b.(store.KeyStore)
+	set := func(tag string, names ...string) []store.SealedKey {
+		var ks []store.SealedKey
+		for _, n := range names {
+			ks = append(ks, store.SealedKey{Name: n, Version: 1, Sealed: []byte(tag + " " + n)})
+		}
+		return ks
+	}
+	if ok, err := ka.AddKeysIfAbsent("fp-old", set("old", "a.key", "b.key")); !ok || err != nil {
+		t.Fatalf("first set: %v %v", ok, err)
+	}
+	if ok, err := ka.ResealKeys("fp-old", "fp-bad", set("bad", "a.key", "c.key")); ok || err == nil {
+		t.Errorf("a set naming another key: %v %v", ok, err)
+	}
+	w := oneWinner(t, "reseals", func(i int) (bool, error) {
+		return pick(a, b, i).(store.KeyStore).ResealKeys("fp-old", fmt.Sprintf("fp-%d", i), set(fmt.Sprint(i), "a.key", "b.key"))
+	})
+	for _, k := range []store.KeyStore{ka, kb} {
+		fp, got, err := k.Keys()
+		if err != nil || fp != fmt.Sprintf("fp-%d", w) || len(got) != 2 || string(got[1].Sealed) != fmt.Sprintf("%d b.key", w) {
+			t.Fatalf("after the reseal: %s %+v %v", fp, got, err)
+		}
+	}
+	if ok, err := kb.ResealKeys("fp-old", "fp-late", set("late", "a.key", "b.key")); ok || err != nil {
+		t.Errorf("a reseal from a replaced fingerprint: %v %v", ok, err)
 	}
 }
 

@@ -1,0 +1,172 @@
+package libvirtrt
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/better-compute/bcd/components/base/testenv"
+	"github.com/better-compute/bcd/components/helper"
+	"github.com/better-compute/bcd/components/helper/helperclient"
+	"github.com/better-compute/bcd/components/helper/wire"
+	"github.com/better-compute/bcd/components/trust/rootsig"
+	"github.com/better-compute/bcd/components/vm/libvirttest"
+	"github.com/better-compute/bcd/components/vm/rootvirt"
+	"github.com/better-compute/bcd/components/vm/seed"
+	"github.com/better-compute/bcd/components/vm/vmruntime"
+	"github.com/better-compute/bcd/components/vm/vmruntime/runtimetest"
+)
+
+// rootHalf stands in for the transport to bcd helper: each request goes
+// through wire's encoding and strict decoding and runs on the real
+// instances' root half (rootvirt) as root. The proof's admission is the
+// helper's, tested in components/helper and end to end.
+type rootHalf struct{ host helper.LibvirtHost }
+
+func (h rootHalf) Do(ctx context.Context, req *wire.Request) (*wire.Response, error) {
+	b, err := wire.EncodeRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	got, err := wire.DecodeRequest(b)
+	if err != nil {
+		return nil, err
+	}
+	if err := got.Check(); err != nil {
+		return nil, err
+	}
+	var final bool
+	if got.Op == wire.OpLibvirtDefine {
+		final, err = rootvirt.Ops{}.Define(ctx, h.host, got.ID, got.Section)
+	} else {
+		final, err = rootvirt.Ops{}.Act(ctx, h.host, got.Op, got.ID)
+	}
+	if err != nil {
+		return wire.Failed(err.Error(), !final), &helperclient.Error{Op: got.Op, Msg: err.Error(), Retryable: !final}
+	}
+	return &wire.Response{OK: true}, nil
+}
+
+// TestRuntimeOnLibvirtd runs the shared runtime suite on a real libvirtd:
+// reads through its read-only socket, changes through the root half.
+func TestRuntimeOnLibvirtd(t *testing.T) {
+	d := libvirttest.Start(t)
+	qemuImg := testenv.NeedTool(t, "qemu-img", "qemu-utils")
+	data := filepath.Join(d.Dir, "data")
+	images := filepath.Join(data, "images")
+	if err := os.MkdirAll(images, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(images, "tmp")
+	if out, err := exec.Command(qemuImg, "create", "-q", "-f", "qcow2", tmp, "64M").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	b, _ := os.ReadFile(tmp)
+	sum := sha256.Sum256(b)
+	base := hex.EncodeToString(sum[:])
+	basePath := filepath.Join(images, base+".qcow2")
+	if err := os.Rename(tmp, basePath); err != nil {
+		t.Fatal(err)
+	}
+	host := helper.LibvirtHost{DataDir: data, Owner: 0, Accel: libvirttest.Accel(),
+		Virsh: func(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
+			var out, errb bytes.Buffer
+			cmd := exec.CommandContext(ctx, "virsh", append([]string{"-q", "-c", d.URI()}, args...)...)
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(stdin), &out, &errb
+			if err := cmd.Run(); err != nil {
+				return out.Bytes(), fmt.Errorf("virsh %s: %w: %s", args[0], err, strings.TrimSpace(errb.String()))
+			}
+			return out.Bytes(), nil
+		}}
+	machine := func(id string) vmruntime.Machine {
+		return vmruntime.InstanceMachine(id, 1, 64, base, "qcow2", nil)
+	}
+	signed := func(m vmruntime.Machine) ([]byte, rootsig.Proof, error) {
+		section := []byte(fmt.Sprintf(`{"images":[{"sha256":%q,"url":"https://img.example/b.qcow2","format":"qcow2"}],"instances":[{"id":%q,"allocation":"a","state":"STOPPED","vcpus":%d,"memory_mib":%d,"image":%q}]}`,
+			base, m.ID, m.VCPUs, m.MemoryMiB, base))
+		full := map[string]json.RawMessage{"instances": section}
+		digests, err := rootsig.SectionDigests(full)
+		raw, _ := json.Marshal(full)
+		sum := sha256.Sum256(raw)
+		return section, rootsig.Proof{NodeID: "node_a", Generation: 1, SpecSHA256: sum[:], Sections: digests}, err
+	}
+	ro := "qemu:///system?socket=" + filepath.Join(d.Dir, "sock", "libvirt-sock-ro")
+	runtimetest.Run(t, runtimetest.Harness{
+		Machine: machine,
+		Setup: func(t *testing.T) runtimetest.Host {
+			// One daemon for the suite: each subtest starts with no domain.
+			out, _ := d.Virsh(t, "list", "--all", "--name")
+			for _, name := range strings.Fields(out) {
+				d.Virsh(t, "destroy", name)
+				d.Virsh(t, "undefine", name)
+			}
+			for _, id := range []string{"vm-a", "vm-b", "byhand"} {
+				dir := filepath.Join(data, "instances", id)
+				os.RemoveAll(dir)
+				if err := os.MkdirAll(dir, 0o750); err != nil {
+					t.Fatal(err)
+				}
+				if out, err := exec.Command(qemuImg, "create", "-q", "-f", "qcow2", "-b", basePath, "-F", "qcow2", filepath.Join(dir, vmruntime.DiskFile)).CombinedOutput(); err != nil {
+					t.Fatalf("%v: %s", err, out)
+				}
+				if err := seed.WriteFile(filepath.Join(dir, vmruntime.SeedFile), seed.Seed{InstanceID: id}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return runtimetest.Host{
+				New: func() vmruntime.Runtime {
+					return New(Config{URI: ro, InstancesDir: filepath.Join(data, "instances"), Helper: rootHalf{host}, Signed: signed})
+				},
+				Foreign: func(id string) {
+					p := filepath.Join(d.Dir, id+".xml")
+					xml := fmt.Sprintf(`<domain type="qemu"><name>%s</name><memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os></domain>`, id)
+					if err := os.WriteFile(p, []byte(xml), 0o600); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := d.Virsh(t, "define", p); err != nil {
+						t.Fatal(err)
+					}
+				},
+			}
+		},
+	})
+}
+
+func TestState(t *testing.T) {
+	for in, want := range map[string]string{"running": "RUNNING", "paused": "PAUSED", "shut off": "STOPPED", "crashed": "STOPPED", "pmsuspended": "PAUSED", "in shutdown": "RUNNING"} {
+		if got := State(in); got != want {
+			t.Errorf("State(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// TestParseDomain: bcd's metadata makes a domain owned; a definition
+// without it, or naming another instance, is not.
+func TestParseDomain(t *testing.T) {
+	def := `<domain type='qemu'><name>vm-a</name><metadata><bcd:instance xmlns:bcd="https://bcd.dev/xmlns/instance/v1" id="vm-a"/></metadata>
+<memory unit='KiB'>131072</memory><vcpu placement='static'>2</vcpu><devices>
+<disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='/d/instances/vm-a/disk.qcow2'/><boot order='1'/></disk>
+<disk type='file' device='cdrom'><driver name='qemu' type='raw'/><source file='/d/instances/vm-a/seed.iso'/><readonly/></disk>
+</devices></domain>`
+	m, owned, err := ParseDomain([]byte(def), "/d/instances")
+	if err != nil || !owned {
+		t.Fatalf("ParseDomain = %v, %v", owned, err)
+	}
+	want := vmruntime.Machine{ID: "vm-a", VCPUs: 2, MemoryMiB: 128, Disks: []vmruntime.Disk{{Name: "disk.qcow2", Format: "qcow2", Boot: 1}, {Name: "seed.iso", Format: "raw", CDROM: true}}}
+	if !m.Equal(want) {
+		t.Errorf("machine %+v, want %+v", m, want)
+	}
+	for _, bad := range []string{strings.Replace(def, `id="vm-a"`, `id="vm-b"`, 1), strings.Replace(def, "bcd.dev", "evil.example", 2)} {
+		if _, owned, err := ParseDomain([]byte(bad), "/d/instances"); err != nil || owned {
+			t.Errorf("owned %v, %v for %s", owned, err, bad[:120])
+		}
+	}
+}
