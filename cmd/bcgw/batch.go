@@ -15,7 +15,7 @@ import (
 )
 
 const batchUsage = "usage: bcgw batch create --id ID [--expires D] (--command FILE ... | --commands-from DIR) | " +
-	"bcgw batch approve --key APPROVER.key.pem [--in FILE] | bcgw batch submit [--in FILE] [--wait] [--timeout D]  (FILE may be - for stdin)"
+	"bcgw batch approve --key APPROVER.key.pem [--file FILE] | bcgw batch submit [--file FILE] [--wait] [--timeout D]  (FILE may be - for stdin)"
 
 // batchCmd is `bcgw batch create|approve|submit`: destructive commands as
 // a batch the approvers approve (components/trust/quorum).
@@ -103,7 +103,8 @@ func batchApprove(env *cli.Env, args []string) int {
 	const prefix = "bcgw batch approve"
 	fs := cli.NewFlagSet(env, "bcgw", "batch approve")
 	keyPath := fs.String("key", "", "the approver's key: a PKCS#8 PEM \"PRIVATE KEY\" file (ECDSA P-256) only its owner may read")
-	in := fs.String("in", "-", "the batch file (bcgw batch create); - reads stdin")
+	in := fs.String("file", "-", "the batch file (bcgw batch create); - reads stdin")
+	fs.StringVar(in, "in", "-", "the same as --file (deprecated)")
 	if code, ok := cli.Parse(fs, env, args, "prints the batch file with this key's approval; says on stderr what it approves"); !ok {
 		return code
 	}
@@ -112,7 +113,7 @@ func batchApprove(env *cli.Env, args []string) int {
 	}
 	b, err := readInput(env, *in, adminapi.MaxBatchFile)
 	if err != nil {
-		return cli.Fail(env, prefix, fmt.Errorf("--in: %w", err))
+		return cli.Fail(env, prefix, fmt.Errorf("--file: %w", err))
 	}
 	now := time.Now()
 	bf, err := adminapi.DecodeBatch(b)
@@ -143,7 +144,8 @@ func batchSubmit(ctx context.Context, env *cli.Env, args []string) int {
 	fs := cli.NewFlagSet(env, "bcgw", "batch submit")
 	var a adminFlags
 	a.register(fs)
-	in := fs.String("in", "-", "the approved batch file; - reads stdin")
+	in := fs.String("file", "-", "the approved batch file; - reads stdin")
+	fs.StringVar(in, "in", "-", "the same as --file (deprecated)")
 	wait := fs.Bool("wait", false, "wait for every command's result")
 	timeout := fs.Duration("timeout", 5*time.Minute, "with --wait, how long to wait for all of them")
 	if code, ok := cli.Parse(fs, env, args, "prints the commands' views as a JSON array"); !ok {
@@ -151,7 +153,7 @@ func batchSubmit(ctx context.Context, env *cli.Env, args []string) int {
 	}
 	b, err := readInput(env, *in, adminapi.MaxBatchFile)
 	if err != nil {
-		return cli.Fail(env, prefix, fmt.Errorf("--in: %w", err))
+		return cli.Fail(env, prefix, fmt.Errorf("--file: %w", err))
 	}
 	bf, err := adminapi.DecodeBatch(b)
 	if err != nil {

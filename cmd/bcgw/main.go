@@ -37,7 +37,7 @@ func main() {
 
 // program is bcgw's command table.
 func program() *cli.Program {
-	return &cli.Program{
+	p := &cli.Program{
 		Name: "bcgw",
 		Commands: []cli.Command{
 			{Name: "serve", Summary: "run the gateway and control plane", Run: serve},
@@ -50,7 +50,7 @@ func program() *cli.Program {
 			{Name: "health", Summary: "health [--json]: this gateway's sessions and whether its database answers (exit 1 when it does not)", Run: health},
 			{Name: "tpm", Summary: "tpm enroll: let a TPM join (bcd join --attestor tpm) by its EK or EK CA", Run: tpmCmd},
 			{Name: "run", Summary: "run NODE KIND: send a command and print its result (--prepare: print it to sign; --submit FILE: send a prepared one)", Run: run},
-			{Name: "sign", Summary: "sign --key KEY.pem [--in FILE]: sign a prepared command or spec (no gateway needed)", Run: signCmd},
+			{Name: "sign", Summary: "sign --key KEY.pem [--file FILE]: sign a prepared command or spec (no gateway needed)", Run: signCmd},
 			{Name: "trust", Summary: "trust show|add-root|remove-root|rotate-key|approvers: the trust bundle's command-signing roots and approver set, bcgw's own key", Run: trustCmd},
 			{Name: "batch", Summary: "batch create|approve|submit: destructive commands as a batch the approvers approve", Run: batchCmd},
 			{Name: "revoke", Summary: "revoke NODE: revoke a node's certificate", Run: revoke},
@@ -75,6 +75,34 @@ func program() *cli.Program {
 			{Name: "well-known", Summary: "print the well-known document (--pins: the bcd join flags)", Run: wellKnown},
 		},
 		Version: cli.VersionInfo{Version: buildinfo.Version, Commit: buildinfo.Commit, Tags: buildinfo.Tags()},
+	}
+	for i, c := range p.Commands {
+		if groups[c.Name] {
+			p.Commands[i].Run = groupHelp(c.Run)
+		}
+	}
+	return p
+}
+
+// groups are the commands whose first argument is a verb (or, for
+// release, a node or a verb): with no argument they print their usage
+// and exit 2.
+var groups = map[string]bool{"token": true, "node": true, "admin-token": true, "tpm": true, "trust": true, "batch": true,
+	"spec": true, "instance": true, "release": true, "secret": true, "kek": true}
+
+// groupHelp answers a group's -h (or --help) alone with its usage on
+// stdout and exit 0, as every command's -h.
+func groupHelp(run func(context.Context, *cli.Env, []string) int) func(context.Context, *cli.Env, []string) int {
+	return func(ctx context.Context, env *cli.Env, args []string) int {
+		if len(args) != 1 || (args[0] != "-h" && args[0] != "--help" && args[0] != "-help") {
+			return run(ctx, env, args)
+		}
+		var buf strings.Builder
+		quiet := *env
+		quiet.Stdout, quiet.Stderr = &buf, &buf
+		run(ctx, &quiet, nil)
+		fmt.Fprint(env.Stdout, buf.String())
+		return 0
 	}
 }
 
@@ -113,8 +141,13 @@ func (a *adminFlags) client() (*adminapi.Client, error) {
 func parseInterleaved(fs *flag.FlagSet, env *cli.Env, args []string, npos int, usage string) ([]string, int, bool) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		out := fs.Output()
+		fs.SetOutput(io.Discard)
+		err := fs.Parse(args)
+		fs.SetOutput(out)
+		if err != nil {
 			if err == flag.ErrHelp {
+				printUsage(env, fs, usage)
 				return nil, 0, false
 			}
 			return nil, cli.Usagef(env, "usage: %s", usage), false
@@ -130,6 +163,16 @@ func parseInterleaved(fs *flag.FlagSet, env *cli.Env, args []string, npos int, u
 		return nil, cli.Usagef(env, "usage: %s", usage), false
 	}
 	return pos, 0, true
+}
+
+// printUsage is -h of a command with positionals, in the style cli.Parse
+// prints for the others: the usage line, then the flags, on stdout.
+func printUsage(env *cli.Env, fs *flag.FlagSet, usage string) {
+	fmt.Fprintf(env.Stdout, "usage: %s\n\nflags:\n", usage)
+	out := fs.Output()
+	fs.SetOutput(env.Stdout)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
 }
 
 func serve(ctx context.Context, env *cli.Env, args []string) int {
@@ -157,6 +200,9 @@ func serve(ctx context.Context, env *cli.Env, args []string) int {
 	fs.DurationVar(&cfg.CloudIIDMaxAge, "cloud-iid-max-age", agentsvc.DefaultCloudIIDMaxAge, "how long after launch an EC2 instance may join with cloud-iid (-1ns: no limit)")
 	if code, ok := cli.Parse(fs, env, args, ""); !ok {
 		return code
+	}
+	if err := checkServe(cfg); err != nil {
+		return cli.Usagef(env, "bcgw serve: %v", err)
 	}
 	if *iidCerts != "" {
 		b, err := os.ReadFile(*iidCerts)

@@ -159,19 +159,20 @@ func writeTrust(w io.Writer, v adminapi.TrustView) {
 	tw.Flush()
 }
 
-// signCmd is `bcgw sign --key KEY.pem [--in FILE]`: it signs a prepared
+// signCmd is `bcgw sign --key KEY.pem [--file FILE]`: it signs a prepared
 // command or spec on the key holder's machine. It needs no data
 // directory and no gateway. The key is read from its file (which only its
 // owner may read), never from arguments, and never printed or logged.
 func signCmd(ctx context.Context, env *cli.Env, args []string) int {
 	fs := cli.NewFlagSet(env, "bcgw", "sign")
 	keyPath := fs.String("key", "", "the command-signing key: a PKCS#8 PEM \"PRIVATE KEY\" file (ECDSA P-256) only its owner may read")
-	in := fs.String("in", "-", "the prepared command (bcgw run --prepare) or spec (bcgw spec prepare); - reads stdin")
+	in := fs.String("file", "-", "the prepared command (bcgw run --prepare) or spec (bcgw spec prepare); - reads stdin")
+	fs.StringVar(in, "in", "-", "the same as --file (deprecated)")
 	if code, ok := cli.Parse(fs, env, args, "prints the prepared JSON with its signature; says on stderr what it signed"); !ok {
 		return code
 	}
 	if *keyPath == "" {
-		return cli.Usagef(env, "bcgw sign: --key is required\nusage: bcgw sign --key KEY.pem [--in FILE]")
+		return cli.Usagef(env, "bcgw sign: --key is required\nusage: bcgw sign --key KEY.pem [--file FILE]")
 	}
 	var b []byte
 	var err error
@@ -181,7 +182,7 @@ func signCmd(ctx context.Context, env *cli.Env, args []string) int {
 		b, err = readSmallFile(*in, 16<<20)
 	}
 	if err != nil {
-		return cli.Fail(env, "bcgw sign", fmt.Errorf("--in: %w", err))
+		return cli.Fail(env, "bcgw sign", fmt.Errorf("--file: %w", err))
 	}
 	key, err := adminapi.ReadSigningKey(*keyPath)
 	if err != nil {
@@ -212,7 +213,7 @@ func writeApprovers(w io.Writer, a *adminapi.ApproversView) {
 }
 
 const approversUsage = "usage: bcgw trust approvers propose --threshold K --key A.pub.pem --key B.pub.pem ... [--epoch N] | " +
-	"bcgw trust approvers endorse --key APPROVER.key.pem [--in FILE] | bcgw trust approvers set [--in FILE] [--json]  (FILE may be - for stdin)"
+	"bcgw trust approvers endorse --key APPROVER.key.pem [--file FILE] | bcgw trust approvers set [--file FILE] [--json]  (FILE may be - for stdin)"
 
 // approversCmd is `bcgw trust approvers propose|endorse|set`: the
 // approver set of the destructive-batch quorum.
@@ -273,7 +274,8 @@ func approversCmd(ctx context.Context, env *cli.Env, args []string) int {
 		return printJSON(env, set)
 	case "endorse":
 		keyPath := fs.String("key", "", "the approver's key: a PKCS#8 PEM \"PRIVATE KEY\" file (ECDSA P-256) only its owner may read")
-		in := fs.String("in", "-", "the proposed set (bcgw trust approvers propose); - reads stdin")
+		in := fs.String("file", "-", "the proposed set (bcgw trust approvers propose); - reads stdin")
+		fs.StringVar(in, "in", "-", "the same as --file (deprecated)")
 		if code, ok := cli.Parse(fs, env, args[1:], "prints the set with this key's endorsement; says on stderr what it endorsed"); !ok {
 			return code
 		}
@@ -282,7 +284,7 @@ func approversCmd(ctx context.Context, env *cli.Env, args []string) int {
 		}
 		b, err := readInput(env, *in, 1<<20)
 		if err != nil {
-			return cli.Fail(env, prefix, fmt.Errorf("--in: %w", err))
+			return cli.Fail(env, prefix, fmt.Errorf("--file: %w", err))
 		}
 		key, err := adminapi.ReadSigningKey(*keyPath)
 		if err != nil {
@@ -305,14 +307,15 @@ func approversCmd(ctx context.Context, env *cli.Env, args []string) int {
 	case "set":
 		var a adminFlags
 		a.register(fs)
-		in := fs.String("in", "-", "the set (bcgw trust approvers propose, endorsed); - reads stdin")
+		in := fs.String("file", "-", "the set (bcgw trust approvers propose, endorsed); - reads stdin")
+		fs.StringVar(in, "in", "-", "the same as --file (deprecated)")
 		asJSON := fs.Bool("json", false, "print {\"version\", \"changed\", \"epoch\", \"threshold\", \"keys\", \"endorsements\", \"warning\"} instead of the version")
 		if code, ok := cli.Parse(fs, env, args[1:], ""); !ok {
 			return code
 		}
 		b, err := readInput(env, *in, 1<<20)
 		if err != nil {
-			return cli.Fail(env, prefix, fmt.Errorf("--in: %w", err))
+			return cli.Fail(env, prefix, fmt.Errorf("--file: %w", err))
 		}
 		set, err := adminapi.DecodeApproverSet(b)
 		if err != nil {
