@@ -17,7 +17,7 @@ import (
 func TestEveryCommandAnswersHelp(t *testing.T) {
 	want := map[string]string{
 		"serve": "usage: bcgw serve [flags]", "token": "usage: bcgw token create ", "node": "usage: bcgw node rm NODE",
-		"nodes": "usage: bcgw nodes [flags]", "admin-token": "usage: bcgw admin-token create NAME", "audit": "usage: bcgw audit [flags]",
+		"nodes": "usage: bcgw nodes [flags]", "admin-token": "usage: bcgw admin-token create NAME", "audit": "usage: bcgw audit [flags]", "backup": "usage: bcgw backup [flags]",
 		"page": "usage: bcgw page [flags]", "health": "usage: bcgw health [flags]", "tpm": "usage: bcgw tpm enroll ",
 		"run": "usage: bcgw run NODE KIND ", "sign": "usage: bcgw sign [flags]", "trust": "usage: bcgw trust show ",
 		"batch": "usage: bcgw batch create ", "revoke": "usage: bcgw revoke NODE", "cancel": "usage: bcgw cancel COMMAND",

@@ -45,6 +45,7 @@ func program() *cli.Program {
 			{Name: "node", Summary: "node rm NODE: revoke a node and forget it (its commands, spec, report, events)", Run: nodeCmd},
 			{Name: "nodes", Summary: "list nodes", Run: nodes},
 			{Name: "admin-token", Summary: "admin-token create NAME | ls | rm NAME: named admin tokens for the loopback admin listener", Run: adminTokenCmd},
+			{Name: "backup", Summary: "backup --out FILE: a consistent copy of a bbolt gateway's store, taken while it serves", Run: backup},
 			{Name: "audit", Summary: "audit [--json] [--after SEQ] [--limit N]: who changed what through the admin API", Run: audit},
 			{Name: "page", Summary: "page [--json] [--html FILE]: a one-time link to the fleet page on the loopback admin listener", Run: page},
 			{Name: "health", Summary: "health [--json]: this gateway's sessions and whether its database answers (exit 1 when it does not)", Run: health},

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -175,10 +176,14 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	var fl *fleet.Fleet
 	m := metrics.New(cfg.Name, metrics.Gauges{Sessions: h.Count, DatabaseUp: func() bool { return fl.Health().Database.Reachable }})
 	keyStore, _ := st.(store.KeyStore) // the timed store below is not one
+	var backup func(io.Writer) (int64, error)
+	if b, ok := st.(*store.Bolt); ok {
+		backup = b.Backup
+	}
 	st = store.Timed(st, m.StoreOp)
 	fl, err = fleet.New(fleet.Config{
 		DataDir: cfg.DataDir, Database: cfg.Database, ServerName: cfg.ServerName, Name: cfg.Name,
-		LeaseTTL: cfg.LeaseTTL, Heartbeat: cfg.Heartbeat, KEK: kk, KeyStore: keyStore, Metrics: m,
+		LeaseTTL: cfg.LeaseTTL, Heartbeat: cfg.Heartbeat, KEK: kk, KeyStore: keyStore, Backup: backup, Metrics: m,
 	}, cfg.Log, st, h, k, kf, ck)
 	if err != nil {
 		st.Close()

@@ -2,6 +2,10 @@ package adminapi
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"time"
@@ -59,4 +63,28 @@ type KeyRotation struct {
 func (c *Client) RotateCommandKey(ctx context.Context) (KeyRotation, error) {
 	var out KeyRotation
 	return out, c.do(ctx, http.MethodPost, "/v1/trust/rotate-key", nil, &out)
+}
+
+// Backup copies the gateway's bbolt store to w and returns its size.
+func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/backup", nil)
+	if err != nil {
+		return 0, err
+	}
+	if c.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+c.bearer)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("admin API: %w (is bcgw serve running on this data directory?)", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		if json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&e) == nil && e.Error != "" {
+			return 0, errors.New(e.Error)
+		}
+		return 0, fmt.Errorf("admin API: %s", resp.Status)
+	}
+	return io.Copy(w, resp.Body)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -30,6 +31,9 @@ type Config struct {
 	// KeyStore is where a database keeps the key set sealed under KEK
 	// (nil on bbolt): a gateway checks it still is (reseal.go).
 	KeyStore store.KeyStore
+	// Backup writes a consistent copy of a bbolt store (nil on a
+	// database, which pg_dump backs up).
+	Backup func(io.Writer) (int64, error)
 	// Metrics is where the gateway's metrics are counted (nil: nowhere).
 	Metrics *metrics.Metrics
 }

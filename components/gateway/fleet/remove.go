@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"sort"
 
 	"github.com/better-compute/bcd/components/gateway/adminapi"
@@ -67,4 +69,13 @@ func (s *Fleet) RemoveJoinToken(id string) error {
 		}
 	}
 	return fmt.Errorf("join token %s: %w (bcgw token ls lists them)", id, store.ErrNotFound)
+}
+
+// Backup writes a consistent copy of the bbolt store to w while the
+// gateway serves; on a database it refuses (pg_dump backs that up).
+func (s *Fleet) Backup(w io.Writer) (int64, error) {
+	if s.cfg.Backup == nil {
+		return 0, errors.New("this gateway's store is PostgreSQL: back it up with pg_dump (docs/gateway-store.md, \"Backup and restore\")")
+	}
+	return s.cfg.Backup(w)
 }

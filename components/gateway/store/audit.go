@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"sort"
 	"time"
@@ -161,4 +162,35 @@ func (s *Bolt) Audit(after uint64, limit int) ([]AuditEntry, error) {
 		return nil
 	})
 	return out, err
+}
+
+// Backup writes a consistent copy of the whole bbolt file to w while the
+// store serves (one read transaction), and returns its size: what `bcgw
+// backup` streams.
+func (s *Bolt) Backup(w io.Writer) (int64, error) {
+	var n int64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		n, err = tx.WriteTo(w)
+		return err
+	})
+	return n, err
+}
+
+// CheckBolt opens a bbolt file read-only and checks it holds the store's
+// buckets: a backup that did not arrive whole fails here.
+func CheckBolt(path string) error {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer db.Close()
+	return db.View(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bTokens, bNodes, bCommands, bMeta} {
+			if tx.Bucket(b) == nil {
+				return fmt.Errorf("%s holds no %s bucket: not a bcgw store", path, b)
+			}
+		}
+		return nil
+	})
 }
