@@ -71,7 +71,7 @@ func program() *cli.Program {
 			{Name: "events", Summary: "events NODE [--follow] [--json]: the node's stored events", Run: events},
 			{Name: "cache-images", Summary: "cache-images SITE --image SHA256=URL ...: what a site keeps in its image cache", Run: cacheImages},
 			{Name: "bmc-credentials", Summary: "store a BMC's login (the password from stdin)", Run: bmcCredentials},
-			{Name: "secret", Summary: "secret set NAME [--node NODE] --value-file FILE|- | delete NAME [--node NODE] | list: the secrets agents ask for by name (telemetry-header/<Name>)", Run: secretCmd},
+			{Name: "secret", Summary: "secret set NAME [--node NODE] --value-file FILE|- | delete NAME [--node NODE] | list: the secrets agents ask for by name (telemetry-header/<Name>, instance-user-data/<allocation>)", Run: secretCmd},
 			{Name: "kek", Summary: "kek generate [--out FILE] | kek fingerprint FILE: the key-encryption key a fleet's gateways seal their keys in the database under", Run: kekCmd},
 			{Name: "well-known", Summary: "print the well-known document (--pins: the bcd join flags)", Run: wellKnown},
 		},

@@ -27,7 +27,7 @@ func secretCmd(ctx context.Context, env *cli.Env, args []string) int {
 	var a adminFlags
 	a.register(fs)
 	node := fs.String("node", "", "the node the secret is for (default: every node of the fleet without its own)")
-	valueFile := fs.String("value-file", "", "read the value from this file (- for stdin); one line, a final newline is dropped")
+	valueFile := fs.String("value-file", "", "read the value from this file (- for stdin); a final newline is dropped")
 	asJSON := fs.Bool("json", false, "list as JSON")
 	npos := 1
 	if args[0] == "list" {

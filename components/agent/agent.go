@@ -198,6 +198,20 @@ func Run(ctx context.Context, c Config) error {
 		tel = newTelemetry(c, a, func() *session.Session { return s }, j, func() *dispatch.Dispatcher { return d }, &cert, clk.Now)
 		sections = append(append([]converge.Section{}, sections...), tel)
 	}
+	// A section that fetches secrets of its own (the instances' user
+	// data) asks through the session, sealed, once there is one.
+	for _, sec := range sections {
+		if u, ok := sec.(interface {
+			SetSecret(func(ctx context.Context, name, workflowID string) ([]byte, error))
+		}); ok {
+			u.SetSecret(func(ctx context.Context, name, workflowID string) ([]byte, error) {
+				if s == nil {
+					return nil, errors.New("no session with the gateway yet")
+				}
+				return s.Secret(ctx, name, workflowID, "")
+			})
+		}
+	}
 	engine, err := converge.Open(converge.Config{DataDir: cfg.DataDir, Sections: sections, Log: nodeLog, Now: clk.Now, Repair: cfg.Host.Repair(),
 		Verify: func(ds *bcdv1.DesiredState, full nodespec.Spec) error {
 			return trust.Roots().VerifyDesiredState(a.NodeID, ds, full)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/better-compute/bcd/components/base/atomicfile"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
@@ -33,6 +34,16 @@ import (
 // workflow "telemetry", and only for the headers its spec names.
 const SecretTelemetryHeader = "telemetry-header/"
 
+// SecretInstanceUserData prefixes an instance's user data:
+// instance-user-data/<allocation>. The node asks for it with the workflow
+// "instances", only for an allocation an instance of its spec's instances
+// section has with user_data (docs/instances.md, "User data").
+const SecretInstanceUserData = "instance-user-data/"
+
+// maxUserData bounds an instance's user data (cloud-init's own bound on
+// EC2 is 16 KiB).
+const maxUserData = 16 << 10
+
 // secretsKEKFile is the bbolt gateway's key for operator secrets.
 const secretsKEKFile = "secrets.kek"
 
@@ -54,9 +65,16 @@ var exporterHeaders = []string{"Content-Type", "Content-Length", "Host", "Conten
 // and returns it canonical (the header name as net/textproto spells it).
 // Errors never hold a value, only the name.
 func CanonicalSecretName(name string) (string, error) {
+	if a, ok := strings.CutPrefix(name, SecretInstanceUserData); ok {
+		if !allocationID(a) {
+			return "", fmt.Errorf("secret %q: %q is not an allocation ([A-Za-z0-9][A-Za-z0-9_-], 1 to 128)", trimName(name), trimName(a))
+		}
+		return name, nil
+	}
 	h, ok := strings.CutPrefix(name, SecretTelemetryHeader)
 	if !ok {
-		return "", fmt.Errorf("no settable secret %q: the only ones are %s<Header-Name> (a telemetry section's headers)", trimName(name), SecretTelemetryHeader)
+		return "", fmt.Errorf("no settable secret %q: the only ones are %s<Header-Name> (a telemetry section's headers) and %s<allocation> (an instance's user data)",
+			trimName(name), SecretTelemetryHeader, SecretInstanceUserData)
 	}
 	if h == "" || len(h) > 64 || !headerToken(h) {
 		return "", fmt.Errorf("secret %q: %q is not an HTTP header name", trimName(name), trimName(h))
@@ -83,6 +101,35 @@ func trimName(s string) string {
 		return s[:80] + "..."
 	}
 	return s
+}
+
+// allocationID is an allocation's shape: [A-Za-z0-9][A-Za-z0-9_-], 1 to
+// 128 (as the instances section's).
+func allocationID(a string) bool {
+	if len(a) == 0 || len(a) > 128 || a[0] == '-' || a[0] == '_' {
+		return false
+	}
+	for _, r := range a {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkNamedValue checks the value of the secret name: user data is 1 to
+// 16 KiB of UTF-8 text; a header value as checkSecretValue says.
+func checkNamedValue(name string, v []byte) error {
+	if !strings.HasPrefix(name, SecretInstanceUserData) {
+		return checkSecretValue(v)
+	}
+	if len(v) == 0 || len(v) > maxUserData {
+		return fmt.Errorf("the user data is %d bytes; it must be 1 to %d", len(v), maxUserData)
+	}
+	if !utf8.Valid(v) {
+		return errors.New("the user data is not UTF-8 text")
+	}
+	return nil
 }
 
 // checkSecretValue refuses what the agent would refuse as a header value,
@@ -145,7 +192,7 @@ func (s *Fleet) SetSecret(name, node string, value []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := checkSecretValue(value); err != nil {
+	if err := checkNamedValue(name, value); err != nil {
 		return "", fmt.Errorf("secret %s: %w", name, err)
 	}
 	if node != "" {
@@ -256,14 +303,20 @@ func (s *Fleet) telemetrySecret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, 
 	if !slices.Contains(named, header) {
 		return nil, fmt.Errorf("the node's telemetry section names no header %s", header)
 	}
+	return s.opSecretValue(name, l.NodeID)
+}
+
+// opSecretValue opens the secret name: node's own value when one is
+// set, else the fleet's.
+func (s *Fleet) opSecretValue(name, nodeID string) ([]byte, error) {
 	k, err := s.secretsKEK(false)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, noSecret(name, l.NodeID)
+		return nil, noSecret(name, nodeID)
 	}
 	if err != nil {
 		return nil, err
 	}
-	for _, node := range []string{l.NodeID, ""} {
+	for _, node := range []string{nodeID, ""} {
 		key := opSecretKey(name, node)
 		sealed, err := s.store.Meta(key)
 		if err != nil {
@@ -281,7 +334,51 @@ func (s *Fleet) telemetrySecret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, 
 		}
 		return v, nil
 	}
-	return nil, noSecret(name, l.NodeID)
+	return nil, noSecret(name, nodeID)
+}
+
+// userDataSecret answers instance-user-data/<allocation> to a node whose
+// desired spec's instances section has an instance of that allocation
+// with user_data, asked for by the workflow "instances".
+func (s *Fleet) userDataSecret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, error) {
+	name, err := CanonicalSecretName(req.GetName())
+	if err != nil || name != req.GetName() {
+		return nil, fmt.Errorf("no secret %q", trimName(req.GetName()))
+	}
+	if l.Role != "node" {
+		return nil, errors.New("only a node agent may ask for an instance's user data")
+	}
+	if req.GetWorkflowId() != "instances" {
+		return nil, errors.New("an instance's user data is asked for by the workflow instances")
+	}
+	alloc := strings.TrimPrefix(name, SecretInstanceUserData)
+	sp, err := s.store.Spec(l.NodeID)
+	if err != nil {
+		return nil, fmt.Errorf("the node's desired spec: %w", err)
+	}
+	var spec struct {
+		Instances *struct {
+			Instances []struct {
+				Allocation string `json:"allocation"`
+				UserData   bool   `json:"user_data"`
+			} `json:"instances"`
+		} `json:"instances"`
+	}
+	if len(sp.Spec) > 0 {
+		if err := json.Unmarshal(sp.Spec, &spec); err != nil {
+			return nil, fmt.Errorf("the node's desired spec: %w", err)
+		}
+	}
+	named := false
+	if spec.Instances != nil {
+		for _, in := range spec.Instances.Instances {
+			named = named || in.Allocation == alloc && in.UserData
+		}
+	}
+	if !named {
+		return nil, fmt.Errorf("no instance of allocation %s in the node's instances section has user_data", alloc)
+	}
+	return s.opSecretValue(name, l.NodeID)
 }
 
 func noSecret(name, node string) error {

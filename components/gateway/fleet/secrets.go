@@ -61,6 +61,9 @@ func (s *Fleet) secret(l *hub.Live, req *bcdv1.SecretRequest) ([]byte, error) {
 	if strings.HasPrefix(req.GetName(), SecretTelemetryHeader) {
 		return s.telemetrySecret(l, req)
 	}
+	if strings.HasPrefix(req.GetName(), SecretInstanceUserData) {
+		return s.userDataSecret(l, req)
+	}
 	if req.GetName() != SecretDiscoveryToken {
 		return nil, fmt.Errorf("no secret %q", req.GetName())
 	}

@@ -80,8 +80,40 @@ type Section struct {
 	published []byte                  // what was last published
 	inVM      map[string]string       // GPU UUID (lower case) -> the owned domain it is passed to
 	proof     *rootsig.Proof          // the held spec's (converge.Proven)
-	body      json.RawMessage         // the section of the pass under way
+	secret    func(ctx context.Context, name, workflowID string) ([]byte, error)
+	body      json.RawMessage // the section of the pass under way
 }
+
+// SecretUserData prefixes the secret that is an instance's user data:
+// instance-user-data/<allocation>, asked for with the workflow
+// "instances" (the gateway answers it only for an allocation the node's
+// section gives user data).
+const SecretUserData = "instance-user-data/"
+
+// SetSecret is given the agent's sealed secret fetch: without
+// Config.UserData, an instance's user data is the secret
+// instance-user-data/<allocation>.
+func (s *Section) SetSecret(f func(ctx context.Context, name, workflowID string) ([]byte, error)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.secret = f
+}
+
+// userData fetches in's user data: Config.UserData, else the secret.
+func (s *Section) userData(ctx context.Context, in spec.Instance) ([]byte, error) {
+	if s.cfg.UserData != nil {
+		return s.cfg.UserData(ctx, in)
+	}
+	s.mu.Lock()
+	f := s.secret
+	s.mu.Unlock()
+	if f == nil {
+		return nil, errNoUserData
+	}
+	return f(ctx, SecretUserData+in.Allocation, "instances")
+}
+
+var errNoUserData = errors.New("user data is not fetched on this node")
 
 // HeldProof keeps the proof of the held spec (converge.Proven): a
 // runtime through bcd helper defines a domain only with it.
@@ -642,10 +674,10 @@ func (s *Section) seed(ctx context.Context, in spec.Instance, path string) *fail
 	}
 	sd := seed.Seed{InstanceID: in.ID, Hostname: in.Hostname}
 	if in.UserData {
-		if s.cfg.UserData == nil {
-			return fail(true, "user data is not fetched on this node yet")
+		ud, err := s.userData(ctx, in)
+		if errors.Is(err, errNoUserData) {
+			return fail(true, "%v", err)
 		}
-		ud, err := s.cfg.UserData(ctx, in)
 		if err != nil {
 			// The error is the fetch's, never the data.
 			return fail(false, "user data: %v", err)
