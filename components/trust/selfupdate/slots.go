@@ -309,9 +309,15 @@ func (s *Slots) Confirm() (bool, error) {
 // or that Confirm recorded confirmed (a kill before it removed
 // upgrade.json), is dropped. A floor at the upgrade's sequence alone
 // does not drop it: only Confirm's record does. It reports the version
-// it rolled back, "" when none.
+// it rolled back, "" when none. Without slots (no slots.json or current
+// yet) it does nothing.
 func (s *Slots) Settle() (string, error) {
 	r, cur, up, err := s.Read()
+	if errors.Is(err, fs.ErrNotExist) {
+		// No slots yet (a node that never upgraded itself): nothing to
+		// settle, and nothing wrong.
+		return "", nil
+	}
 	if err != nil || up == nil {
 		return "", err
 	}

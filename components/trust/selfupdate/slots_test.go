@@ -303,3 +303,22 @@ func TestSlotsModeWhateverTheUmask(t *testing.T) {
 		}
 	}
 }
+
+// A node that never upgraded itself has no slots: Settle, at every
+// start, finds nothing to do and no error (it logged an ERROR on every
+// fresh node). A broken slots.json is still an error.
+func TestSettleWithoutSlots(t *testing.T) {
+	s := &Slots{Dir: filepath.Join(t.TempDir(), "slots"), Now: time.Now}
+	if v, err := s.Settle(); v != "" || err != nil {
+		t.Fatalf("Settle without slots: %q %v", v, err)
+	}
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir, SlotsFile), []byte("{broken"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Settle(); err == nil {
+		t.Fatal("Settle with a broken slots.json: no error")
+	}
+}
