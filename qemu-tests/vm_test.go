@@ -15,9 +15,11 @@ import (
 )
 
 // Deadlines, about 3x what the lab measured under TCG on a loaded 2-core
-// machine (init at 6-10 s, module loading about 1 s).
+// machine (init at 6-10 s, module loading about 1 s). At a load average of
+// 18 on 2 cores (a CI run beside six engineers' tests) the kernel reached
+// init at 29.6 s, so init gets 60 s.
 const (
-	initDeadline  = 30 * time.Second
+	initDeadline  = 60 * time.Second
 	totalDeadline = 90 * time.Second
 )
 
