@@ -66,6 +66,8 @@ type Config struct {
 	StatusGPUs func(context.Context) []status.GPU
 	// StatusHost, when set, gives bcd status the host units' states.
 	StatusHost func() []status.HostUnit
+	// StatusTaps, when set, gives bcd status the instances' taps.
+	StatusTaps func() []status.Tap
 	// FakeReboot adds the fakehw node.reboot kind: Run then returns
 	// ErrRebooted and the caller starts the agent again.
 	FakeReboot bool
@@ -436,6 +438,9 @@ func Run(ctx context.Context, c Config) error {
 			}
 			if c.StatusHost != nil {
 				sn.HostUnits = c.StatusHost()
+			}
+			if c.StatusTaps != nil {
+				sn.Taps = c.StatusTaps()
 			}
 			if c.Machine.Conditions != nil {
 				for _, x := range c.Machine.Conditions() {

@@ -28,6 +28,7 @@ import (
 	"github.com/better-compute/bcd/components/vm/fakeruntime"
 	"github.com/better-compute/bcd/components/vm/images"
 	"github.com/better-compute/bcd/components/vm/instances"
+	"github.com/better-compute/bcd/components/vm/netguard"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -100,7 +101,7 @@ func hostReboot(*helperclient.Client) func(context.Context, string) error { retu
 // extraSections are the instances section on the file-backed runtime
 // and the fakehw test section; the file-backed runtime is no driver
 // Hello lists.
-func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough, _ *helperclient.Client) ([]converge.Section, []*bcdv1.Driver) {
+func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough, _ *helperclient.Client, _ *netguard.Guard) ([]converge.Section, []*bcdv1.Driver) {
 	return fakeSections(cfg.DataDir, hw, dev, vms), nil
 }
 

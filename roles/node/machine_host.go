@@ -27,6 +27,7 @@ import (
 	"github.com/better-compute/bcd/components/vm/images"
 	"github.com/better-compute/bcd/components/vm/instances"
 	"github.com/better-compute/bcd/components/vm/libvirtrt"
+	"github.com/better-compute/bcd/components/vm/netguard"
 	"github.com/better-compute/bcd/components/vm/vmruntime"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
@@ -102,7 +103,7 @@ func hostReboot(helper *helperclient.Client) func(ctx context.Context, reason st
 // libvirt.* operations, a domain defined only from the signed section;
 // base images fetched with the system's roots or their pins. Without
 // [helper] there is no runtime (a section naming an instance fails).
-func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough, helper *helperclient.Client) ([]converge.Section, []*bcdv1.Driver) {
+func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough, helper *helperclient.Client, guard *netguard.Guard) ([]converge.Section, []*bcdv1.Driver) {
 	if helper == nil {
 		return nil, nil
 	}
@@ -115,7 +116,7 @@ func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Secti
 	rt := libvirtrt.New(libvirtrt.Config{URI: cfg.Instances.LibvirtURI(true), InstancesDir: filepath.Join(cfg.DataDir, "instances"), Helper: helper,
 		Signed: func(m vmruntime.Machine) ([]byte, rootsig.Proof, error) { return s.Signed(m) }})
 	s = instances.New(instances.Config{Dir: filepath.Join(cfg.DataDir, "instances"), Runtime: rt, Images: store,
-		GPUs: gpuUUIDs(hw), HeldBy: dev.HeldBy})
+		GPUs: gpuUUIDs(hw), HeldBy: dev.HeldBy, Network: guard.Apply})
 	vms.inVM = s.InVM
 	return []converge.Section{s}, []*bcdv1.Driver{{Id: rt.Name(), Kind: "runtime"}}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/better-compute/bcd/components/machine/nodekinds"
 	"github.com/better-compute/bcd/components/machine/nodemetrics"
 	"github.com/better-compute/bcd/components/machine/pressure"
+	"github.com/better-compute/bcd/components/vm/netguard"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -56,7 +57,13 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	if host != nil {
 		sections = []converge.Section{host, dev, acc}
 	}
-	extra, drivers := extraSections(cfg, hw, dev, vms, helper)
+	// The instances' network policy goes through bcd helper; without it
+	// an instance with a NIC does not run.
+	var guard *netguard.Guard
+	if helper != nil {
+		guard = netguard.New(helper, log)
+	}
+	extra, drivers := extraSections(cfg, hw, dev, vms, helper, guard)
 	m := agentcmd.Machine{
 		Kinds: append(append(nodekinds.Kinds(hw, heldGPU(dev)), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
@@ -71,6 +78,9 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	withHealth(&m, mon)
 	if host != nil {
 		withHostConditions(&m, host)
+	}
+	if guard != nil {
+		withNetwork(&m, guard)
 	}
 	withTelemetry(&m, hw, mon, dev)
 	withUpdate(&m, cfg, log)
@@ -92,6 +102,17 @@ func withReport(m *agentcmd.Machine) {
 func withHealth(m *agentcmd.Machine, mon *health.Monitor) {
 	m.Report = report.Machine{Conditions: mon.Conditions, Pressure: mon.Pressure, Inventory: mon.Inventory}
 	m.Watch = mon.Run
+}
+
+// withNetwork gives bcd status the instances' taps and runs the
+// 5-second check of bcd's nftables tables beside the agent.
+func withNetwork(m *agentcmd.Machine, guard *netguard.Guard) {
+	m.StatusTaps = guard.Taps
+	watch := m.Watch
+	m.Watch = func(ctx context.Context, changed func()) error {
+		go guard.Run(ctx, netguard.Interval)
+		return watch(ctx, changed)
+	}
 }
 
 // withHostConditions adds the host units' conditions (RebootRequired,

@@ -185,6 +185,16 @@ func Render(w io.Writer, s Snapshot) {
 			g.Index, or(g.UUID), or(g.Name), g.UtilizationPct, g.TemperatureC, g.PowerW, g.PowerLimitW,
 			gib(g.MemoryUsedMiB), gib(g.MemoryTotalMiB))+heldBy(g.HeldBy)+health(g)))
 	}
+	if len(s.Taps) > 0 {
+		line("taps", "%d", len(s.Taps))
+	}
+	for _, t := range s.Taps {
+		text := fmt.Sprintf("%s %s %s %s", or(t.Tap), or(t.Instance), or(t.Policy), or(t.State))
+		if t.Reason != "" {
+			text += ": " + t.Reason
+		}
+		fmt.Fprintf(w, "  %s\n", clean(text))
+	}
 	if t := s.Telemetry; t != nil {
 		text := fmt.Sprintf("%s, last export %s", or(t.Endpoint), stamp(t.LastExport))
 		if t.LastError != "" {

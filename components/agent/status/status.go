@@ -67,6 +67,10 @@ type Snapshot struct {
 	// HostUnits are the host section's units and their states (docs/host.md).
 	HostUnits []HostUnit `json:"host_units,omitempty"`
 
+	// Taps are the instances' taps with their network policy and its
+	// state (docs/instances.md, "Network policy").
+	Taps []Tap `json:"taps,omitempty"`
+
 	// Tunnels are the open tunnels (components/agent/tunnel).
 	Tunnels []Tunnel `json:"tunnels"`
 
@@ -145,6 +149,17 @@ type HostUnit struct {
 	State   string   `json:"state"`
 	Message string   `json:"message,omitempty"`
 	Changes []string `json:"changes,omitempty"`
+}
+
+// Tap is one instance NIC's tap: its policy (EGRESS, PRIVATE, NONE) and
+// whether its rules are loaded (GUARDED), its instance's policy could
+// not be expressed (FAILED) or the tables are not loaded (UNLOADED).
+type Tap struct {
+	Tap      string `json:"tap"`
+	Instance string `json:"instance"`
+	Policy   string `json:"policy"`
+	State    string `json:"state"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // BootLease is whether this site agent holds its site's boot lease.

@@ -516,6 +516,28 @@ gpus        0
 `,
 		},
 		{
+			name: "taps",
+			s: Snapshot{Taps: []Tap{{Tap: "bcdt0123456789a0", Instance: "vm-a", Policy: "PRIVATE", State: "GUARDED"},
+				{Tap: "bcdtabcdefabcd0", Instance: "vm-h", Policy: "EGRESS", State: "FAILED", Reason: "nics[0]: address 10.9.0.1 is the host bridge br0's own"}}},
+			want: `node        - (site -, role -)
+boot        -, version -
+gateway     -, not connected
+clock       offset +0ms, time mark -
+trust       bundle version 0; signed intent NOT enforced (no command-signing roots)
+generation  applied 0, observed 0
+lanes       -
+events      backlog 0, dropped 0; results unacked 0
+certificate -
+node key    -
+running     0
+deferred    0
+gpus        0
+taps        2
+  bcdt0123456789a0 vm-a PRIVATE GUARDED
+  bcdtabcdefabcd0 vm-h EGRESS FAILED: nics[0]: address 10.9.0.1 is the host bridge br0's own
+`,
+		},
+		{
 			name: "a tunnel",
 			s: Snapshot{Tunnels: []Tunnel{{ID: "t1", Kind: "ssh", Account: "alice", JTI: "j1",
 				Opened: time.Date(2026, 9, 26, 8, 0, 0, 0, time.UTC), Expires: time.Date(2026, 9, 26, 8, 15, 0, 0, time.UTC), BytesIn: 10, BytesOut: 20}}},

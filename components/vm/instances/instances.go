@@ -67,6 +67,13 @@ type Config struct {
 	// HeldBy names the allocation whose hold (the devices section) has a
 	// GPU, "" when none: such a GPU is not passed through. nil: none.
 	HeldBy func(uuid string) string
+	// Network loads the instances' network policy from the section and
+	// the held spec's proof (netguard.Guard.Apply, through bcd helper)
+	// before any domain is ensured, when an instance has a NIC. It
+	// answers the instances whose policy could not be expressed: they
+	// fail alone. Its error fails every instance with a NIC, and so does
+	// a nil Network: none runs unguarded.
+	Network func(ctx context.Context, body []byte, proof rootsig.Proof) (failed map[string]string, err error)
 }
 
 // Section is the instances section.
@@ -463,7 +470,12 @@ func (s *Section) Apply(ctx context.Context, body json.RawMessage, p converge.Pl
 	s.forgetFetches(st.images)
 	failed := map[string]failure{}
 	var pending []string
+	guard := s.network(ctx, body, st.body.Instances)
 	for _, in := range st.body.Instances {
+		if f := guard(in); f != nil {
+			failed[in.ID] = *f
+			continue
+		}
 		switch f := s.ensure(ctx, in, st); {
 		case f == nil:
 		case f.pending:
@@ -527,6 +539,45 @@ func (s *Section) report(failed map[string]failure, pending []string, total int)
 		return converge.Terminal(err)
 	}
 	return err
+}
+
+// network loads the section's network policy when an instance has a
+// NIC and returns what it says of each instance: nil to go on, or why the
+// instance fails (its policy cannot be expressed, or nothing could be
+// loaded).
+func (s *Section) network(ctx context.Context, body json.RawMessage, all []spec.Instance) func(spec.Instance) *failure {
+	nics := false
+	for _, in := range all {
+		nics = nics || len(in.NICs) > 0
+	}
+	if !nics {
+		return func(spec.Instance) *failure { return nil }
+	}
+	var failed map[string]string
+	err := errors.New("this host loads no network policy (bcd node runs without bcd helper): an instance with a NIC does not run unguarded")
+	terminal := true
+	if s.cfg.Network != nil {
+		s.mu.Lock()
+		proof := s.proof
+		s.mu.Unlock()
+		terminal = false
+		if proof == nil {
+			err = errors.New("no proof of the held spec yet")
+		} else {
+			failed, err = s.cfg.Network(ctx, body, *proof)
+		}
+	}
+	return func(in spec.Instance) *failure {
+		switch why, bad := failed[in.ID]; {
+		case len(in.NICs) == 0:
+			return nil
+		case err != nil:
+			return fail(terminal, "network policy: %v", err)
+		case bad:
+			return fail(true, "network policy: %s", why)
+		}
+		return nil
+	}
 }
 
 func fail(terminal bool, format string, args ...any) *failure {

@@ -20,6 +20,8 @@ import (
 
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/base/testenv"
+	"github.com/better-compute/bcd/components/helper/netpolicy"
+	"github.com/better-compute/bcd/components/trust/rootsig"
 	"github.com/better-compute/bcd/components/vm/fakeruntime"
 	"github.com/better-compute/bcd/components/vm/images"
 	"github.com/better-compute/bcd/components/vm/spec"
@@ -422,5 +424,59 @@ func TestGPUs(t *testing.T) {
 	}
 	if got := h.s.InVM(held); got != "" {
 		t.Errorf("InVM(%s) = %q, want none", held, got)
+	}
+}
+
+// TestNetworkPolicy: an instance with a NIC is ensured only once the
+// network policy loaded: one the policy could not express fails alone,
+// none runs when nothing loaded or this host loads no policy, and an
+// instance without a NIC is not held back.
+func TestNetworkPolicy(t *testing.T) {
+	h := newHost(t)
+	base := h.image("/debian.qcow2", "qcow2", h.qcow2("-o", "size=64M"))
+	nic := func(in spec.Instance, mac, addr string) spec.Instance {
+		in.NICs = []netpolicy.NIC{{Bridge: "br0", MAC: mac, Addresses: []string{addr}, Policy: netpolicy.Private}}
+		return in
+	}
+	body := spec.Body{Images: []spec.Image{base}, Instances: []spec.Instance{
+		nic(inst("guarded", vmruntime.Running, base), "52:54:00:00:00:01", "10.9.0.5/24"),
+		nic(inst("hostaddr", vmruntime.Running, base), "52:54:00:00:00:02", "10.9.0.1/24"),
+		inst("plain", vmruntime.Running, base)}}
+
+	// No network policy on this host (no helper): instances with a NIC
+	// fail, terminal; the plain one runs.
+	if err, _ := h.pass(body); err == nil || !converge.IsTerminal(err) || !strings.Contains(err.Error(), "2 of 3") {
+		t.Fatalf("without a network policy: %v", err)
+	}
+	if d := h.domains(); len(d) != 1 || d["plain"].State != vmruntime.Running {
+		t.Fatalf("domains %+v", d)
+	}
+
+	var loaded []string
+	loadErr := errors.New("nft: netlink: Operation not permitted")
+	h.s.cfg.Network = func(_ context.Context, b []byte, p rootsig.Proof) (map[string]string, error) {
+		loaded = append(loaded, p.NodeID)
+		if loadErr != nil {
+			return nil, loadErr
+		}
+		return map[string]string{"hostaddr": "nics[0]: address 10.9.0.1 is the host bridge br0's own"}, nil
+	}
+	h.s.HeldProof(rootsig.Proof{NodeID: "node_a"})
+	if err, _ := h.pass(body); err == nil || converge.IsTerminal(err) || !strings.Contains(err.Error(), "Operation not permitted") {
+		t.Fatalf("when the policy could not load: %v", err)
+	}
+	if d := h.domains(); len(d) != 1 {
+		t.Fatalf("an instance with a NIC started without its policy: %+v", d)
+	}
+	loadErr = nil
+	err, _ := h.pass(body)
+	if err == nil || !strings.Contains(err.Error(), "1 of 3") || !strings.Contains(h.published.Failed["hostaddr"], "host bridge br0's own") {
+		t.Fatalf("with the policy loaded: %v %v", err, h.published.Failed)
+	}
+	if d := h.domains(); d["guarded"].State != vmruntime.Running || len(d) != 2 {
+		t.Fatalf("domains %+v", d)
+	}
+	if len(loaded) == 0 || loaded[0] != "node_a" {
+		t.Fatalf("the policy was loaded with proofs %v", loaded)
 	}
 }

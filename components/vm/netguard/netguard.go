@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/better-compute/bcd/components/agent/status"
 	"github.com/better-compute/bcd/components/helper/netpolicy"
 	"github.com/better-compute/bcd/components/trust/rootsig"
 )
@@ -45,14 +46,9 @@ const (
 	Unloaded = "UNLOADED"
 )
 
-// TapState is one tap as bcd status shows it.
-type TapState struct {
-	Tap      string `json:"tap"`
-	Instance string `json:"instance"`
-	Policy   string `json:"policy"`
-	State    string `json:"state"`
-	Reason   string `json:"reason,omitempty"`
-}
+// TapState is one tap as bcd status shows it (agent.Config.StatusTaps
+// takes Taps as it is).
+type TapState = status.Tap
 
 // Guard holds the policy last loaded.
 type Guard struct {
