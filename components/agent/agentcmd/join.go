@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/user"
@@ -52,6 +53,7 @@ type joinFlags struct {
 	config, role, tokenFile, nodeID, server, attestor string
 	servingPin, signingPin, encPin, dataDir           string
 	reset, yes                                        bool
+	timeout                                           time.Duration
 }
 
 func runJoin(ctx context.Context, env *cli.Env, args []string) int {
@@ -73,6 +75,7 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 	fs.StringVar(&f.dataDir, "data-dir", "/var/lib/bcd", "the data_dir a configuration written by bcd join names")
 	fs.BoolVar(&f.reset, "reset", false, "move this node's identity and journal aside first, so it joins again")
 	fs.BoolVar(&f.yes, "yes", false, "confirm --reset")
+	fs.DurationVar(&f.timeout, "timeout", 0, "give up when not joined within this long (0: after the attempts run out)")
 	if code, ok := cli.Parse(fs, env, args, tokenHint); !ok {
 		return code
 	}
@@ -117,6 +120,18 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 	log, err := logging.New(env.Stderr, cfg.Log.Level, cfg.Log.Format, "join")
 	if err != nil {
 		return cli.Fail(env, "bcd join", err)
+	}
+	if isTerminal(env.Stderr) {
+		// A person watching: one plain line per retry, not JSON.
+		log = slog.New(&lineHandler{w: env.Stderr, prefix: "bcd join", level: cfg.Log.Level})
+	}
+	if f.timeout < 0 {
+		return cli.Usagef(env, "bcd join: --timeout must not be negative")
+	}
+	if f.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.timeout)
+		defer cancel()
 	}
 
 	if f.reset {
@@ -199,6 +214,9 @@ func runJoin(ctx context.Context, env *cli.Env, args []string) int {
 		Verified: rootRecord(cfg),
 	})
 	token = ""
+	if err != nil && f.timeout > 0 && errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("not joined within --timeout %s (the lines above say why each attempt failed)", f.timeout)
+	}
 	if err != nil {
 		return cli.Fail(env, "bcd join", err)
 	}
