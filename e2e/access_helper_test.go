@@ -8,16 +8,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/helper/anchor"
@@ -36,34 +33,11 @@ import (
 func TestAccessThroughHelper(t *testing.T) {
 	testenv.NeedRoot(t, "it creates users, runs bcd helper and sshd as root")
 	testenv.NeedTool(t, "sshd", "openssh-server")
-	testenv.NeedTool(t, "useradd", "passwd")
 	l := newLab(t)
 	base := sshdtest.Root(t)
-	for _, d := range []string{"bin", "etc", "hroot"} {
-		if err := os.Mkdir(filepath.Join(base, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	name := "bcdh" + randHex(t, 4)
-	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("userdel", name).Run(); exec.Command("groupdel", name).Run() })
-	u, err := user.Lookup(name)
-	if err != nil {
+	if err := os.Mkdir(filepath.Join(base, "hroot"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	bin := filepath.Join(base, "bin")
-	copyExe(t, filepath.Join(l.bin, "bcd-node"), filepath.Join(bin, "bcd-node"))
-	cmd := exec.Command("go", "build", "-trimpath", "-tags", "fakehw helpere2e", "-o", filepath.Join(bin, "bcd-helper"), "./roles/helper")
-	cmd.Dir, cmd.Env = "..", append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./roles/helper: %v\n%s", err, b)
-	}
-	root := &lab{t: t, bin: bin, root: l.root, out: l.out}
-	asUser := &lab{t: t, bin: bin, root: l.root, out: l.out, cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
 
 	// sshd reads the files the helper writes under hroot.
 	hroot := filepath.Join(base, "hroot")
@@ -73,47 +47,8 @@ func TestAccessThroughHelper(t *testing.T) {
 	acct := sshdtest.Account(t)
 
 	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
-	pins := strings.Fields(l.bcgw(g, "well-known", "--pins"))
-	dataDir := filepath.Join(base, "data")
-	statusDir := filepath.Join(base, "status")
-	os.Mkdir(statusDir, 0o700)
-	os.Chown(statusDir, uid, gid)
-	cfg := filepath.Join(base, "etc", "config.toml")
-	// A first join writes config.toml from the well-known document (its
-	// identity in a directory of its own, then left); config.toml then
-	// gets [helper], and this node joins as root with it, so root keeps
-	// a join record the helper binds to.
-	args := append([]string{"join", "--config", cfg, "--server", "https://" + g.addr, "--data-dir", filepath.Join(base, "data0")}, pins...)
-	if code, out, errOut := root.run(l.token(g, "--uses", "1")+"\n", nil, "bcd-node", args...); code != 0 {
-		t.Fatalf("bcd join: exit %d %q %s", code, out, errOut)
-	}
-	b, _ := os.ReadFile(cfg)
-	b = socketRe.ReplaceAll(b, []byte(fmt.Sprintf("socket_path = %q", filepath.Join(statusDir, "bcd.sock"))))
-	b = regexp.MustCompile(`(?m)^data_dir = .*$`).ReplaceAll(b, []byte(fmt.Sprintf("data_dir = %q", dataDir)))
-	state := filepath.Join(base, "hstate")
-	b = append(b, []byte(fmt.Sprintf("\n[helper]\nsocket = %q\nuser = %q\nentrypoint = %q\nstate_dir = %q\n",
-		filepath.Join(base, "run", "helper.sock"), name, filepath.Join(bin, "bcd-node"), state))...)
-	if err := os.WriteFile(cfg, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	code, out, errOut := root.run(l.token(g, "--uses", "1")+"\n", nil, "bcd-node", "join", "--config", cfg)
-	m := joinedRe.FindStringSubmatch(out)
-	if code != 0 || m == nil {
-		t.Fatalf("bcd join with [helper]: exit %d %q %s", code, out, errOut)
-	}
-	id := m[1]
-	if c, err := config.Load(cfg); err != nil || anchor.Check(state, c.JoinSigningKeyPin, id).State != "ok" {
-		t.Fatalf("root's join record for %s: %v %+v", id, err, anchor.Check(state, c.JoinSigningKeyPin, id))
-	}
-	os.Chmod(cfg, 0o644) // root's, readable by the node account
-	os.Chmod(dataDir, 0o700)
-	// The identity is the node account's.
-	filepath.Walk(dataDir, func(p string, fi os.FileInfo, err error) error {
-		if err == nil {
-			os.Chown(p, uid, gid)
-		}
-		return nil
-	})
+	hn := newHelperNode(t, l, g, base, "bcd-node", "fakehw helpere2e", "")
+	root, asUser, cfg, state, id, uid := hn.root, hn.asUser, hn.cfg, hn.state, hn.id, hn.uid
 	helper := root.startEnv([]string{"BCD_HELPER_E2E_ROOT=" + hroot}, "bcd-helper", "helper", "--config", cfg)
 	helper.waitLog(t, "helper: listening", 10*time.Second)
 	asUser.startEnv([]string{"BCD_FAKEHW_ACCESS_ROOT=" + hroot}, "bcd-node", "node", "--config", cfg)

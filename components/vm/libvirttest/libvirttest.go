@@ -55,9 +55,26 @@ mount --bind "$1/etc" /etc/libvirt
 exec "$2" --config /etc/libvirt/libvirtd.conf
 `
 
+// Options shape a daemon.
+type Options struct {
+	// ReadOnlyForAll opens the read-only socket (and the directories on
+	// its way) to every account, as Debian's libvirtd does: an
+	// unprivileged bcd node reads through it.
+	ReadOnlyForAll bool
+}
+
 // Start starts a libvirtd for t and stops it (every domain destroyed
 // first) when t ends.
-func Start(t *testing.T) *Daemon {
+func Start(t *testing.T) *Daemon { return StartWith(t, Options{}) }
+
+// ReadOnlySocket is the daemon's read-only socket.
+func (d *Daemon) ReadOnlySocket() string { return filepath.Join(d.Dir, "sock", "libvirt-sock-ro") }
+
+// Socket is the daemon's read-write socket.
+func (d *Daemon) Socket() string { return d.sock }
+
+// StartWith starts a libvirtd for t with o.
+func StartWith(t *testing.T, o Options) *Daemon {
 	t.Helper()
 	testenv.NeedRoot(t, "libvirtd runs as root in a mount namespace of its own")
 	libvirtd := testenv.NeedTool(t, "libvirtd", "libvirt-daemon-system")
@@ -82,13 +99,22 @@ func Start(t *testing.T) *Daemon {
 			t.Fatal(err)
 		}
 	}
+	roPerms := "0700"
+	if o.ReadOnlyForAll {
+		roPerms = "0777"
+		for _, d := range []string{dir, filepath.Join(dir, "sock")} {
+			if err := os.Chmod(d, 0o711); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	write("libvirtd.conf", fmt.Sprintf(`unix_sock_dir = %q
 unix_sock_rw_perms = "0700"
-unix_sock_ro_perms = "0700"
+unix_sock_ro_perms = %q
 auth_unix_rw = "none"
 auth_unix_ro = "none"
 log_outputs = "3:stderr"
-`, filepath.Join(dir, "sock")))
+`, filepath.Join(dir, "sock"), roPerms))
 	// What bcd's hosts will run with too: dynamic_ownership off, so
 	// libvirt never chowns a path a domain names.
 	write("qemu.conf", `user = "root"
