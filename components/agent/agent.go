@@ -363,8 +363,10 @@ func Run(ctx context.Context, c Config) error {
 	go func() { defer bg.Done(); _ = engine.Run(bctx) }()
 	go func() { defer bg.Done(); _ = tunnels.Run(bctx) }()
 	go func() { defer bg.Done(); _ = rep.Run(bctx) }()
-	bg.Add(1)
-	go func() { defer bg.Done(); dropStartPages(bctx, log) }()
+	startPagesOnce.Do(func() {
+		bg.Add(1)
+		go func() { defer bg.Done(); dropStartPages(bctx, log) }()
+	})
 	if c.Watch != nil {
 		bg.Add(1)
 		go func() {
@@ -592,6 +594,10 @@ func ping(a *identity.Agent, bootID, version string, clk *clock.Clock) func(cont
 // startPagesAfter is when the agent's start is over: its first session,
 // report and converge pass done.
 const startPagesAfter = 20 * time.Second
+
+// startPagesOnce gives the start's pages back once per process, however
+// many agents it runs (bcd sim runs one per machine).
+var startPagesOnce sync.Once
 
 // dropStartPages gives back, once the start is over, the pages of the
 // binary's code and read-only data that only the start touched
