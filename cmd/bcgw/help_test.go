@@ -62,6 +62,24 @@ func TestEveryCommandAnswersHelp(t *testing.T) {
 	}
 }
 
+// TestStateHasJSON: every command that prints state in words takes
+// --json (those that print JSON always, such as run, cancel, sign, the
+// batch verbs and well-known, need none).
+func TestStateHasJSON(t *testing.T) {
+	for _, c := range [][]string{
+		{"nodes"}, {"status"}, {"events"}, {"health"}, {"audit"}, {"page"}, {"backup"}, {"discovered"}, {"instances"},
+		{"revoke"}, {"hold"}, {"release"}, {"cache-images"}, {"ssh-ca"}, {"token", "create"}, {"token", "ls"}, {"token", "rm"},
+		{"node", "rm"}, {"admin-token", "create"}, {"admin-token", "ls"}, {"admin-token", "rm"}, {"trust", "show"},
+		{"trust", "add-root"}, {"trust", "remove-root"}, {"trust", "rotate-key"}, {"spec", "set"}, {"spec", "patch"},
+		{"spec", "submit"}, {"kek", "fingerprint"}, {"kek", "rotate"}, {"secret", "list"}, {"release", "list"}, {"tpm", "enroll"},
+	} {
+		_, out, _ := runCLI(t, context.Background(), "", append(c, "-h")...)
+		if !strings.Contains(out, "-json") {
+			t.Errorf("bcgw %s takes no --json", strings.Join(c, " "))
+		}
+	}
+}
+
 func firstLine(s string) string {
 	l, _, _ := strings.Cut(s, "\n")
 	return l

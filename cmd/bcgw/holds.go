@@ -21,7 +21,8 @@ func hold(ctx context.Context, env *cli.Env, args []string) int {
 	cpus := fs.String("cpus", "", "limit the allocation to these CPUs (a cpulist, e.g. 0-7)")
 	memory := fs.Uint64("memory", 0, "limit the allocation's memory, in bytes")
 	huge := fs.Int64("hugepages-2m", 0, "huge pages of 2 MiB the allocation needs (admitted against the host's)")
-	const usage = "bcgw hold NODE --alloc ID --gpu N|UUID|MIG-UUID|N/giG/ciC|N/slotS ... [--cpus LIST] [--memory BYTES] [--hugepages-2m N]"
+	asJSON := fs.Bool("json", false, "print {\"generation\": N}")
+	const usage = "bcgw hold NODE --alloc ID --gpu N|UUID|MIG-UUID|N/giG/ciC|N/slotS ... [--cpus LIST] [--memory BYTES] [--hugepages-2m N] [--json]"
 	pos, code, ok := parseInterleaved(fs, env, args, 1, usage)
 	if !ok {
 		return code
@@ -41,6 +42,9 @@ func hold(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, "bcgw hold", err)
 	}
+	if *asJSON {
+		return printJSON(env, adminapi.GenerationView{Generation: gen})
+	}
 	fmt.Fprintf(env.Stdout, "%d\n", gen)
 	return 0
 }
@@ -51,7 +55,8 @@ func release(ctx context.Context, env *cli.Env, args []string) int {
 	var a adminFlags
 	a.register(fs)
 	alloc := fs.String("alloc", "", "the allocation whose hold goes")
-	const usage = "bcgw release NODE --alloc ID"
+	asJSON := fs.Bool("json", false, "print {\"generation\": N}")
+	const usage = "bcgw release NODE --alloc ID [--json]"
 	pos, code, ok := parseInterleaved(fs, env, args, 1, usage)
 	if !ok {
 		return code
@@ -66,6 +71,9 @@ func release(ctx context.Context, env *cli.Env, args []string) int {
 	gen, err := c.Release(ctx, pos[0], *alloc)
 	if err != nil {
 		return cli.Fail(env, "bcgw release", err)
+	}
+	if *asJSON {
+		return printJSON(env, adminapi.GenerationView{Generation: gen})
 	}
 	fmt.Fprintf(env.Stdout, "%d\n", gen)
 	return 0

@@ -70,13 +70,18 @@ func kekCmd(ctx context.Context, env *cli.Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "bcgw kek generate: key-encryption key %s; give every gateway of the fleet the same file (--key-encryption-key, or LoadCredential=%s:FILE)\n", k.Fingerprint(), kekCredential)
 		return 0
 	case "fingerprint":
-		pos, code, ok := parseInterleaved(cli.NewFlagSet(env, "bcgw", "kek fingerprint"), env, args[1:], 1, "bcgw kek fingerprint FILE")
+		fs := cli.NewFlagSet(env, "bcgw", "kek fingerprint")
+		asJSON := fs.Bool("json", false, "print {\"fingerprint\"}")
+		pos, code, ok := parseInterleaved(fs, env, args[1:], 1, "bcgw kek fingerprint FILE [--json]")
 		if !ok {
 			return code
 		}
 		k, err := kek.ReadFile(pos[0])
 		if err != nil {
 			return cli.Fail(env, "bcgw kek fingerprint", err)
+		}
+		if *asJSON {
+			return printJSON(env, map[string]string{"fingerprint": k.Fingerprint()})
 		}
 		fmt.Fprintln(env.Stdout, k.Fingerprint())
 		return 0

@@ -473,7 +473,8 @@ func revoke(ctx context.Context, env *cli.Env, args []string) int {
 	fs := cli.NewFlagSet(env, "bcgw", "revoke")
 	var a adminFlags
 	a.register(fs)
-	pos, code, ok := parseInterleaved(fs, env, args, 1, "bcgw revoke NODE")
+	asJSON := fs.Bool("json", false, "print {\"revoked\": NODE}")
+	pos, code, ok := parseInterleaved(fs, env, args, 1, "bcgw revoke NODE [--json]")
 	if !ok {
 		return code
 	}
@@ -483,6 +484,9 @@ func revoke(ctx context.Context, env *cli.Env, args []string) int {
 	}
 	if err := c.Revoke(ctx, pos[0]); err != nil {
 		return cli.Fail(env, "bcgw revoke", err)
+	}
+	if *asJSON {
+		return printJSON(env, map[string]string{"revoked": pos[0]})
 	}
 	fmt.Fprintf(env.Stdout, "revoked %s\n", pos[0])
 	return 0
@@ -528,7 +532,8 @@ func cacheImages(ctx context.Context, env *cli.Env, args []string) int {
 	a.register(fs)
 	var images imageFlags
 	fs.Var(&images, "image", "SHA256=https://URL, repeatable; none clears the list")
-	pos, code, ok := parseInterleaved(fs, env, args, 1, "bcgw cache-images SITE [--image SHA256=URL ...]")
+	asJSON := fs.Bool("json", false, "print {\"site\", \"images\"}")
+	pos, code, ok := parseInterleaved(fs, env, args, 1, "bcgw cache-images SITE [--image SHA256=URL ...] [--json]")
 	if !ok {
 		return code
 	}
@@ -538,6 +543,9 @@ func cacheImages(ctx context.Context, env *cli.Env, args []string) int {
 	}
 	if err := c.SetCacheImages(ctx, pos[0], images); err != nil {
 		return cli.Fail(env, "bcgw cache-images", err)
+	}
+	if *asJSON {
+		return printJSON(env, map[string]any{"site": pos[0], "images": len(images)})
 	}
 	fmt.Fprintf(env.Stdout, "%s keeps %d images\n", pos[0], len(images))
 	return 0
