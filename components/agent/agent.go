@@ -68,6 +68,10 @@ type Config struct {
 	StatusHost func() []status.HostUnit
 	// StatusTaps, when set, gives bcd status the instances' taps.
 	StatusTaps func() []status.Tap
+	// InstanceTokens, when set, is given the function that asks the
+	// gateway, through the session, for an instance's workload token (the
+	// metadata service's identity tokens).
+	InstanceTokens func(get func(ctx context.Context, instance, audience string) (string, error))
 	// FakeReboot adds the fakehw node.reboot kind: Run then returns
 	// ErrRebooted and the caller starts the agent again.
 	FakeReboot bool
@@ -213,6 +217,14 @@ func Run(ctx context.Context, c Config) error {
 				return s.Secret(ctx, name, workflowID, "")
 			})
 		}
+	}
+	if c.InstanceTokens != nil {
+		c.InstanceTokens(func(ctx context.Context, instance, audience string) (string, error) {
+			if s == nil {
+				return "", errors.New("no session with the gateway yet")
+			}
+			return s.InstanceToken(ctx, instance, audience)
+		})
 	}
 	engine, err := converge.Open(converge.Config{DataDir: cfg.DataDir, Sections: sections, Log: nodeLog, Now: clk.Now, Repair: cfg.Host.Repair(),
 		Verify: func(ds *bcdv1.DesiredState, full nodespec.Spec) error {

@@ -6,8 +6,10 @@ package main
 
 import (
 	"context"
-	"github.com/better-compute/bcd/components/agent/update"
+	"errors"
 	"log/slog"
+	"sync/atomic"
+	"time"
 
 	"github.com/better-compute/bcd/components/agent"
 	"github.com/better-compute/bcd/components/agent/agentcmd"
@@ -16,10 +18,12 @@ import (
 	"github.com/better-compute/bcd/components/agent/status"
 	"github.com/better-compute/bcd/components/agent/telemetry"
 	"github.com/better-compute/bcd/components/agent/tunnel"
+	"github.com/better-compute/bcd/components/agent/update"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/base/roles"
 	"github.com/better-compute/bcd/components/helper/helperclient"
+	"github.com/better-compute/bcd/components/helper/netpolicy"
 	hostsection "github.com/better-compute/bcd/components/host/section"
 	"github.com/better-compute/bcd/components/host/unit"
 	"github.com/better-compute/bcd/components/machine/access"
@@ -30,6 +34,7 @@ import (
 	"github.com/better-compute/bcd/components/machine/nodekinds"
 	"github.com/better-compute/bcd/components/machine/nodemetrics"
 	"github.com/better-compute/bcd/components/machine/pressure"
+	"github.com/better-compute/bcd/components/vm/imds"
 	"github.com/better-compute/bcd/components/vm/netguard"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
@@ -81,6 +86,9 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	}
 	if guard != nil {
 		withNetwork(&m, guard)
+		if err := withMetadata(&m, cfg.IMDS.Listen, guard, log); err != nil {
+			return agentcmd.Machine{}, err
+		}
 	}
 	withTelemetry(&m, hw, mon, dev)
 	withUpdate(&m, cfg, log)
@@ -113,6 +121,47 @@ func withNetwork(m *agentcmd.Machine, guard *netguard.Guard) {
 		go guard.Run(ctx, netguard.Interval)
 		return watch(ctx, changed)
 	}
+}
+
+// withMetadata serves the instances' metadata service on [imds] listen
+// beside the agent: addresses trusted by the network guard, identity
+// tokens from the gateway through the session. On an EC2 host it refuses
+// AWS's own metadata addresses, and bcd node does not start. Until the
+// address can be bound (the bridge not up yet) it tries again every 5
+// seconds.
+func withMetadata(m *agentcmd.Machine, listen string, guard *netguard.Guard, log *slog.Logger) error {
+	if listen == "" {
+		return nil
+	}
+	ec2 := netpolicy.IsEC2("/sys")
+	if err := imds.CheckListen(listen, ec2); err != nil {
+		return err
+	}
+	var get atomic.Pointer[func(ctx context.Context, instance, audience string) (string, error)]
+	m.InstanceTokens = func(f func(ctx context.Context, instance, audience string) (string, error)) { get.Store(&f) }
+	srv := imds.New(guard, func(ctx context.Context, instance, audience string) (string, error) {
+		f := get.Load()
+		if f == nil {
+			return "", errors.New("no session with the gateway yet")
+		}
+		return (*f)(ctx, instance, audience)
+	}, log)
+	m.Beside = func(ctx context.Context) error {
+		for {
+			l, err := imds.Listen(ctx, listen, ec2)
+			if err == nil {
+				log.Info("imds: serving the instances' metadata service", "listen", listen)
+				return srv.Serve(ctx, l)
+			}
+			log.Warn("imds: cannot listen yet; trying again in 5 s", "listen", listen, "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}
+	return nil
 }
 
 // withHostConditions adds the host units' conditions (RebootRequired,

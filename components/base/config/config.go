@@ -12,10 +12,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,6 +68,8 @@ type Config struct {
 	Host Host `toml:"host,omitempty"`
 	// Instances is root's word on the instances' runtime (docs/instances.md).
 	Instances Instances `toml:"instances,omitempty"`
+	// IMDS is the instances' metadata service (docs/instances.md).
+	IMDS IMDS `toml:"imds,omitempty"`
 	// Boot configures a site agent's boot server.
 	Boot Boot `toml:"boot,omitempty"`
 	// Plugins configures the bcx driver plugins a site agent hosts.
@@ -367,6 +371,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.Access.validate()...)
 	errs = append(errs, c.Host.validate()...)
 	errs = append(errs, c.Instances.validate()...)
+	errs = append(errs, c.IMDS.validate()...)
 	errs = append(errs, c.Boot.validate()...)
 	errs = append(errs, c.Plugins.validate()...)
 	errs = append(errs, c.Intent.validate()...)
@@ -538,6 +543,32 @@ const (
 	AccelTCG  = "qemu"
 	AccelAuto = "auto"
 )
+
+// IMDS is the [imds] section: where bcd node serves its instances'
+// metadata service.
+type IMDS struct {
+	// Listen is an IP address and port ("10.9.0.1:80", "[fd09::1]:80"),
+	// typically the host's address on the instances' bridge; empty: no
+	// metadata service.
+	Listen string `toml:"listen,omitempty"`
+}
+
+func (m *IMDS) validate() []error {
+	if m.Listen == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(m.Listen)
+	if err == nil {
+		_, err = netip.ParseAddr(host)
+	}
+	if n, perr := strconv.Atoi(port); err == nil && (perr != nil || n < 1 || n > 65535) {
+		err = fmt.Errorf("port %q is not 1 to 65535", port)
+	}
+	if err != nil {
+		return []error{fmt.Errorf("imds.listen: %q is not an IP address and port: %v", m.Listen, err)}
+	}
+	return nil
+}
 
 func (i *Instances) validate() []error {
 	var errs []error

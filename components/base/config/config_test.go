@@ -395,3 +395,20 @@ func TestInstances(t *testing.T) {
 		}
 	}
 }
+
+func TestIMDS(t *testing.T) {
+	for _, tt := range []struct{ toml, want string }{
+		{toml: ""},
+		{toml: "[imds]\nlisten = \"10.9.0.1:80\"\n"},
+		{toml: "[imds]\nlisten = \"[fd09::1]:80\"\n"},
+		{toml: "[imds]\nlisten = \"imds.example:80\"\n", want: "imds.listen"},
+		{toml: "[imds]\nlisten = \"10.9.0.1\"\n", want: "imds.listen"},
+		{toml: "[imds]\nlisten = \"10.9.0.1:0\"\n", want: "imds.listen"},
+		{toml: "[imds]\nlisten = \"10.9.0.1:80\"\nport = 1\n", want: "port"},
+	} {
+		_, err := Parse([]byte(tt.toml), "")
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%q: %v, want %q", tt.toml, err, tt.want)
+		}
+	}
+}
