@@ -36,6 +36,9 @@ type guest struct {
 	dir        string
 	boots      int
 	BootDur    time.Duration // the last boot, QEMU start to the agent's hello
+	// loaderArgs are the kernel arguments the guest's boot loader
+	// configuration adds (loaderArgsFromGrub), read before each reboot.
+	loaderArgs []string
 
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -131,7 +134,7 @@ func (g *guest) boot() {
 		"-machine", "q35", "-accel", accel(t), "-cpu", "max", "-smp", "2", "-m", "1024",
 		"-nographic", "-no-reboot",
 		"-kernel", g.img.bootKernel(), "-initrd", g.img.initrd,
-		"-append", "root=/dev/vda rw console=ttyS0 panic=-1 net.ifnames=0 quiet systemd.show_status=1",
+		"-append", strings.Join(append([]string{"root=/dev/vda rw console=ttyS0 panic=-1 net.ifnames=0 quiet systemd.show_status=1"}, g.loaderArgs...), " "),
 		"-drive", "file=" + g.disk + ",if=virtio,format=" + g.diskFormat + ",cache=unsafe",
 		"-drive", "file=" + g.data + ",if=virtio,format=raw,readonly=on",
 		"-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no",
@@ -444,8 +447,54 @@ func (g *guest) WaitActive(unit string, within time.Duration) {
 // once the agent of the new boot answers.
 func (g *guest) Reboot() {
 	g.t.Helper()
+	g.readLoaderArgs()
 	g.shutdown("reboot")
 	g.boot()
+}
+
+// RebootBy reboots the guest by what trigger does inside it (node.reboot
+// through bcd): it waits for QEMU to exit (-no-reboot) and boots the same
+// disks again, with the kernel arguments of the guest's boot loader.
+func (g *guest) RebootBy(trigger func()) {
+	g.t.Helper()
+	g.readLoaderArgs()
+	trigger()
+	select {
+	case <-g.exited:
+	case <-time.After(3 * time.Minute):
+		g.dumpConsole()
+		g.t.Fatalf("the guest did not go down within 3m")
+	}
+	g.conn.Close()
+	g.boot()
+}
+
+// readLoaderArgs stands in for the firmware's boot loader: QEMU boots the
+// kernel directly, so the arguments GRUB's configuration in the guest
+// renders for its first entry (update-grub's /boot/grub/grub.cfg, which
+// the host units' drop-ins feed) are added to the harness's own line.
+// Without a grub.cfg, none.
+func (g *guest) readLoaderArgs() {
+	g.t.Helper()
+	out, code, _ := g.Run("cat /boot/grub/grub.cfg 2>/dev/null")
+	g.loaderArgs = nil
+	if code != 0 {
+		return
+	}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 || f[0] != "linux" || !strings.Contains(f[1], "vmlinuz") {
+			continue
+		}
+		for _, a := range f[2:] {
+			if strings.HasPrefix(a, "root=") || strings.HasPrefix(a, "BOOT_IMAGE=") || a == "ro" || a == "rw" || a == "quiet" {
+				continue
+			}
+			g.loaderArgs = append(g.loaderArgs, a)
+		}
+		g.t.Logf("guest: the boot loader's first entry adds %q", g.loaderArgs)
+		return
+	}
 }
 
 func (g *guest) shutdown(verb string) {

@@ -29,10 +29,13 @@ const guestSuite = "bookworm"
 // init, udev, D-Bus (systemd-analyze and systemctl talk to the manager
 // over it), Debian's kernel (its initramfs-tools initrd finds the virtio
 // disk), iproute2 and procps for the tests, and Debian's sshd
-// (openssh-server: the ssh.service the helper's ssh.reload reloads).
+// (openssh-server: the ssh.service the helper's ssh.reload reloads), and
+// GRUB's configuration tools (grub2-common: update-grub and grub-mkconfig,
+// which the host units' kernel command line goes through; the harness
+// boots the kernel with the line they render, guest_test.go).
 var guestPackages = []string{
 	"systemd", "systemd-sysv", "udev", "dbus", "linux-image-amd64",
-	"iproute2", "kmod", "procps", "zstd", "openssh-server",
+	"iproute2", "kmod", "procps", "zstd", "openssh-server", "grub2-common",
 }
 
 // The guest's static network: the host side of the namespace is
@@ -82,6 +85,7 @@ var guestSetup = []string{
 	"systemctl enable systemd-networkd.service bcd-test-agent.service",
 	"systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer getty@tty1.service dpkg-db-backup.timer",
 	"passwd -d root",
+	"mkdir -p /boot/grub",
 	"update-initramfs -u -k all",
 	// apt's package cache, which the first apt install would otherwise
 	// build in the guest (about 50 s of the step under TCG).

@@ -74,6 +74,7 @@ var systemdSteps = []systemdStep{
 	{"ssh.reload of the guest's sshd", stepSSHReload, true},
 	{"GPU hold slices", stepSlices, true},
 	{"a crash-looping unit is failed", stepCrashLoop, true},
+	{"host units through the helper", stepHostUnits, true},
 	{"self-update through the helper", stepSelfUpdate, false},
 	{"apt purge", stepPurge, false},
 	{"apt install after the purge", stepReinstall, false},

@@ -507,6 +507,9 @@ func (srv *server) logOp(p peerCred, req *wire.Request, outcome, msg string) {
 		if req.Op == wire.OpFileWrite {
 			attrs = append(attrs, "bytes", len(req.Data))
 		}
+		if req.Op == wire.OpHostUnit {
+			attrs = append(attrs, "unit", short(req.ID))
+		}
 		if len(req.Unique) > 0 {
 			attrs = append(attrs, "key", keyID(req.Unique))
 		}

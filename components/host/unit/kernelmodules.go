@@ -9,7 +9,8 @@ import (
 	"strings"
 )
 
-// KernelModules is kernel-modules: modules loaded now (modprobe), listed
+// KernelModules is kernel-modules: modules loaded now (by
+// systemd-modules-load under systemd, else modprobe), listed
 // in /etc/modules-load.d/bcd.conf for systemd-modules-load at boot, with
 // their options in /etc/modprobe.d/bcd.conf.
 type KernelModules struct{}
@@ -159,6 +160,18 @@ func (k KernelModules) Apply(ctx context.Context, sys System, body json.RawMessa
 	if err := putFile(sys, ModulesLoadFile, d.load); err != nil {
 		return err
 	}
+	if len(d.modprobe) == 0 {
+		return nil
+	}
+	if sys.Exists("/run/systemd/system") && sys.Has("systemctl") {
+		// Under systemd, systemd-modules-load loads what the file lists
+		// with the options of /etc/modprobe.d, as at boot: bcd helper
+		// itself needs no CAP_SYS_MODULE.
+		if _, err := sys.Run(ctx, "systemctl", "restart", "systemd-modules-load.service"); err != nil {
+			return fmt.Errorf("loading %s: %w", moduleNames(d.modprobe), err)
+		}
+		return nil
+	}
 	for _, m := range d.modprobe {
 		// The options go on the command line too: modprobe reads the
 		// host's /etc/modprobe.d, which a test's root is not.
@@ -171,6 +184,14 @@ func (k KernelModules) Apply(ctx context.Context, sys System, body json.RawMessa
 		}
 	}
 	return nil
+}
+
+func moduleNames(ms []Module) string {
+	var n []string
+	for _, m := range ms {
+		n = append(n, m.Name)
+	}
+	return strings.Join(n, ", ")
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -404,3 +404,39 @@ func TestReadWanted(t *testing.T) {
 		t.Fatalf("pending after the reboot: %v", w.Pending)
 	}
 }
+
+// Under systemd the modules load through systemd-modules-load, which reads
+// the unit's two files.
+func TestKernelModulesUnderSystemd(t *testing.T) {
+	f := NewFake()
+	f.SetFile("/run/systemd/system/.exists", "")
+	f.SetTool("systemctl", func(f *Fake, args []string) (string, error) {
+		if strings.Join(args, " ") != "restart systemd-modules-load.service" {
+			return "", errors.New("unexpected")
+		}
+		load, _ := f.File(ModulesLoadFile)
+		opts, _ := f.File(ModprobeFile)
+		for _, l := range strings.Split(load, "\n") {
+			if l == "" || strings.HasPrefix(l, "#") {
+				continue
+			}
+			f.SetFile("/sys/module/"+l+"/initstate", "live\n")
+			for _, o := range strings.Split(opts, "\n") {
+				if rest, ok := strings.CutPrefix(o, "options "+l+" "); ok {
+					for _, kv := range strings.Fields(rest) {
+						k, v, _ := strings.Cut(kv, "=")
+						f.SetFile("/sys/module/"+l+"/parameters/"+k, v+"\n")
+					}
+				}
+			}
+		}
+		return "", nil
+	})
+	kernelModulesSuite(t, f, func() []string {
+		c := f.Calls()
+		if !slices.Equal(c, []string{"systemctl restart systemd-modules-load.service"}) {
+			t.Fatalf("calls %v", c)
+		}
+		return nil
+	})
+}
