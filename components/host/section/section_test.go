@@ -14,25 +14,6 @@ import (
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
-// failing is a unit that fails as told, with its condition: the
-// fabric-manager's shape without NVIDIA's tools.
-type failing struct {
-	name string
-	err  error
-}
-
-func (f failing) Name() string                { return f.name }
-func (f failing) Check(json.RawMessage) error { return nil }
-func (f failing) Apply(context.Context, unit.System, json.RawMessage, unit.Plan) error {
-	return nil
-}
-func (f failing) Plan(_ context.Context, _ unit.System, body json.RawMessage) (unit.Plan, error) {
-	if body == nil {
-		return unit.Plan{}, nil
-	}
-	return unit.Plan{Conditions: []unit.Condition{{Type: unit.FabricManagerDown, Message: "down"}}}, f.err
-}
-
 func fakeHost() *unit.Fake {
 	f := unit.NewFake()
 	f.SetFile("/proc/sys/kernel/msgmax", "8192\n")
@@ -72,15 +53,23 @@ func state(s *Section, name string) UnitState {
 
 // A failing unit fails alone: the units after it converge, its condition
 // and its line are in the section's state, the section is not converged.
+// The fabric manager here is the real unit over a systemctl whose
+// nvidia-fabricmanager does not start.
 func TestFailingUnitFailsAlone(t *testing.T) {
 	f := fakeHost()
-	s := New(Config{Units: registry(t, failing{"fabric-manager", errors.New("nvidia-fabricmanager is not active")}), System: f, Direct: true})
-	body := `{"sysctl":{"settings":{"kernel.msgmax":"16384"}},"fabric-manager":{},"hugepages":{"pages_2m":8}}`
+	f.SetTool("systemctl", func(_ *unit.Fake, args []string) (string, error) {
+		if args[0] == "show" {
+			return "LoadState=loaded\nActiveState=failed\nUnitFileState=enabled\n", nil
+		}
+		return "Job for nvidia-fabricmanager.service failed because the control process exited with error code.", errors.New("exit status 1")
+	})
+	s := New(Config{Units: registry(t, unit.FabricManager{}), System: f, Direct: true})
+	body := `{"sysctl":{"settings":{"kernel.msgmax":"16384"}},"fabric-manager":{"enabled":true},"hugepages":{"pages_2m":8}}`
 	p, err := pass(t, s, body)
-	if err == nil || converge.IsTerminal(err) || !strings.Contains(err.Error(), "fabric-manager: nvidia-fabricmanager is not active") {
+	if err == nil || converge.IsTerminal(err) || !strings.Contains(err.Error(), "fabric-manager: systemctl enable --now nvidia-fabricmanager.service") {
 		t.Fatalf("Apply = %v, want a retryable error naming fabric-manager", err)
 	}
-	if !strings.Contains(strings.Join(p.Changes, "\n"), "fabric-manager: nvidia-fabricmanager is not active") {
+	if !strings.Contains(strings.Join(p.Changes, "\n"), "fabric-manager: systemctl enable --now") {
 		t.Fatalf("changes %v lack the failing unit's line", p.Changes)
 	}
 	if v, _ := f.File("/proc/sys/kernel/msgmax"); v != "16384" {
@@ -97,7 +86,7 @@ func TestFailingUnitFailsAlone(t *testing.T) {
 	}
 	// Everything else converged: only the failing unit is left.
 	p, _ = s.Plan(context.Background(), json.RawMessage(body))
-	if len(p.Changes) != 1 || state(s, "sysctl").State != Converged || state(s, "hugepages").State != Converged {
+	if len(p.Changes) != 1 || !s.Has(unit.FabricManagerDown) || state(s, "sysctl").State != Converged || state(s, "hugepages").State != Converged {
 		t.Fatalf("second plan %v, states %+v", p.Changes, s.Units())
 	}
 }

@@ -138,7 +138,8 @@ func (r Real) Run(ctx context.Context, tool string, args ...string) ([]byte, err
 	ctx, cancel := context.WithTimeout(ctx, RunTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, p, args...)
-	cmd.Env = []string{"PATH=" + strings.Join(SystemDirs, ":"), "LC_ALL=C"}
+	// apt-get and dpkg never ask: a unit runs unattended.
+	cmd.Env = []string{"PATH=" + strings.Join(SystemDirs, ":"), "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive"}
 	if r.ToolRoot != "" {
 		cmd.Env = append(cmd.Env, "BCD_HOST_ROOT="+r.Root)
 	}
