@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 )
 
@@ -22,11 +21,6 @@ type CPUBody struct {
 	Isolate string `json:"isolate,omitempty"`
 }
 
-var (
-	governorName = regexp.MustCompile(`^[a-z]{1,32}$`)
-	cpuList      = regexp.MustCompile(`^[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?){0,63}$`)
-)
-
 func (CPU) Name() string { return "cpu" }
 
 func (c CPU) decode(body json.RawMessage) (CPUBody, error) {
@@ -34,10 +28,10 @@ func (c CPU) decode(body json.RawMessage) (CPUBody, error) {
 	if err := decode(body, &b); err != nil {
 		return b, err
 	}
-	if b.Governor != "" && !governorName.MatchString(b.Governor) {
+	if b.Governor != "" && !isGovernor(b.Governor) {
 		return b, invalid("governor %q is not [a-z], 1 to 32 characters", clip(b.Governor))
 	}
-	if b.Isolate != "" && !cpuList.MatchString(b.Isolate) {
+	if b.Isolate != "" && !isCPUList(b.Isolate) {
 		return b, invalid("isolate %q is not a cpulist (0-3,8)", clip(b.Isolate))
 	}
 	return b, nil

@@ -2,6 +2,7 @@ package unit
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -34,6 +35,48 @@ func FuzzDecodeSection(f *testing.F) {
 				t.Fatalf("modules-load %q for %d modules", load, len(body.Modules))
 			}
 			_ = opts
+		}
+	})
+}
+
+// FuzzAlphabets: the small checks of chars.go take exactly what the
+// patterns they replace took.
+func FuzzAlphabets(f *testing.F) {
+	for _, s := range []string{"dummy", "kernel.msgmax", "0-3,8", "550.54.15-1", "nvidia-driver", "GPU-5f1c2d4e-0000-4000-8000-000000000000", "1g.10gb", "3g.40gb+me", "a_b", ""} {
+		f.Add(s)
+	}
+	checks := []struct {
+		re string
+		fn func(string) bool
+	}{
+		{`^[a-z0-9_-]{1,56}$`, isModuleName},
+		{`^[a-z0-9_]{1,64}$`, isParamName},
+		{`^[A-Za-z0-9_.,:+-]{1,256}$`, isParamValue},
+		{`^[A-Za-z0-9_.,:/+ -]{1,256}$`, isSysctlValue},
+		{`^[a-z]{1,32}$`, isGovernor},
+		{`^[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?){0,63}$`, isCPUList},
+		{`^[0-9][A-Za-z0-9.+~:-]{0,63}$`, isDebVersion},
+		{`^[a-z0-9][a-z0-9.+-]{1,63}$`, isPackageName},
+		{`^[a-z0-9][a-z0-9_]{0,31}$`, isMPSName},
+		{`^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`, isGPUUUID},
+		{`^[1-9]g\.[0-9]{1,4}gb(\+me)?$`, isMIGProfile},
+	}
+	res := make([]*regexp.Regexp, len(checks))
+	for i, c := range checks {
+		res[i] = regexp.MustCompile(c.re)
+	}
+	key := regexp.MustCompile(`^[a-z0-9_]+(\.[a-z0-9_-]+)+$`)
+	f.Fuzz(func(t *testing.T, s string) {
+		for i, c := range checks {
+			if want := res[i].MatchString(s); c.fn(s) != want {
+				t.Fatalf("%q against %s: %v, the pattern says %v", s, c.re, !want, want)
+			}
+		}
+		if len(s) <= 128 {
+			want := key.MatchString(s)
+			if isSysctlKey(s) != want {
+				t.Fatalf("sysctl key %q: %v, the pattern says %v", s, !want, want)
+			}
 		}
 	})
 }

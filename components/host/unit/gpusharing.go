@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -27,8 +26,6 @@ type MPSSet struct {
 	GPUs []string `json:"gpus"`
 }
 
-var mpsName = regexp.MustCompile(`^[a-z0-9][a-z0-9_]{0,31}$`)
-
 // MPSService is the service of a set.
 func MPSService(name string) string { return "bcd-mps-" + name + ".service" }
 
@@ -43,7 +40,7 @@ func (g GPUSharing) decode(body json.RawMessage) (GPUSharingBody, error) {
 	}
 	names, gpus := map[string]bool{}, map[string]bool{}
 	for _, s := range b.MPS {
-		if !mpsName.MatchString(s.Name) || names[s.Name] {
+		if !isMPSName(s.Name) || names[s.Name] {
 			return b, invalid("mps name %q is not [a-z0-9_], 1 to 32, or is given twice", clip(s.Name))
 		}
 		names[s.Name] = true
@@ -51,7 +48,7 @@ func (g GPUSharing) decode(body json.RawMessage) (GPUSharingBody, error) {
 			return b, invalid("mps %s: 1 to 64 GPUs", s.Name)
 		}
 		for _, u := range s.GPUs {
-			if !gpuUUID.MatchString(u) || gpus[strings.ToLower(u)] {
+			if !isGPUUUID(u) || gpus[strings.ToLower(u)] {
 				return b, invalid("mps %s: gpu %q is not a GPU-<uuid>, or is in two sets", s.Name, clip(u))
 			}
 			gpus[strings.ToLower(u)] = true

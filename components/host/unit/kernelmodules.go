@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -33,9 +32,6 @@ const (
 )
 
 var (
-	moduleName = regexp.MustCompile(`^[a-z0-9_-]{1,56}$`)
-	paramName  = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
-	paramValue = regexp.MustCompile(`^[A-Za-z0-9_.,:+-]{1,256}$`)
 	maxModules = 64
 	maxParams  = 32
 )
@@ -52,7 +48,7 @@ func (k KernelModules) decode(body json.RawMessage) (KernelModulesBody, error) {
 	}
 	seen := map[string]bool{}
 	for _, m := range b.Modules {
-		if !moduleName.MatchString(m.Name) {
+		if !isModuleName(m.Name) {
 			return b, invalid("module name %q is not [a-z0-9_-], 1 to 56 characters", clip(m.Name))
 		}
 		n := strings.ReplaceAll(m.Name, "-", "_")
@@ -64,7 +60,7 @@ func (k KernelModules) decode(body json.RawMessage) (KernelModulesBody, error) {
 			return b, invalid("module %s: %d options, at most %d", m.Name, len(m.Options), maxParams)
 		}
 		for p, v := range m.Options {
-			if !paramName.MatchString(p) || !paramValue.MatchString(v) {
+			if !isParamName(p) || !isParamValue(v) {
 				return b, invalid("module %s: option %q=%q: a name of [a-z0-9_] and a value of [A-Za-z0-9_.,:+-]", m.Name, clip(p), clip(v))
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -30,8 +29,6 @@ type MIGGPU struct {
 	Profiles []string `json:"profiles"`
 }
 
-var migProfile = regexp.MustCompile(`^[1-9]g\.[0-9]{1,4}gb(\+me)?$`)
-
 func (MIGLayout) Name() string { return "mig-layout" }
 
 func (m MIGLayout) decode(body json.RawMessage) (MIGLayoutBody, error) {
@@ -41,7 +38,7 @@ func (m MIGLayout) decode(body json.RawMessage) (MIGLayoutBody, error) {
 	}
 	seen := map[string]bool{}
 	for _, g := range b.GPUs {
-		if !gpuUUID.MatchString(g.GPU) {
+		if !isGPUUUID(g.GPU) {
 			return b, invalid("gpu %q is not a GPU-<uuid>", clip(g.GPU))
 		}
 		if seen[strings.ToLower(g.GPU)] {
@@ -52,7 +49,7 @@ func (m MIGLayout) decode(body json.RawMessage) (MIGLayoutBody, error) {
 			return b, invalid("gpu %s: %d instances, at most 7", g.GPU, len(g.Profiles))
 		}
 		for _, p := range g.Profiles {
-			if !migProfile.MatchString(p) {
+			if !isMIGProfile(p) {
 				return b, invalid("gpu %s: profile %q is not a MIG profile (1g.10gb)", g.GPU, clip(p))
 			}
 		}
@@ -135,7 +132,7 @@ func gpuInstances(ctx context.Context, sys System, uuid string) ([]string, error
 	var ps []string
 	for _, l := range strings.Split(string(out), "\n") {
 		f := strings.Fields(strings.Trim(strings.TrimSpace(l), "|"))
-		if len(f) >= 3 && f[1] == "MIG" && migProfile.MatchString(f[2]) {
+		if len(f) >= 3 && f[1] == "MIG" && isMIGProfile(f[2]) {
 			ps = append(ps, f[2])
 		}
 	}

@@ -3,14 +3,11 @@ package unit
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 )
 
 // What the NVIDIA units share: nvidia-smi's CSV queries and the shape of
 // a GPU UUID.
-
-var gpuUUID = regexp.MustCompile(`^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
 // smiQuery runs nvidia-smi --query-<what>=fields --format=csv,noheader,nounits
 // and answers one row per line, each with len(fields) trimmed values.

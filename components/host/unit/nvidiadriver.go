@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 )
 
@@ -26,11 +25,6 @@ type NvidiaDriverBody struct {
 // NvidiaPinFile is the apt pin nvidia-driver owns.
 const NvidiaPinFile = "/etc/apt/preferences.d/bcd-nvidia-driver"
 
-var (
-	debVersion  = regexp.MustCompile(`^[0-9][A-Za-z0-9.+~:-]{0,63}$`)
-	packageName = regexp.MustCompile(`^[a-z0-9][a-z0-9.+-]{1,63}$`)
-)
-
 func (NvidiaDriver) Name() string { return "nvidia-driver" }
 
 func (n NvidiaDriver) decode(body json.RawMessage) (NvidiaDriverBody, error) {
@@ -44,10 +38,10 @@ func (n NvidiaDriver) decode(body json.RawMessage) (NvidiaDriverBody, error) {
 	if b.Package == "" {
 		b.Package = "nvidia-driver"
 	}
-	if !debVersion.MatchString(b.Version) {
+	if !isDebVersion(b.Version) {
 		return b, invalid("version %q is not a package version", clip(b.Version))
 	}
-	if !packageName.MatchString(b.Package) {
+	if !isPackageName(b.Package) {
 		return b, invalid("package %q is not a package name", clip(b.Package))
 	}
 	return b, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 )
 
@@ -21,11 +20,6 @@ type SysctlBody struct {
 // SysctlFile is the file sysctl owns.
 const SysctlFile = "/etc/sysctl.d/90-bcd.conf"
 
-var (
-	sysctlKey   = regexp.MustCompile(`^[a-z0-9_]+(\.[a-z0-9_-]+)+$`)
-	sysctlValue = regexp.MustCompile(`^[A-Za-z0-9_.,:/+ -]{1,256}$`)
-)
-
 // ownedSysctls are set by another unit, never by sysctl.
 var ownedSysctls = map[string]string{"vm.nr_hugepages": "hugepages"}
 
@@ -40,13 +34,13 @@ func (s Sysctl) decode(body json.RawMessage) (SysctlBody, error) {
 		return b, invalid("%d settings, at most 256", len(b.Settings))
 	}
 	for k, v := range b.Settings {
-		if len(k) > 128 || !sysctlKey.MatchString(k) {
+		if len(k) > 128 || !isSysctlKey(k) {
 			return b, invalid("sysctl %q is not a dotted name of [a-z0-9_-]", clip(k))
 		}
 		if u, ok := ownedSysctls[k]; ok {
 			return b, invalid("sysctl %s is set by the %s unit", k, u)
 		}
-		if !sysctlValue.MatchString(v) || strings.TrimSpace(v) != v {
+		if !isSysctlValue(v) || strings.TrimSpace(v) != v {
 			return b, invalid("sysctl %s: value %q is not 1 to 256 characters of [A-Za-z0-9_.,:/+ -]", k, clip(v))
 		}
 	}
