@@ -54,7 +54,7 @@ func stepHostUnits(t *testing.T, e *systemdEnv) {
 		}
 	}
 	checkApplied("after the spec")
-	t.Logf("the units' files:\n%s", g.Must("head -n 20 /etc/modules-load.d/bcd.conf /etc/modprobe.d/bcd.conf /etc/sysctl.d/90-bcd*.conf /etc/default/grub.d/60-bcd-*.cfg"))
+	t.Logf("the units' files:\n%s", g.Must("head -n 20 /etc/modules-load.d/bcd.conf /etc/modprobe.d/zz-bcd.conf /etc/sysctl.d/90-bcd*.conf /etc/default/grub.d/60-bcd-*.cfg"))
 	if !strings.Contains(g.Must("grep -m1 -E '^\\s*linux\\s' /boot/grub/grub.cfg"), "iommu=pt") {
 		t.Errorf("update-grub's grub.cfg lacks iommu=pt:\n%s", g.Must("grep -E '^\\s*linux\\s' /boot/grub/grub.cfg"))
 	}
@@ -104,7 +104,7 @@ func stepHostUnits(t *testing.T, e *systemdEnv) {
 	// Nothing asked: the units remove their files; GRUB renders without.
 	gen = e.specPatch(t, `{"host":null}`)
 	e.waitSection(t, e.nodeID, gen, "host", "CONVERGED")
-	if out, _, _ := g.Run("ls /etc/modules-load.d/bcd.conf /etc/modprobe.d/bcd.conf /etc/sysctl.d/90-bcd.conf /etc/sysctl.d/90-bcd-hugepages.conf /etc/default/grub.d/60-bcd-iommu.cfg 2>/dev/null"); strings.TrimSpace(out) != "" {
+	if out, _, _ := g.Run("ls /etc/modules-load.d/bcd.conf /etc/modprobe.d/zz-bcd.conf /etc/sysctl.d/90-bcd.conf /etc/sysctl.d/90-bcd-hugepages.conf /etc/default/grub.d/60-bcd-iommu.cfg 2>/dev/null"); strings.TrimSpace(out) != "" {
 		t.Errorf("files left after the host section was removed:\n%s", out)
 	}
 	if strings.Contains(g.Must("grep -m1 -E '^\\s*linux\\s' /boot/grub/grub.cfg"), "iommu=pt") {

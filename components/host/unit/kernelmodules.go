@@ -11,7 +11,7 @@ import (
 // KernelModules is kernel-modules: modules loaded now (by
 // systemd-modules-load under systemd, else modprobe), listed
 // in /etc/modules-load.d/bcd.conf for systemd-modules-load at boot, with
-// their options in /etc/modprobe.d/bcd.conf.
+// their options in /etc/modprobe.d/zz-bcd.conf.
 type KernelModules struct{}
 
 // KernelModulesBody is kernel-modules' settings.
@@ -28,7 +28,12 @@ type Module struct {
 // Files kernel-modules owns.
 const (
 	ModulesLoadFile = "/etc/modules-load.d/bcd.conf"
-	ModprobeFile    = "/etc/modprobe.d/bcd.conf"
+	// ModprobeFile sorts after the distribution's files: kmod reads
+	// every options line of a module in file name order and the module
+	// takes the last value, and systemd ships systemd.conf with
+	// "options dummy numdummies=0" (and bonding's max_bonds=0), which
+	// would win over a file named bcd.conf.
+	ModprobeFile = "/etc/modprobe.d/zz-bcd.conf"
 )
 
 var (
