@@ -42,14 +42,14 @@ image: deps
 
 qemu-test: image
 	@mkdir -p bin && $(GO) build -o bin/testreport ./cmd/testreport
-	set -o pipefail; $(GO) test -json -count=1 -timeout 25m ./qemu-tests/ 2>&1 | tee bin/qemu-tier.json | bin/testreport -v -tier qemu
+	set -o pipefail; $(GO) test -json -count=1 -timeout 45m ./qemu-tests/ 2>&1 | tee bin/qemu-tier.json | bin/testreport -v -tier qemu
 
 # systemd-test: the systemd tier alone (qemu-tests/systemd_test.go): the
 # .deb installed, joined, restarted, rebooted, unprivileged and purged in
 # a QEMU guest with systemd as PID 1. make test runs it in the qemu tier.
 systemd-test: deps
 	@mkdir -p bin && $(GO) build -o bin/testreport ./cmd/testreport
-	set -o pipefail; $(GO) test -json -count=1 -timeout 25m -run '^TestSystemd$$' ./qemu-tests/ 2>&1 | bin/testreport -v -tier qemu
+	set -o pipefail; $(GO) test -json -count=1 -timeout 35m -run '^TestSystemd$$' ./qemu-tests/ 2>&1 | bin/testreport -v -tier qemu
 
 # soak runs the fault tests with many kill trials: exactly-once commands
 # (1,000 trials) and desired state converging under kills (200).
