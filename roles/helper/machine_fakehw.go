@@ -19,6 +19,11 @@ func fakeMachine() *helper.FakeMachine {
 	return &helper.FakeMachine{GPUs: fakeGPUs, Topology: topology, Minors: minors, MIGCaps: fakehw.MIGCaps}
 }
 
+// hostUnits is nil in a fakehw build: its helper may run as root beside
+// tests, and host.unit would change the real kernel of the machine the
+// tests run on; every host.unit is refused.
+func hostUnits() helper.HostUnits { return nil }
+
 // fakeSeed is the fake machine of BCD_FAKEHW_SEED (default 1), as bcd node
 // in a fakehw build reads it.
 func fakeSeed() int64 {

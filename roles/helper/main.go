@@ -10,10 +10,9 @@ import (
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/roles"
 	"github.com/better-compute/bcd/components/helper"
-	"github.com/better-compute/bcd/components/host/unit"
 	"github.com/better-compute/bcd/components/vm/rootvirt"
 )
 
 func main() {
-	roles.Main("helper", append([]cli.Command{helper.Command(fakeMachine(), unit.Root{Units: unit.Standard()}, rootvirt.Ops{}), helper.RollbackCommand()}, e2eCommands()...), nil)
+	roles.Main("helper", append([]cli.Command{helper.Command(fakeMachine(), hostUnits(), rootvirt.Ops{}), helper.RollbackCommand()}, e2eCommands()...), nil)
 }
