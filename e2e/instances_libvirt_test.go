@@ -103,6 +103,15 @@ func TestInstancesOnLibvirtThroughHelper(t *testing.T) {
 		t.Fatalf("no libvirt.define from the node in the helper's log:\n%s", helper.stderr.String())
 	}
 
+	// bcd status lists the domains, the hand-made one as not bcd's.
+	eventually(t, "bcd status lists the domains", func() error {
+		_, out, errOut := hn.asUser.run("", nil, "bcd-node", "status", "--config", hn.cfg)
+		if !strings.Contains(out, "instances   2, complete") || !strings.Contains(out, "  vm-a RUNNING\n") || !strings.Contains(out, "  byhand STOPPED not bcd's") {
+			return fmt.Errorf("bcd status:\n%s%s", out, errOut)
+		}
+		return nil
+	})
+
 	for _, step := range []struct{ state, want string }{{"PAUSED", "paused"}, {"RUNNING", "running"}, {"STOPPED", "shut off"}} {
 		l.bcgw(g, "instance", "state", hn.id, "--id", "vm-a", "--state", step.state)
 		waitState(step.want)

@@ -72,6 +72,9 @@ type Config struct {
 	// gateway, through the session, for an instance's workload token (the
 	// metadata service's identity tokens).
 	InstanceTokens func(get func(ctx context.Context, instance, audience string) (string, error))
+	// StatusInstances, when set, gives bcd status the instances' domains
+	// and whether the runtime listed them all.
+	StatusInstances func() ([]status.Instance, bool)
 	// FakeReboot adds the fakehw node.reboot kind: Run then returns
 	// ErrRebooted and the caller starts the agent again.
 	FakeReboot bool
@@ -455,6 +458,11 @@ func Run(ctx context.Context, c Config) error {
 			}
 			if c.StatusTaps != nil {
 				sn.Taps = c.StatusTaps()
+			}
+			if c.StatusInstances != nil {
+				var complete bool
+				sn.Instances, complete = c.StatusInstances()
+				sn.InstancesComplete = &complete
 			}
 			if c.Machine.Conditions != nil {
 				for _, x := range c.Machine.Conditions() {

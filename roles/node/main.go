@@ -102,6 +102,11 @@ func withReport(m *agentcmd.Machine) {
 		if p, ok := s.(interface{ SetPublish(func([]byte)) }); ok {
 			m.ReportSections = p.SetPublish
 		}
+		if p, ok := s.(interface {
+			Status() ([]status.Instance, bool)
+		}); ok {
+			m.StatusInstances = p.Status
+		}
 	}
 }
 

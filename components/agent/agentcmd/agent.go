@@ -34,7 +34,9 @@ type Machine struct {
 	// InstanceTokens, when set, is given the session's instance token
 	// fetch (agent.Config.InstanceTokens).
 	InstanceTokens func(get func(ctx context.Context, instance, audience string) (string, error))
-	BootLease      func() (held bool, left time.Duration)
+	// StatusInstances, when set, gives bcd status the instances' domains.
+	StatusInstances func() ([]status.Instance, bool)
+	BootLease       func() (held bool, left time.Duration)
 	// Sections are the NodeSpec sections the role converges.
 	Sections []converge.Section
 	// Report is what the role reports about its machine (conditions,
@@ -109,7 +111,7 @@ func Agent(name, role, summary string, machine func(*config.Config, *slog.Logger
 				return cli.Fail(env, prefix, err)
 			}
 		}
-		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, StatusHost: m.StatusHost, StatusTaps: m.StatusTaps, InstanceTokens: m.InstanceTokens, Sections: m.Sections,
+		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, StatusHost: m.StatusHost, StatusTaps: m.StatusTaps, InstanceTokens: m.InstanceTokens, StatusInstances: m.StatusInstances, Sections: m.Sections,
 			Machine: m.Report, Watch: m.Watch, ReportSections: m.ReportSections, Kicker: m.Kicker,
 			BootLease: m.BootLease, Drivers: m.Drivers, Tunnels: m.Tunnels, Telemetry: m.Telemetry, Version: buildinfo.Version, Log: log,
 			FakeReboot: buildinfo.FakeHW && role == "node", Reboot: m.Reboot}

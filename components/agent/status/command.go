@@ -195,6 +195,23 @@ func Render(w io.Writer, s Snapshot) {
 		}
 		fmt.Fprintf(w, "  %s\n", clean(text))
 	}
+	if c := s.InstancesComplete; c != nil {
+		listed := "complete"
+		if !*c {
+			listed = "INCOMPLETE: the runtime could not list its domains"
+		}
+		line("instances", "%d, %s", len(s.Instances), listed)
+	}
+	for _, in := range s.Instances {
+		text := in.ID + " " + or(in.State)
+		if in.State != "" && !in.Owned {
+			text += " not bcd's (never touched)"
+		}
+		if in.Failed != "" {
+			text += " failed: " + in.Failed
+		}
+		fmt.Fprintf(w, "  %s\n", clean(text))
+	}
 	if t := s.Telemetry; t != nil {
 		text := fmt.Sprintf("%s, last export %s", or(t.Endpoint), stamp(t.LastExport))
 		if t.LastError != "" {

@@ -71,6 +71,12 @@ type Snapshot struct {
 	// state (docs/instances.md, "Network policy").
 	Taps []Tap `json:"taps,omitempty"`
 
+	// Instances are every domain the instance runtime lists (bcd's and
+	// others') and the instances that failed; InstancesComplete is false
+	// when the runtime could not list them (nil: no instances section).
+	Instances         []Instance `json:"instances,omitempty"`
+	InstancesComplete *bool      `json:"instances_complete,omitempty"`
+
 	// Tunnels are the open tunnels (components/agent/tunnel).
 	Tunnels []Tunnel `json:"tunnels"`
 
@@ -160,6 +166,15 @@ type Tap struct {
 	Policy   string `json:"policy"`
 	State    string `json:"state"`
 	Reason   string `json:"reason,omitempty"`
+}
+
+// Instance is one domain, or an instance that failed without one.
+type Instance struct {
+	ID    string `json:"id"`
+	State string `json:"state,omitempty"`
+	// Owned: bcd created it; a domain it did not create is only listed.
+	Owned  bool   `json:"owned"`
+	Failed string `json:"failed,omitempty"`
 }
 
 // BootLease is whether this site agent holds its site's boot lease.

@@ -516,6 +516,29 @@ gpus        0
 `,
 		},
 		{
+			name: "instances",
+			s: Snapshot{InstancesComplete: new(true), Instances: []Instance{{ID: "byhand", State: "STOPPED"}, {ID: "vm-a", State: "RUNNING", Owned: true},
+				{ID: "vm-b", Failed: "base image refused: SHA-256 differs"}}},
+			want: `node        - (site -, role -)
+boot        -, version -
+gateway     -, not connected
+clock       offset +0ms, time mark -
+trust       bundle version 0; signed intent NOT enforced (no command-signing roots)
+generation  applied 0, observed 0
+lanes       -
+events      backlog 0, dropped 0; results unacked 0
+certificate -
+node key    -
+running     0
+deferred    0
+gpus        0
+instances   3, complete
+  byhand STOPPED not bcd's (never touched)
+  vm-a RUNNING
+  vm-b - failed: base image refused: SHA-256 differs
+`,
+		},
+		{
 			name: "taps",
 			s: Snapshot{Taps: []Tap{{Tap: "bcdt0123456789a0", Instance: "vm-a", Policy: "PRIVATE", State: "GUARDED"},
 				{Tap: "bcdtabcdefabcd0", Instance: "vm-h", Policy: "EGRESS", State: "FAILED", Reason: "nics[0]: address 10.9.0.1 is the host bridge br0's own"}}},

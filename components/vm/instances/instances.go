@@ -28,6 +28,7 @@ import (
 	"sync"
 
 	"github.com/better-compute/bcd/components/agent/converge"
+	"github.com/better-compute/bcd/components/agent/status"
 	"github.com/better-compute/bcd/components/trust/rootsig"
 	"github.com/better-compute/bcd/components/vm/domainxml"
 	"github.com/better-compute/bcd/components/vm/images"
@@ -158,6 +159,32 @@ type ReportDomain struct {
 	State string `json:"state"`
 	// Owned: bcd created it; a domain it did not create is only reported.
 	Owned bool `json:"owned"`
+}
+
+// Status is what bcd status shows: every domain the runtime listed at
+// the last pass and every instance that failed (one without a domain
+// too), and whether the runtime listed them all; before the first pass,
+// nothing, complete.
+func (s *Section) Status() ([]status.Instance, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var r map[string]Report
+	if len(s.published) == 0 || json.Unmarshal(s.published, &r) != nil {
+		return nil, true
+	}
+	rep := r["instances"]
+	var out []status.Instance
+	seen := map[string]bool{}
+	for _, d := range rep.Domains {
+		out = append(out, status.Instance{ID: d.ID, State: d.State, Owned: d.Owned, Failed: rep.Failed[d.ID]})
+		seen[d.ID] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(rep.Failed)) {
+		if !seen[id] {
+			out = append(out, status.Instance{ID: id, Failed: rep.Failed[id]})
+		}
+	}
+	return out, rep.Complete
 }
 
 // SetPublish is given the setter of the role's report sections: the
