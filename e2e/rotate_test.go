@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -108,5 +109,49 @@ func TestCommandKeyRotation(t *testing.T) {
 	}
 	if n := strings.Count(g.stderr.String(), `"msg":"node joined"`); n != 0 {
 		t.Errorf("%d nodes joined again", n)
+	}
+}
+
+// servedSerial is the serial of the leaf the gateway presents to a new
+// TLS handshake.
+func servedSerial(t *testing.T, addr string) string {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0].SerialNumber.Text(16)
+}
+
+// TestServingCertRenew: bcgw serving-cert renew gives the gateway a new
+// serving leaf while it serves: new handshakes get it, the pins do not
+// change, and a node that dials again (killed and started) connects with
+// no new join and runs a command.
+func TestServingCertRenew(t *testing.T) {
+	l := newLab(t)
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	pins := l.bcgw(g, "well-known", "--pins")
+	cfg, id := l.joinNode(g, "n", l.token(g, "--uses", "1"), "node")
+	node := l.start("bcd-node", "node", "--config", cfg)
+	l.waitNode(g, id, "connected", func(n nodeView) bool { return n.Connected })
+	before := servedSerial(t, g.addr)
+	var v adminapi.ServingView
+	if err := json.Unmarshal([]byte(l.bcgw(g, "serving-cert", "renew", "--json")), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Serial == before || servedSerial(t, g.addr) != v.Serial || v.NotAfter.Sub(v.NotBefore) < 29*24*time.Hour {
+		t.Fatalf("renewed %+v; served before %s, now %s", v, before, servedSerial(t, g.addr))
+	}
+	if l.bcgw(g, "well-known", "--pins") != pins {
+		t.Error("the pins changed")
+	}
+	node.signal(syscall.SIGKILL)
+	node.wait(t, 10*time.Second)
+	l.start("bcd-node", "node", "--config", cfg)
+	l.waitNode(g, id, "connected again", func(n nodeView) bool { return n.Connected && n.Epoch >= 2 })
+	l.pingAll(g, []string{id}, "after the renewal")
+	if strings.Count(g.stderr.String(), `"msg":"node joined"`) != 1 {
+		t.Error("the node joined again")
 	}
 }

@@ -145,3 +145,33 @@ func backup(ctx context.Context, env *cli.Env, args []string) int {
 	fmt.Fprintf(env.Stderr, "%s: %d bytes; keep it with a copy of the data directory's key files (docs/gateway-store.md)\n", prefix, n)
 	return 0
 }
+
+// servingCert is `bcgw serving-cert renew [--json]`: the gateway issues
+// itself a new serving leaf under its serving CA, presented from the next
+// TLS handshake on.
+func servingCert(ctx context.Context, env *cli.Env, args []string) int {
+	const usage = "bcgw serving-cert renew [--json]"
+	if len(args) == 0 || args[0] != "renew" {
+		return cli.Usagef(env, "usage: %s", usage)
+	}
+	fs := cli.NewFlagSet(env, "bcgw", "serving-cert renew")
+	var a adminFlags
+	a.register(fs)
+	asJSON := fs.Bool("json", false, "print {\"serial\", \"not_before\", \"not_after\"}")
+	if _, code, ok := parseInterleaved(fs, env, args[1:], 0, usage); !ok {
+		return code
+	}
+	c, err := a.client()
+	if err != nil {
+		return cli.Fail(env, "bcgw serving-cert renew", err)
+	}
+	v, err := c.RenewServing(ctx)
+	if err != nil {
+		return cli.Fail(env, "bcgw serving-cert renew", err)
+	}
+	if *asJSON {
+		return printJSON(env, v)
+	}
+	fmt.Fprintf(env.Stdout, "serving certificate %s, valid until %s\n", v.Serial, stamp(v.NotAfter))
+	return 0
+}

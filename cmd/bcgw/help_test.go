@@ -17,7 +17,7 @@ import (
 func TestEveryCommandAnswersHelp(t *testing.T) {
 	want := map[string]string{
 		"serve": "usage: bcgw serve [flags]", "token": "usage: bcgw token create ", "node": "usage: bcgw node rm NODE",
-		"nodes": "usage: bcgw nodes [flags]", "admin-token": "usage: bcgw admin-token create NAME", "audit": "usage: bcgw audit [flags]", "backup": "usage: bcgw backup [flags]",
+		"nodes": "usage: bcgw nodes [flags]", "admin-token": "usage: bcgw admin-token create NAME", "audit": "usage: bcgw audit [flags]", "backup": "usage: bcgw backup [flags]", "serving-cert": "usage: bcgw serving-cert renew",
 		"page": "usage: bcgw page [flags]", "health": "usage: bcgw health [flags]", "tpm": "usage: bcgw tpm enroll ",
 		"run": "usage: bcgw run NODE KIND ", "sign": "usage: bcgw sign [flags]", "trust": "usage: bcgw trust show ",
 		"batch": "usage: bcgw batch create ", "revoke": "usage: bcgw revoke NODE", "cancel": "usage: bcgw cancel COMMAND",
@@ -33,7 +33,7 @@ func TestEveryCommandAnswersHelp(t *testing.T) {
 		{"admin-token", "rm"}, {"trust", "show"}, {"trust", "add-root"}, {"trust", "remove-root"}, {"trust", "rotate-key"},
 		{"spec", "set"}, {"spec", "get"}, {"spec", "patch"}, {"spec", "prepare"}, {"spec", "submit"}, {"batch", "create"},
 		{"batch", "approve"}, {"batch", "submit"}, {"kek", "generate"}, {"kek", "fingerprint"}, {"kek", "rotate"}, {"tpm", "enroll"},
-		{"secret", "set"}, {"secret", "delete"}, {"secret", "list"}, {"release", "publish"}, {"release", "list"},
+		{"serving-cert", "renew"}, {"secret", "set"}, {"secret", "delete"}, {"secret", "list"}, {"release", "publish"}, {"release", "list"},
 	}
 	seen := map[string]bool{}
 	for _, c := range program().Commands {
@@ -72,6 +72,7 @@ func TestStateHasJSON(t *testing.T) {
 		{"node", "rm"}, {"admin-token", "create"}, {"admin-token", "ls"}, {"admin-token", "rm"}, {"trust", "show"},
 		{"trust", "add-root"}, {"trust", "remove-root"}, {"trust", "rotate-key"}, {"spec", "set"}, {"spec", "patch"},
 		{"spec", "submit"}, {"kek", "fingerprint"}, {"kek", "rotate"}, {"secret", "list"}, {"release", "list"}, {"tpm", "enroll"},
+		{"serving-cert", "renew"},
 	} {
 		_, out, _ := runCLI(t, context.Background(), "", append(c, "-h")...)
 		if !strings.Contains(out, "-json") {

@@ -46,6 +46,7 @@ func program() *cli.Program {
 			{Name: "nodes", Summary: "list nodes", Run: nodes},
 			{Name: "admin-token", Summary: "admin-token create NAME | ls | rm NAME: named admin tokens for the loopback admin listener", Run: adminTokenCmd},
 			{Name: "backup", Summary: "backup --out FILE: a consistent copy of a bbolt gateway's store, taken while it serves", Run: backup},
+			{Name: "serving-cert", Summary: "serving-cert renew: a new serving certificate under the serving CA, from the next TLS handshake on (also done by itself after 20 of its 30 days)", Run: servingCert},
 			{Name: "audit", Summary: "audit [--json] [--after SEQ] [--limit N]: who changed what through the admin API", Run: audit},
 			{Name: "page", Summary: "page [--json] [--html FILE]: a one-time link to the fleet page on the loopback admin listener", Run: page},
 			{Name: "health", Summary: "health [--json]: this gateway's sessions and whether its database answers (exit 1 when it does not)", Run: health},
@@ -89,7 +90,7 @@ func program() *cli.Program {
 // release, a node or a verb): with no argument they print their usage
 // and exit 2.
 var groups = map[string]bool{"token": true, "node": true, "admin-token": true, "tpm": true, "trust": true, "batch": true,
-	"spec": true, "instance": true, "release": true, "secret": true, "kek": true}
+	"spec": true, "instance": true, "release": true, "secret": true, "kek": true, "serving-cert": true}
 
 // groupHelp answers a group's -h (or --help) alone with its usage on
 // stdout and exit 0, as every command's -h.

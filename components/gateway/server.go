@@ -93,6 +93,11 @@ type Server struct {
 	// metrics are this gateway's own (metrics.go).
 	metrics *metrics.Metrics
 
+	// servingMu guards keys.Serving, renewed while serving (serving.go);
+	// servingIPs are the IPs the leaf names.
+	servingMu  sync.Mutex
+	servingIPs []net.IP
+
 	mu          sync.Mutex
 	addr        net.Addr
 	metricsAddr net.Addr
@@ -194,8 +199,9 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 		MaxSessions: cfg.MaxSessions, Pushback: cfg.Pushback, JoinRate: cfg.JoinRate,
 		CloudIIDCerts: cfg.CloudIIDCerts, CloudIIDMaxAge: cfg.CloudIIDMaxAge,
 	}, fl, h)
-	s := &Server{Fleet: fl, svc: svc, cfg: cfg, log: cfg.Log, store: st, keys: k, hub: h, metrics: m}
-	s.admin = admin.New(admin.Config{DataDir: cfg.DataDir, AdminListen: cfg.AdminListen, BoundAside: cfg.boundAside, WellKnown: s.WellKnown}, fl, svc)
+	s := &Server{Fleet: fl, svc: svc, cfg: cfg, log: cfg.Log, store: st, keys: k, hub: h, metrics: m, servingIPs: ips}
+	s.admin = admin.New(admin.Config{DataDir: cfg.DataDir, AdminListen: cfg.AdminListen, BoundAside: cfg.boundAside, WellKnown: s.WellKnown,
+		RenewServing: s.RenewServing}, fl, svc)
 	return s, nil
 }
 
@@ -278,7 +284,7 @@ func (s *Server) Run(ctx context.Context) error {
 	protos.SetHTTP2(true)
 	srv := &http.Server{
 		Handler:           withPeer,
-		TLSConfig:         pki.ServerTLS(s.keys.Serving, s.keys.NodeCA.Cert),
+		TLSConfig:         s.serverTLS(),
 		Protocols:         &protos,
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    8 << 10,
@@ -299,6 +305,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	errc := make(chan error, 2+len(adminLns))
+	go s.renewServing(ctx)
 	go func() {
 		errc <- srv.Serve(agentsvc.NewHandshakeListener(ln, srv.TLSConfig, agentsvc.HandshakeSlots(), s.log))
 	}()

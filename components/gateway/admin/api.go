@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/agentsvc"
 	"github.com/better-compute/bcd/components/gateway/fleet"
 	"github.com/better-compute/bcd/components/gateway/store"
@@ -21,6 +22,9 @@ type Config struct {
 	BoundAside func(path string)
 	// WellKnown is the gateway's well-known document (GET /v1/well-known).
 	WellKnown func() (*wellknown.Document, error)
+	// RenewServing issues the gateway a new serving leaf now (POST
+	// /v1/serving/renew).
+	RenewServing func() (adminapi.ServingView, error)
 }
 
 // API is the admin API of one gateway: HTTP handlers over its fleet

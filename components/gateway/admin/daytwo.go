@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"errors"
 	"net/http"
 )
 
@@ -52,4 +53,17 @@ func (s *API) adminBackup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("store backed up", "bytes", n, "actor", actorOf(r))
+}
+
+func (s *API) adminRenewServing(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.RenewServing == nil {
+		adminErr(w, http.StatusNotImplemented, errors.New("this gateway cannot renew its serving certificate"))
+		return
+	}
+	v, err := s.cfg.RenewServing()
+	if err != nil {
+		adminErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, v)
 }

@@ -78,6 +78,7 @@ func (s *API) Listeners() (*http.Server, []net.Listener, error) {
 	mux.HandleFunc("DELETE /v1/nodes/{id}", s.adminRemoveNode)
 	mux.HandleFunc("POST /v1/trust/rotate-key", s.adminRotateCommandKey)
 	mux.HandleFunc("GET /v1/backup", s.adminBackup)
+	mux.HandleFunc("POST /v1/serving/renew", s.adminRenewServing)
 	mux.HandleFunc("GET /v1/tokens", s.adminJoinTokens)
 	mux.HandleFunc("DELETE /v1/tokens/{id}", s.adminRemoveJoinToken)
 	mux.HandleFunc("GET /fleet", s.fleetPage)

@@ -88,3 +88,16 @@ func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
 	}
 	return io.Copy(w, resp.Body)
 }
+
+// ServingView is the serving certificate a gateway presents.
+type ServingView struct {
+	Serial    string    `json:"serial"`
+	NotBefore time.Time `json:"not_before"`
+	NotAfter  time.Time `json:"not_after"`
+}
+
+// RenewServing has the gateway issue itself a new serving leaf now.
+func (c *Client) RenewServing(ctx context.Context) (ServingView, error) {
+	var out ServingView
+	return out, c.do(ctx, http.MethodPost, "/v1/serving/renew", nil, &out)
+}

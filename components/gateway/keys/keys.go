@@ -73,16 +73,9 @@ func LoadOrCreate(kf Files, serverName string, ips []net.IP) (*Set, error) {
 		return nil, err
 	}
 	// The serving leaf is issued anew at every start for the names asked.
-	leafKey, err := pki.GenerateKey()
-	if err != nil {
+	if k.Serving, err = k.IssueServing(serverName, ips); err != nil {
 		return nil, err
 	}
-	names := []string{serverName, "localhost"}
-	leaf, err := k.ServingCA.IssueServer(leafKey.Public(), names, ips, 30*24*time.Hour)
-	if err != nil {
-		return nil, fmt.Errorf("issue serving certificate: %w", err)
-	}
-	k.Serving = tls.Certificate{Certificate: [][]byte{leaf.Raw, k.ServingCA.Cert.Raw}, PrivateKey: leafKey, Leaf: leaf}
 
 	if k.JoinSigning, err = LoadOrCreateKey(kf, joinSigningFile); err != nil {
 		return nil, err
@@ -157,4 +150,23 @@ func LoadOrCreateKey(kf Files, name string) (crypto.Signer, error) {
 		return nil, err
 	}
 	return key, nil
+}
+
+// ServingLifetime is how long a serving leaf is valid.
+const ServingLifetime = 30 * 24 * time.Hour
+
+// IssueServing issues a new serving leaf (a new key) under the serving
+// CA for serverName, localhost and ips: at every start, and when the
+// gateway renews it while it runs. Agents pin the CA, so a new leaf needs
+// nothing of them.
+func (k *Set) IssueServing(serverName string, ips []net.IP) (tls.Certificate, error) {
+	leafKey, err := pki.GenerateKey()
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	leaf, err := k.ServingCA.IssueServer(leafKey.Public(), []string{serverName, "localhost"}, ips, ServingLifetime)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("issue serving certificate: %w", err)
+	}
+	return tls.Certificate{Certificate: [][]byte{leaf.Raw, k.ServingCA.Cert.Raw}, PrivateKey: leafKey, Leaf: leaf}, nil
 }
