@@ -125,6 +125,13 @@ func readTOFU(dir string) (string, error) {
 	return t.NodeID, nil
 }
 
+// diskMu serializes what the helper's requests write in the directory:
+// each request opens its own Anchors, so a write re-reads the file under
+// the lock and changes only its own part (two operations on different
+// sections must not lose each other's applied generation, and a bundle
+// never goes back to an older one).
+var diskMu sync.Mutex
+
 // applied is what root applied of one section.
 type applied struct {
 	Generation uint64 `json:"generation"`
@@ -238,6 +245,18 @@ func (a *Anchors) offer(b *rootsig.Bundle) error {
 	if err != nil {
 		return err
 	}
+	diskMu.Lock()
+	defer diskMu.Unlock()
+	if cur, err := os.ReadFile(filepath.Join(a.dir, BundleFile)); err == nil {
+		var held rootsig.Bundle
+		if json.Unmarshal(cur, &held) == nil {
+			if d, err := rootsig.VerifyBundle(held, a.pin); err == nil && d.Version >= doc.Version {
+				// Another request stored this one, or a newer, meanwhile.
+				a.bundle, a.held = d, held.Document
+				return nil
+			}
+		}
+	}
 	if err := atomicfile.Write(filepath.Join(a.dir, BundleFile), j, 0o600); err != nil {
 		return fmt.Errorf("storing the trust bundle: %w", err)
 	}
@@ -303,18 +322,29 @@ func (a *Anchors) Admit(p rootsig.Proof, name string, body []byte) (commit func(
 	return func() error {
 		a.mu.Lock()
 		defer a.mu.Unlock()
+		diskMu.Lock()
+		defer diskMu.Unlock()
 		if bind && a.nodeID == "" {
+			if t, err := readTOFU(a.dir); err == nil && t != p.NodeID {
+				return fmt.Errorf("root was bound to node %s meanwhile; the spec is for node %s", t, p.NodeID)
+			}
 			b, _ := json.Marshal(map[string]string{"node_id": p.NodeID})
 			if err := atomicfile.Write(filepath.Join(a.dir, TOFUFile), b, 0o600); err != nil {
 				return fmt.Errorf("recording the node bound on first use: %w", err)
 			}
 			a.nodeID = p.NodeID
 		}
+		// What is on disk now: another request may have recorded its
+		// section since this one opened the anchors.
 		next := map[string]applied{}
-		for k, v := range a.applied {
-			next[k] = v
+		if b, err := os.ReadFile(filepath.Join(a.dir, AppliedFile)); err == nil {
+			if err := json.Unmarshal(b, &next); err != nil {
+				return fmt.Errorf("%s: %w", filepath.Join(a.dir, AppliedFile), err)
+			}
 		}
-		next[name] = applied{Generation: p.Generation, Digest: digest}
+		if cur, ok := next[name]; !ok || cur.Generation <= p.Generation {
+			next[name] = applied{Generation: p.Generation, Digest: digest}
+		}
 		b, err := json.Marshal(next)
 		if err != nil {
 			return err
