@@ -86,6 +86,10 @@ type LibvirtHost struct {
 	// GPUs lists this host's GPUs: UUID to PCI bus id (nvidia-smi's
 	// pci.bus_id, e.g. 00000000:3B:00.0).
 	GPUs func(ctx context.Context) (map[string]string, error)
+	// Guarded says whether tap is guarded by the network policy this
+	// helper loaded (netpolicy.apply), with the tables still as it left
+	// them; nil: no tap is. A domain gets no tap that is not.
+	Guarded func(ctx context.Context, tap string) error
 }
 
 // HostUnits is what host.unit needs of the host section's units: whether

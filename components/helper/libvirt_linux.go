@@ -101,7 +101,7 @@ func (srv *server) libvirtHost() (LibvirtHost, error) {
 		Virsh: func(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 			return runVirsh(ctx, uri, stdin, args...)
 		},
-		GPUs: srv.gpuAddresses}, nil
+		GPUs: srv.gpuAddresses, Guarded: srv.tapGuarded}, nil
 }
 
 // runVirsh runs virsh -q -c uri with args and the fixed environment. A

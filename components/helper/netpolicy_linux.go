@@ -18,6 +18,31 @@ import (
 // of bcd's tables.
 var netpolicyMu sync.Mutex
 
+// loadedPolicy is what the last netpolicy.apply loaded: the taps it
+// guards and the rules the tables then held (under netpolicyMu).
+var loadedPolicy struct {
+	taps  map[string]bool
+	rules int64
+}
+
+// tapGuarded is LibvirtHost.Guarded: tap is one the last netpolicy.apply
+// guards, and bcd's tables still hold the rules it loaded.
+func (srv *server) tapGuarded(ctx context.Context, tap string) error {
+	netpolicyMu.Lock()
+	defer netpolicyMu.Unlock()
+	if !loadedPolicy.taps[tap] {
+		return fmt.Errorf("tap %s is not guarded by the network policy root loaded (netpolicy.apply first)", tap)
+	}
+	n, loaded, err := srv.firewallRules(ctx)
+	if err != nil {
+		return fmt.Errorf("checking bcd's tables: %w", err)
+	}
+	if !loaded || n != loadedPolicy.rules {
+		return fmt.Errorf("bcd's tables do not hold the rules netpolicy.apply loaded (%d now, %d loaded): the node loads them again", n, loadedPolicy.rules)
+	}
+	return nil
+}
+
 // maxFailReason bounds each reason netpolicy.apply answers.
 const maxFailReason = 240
 
@@ -66,6 +91,10 @@ func (srv *server) netpolicyApply(ctx context.Context, req *wire.Request) (*wire
 	}
 	if err := commit(); err != nil {
 		return failed(fmt.Errorf("netpolicy.apply: %w", err), true)
+	}
+	loadedPolicy.taps, loadedPolicy.rules = map[string]bool{}, n
+	for _, t := range taps {
+		loadedPolicy.taps[t.Name] = true
 	}
 	for id, why := range failedIDs {
 		if len(why) > maxFailReason {

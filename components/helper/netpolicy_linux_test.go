@@ -86,7 +86,20 @@ func TestNetPolicyApply(t *testing.T) {
 	if c := o.call(t, check); !c.OK || !*c.Loaded {
 		t.Fatalf("firewall.check after apply: %s", c.Error)
 	}
+	// libvirt.define attaches only a tap the loaded policy guards.
+	ctx := context.Background()
+	if err := o.srv.tapGuarded(ctx, netpolicy.TapName("vm-a", 0)); err != nil {
+		t.Fatalf("vm-a's tap: %v", err)
+	}
+	for _, tap := range []string{netpolicy.TapName("vm-host", 0), netpolicy.TapName("vm-a", 1), "vnet0"} {
+		if err := o.srv.tapGuarded(ctx, tap); err == nil || !strings.Contains(err.Error(), "not guarded") {
+			t.Errorf("tap %s: %v", tap, err)
+		}
+	}
 	ns.Run("nft", "flush", "table", "bridge", "bcd_instances")
+	if err := o.srv.tapGuarded(ctx, netpolicy.TapName("vm-a", 0)); err == nil || !strings.Contains(err.Error(), "do not hold") {
+		t.Errorf("vm-a's tap after a flush: %v", err)
+	}
 	if c := o.call(t, check); !c.OK || *c.Loaded {
 		t.Fatal("firewall.check after a flush: still loaded")
 	}

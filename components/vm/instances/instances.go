@@ -459,7 +459,9 @@ func (s *Section) removals(st state) []string {
 // machine is the domain of an instance: its disk (after an iso base
 // image's cdrom, when it boots from one) and its seed.
 func machine(in spec.Instance, im spec.Image) vmruntime.Machine {
-	return vmruntime.InstanceMachine(in.ID, in.VCPUs, in.MemoryMiB, im.SHA256, im.Format, in.GPUs)
+	m := vmruntime.InstanceMachine(in.ID, in.VCPUs, in.MemoryMiB, im.SHA256, im.Format, in.GPUs)
+	m.Taps = vmruntime.InstanceTaps(in.ID, in.NICs)
+	return m
 }
 
 // failure is why an instance did not converge; terminal when trying

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/better-compute/bcd/components/helper"
+	"github.com/better-compute/bcd/components/helper/netpolicy"
 	"github.com/better-compute/bcd/components/helper/wire"
 	"github.com/better-compute/bcd/components/vm/domainxml"
 	"github.com/better-compute/bcd/components/vm/qcow2"
@@ -44,11 +45,12 @@ type section struct {
 		Format string `json:"format"`
 	} `json:"images"`
 	Instances []struct {
-		ID        string   `json:"id"`
-		VCPUs     int      `json:"vcpus"`
-		MemoryMiB int      `json:"memory_mib"`
-		Image     string   `json:"image"`
-		GPUs      []string `json:"gpus"`
+		ID        string          `json:"id"`
+		VCPUs     int             `json:"vcpus"`
+		MemoryMiB int             `json:"memory_mib"`
+		Image     string          `json:"image"`
+		GPUs      []string        `json:"gpus"`
+		NICs      []netpolicy.NIC `json:"nics"`
 	} `json:"instances"`
 }
 
@@ -90,12 +92,16 @@ func define(ctx context.Context, h helper.LibvirtHost, id string, body []byte) e
 			return refuse("instance %s: its image %q is not one of the section's images", id, in.Image)
 		}
 		mm := vmruntime.InstanceMachine(in.ID, in.VCPUs, in.MemoryMiB, in.Image, format, in.GPUs)
+		mm.Taps = vmruntime.InstanceTaps(in.ID, in.NICs)
 		m = &mm
 	}
 	if m == nil {
 		return refuse("the signed instances section names no instance %s", id)
 	}
 	host := domainxml.Host{InstancesDir: h.DataDir + "/instances", ImagesDir: h.DataDir + "/images", AllowTCG: h.Accel == domainxml.TCG}
+	if err := guardedTaps(ctx, h, m.Taps, &host); err != nil {
+		return err
+	}
 	if len(m.GPUs) > 0 {
 		gpus, err := h.GPUs(ctx)
 		if err != nil {
@@ -134,6 +140,33 @@ func define(ctx context.Context, h helper.LibvirtHost, id string, body []byte) e
 	}
 	_, err = h.Virsh(ctx, xml, "define", "/dev/stdin")
 	return err
+}
+
+// guardedTaps refuses a tap the loaded network policy does not guard
+// (a domain never gets an unguarded tap) and lets host.Bridges be the
+// taps' bridges that are bridges of this host, as root reads them.
+func guardedTaps(ctx context.Context, h helper.LibvirtHost, taps []vmruntime.Tap, host *domainxml.Host) error {
+	if len(taps) == 0 {
+		return nil
+	}
+	var names []string
+	for _, t := range taps {
+		if h.Guarded == nil {
+			return refuse("tap %s: this helper loads no network policy", t.Name)
+		}
+		if err := h.Guarded(ctx, t.Name); err != nil {
+			return refuse("%v", err)
+		}
+		names = append(names, t.Bridge)
+	}
+	hb, err := netpolicy.ReadHost("/sys", names)
+	if err != nil {
+		return err
+	}
+	for b := range hb.Bridges {
+		host.Bridges = append(host.Bridges, b)
+	}
+	return nil
 }
 
 // Act runs libvirt.start, shutdown, destroy, suspend, resume or undefine

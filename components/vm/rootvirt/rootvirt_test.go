@@ -191,7 +191,12 @@ func testRefusals(t *testing.T, e *env) {
 		section    string // extra fields of the instance
 		id         string // the id asked for, when not the instance's
 		mod        func(t *testing.T, id string)
+		guarded    func(ctx context.Context, tap string) error // the host's Guarded
 	}{
+		{name: "a tap without a network policy", want: "loads no network policy", section: nicSection},
+		{name: "a tap the policy does not guard", want: "not guarded", section: nicSection, guarded: func(_ context.Context, tap string) error {
+			return fmt.Errorf("tap %s is not guarded by the network policy root loaded", tap)
+		}},
 		{name: "backing /etc/shadow", want: `names backing file "/etc/shadow"`, mod: func(t *testing.T, id string) {
 			overlay(t, id, "-u", "-b", "/etc/shadow", "-F", "raw", "-o", "size=64M")
 		}},
@@ -250,7 +255,9 @@ func testRefusals(t *testing.T, e *env) {
 			if tt.id != "" {
 				ask = tt.id
 			}
-			final, err := (Ops{}).Define(ctx, e.host, ask, e.section(tt.section, id))
+			h := e.host
+			h.Guarded = tt.guarded
+			final, err := (Ops{}).Define(ctx, h, ask, e.section(tt.section, id))
 			if err == nil || !final || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Define = %v, %v; want a final refusal containing %q", final, err, tt.want)
 			}
@@ -260,6 +267,9 @@ func testRefusals(t *testing.T, e *env) {
 		})
 	}
 }
+
+// nicSection is an instance's NIC, extra fields of the section.
+const nicSection = `,"nics":[{"bridge":"br0","mac":"52:54:00:00:00:01","policy":"EGRESS"}]`
 
 // testForeignNeverTouched: a domain defined by hand with virsh is
 // refused by every operation and stays as it was.

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/better-compute/bcd/components/helper/netpolicy"
 	"github.com/better-compute/bcd/components/vm/domainxml"
 )
 
@@ -106,6 +107,17 @@ func InstanceMachine(id string, vcpus, memoryMiB int, image, imageFormat string,
 	}
 	disks = append(disks, Disk{Name: SeedFile, Format: "raw", CDROM: true})
 	return Machine{ID: id, VCPUs: vcpus, MemoryMiB: memoryMiB, Disks: disks, GPUs: gpus}
+}
+
+// InstanceTaps are an instance's NICs as the domain's taps: each named
+// by netpolicy.TapName from the instance id and the NIC's index, with the
+// NIC's bridge and MAC. The network policy binds the same names.
+func InstanceTaps(id string, nics []netpolicy.NIC) []Tap {
+	var taps []Tap
+	for i, n := range nics {
+		taps = append(taps, Tap{Name: netpolicy.TapName(id, i), Bridge: n.Bridge, MAC: n.MAC})
+	}
+	return taps
 }
 
 // ValidState reports whether s is RUNNING, PAUSED or STOPPED.
