@@ -97,6 +97,8 @@ type Config struct {
 	TPM renew.TPM
 	// Drivers, when set, lists the hosted bcx drivers for Hello.
 	Drivers func() []*bcdv1.Driver
+	// Capabilities, when set, says in Hello what the host offers.
+	Capabilities func() []string
 	// Tunnels is what the role's tunnels open (the node's access section's
 	// JWKS, its sshd port, its consoles); without a JWKS every OpenTunnel
 	// is refused.
@@ -334,7 +336,7 @@ func Run(ctx context.Context, c Config) error {
 	scfg := session.Config{
 		Client: client, NodeID: a.NodeID, Role: c.Role, BootID: bootID, Version: c.Version,
 		Dispatcher: d, Clock: clk, Log: nodeLog, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
-		BeforeDial: hc.CloseIdleConnections, Drivers: c.Drivers,
+		BeforeDial: hc.CloseIdleConnections, Drivers: c.Drivers, Capabilities: c.Capabilities,
 		OnDesiredState: func(ds *bcdv1.DesiredState, serverNow time.Time) { _ = engine.Offer(ds, serverNow) },
 		OnWelcome:      welcome, Hello: hello, Heartbeat: rep.Heartbeat, Events: events,
 		OnOpenTunnel: func(ot *bcdv1.OpenTunnel) { tunnels.Open(sctx, ot) },

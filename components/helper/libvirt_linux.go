@@ -7,12 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
 
-	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/helper/wire"
 	"github.com/better-compute/bcd/components/trust/rootsig"
 )
@@ -85,19 +83,8 @@ func (srv *server) libvirtHost() (LibvirtHost, error) {
 	if dataDir == "" {
 		return LibvirtHost{}, errors.New("root's configuration names no data_dir")
 	}
-	accel := config.AccelKVM
-	switch srv.cfg.Instances.Accel {
-	case config.AccelTCG:
-		accel = config.AccelTCG
-	case config.AccelAuto:
-		if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err != nil {
-			accel = config.AccelTCG
-		} else {
-			f.Close()
-		}
-	}
 	uri := srv.cfg.Instances.LibvirtURI(false)
-	return LibvirtHost{DataDir: dataDir, Owner: srv.uid, Accel: accel,
+	return LibvirtHost{DataDir: dataDir, Owner: srv.uid, Accel: srv.cfg.Instances.Accelerator(),
 		Virsh: func(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 			return runVirsh(ctx, uri, stdin, args...)
 		},

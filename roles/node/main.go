@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -72,10 +73,11 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	m := agentcmd.Machine{
 		Kinds: append(append(nodekinds.Kinds(hw, heldGPU(dev)), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
-		StatusGPUs: statusGPUs(hw, dev),
-		Reboot:     hostReboot(helper),
-		Sections:   append(sections, extra...),
-		Drivers:    func() []*bcdv1.Driver { return drivers },
+		StatusGPUs:   statusGPUs(hw, dev),
+		Reboot:       hostReboot(helper),
+		Sections:     append(sections, extra...),
+		Drivers:      func() []*bcdv1.Driver { return drivers },
+		Capabilities: func() []string { return capabilities(cfg, drivers) },
 		Tunnels: agent.Tunnels{JWKS: acc.JWKS, SSHPort: cfg.Access.SSHPort,
 			Console: tunnel.Console(tunnel.ConsoleConfig{RootConsole: cfg.Access.RootConsole})},
 	}
@@ -273,4 +275,29 @@ func gpuUUIDs(hw nodekinds.Hardware) func(context.Context) ([]string, error) {
 		}
 		return out, nil
 	}
+}
+
+// capabilities says in Hello what the host offers instances: its
+// runtime, the acceleration root's [instances] accel gives domains, and
+// GPU passthrough where the kernel made IOMMU groups. None without a
+// runtime.
+func capabilities(cfg *config.Config, drivers []*bcdv1.Driver) []string {
+	var out []string
+	for _, d := range drivers {
+		if d.GetKind() == "runtime" {
+			out = append(out, "vm.runtime."+d.GetId())
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	accel := "kvm"
+	if cfg.Instances.Accelerator() == config.AccelTCG {
+		accel = "tcg"
+	}
+	out = append(out, "vm.accel."+accel)
+	if es, _ := os.ReadDir("/sys/kernel/iommu_groups"); len(es) > 0 {
+		out = append(out, "vm.gpu-passthrough")
+	}
+	return out
 }

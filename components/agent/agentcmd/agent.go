@@ -53,6 +53,8 @@ type Machine struct {
 	Beside func(ctx context.Context) error
 	// Drivers, when set, lists the hosted bcx drivers for Hello.
 	Drivers func() []*bcdv1.Driver
+	// Capabilities, when set, says in Hello what the host offers.
+	Capabilities func() []string
 	// Tunnels is what the role's tunnels open.
 	Tunnels agent.Tunnels
 	// Reboot, when set, reboots the host for node.reboot (a fakehw node
@@ -113,7 +115,7 @@ func Agent(name, role, summary string, machine func(*config.Config, *slog.Logger
 		}
 		ac := agent.Config{Config: cfg, Role: role, Kinds: m.Kinds, StatusGPUs: m.StatusGPUs, StatusHost: m.StatusHost, StatusTaps: m.StatusTaps, InstanceTokens: m.InstanceTokens, StatusInstances: m.StatusInstances, Sections: m.Sections,
 			Machine: m.Report, Watch: m.Watch, ReportSections: m.ReportSections, Kicker: m.Kicker,
-			BootLease: m.BootLease, Drivers: m.Drivers, Tunnels: m.Tunnels, Telemetry: m.Telemetry, Version: buildinfo.Version, Log: log,
+			BootLease: m.BootLease, Drivers: m.Drivers, Capabilities: m.Capabilities, Tunnels: m.Tunnels, Telemetry: m.Telemetry, Version: buildinfo.Version, Log: log,
 			FakeReboot: buildinfo.FakeHW && role == "node", Reboot: m.Reboot}
 		if m.Update != nil {
 			m.Update.Start(ctx)

@@ -107,6 +107,9 @@ type Config struct {
 	BeforeDial func()
 	// Drivers, when set, lists the hosted drivers for each Hello.
 	Drivers func() []*bcdv1.Driver
+	// Capabilities, when set, says for each Hello what the host offers
+	// (the instances' runtime and acceleration).
+	Capabilities func() []string
 }
 
 // EventLog is the agent's durable log of events for the gateway
@@ -241,6 +244,9 @@ func (s *Session) hello() *bcdv1.Hello {
 	}
 	if s.cfg.Drivers != nil {
 		h.Drivers = s.cfg.Drivers()
+	}
+	if s.cfg.Capabilities != nil {
+		h.Capabilities = s.cfg.Capabilities()
 	}
 	if s.cfg.Events != nil {
 		h.LastAckedEvent = s.cfg.Events.LastAcked()

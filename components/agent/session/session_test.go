@@ -811,10 +811,14 @@ func TestHelloListsDrivers(t *testing.T) {
 	var mu sync.Mutex
 	drivers := []*bcdv1.Driver{{Id: "ipmi", Kind: "bmc", Version: "1"}}
 	startAgent(t, session.Config{Client: cl, NodeID: me, Dispatcher: dispatcherFor(t, me, r, 1, nil),
-		Drivers: func() []*bcdv1.Driver { mu.Lock(); defer mu.Unlock(); return drivers }})
+		Drivers:      func() []*bcdv1.Driver { mu.Lock(); defer mu.Unlock(); return drivers },
+		Capabilities: func() []string { return []string{"vm.libvirt-kvm", "vm.accel.tcg"} }})
 	p1 := g.next(t)
 	if d := p1.hello.GetDrivers(); len(d) != 1 || d[0].GetId() != "ipmi" || d[0].GetKind() != "bmc" {
 		t.Fatalf("Hello drivers %v", d)
+	}
+	if c := p1.hello.GetCapabilities(); strings.Join(c, " ") != "vm.libvirt-kvm vm.accel.tcg" {
+		t.Fatalf("Hello capabilities %v", c)
 	}
 	mu.Lock()
 	drivers = append(drivers, &bcdv1.Driver{Id: "kata", Kind: "runtime"})

@@ -583,6 +583,22 @@ func (i *Instances) validate() []error {
 	return errs
 }
 
+// Accelerator is the acceleration domains get: qemu (TCG) when accel is
+// qemu, or auto and /dev/kvm does not open; else kvm.
+func (i Instances) Accelerator() string {
+	switch i.Accel {
+	case AccelTCG:
+		return AccelTCG
+	case AccelAuto:
+		f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+		if err != nil {
+			return AccelTCG
+		}
+		f.Close()
+	}
+	return AccelKVM
+}
+
 // LibvirtURI is the URI of libvirtd's read-write socket, or with
 // readOnly its read-only one: qemu:///system, with ?socket= when
 // LibvirtSocket is set.

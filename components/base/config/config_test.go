@@ -412,3 +412,16 @@ func TestIMDS(t *testing.T) {
 		}
 	}
 }
+
+func TestAccelerator(t *testing.T) {
+	_, kvmErr := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	auto := AccelKVM
+	if kvmErr != nil {
+		auto = AccelTCG
+	}
+	for accel, want := range map[string]string{"": AccelKVM, AccelKVM: AccelKVM, AccelTCG: AccelTCG, AccelAuto: auto} {
+		if got := (Instances{Accel: accel}).Accelerator(); got != want {
+			t.Errorf("accel %q: %s, want %s", accel, got, want)
+		}
+	}
+}
