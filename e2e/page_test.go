@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"image/png"
 	"io"
 	"net/http"
@@ -21,23 +23,41 @@ import (
 
 // chromium runs Debian's headless Chromium with a new empty profile on
 // one page and returns what it printed (--dump-dom: the DOM after the
-// page loaded and any redirects).
-func (l *lab) chromium(bin, profile string, args ...string) string {
+// page loaded and any redirects). On a loaded machine Chromium now and
+// then never finishes, or prints before the one-time link's redirect
+// landed: it is killed after 2 minutes, and run again with a new profile
+// while ok (when set) refuses what it printed, 3 times at most; open
+// (when set) makes it a new page to open each time.
+func (l *lab) chromium(bin, profile string, open func() string, ok func(string) bool, args ...string) string {
 	l.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	flags := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir=" + filepath.Join(l.root, profile)}
-	cmd := exec.CommandContext(ctx, bin, append(flags, args...)...)
-	cmd.Env = append(os.Environ(), "HOME="+l.root)
+	var err error
 	var errOut strings.Builder
-	cmd.Stderr = &errOut
-	out, err := cmd.Output()
-	if err != nil {
-		l.t.Fatalf("chromium %v: %v\n%s", args, err, errOut.String())
+	for attempt := 1; attempt <= 3; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		flags := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+			"--disable-background-networking", "--disable-component-update", "--disable-sync",
+			"--user-data-dir=" + filepath.Join(l.root, fmt.Sprintf("%s-%d", profile, attempt))}
+		all := append(flags, args...)
+		if open != nil {
+			all = append(all, open())
+		}
+		cmd := exec.CommandContext(ctx, bin, all...)
+		cmd.Env = append(os.Environ(), "HOME="+l.root)
+		errOut.Reset()
+		cmd.Stderr = &errOut
+		var out []byte
+		out, err = cmd.Output()
+		cancel()
+		if err == nil && (ok == nil || ok(string(out)) || attempt == 3) {
+			return string(out)
+		}
+		if err == nil {
+			err = errors.New("not the page yet")
+		}
+		l.t.Logf("chromium %v, attempt %d: %v", args, attempt, err)
 	}
-	return string(out)
+	l.t.Fatalf("chromium %v: %v\n%s", args, err, errOut.String())
+	return ""
 }
 
 // TestFleetPage: the fleet page, opened in headless Chromium through a
@@ -51,15 +71,7 @@ func TestFleetPage(t *testing.T) {
 	gwDir := filepath.Join(l.root, "gw")
 	g := l.startGateway(gwDir, "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
 	admin := g.waitLog(t, "bcgw serving", time.Second)["admin_url"].(string)
-	var ids []string
-	for _, name := range []string{"a", "b", "c"} {
-		cfg, id := l.joinNode(g, name, l.token(g, "--uses", "1"), "node")
-		l.start("bcd-node", "node", "--config", cfg)
-		ids = append(ids, id)
-	}
-	for _, id := range ids {
-		l.waitNode(g, id, "connected", func(n nodeView) bool { return n.Connected })
-	}
+	ids := l.threeNodes(g)
 	l.bcgw(g, "hold", ids[0], "--alloc", "alloc_page", "--gpu", "3")
 	code, ping := l.runKind(g, ids[1], "agent.ping", "")
 	if code != 0 || ping.Status != "SUCCEEDED" {
@@ -119,7 +131,7 @@ func TestFleetPage(t *testing.T) {
 			t.Errorf("%s: %d %s", c.name, code, body)
 		}
 	}
-	if dom := l.chromium(chrome, "profile-refused", "--dump-dom", admin+"/fleet"); strings.Contains(dom, ids[0]) || !strings.Contains(dom, "needs the admin token") {
+	if dom := l.chromium(chrome, "profile-refused", nil, nil, "--dump-dom", admin+"/fleet"); strings.Contains(dom, ids[0]) || !strings.Contains(dom, "needs the admin token") {
 		t.Errorf("Chromium without a link got:\n%s", dom)
 	}
 
@@ -156,8 +168,13 @@ func TestFleetPage(t *testing.T) {
 	// Chromium, given only a file that sends it on to a new link (the
 	// link is not in its arguments).
 	htmlFile := filepath.Join(l.root, "open-page.html")
-	l.bcgw(g, "page", "--html", htmlFile)
-	dom := l.chromium(chrome, "profile-dom", "--virtual-time-budget=3000", "--dump-dom", "file://"+htmlFile)
+	open := func() string {
+		_ = os.Remove(htmlFile)
+		l.bcgw(g, "page", "--html", htmlFile)
+		return "file://" + htmlFile
+	}
+	isPage := func(dom string) bool { return strings.Contains(dom, "<h1>bcgw fleet</h1>") }
+	dom := l.chromium(chrome, "profile-dom", open, isPage, "--virtual-time-budget=3000", "--dump-dom")
 	for _, s := range append([]string{want, "alloc_page", ping.ID, "SUCCEEDED", `"node_id":"` + ids[1] + `"`}, ids...) {
 		if !strings.Contains(dom, s) {
 			t.Errorf("the page in Chromium lacks %q", s)
@@ -172,7 +189,6 @@ func TestFleetPage(t *testing.T) {
 	if t.Failed() {
 		t.Logf("DOM:\n%s", dom)
 	}
-	l.bcgw(g, "page", "--html", htmlFile)
 	shot, err := filepath.Abs(filepath.Join("..", "bin", "fleet-page.png"))
 	if err != nil {
 		t.Fatal(err)
@@ -181,21 +197,31 @@ func TestFleetPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = os.Remove(shot)
-	// --virtual-time-budget: the screenshot waits for the redirect.
-	l.chromium(chrome, "profile-shot", "--window-size=1400,2400", "--hide-scrollbars", "--virtual-time-budget=3000",
-		"--screenshot="+shot, "file://"+htmlFile)
-	f, err := os.Open(shot)
-	if err != nil {
-		t.Fatal(err)
+	// --virtual-time-budget: the screenshot waits for the redirect. The
+	// page's 24 GPU rows and its tables ink hundreds of pixel rows; the
+	// redirecting file (what a screenshot taken too early shows) one line.
+	inked := func(string) bool { return inkedRows(t, shot) >= 600 }
+	l.chromium(chrome, "profile-shot", open, inked, "--window-size=1400,2400", "--hide-scrollbars", "--virtual-time-budget=3000",
+		"--screenshot="+shot)
+	if n := inkedRows(t, shot); n < 600 {
+		t.Errorf("screenshot %s: %d pixel rows have ink; the page was not in it", shot, n)
 	}
+	t.Logf("the fleet page: %s", shot)
+}
+
+// inkedRows counts the pixel rows of a PNG with anything but white.
+func inkedRows(t *testing.T, path string) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
 	img, err := png.Decode(f)
-	f.Close()
 	if err != nil {
-		t.Fatalf("screenshot %s: %v", shot, err)
+		t.Logf("screenshot %s: %v", path, err)
+		return 0
 	}
-	// The page's 24 GPU rows and its tables ink hundreds of pixel rows;
-	// the redirecting file (what a screenshot taken too early shows) one
-	// line.
 	inked := 0
 	for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y++ {
 		for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
@@ -205,8 +231,5 @@ func TestFleetPage(t *testing.T) {
 			}
 		}
 	}
-	if inked < 600 {
-		t.Errorf("screenshot %s: %d pixel rows have ink; the page was not in it", shot, inked)
-	}
-	t.Logf("the fleet page: %s", shot)
+	return inked
 }

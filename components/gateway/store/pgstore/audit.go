@@ -77,25 +77,10 @@ func (p *PG) Audit(after uint64, limit int) ([]store.AuditEntry, error) {
 		lim = limit
 	}
 	var out []store.AuditEntry
-	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
-		out = out[:0]
-		rows, err := tx.Query(ctx, `SELECT record FROM audit WHERE seq > $1 ORDER BY seq LIMIT $2`, int64(after), lim)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var b []byte
-			if err := rows.Scan(&b); err != nil {
-				return err
-			}
-			var e store.AuditEntry
-			if err := json.Unmarshal(b, &e); err != nil {
-				return fmt.Errorf("audit entry: %w", err)
-			}
-			out = append(out, e)
-		}
-		return rows.Err()
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) (err error) {
+		out, err = records[store.AuditEntry](ctx, tx, "audit entry",
+			`SELECT seq::text, record FROM audit WHERE seq > $1 ORDER BY seq LIMIT $2`, int64(after), lim)
+		return err
 	})
 	return out, err
 }
