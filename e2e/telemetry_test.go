@@ -296,7 +296,7 @@ func TestTelemetryToRealCollector(t *testing.T) {
 		t.Fatalf("resource attributes %v", res)
 	}
 	for _, name := range []string{"bcd.gpu.utilization", "bcd.gpu.temperature", "bcd.gpu.power.draw", "bcd.gpu.memory.used", "bcd.gpu.ecc.errors",
-		"bcd.gpu.xid.count", "bcd.gpu.held", "bcd.host.memory.available", "bcd.host.session.connected", "bcd.host.certificate.expiry"} {
+		"bcd.gpu.xid.count", "bcd.gpu.held", "bcd.host.memory.available", "bcd.host.session.connected", "bcd.host.certificate.expiry", "bcd.instances.complete"} {
 		if len(first.points[name]) == 0 {
 			t.Errorf("the collector has no %s", name)
 		}

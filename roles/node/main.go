@@ -36,6 +36,7 @@ import (
 	"github.com/better-compute/bcd/components/machine/nodemetrics"
 	"github.com/better-compute/bcd/components/machine/pressure"
 	"github.com/better-compute/bcd/components/vm/imds"
+	"github.com/better-compute/bcd/components/vm/instances"
 	"github.com/better-compute/bcd/components/vm/netguard"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
@@ -92,7 +93,7 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 			return agentcmd.Machine{}, err
 		}
 	}
-	withTelemetry(&m, hw, mon, dev)
+	withTelemetry(&m, hw, mon, dev, extra)
 	withUpdate(&m, cfg, log)
 	return m, nil
 }
@@ -188,10 +189,17 @@ func withHostConditions(m *agentcmd.Machine, host *hostsection.Section) {
 }
 
 // withTelemetry gives m the telemetry section with the node's GPU and
-// host metrics.
-func withTelemetry(m *agentcmd.Machine, hw nodekinds.Hardware, mon *health.Monitor, dev *devices.Section) {
+// host metrics, and the instances' when the build runs them (extra holds
+// the instances section then).
+func withTelemetry(m *agentcmd.Machine, hw nodekinds.Hardware, mon *health.Monitor, dev *devices.Section, extra []converge.Section) {
 	c := nodemetrics.Config{SMI: hw.SMI(), Monitor: mon, HeldBy: dev.HeldBy, ProcRoot: "/proc"}
-	m.Telemetry = &agent.Telemetry{Sources: []telemetry.Source{nodemetrics.GPUs(c), nodemetrics.Host(c)}}
+	sources := []telemetry.Source{nodemetrics.GPUs(c), nodemetrics.Host(c)}
+	for _, s := range extra {
+		if in, ok := s.(*instances.Section); ok {
+			sources = append(sources, instances.Metrics(in.Status))
+		}
+	}
+	m.Telemetry = &agent.Telemetry{Sources: sources}
 }
 
 // devicesSection is the GPU holds section over hw: a GPU the health
