@@ -195,6 +195,9 @@ func act(ctx context.Context, h helper.LibvirtHost, op, id string) error {
 		if err := checkStart(host, h.Owner, id); err != nil {
 			return err
 		}
+		if err := startTaps(ctx, h, id); err != nil {
+			return err
+		}
 	case wire.OpLibvirtDestroy:
 		out, err := h.Virsh(ctx, nil, "domstate", id)
 		if err != nil {
@@ -209,6 +212,30 @@ func act(ctx context.Context, h helper.LibvirtHost, op, id string) error {
 	}
 	_, err = h.Virsh(ctx, nil, verb, id)
 	return err
+}
+
+// startTaps refuses to start a domain with an interface the loaded
+// network policy does not guard (the tables flushed since it was
+// defined, or an interface bcd did not name): virsh domiflist lists each
+// interface's name first.
+func startTaps(ctx context.Context, h helper.LibvirtHost, id string) error {
+	out, err := h.Virsh(ctx, nil, "domiflist", id)
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] == "Interface" || strings.HasPrefix(f[0], "---") {
+			continue
+		}
+		if h.Guarded == nil {
+			return refuse("start %s: interface %s: this helper loads no network policy", id, f[0])
+		}
+		if err := h.Guarded(ctx, f[0]); err != nil {
+			return refuse("start %s: %v", id, err)
+		}
+	}
+	return nil
 }
 
 // owned reports whether a domain is named id and bcd's metadata names

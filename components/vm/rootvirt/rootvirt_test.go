@@ -15,6 +15,7 @@ import (
 	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/helper"
 	"github.com/better-compute/bcd/components/helper/wire"
+	"github.com/better-compute/bcd/components/vm/domainxml"
 	"github.com/better-compute/bcd/components/vm/libvirttest"
 	"github.com/better-compute/bcd/components/vm/seed"
 	"github.com/better-compute/bcd/components/vm/vmruntime"
@@ -123,6 +124,7 @@ func TestOnLibvirtd(t *testing.T) {
 	t.Run("Refusals", func(t *testing.T) { testRefusals(t, e) })
 	t.Run("ForeignNeverTouched", func(t *testing.T) { testForeignNeverTouched(t, e) })
 	t.Run("StartChecksDisksAgain", func(t *testing.T) { testStartChecksDisksAgain(t, e) })
+	t.Run("StartChecksTaps", func(t *testing.T) { testStartChecksTaps(t, e) })
 }
 
 // testDefineAndAct: a domain defined from the section, defined again
@@ -315,6 +317,39 @@ func testStartChecksDisksAgain(t *testing.T, e *env) {
 	}
 	if got := e.virsh(t, "domstate", "vm-a"); got != "shut off" {
 		t.Errorf("vm-a is %q", got)
+	}
+}
+
+// testStartChecksTaps: a domain of bcd's with a tap starts only while
+// the loaded network policy guards the tap.
+func testStartChecksTaps(t *testing.T, e *env) {
+	ctx := context.Background()
+	e.instance(t, "vm-t")
+	tap := "bcdt0123456789a0"
+	xml := fmt.Sprintf(`<domain type="qemu"><name>vm-t</name><metadata><bcd:instance xmlns:bcd=%q id="vm-t"/></metadata>
+<memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os><devices>
+<interface type="bridge"><mac address="52:54:00:00:00:07"/><source bridge="br0"/><target dev=%q/></interface></devices></domain>`, domainxml.Namespace, tap)
+	p := filepath.Join(e.d.Dir, "vm-t.xml")
+	must(t, os.WriteFile(p, []byte(xml), 0o600))
+	e.virsh(t, "define", p)
+	var asked []string
+	h := e.host
+	h.Guarded = func(_ context.Context, name string) error {
+		asked = append(asked, name)
+		return fmt.Errorf("tap %s is not guarded by the network policy root loaded", name)
+	}
+	if final, err := (Ops{}).Act(ctx, h, wire.OpLibvirtStart, "vm-t"); err == nil || !final || !strings.Contains(err.Error(), "not guarded") {
+		t.Fatalf("start = %v, %v; want a final refusal: not guarded", final, err)
+	}
+	if len(asked) != 1 || asked[0] != tap {
+		t.Fatalf("asked about %v, want %s", asked, tap)
+	}
+	if got := e.virsh(t, "domstate", "vm-t"); got != "shut off" {
+		t.Errorf("vm-t is %q", got)
+	}
+	h.Guarded = nil
+	if final, err := (Ops{}).Act(ctx, h, wire.OpLibvirtStart, "vm-t"); err == nil || !final || !strings.Contains(err.Error(), "loads no network policy") {
+		t.Fatalf("start without a policy = %v, %v", final, err)
 	}
 }
 
