@@ -52,7 +52,7 @@ for d in /run/libvirt /var/lib/libvirt /var/cache/libvirt /var/log/libvirt; do
   mount -t tmpfs -o mode=0755 bcd-libvirttest "$d"
 done
 mount --bind "$1/etc" /etc/libvirt
-exec "$2" --config /etc/libvirt/libvirtd.conf
+exec "$2" --config /etc/libvirt/libvirtd.conf --pid-file "$1/libvirtd.pid"
 `
 
 // Options shape a daemon.
@@ -135,8 +135,11 @@ stdio_handler = "file"
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start libvirtd: %v", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logf.Close() }()
+	// exited is closed once libvirtd has exited, waitErr then its
+	// error: both Start and the cleanup wait on it.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); logf.Close(); close(exited) }()
 	t.Cleanup(func() {
 		d.destroyAll()
 		cmd.Process.Signal(os.Interrupt)
@@ -153,8 +156,8 @@ stdio_handler = "file"
 			return d
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("libvirtd exited: %v\n%s", err, d.Log())
+		case <-exited:
+			t.Fatalf("libvirtd exited: %v\n%s", waitErr, d.Log())
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
