@@ -79,8 +79,11 @@ var specs = []spec{
 	// count the machine's load does not change.
 	{figure: "journal commands/s, 1 in flight", value: metric{"BenchmarkCommand/c=1", "commands/s"},
 		reference: rawRef, ref: metric{"BenchmarkCommand/c=1", "raw-fsyncs/s"}, budget: ">= 0.50x", min: 0.5},
+	// Two per command, and the log's preallocation: one fdatasync per
+	// segment (a 1 MiB segment holds about 3,000 commands), 0.005 per
+	// command in a 2 s run, whose first segments are small.
 	{figure: "journal fsyncs/command, 1 in flight", value: metric{"BenchmarkCommand/c=1", "fsyncs/command"},
-		budget: "<= 2", atMost: 2},
+		reference: "2 + the log's segments", budget: "<= 2.01", atMost: 2.01},
 	{figure: "journal commands/s, 4 in flight", value: metric{"BenchmarkCommand/c=4", "commands/s"},
 		reference: rawRef, ref: metric{"BenchmarkCommand/c=4", "raw-fsyncs/s"}, budget: ">= 1.00x", min: 1},
 	{figure: "journal commands/s, 16 in flight", value: metric{"BenchmarkCommand/c=16", "commands/s"},
