@@ -231,15 +231,15 @@ func (a *Anchors) offer(b *rootsig.Bundle) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case doc.Version < a.bundle.Version:
+	// An older bundle than root's is not refused here: root goes on with
+	// its own (a node behind root's bundle cannot take it back).
+	take, err := rootsig.NextBundle(rootsig.Held{Version: a.bundle.Version, Document: a.held, HasRoots: len(a.bundle.Roots) > 0},
+		rootsig.Held{Version: doc.Version, Document: b.Document, HasRoots: len(doc.Roots) > 0})
+	if errors.Is(err, rootsig.ErrOlderBundle) || err == nil && !take {
 		return nil
-	case doc.Version == a.bundle.Version && bytes.Equal(b.Document, a.held):
-		return nil
-	case doc.Version == a.bundle.Version:
-		return fmt.Errorf("trust bundle: another document at the held version %d", doc.Version)
-	case len(a.bundle.Roots) > 0 && len(doc.Roots) == 0:
-		return fmt.Errorf("trust bundle version %d names no command-signing roots, and root holds some: refused", doc.Version)
+	}
+	if err != nil {
+		return err
 	}
 	j, err := json.Marshal(b)
 	if err != nil {

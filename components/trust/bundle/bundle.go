@@ -245,7 +245,7 @@ func (a *Approvers) Set() (quorum.Set, error) {
 }
 
 // ErrOlder refuses a bundle older than the held one.
-var ErrOlder = errors.New("trust bundle is older than the one held")
+var ErrOlder = rootsig.ErrOlderBundle
 
 // Offer takes tb when it verifies and is newer than the held bundle,
 // storing it (fsync) first. It reports whether it took it; nil tb, an
@@ -260,17 +260,10 @@ func (h *Held) Offer(tb *bcdv1.TrustBundle) (bool, error) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	switch {
-	case d.Version < h.doc.Version:
-		return false, fmt.Errorf("%w: version %d, holding %d", ErrOlder, d.Version, h.doc.Version)
-	case d.Version == h.doc.Version && bytes.Equal(tb.GetDocument(), h.raw):
-		return false, nil
-	case d.Version == h.doc.Version:
-		return false, fmt.Errorf("trust bundle: another document at the held version %d", d.Version)
-	case h.roots.Len() > 0 && len(d.CommandSigningRoots) == 0:
-		// Once enforced, signed intent is never switched off by a bundle:
-		// whoever holds the join-signing key could otherwise lift it.
-		return false, fmt.Errorf("trust bundle version %d names no command-signing roots, and signed intent is enforced here: refused", d.Version)
+	take, err := rootsig.NextBundle(rootsig.Held{Version: h.doc.Version, Document: h.raw, HasRoots: h.roots.Len() > 0},
+		rootsig.Held{Version: d.Version, Document: tb.GetDocument(), HasRoots: len(d.CommandSigningRoots) > 0})
+	if !take || err != nil {
+		return false, err
 	}
 	approvers, refused := nextApprovers(h.approvers, d.Approvers)
 	b, err := json.Marshal(stored{Document: tb.GetDocument(), SigningKey: tb.GetSigningKey(), Signature: tb.GetSignature(), Approvers: approvers})

@@ -377,3 +377,36 @@ func (b Bundle) Signer(sig []byte) []byte {
 	}
 	return nil
 }
+
+// ErrOlderBundle refuses a trust bundle older than the one held.
+var ErrOlderBundle = errors.New("trust bundle is older than the one held")
+
+// Held is what a holder of a trust bundle knows of the one it holds, and
+// of one offered: its version, its document's bytes and whether it names
+// command-signing roots.
+type Held struct {
+	Version  uint64
+	Document []byte
+	HasRoots bool
+}
+
+// NextBundle says whether a holder of held takes next (a bundle already
+// verified under the pin), the one rule the agent (components/trust/
+// bundle) and root (components/helper/anchor) share: only a higher
+// version; the held one again changes nothing; another document at the
+// held version is refused; an older one is ErrOlderBundle; and once
+// roots are held, a bundle naming none is refused, since whoever holds
+// the join-signing key could otherwise switch signed intent off.
+func NextBundle(held, next Held) (take bool, err error) {
+	switch {
+	case next.Version < held.Version:
+		return false, fmt.Errorf("%w: version %d, holding %d", ErrOlderBundle, next.Version, held.Version)
+	case next.Version == held.Version && bytes.Equal(next.Document, held.Document):
+		return false, nil
+	case next.Version == held.Version:
+		return false, fmt.Errorf("trust bundle: another document at the held version %d", next.Version)
+	case held.HasRoots && !next.HasRoots:
+		return false, fmt.Errorf("trust bundle version %d names no command-signing roots, and the roots held are enforced: refused", next.Version)
+	}
+	return true, nil
+}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -132,4 +133,31 @@ func FuzzVerifyJoinRecord(f *testing.F) {
 			_ = VerifyJoinRecord(r, "sha256/AAAA")
 		}
 	})
+}
+
+// TestNextBundle: the rule the agent and root share for a newer bundle.
+func TestNextBundle(t *testing.T) {
+	a, b := []byte(`{"version":2,"a":1}`), []byte(`{"version":2,"b":1}`)
+	held := Held{Version: 2, Document: a, HasRoots: true}
+	for _, tt := range []struct {
+		name  string
+		next  Held
+		take  bool
+		older bool
+		err   bool
+	}{
+		{"newer", Held{Version: 3, Document: b, HasRoots: true}, true, false, false},
+		{"the same again", Held{Version: 2, Document: a, HasRoots: true}, false, false, false},
+		{"another at the held version", Held{Version: 2, Document: b, HasRoots: true}, false, false, true},
+		{"older", Held{Version: 1, Document: b, HasRoots: true}, false, true, true},
+		{"newer without roots", Held{Version: 3, Document: b}, false, false, true},
+	} {
+		take, err := NextBundle(held, tt.next)
+		if take != tt.take || (err != nil) != tt.err || errors.Is(err, ErrOlderBundle) != tt.older {
+			t.Errorf("%s: take %v err %v", tt.name, take, err)
+		}
+	}
+	if take, err := NextBundle(Held{}, Held{Version: 1, Document: a}); !take || err != nil {
+		t.Errorf("a first bundle without roots: %v %v", take, err)
+	}
 }
