@@ -102,9 +102,16 @@ func hostReboot(helper *helperclient.Client) func(ctx context.Context, reason st
 // through libvirtd's read-only socket, every change one of bcd helper's
 // libvirt.* operations, a domain defined only from the signed section;
 // base images fetched with the system's roots or their pins. Without
-// [helper] there is no runtime (a section naming an instance fails).
+// [helper] there is no runtime (a section naming an instance fails); on a
+// host without libvirt's client (virsh) the section is left out, so a
+// node that runs no VMs converges (a spec naming instances answers
+// UNSUPPORTED; installing libvirt takes a restart of bcd node).
 func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough, helper *helperclient.Client, guard *netguard.Guard) ([]converge.Section, []*bcdv1.Driver) {
 	if helper == nil {
+		return nil, nil
+	}
+	if !libvirtrt.Installed() {
+		slog.Info("no libvirt on this host (virsh not found in the system directories): the instances section is left out")
 		return nil, nil
 	}
 	store, err := images.New(images.Config{Dir: filepath.Join(cfg.DataDir, "images")})

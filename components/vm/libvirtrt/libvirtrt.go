@@ -64,15 +64,24 @@ var _ vmruntime.Runtime = (*Runtime)(nil)
 // Name is "libvirt-kvm".
 func (r *Runtime) Name() string { return Name }
 
-// virsh runs virsh -r -q -c URI args, found in the system directories.
-func (r *Runtime) virsh(ctx context.Context, args ...string) (string, error) {
-	p := ""
+// virshPath is virsh in the system directories ("" when not installed).
+func virshPath() string {
 	for _, dir := range []string{"/usr/bin", "/bin", "/usr/sbin", "/sbin"} {
 		if fi, err := os.Stat(dir + "/virsh"); err == nil && fi.Mode().IsRegular() {
-			p = dir + "/virsh"
-			break
+			return dir + "/virsh"
 		}
 	}
+	return ""
+}
+
+// Installed reports whether this host has libvirt's client (virsh): a
+// host without it is no VPS host, and the role leaves the instances
+// section out (a spec naming instances then answers UNSUPPORTED).
+func Installed() bool { return virshPath() != "" }
+
+// virsh runs virsh -r -q -c URI args, found in the system directories.
+func (r *Runtime) virsh(ctx context.Context, args ...string) (string, error) {
+	p := virshPath()
 	if p == "" {
 		return "", errors.New("virsh is not installed (libvirt-clients)")
 	}
