@@ -18,20 +18,23 @@ import (
 	"github.com/better-compute/bcd/components/trust/ticket"
 )
 
-// tunnelCmd is `bcgw tunnel NODE --ssh|--tcp PORT`: standard input and
-// output carried to the node's loopback sshd or port, so it serves as an
-// ssh ProxyCommand:
+// tunnelCmd is `bcgw tunnel NODE [--instance ID] --ssh|--tcp PORT`:
+// standard input and output carried to the node's loopback sshd or port,
+// or with --instance to port 22 or PORT of that instance's own address,
+// so it serves as an ssh ProxyCommand:
 //
 //	ssh -o ProxyCommand='bcgw tunnel NODE --ssh' user@NODE
+//	ssh -o ProxyCommand='bcgw tunnel NODE --instance vm-1 --ssh' user@vm-1
 func tunnelCmd(ctx context.Context, env *cli.Env, args []string) int {
 	fs := cli.NewFlagSet(env, "bcgw", "tunnel")
 	var a adminFlags
 	a.register(fs)
-	sshFlag := fs.Bool("ssh", false, "to the node's loopback sshd")
-	tcp := fs.Int("tcp", 0, "to this loopback TCP port of the node")
+	sshFlag := fs.Bool("ssh", false, "to the node's loopback sshd (with --instance: the instance's port 22)")
+	tcp := fs.Int("tcp", 0, "to this loopback TCP port of the node (with --instance: this port of the instance's own address)")
+	instance := fs.String("instance", "", "to this instance of the node, never to the node itself")
 	account := fs.String("account", "", "who asks (recorded in the node's journal events)")
 	ttl := fs.Duration("ttl", agentsvc.DefaultTicketTTL, "the exec ticket's lifetime: the tunnel closes then")
-	const usage = "bcgw tunnel NODE --ssh|--tcp PORT [--account NAME] [--ttl 15m]"
+	const usage = "bcgw tunnel NODE [--instance ID] --ssh|--tcp PORT [--account NAME] [--ttl 15m]"
 	pos, code, ok := parseInterleaved(fs, env, args, 1, usage)
 	if !ok {
 		return code
@@ -49,7 +52,7 @@ func tunnelCmd(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, "bcgw tunnel", err)
 	}
-	conn, _, err := c.Tunnel(ctx, pos[0], adminapi.TunnelRequest{Kind: kind, Account: *account, TTL: *ttl})
+	conn, _, err := c.Tunnel(ctx, pos[0], adminapi.TunnelRequest{Kind: kind, Account: *account, TTL: *ttl, Instance: *instance})
 	if err != nil {
 		return cli.Fail(env, "bcgw tunnel", err)
 	}
@@ -95,26 +98,29 @@ func copyFrames(fw *frameWriter, r io.Reader) {
 
 // console is `bcgw console NODE --account A`: an interactive login shell
 // of the account on a pseudo-terminal of the node, the local terminal in
-// raw mode and its size forwarded.
+// raw mode and its size forwarded. `bcgw console NODE --instance ID` is
+// the serial console of that instance instead (--account then only says
+// who asked).
 func console(ctx context.Context, env *cli.Env, args []string) int {
 	fs := cli.NewFlagSet(env, "bcgw", "console")
 	var a adminFlags
 	a.register(fs)
-	account := fs.String("account", "", "the local account whose login shell runs (never root unless the node's root config allows it)")
+	account := fs.String("account", "", "the local account whose login shell runs (never root unless the node's root config allows it); with --instance, who asks")
+	instance := fs.String("instance", "", "the serial console of this instance of the node instead of a shell")
 	ttl := fs.Duration("ttl", agentsvc.DefaultTicketTTL, "the exec ticket's lifetime: the console closes then")
-	const usage = "bcgw console NODE --account ACCOUNT [--ttl 15m]"
+	const usage = "bcgw console NODE --account ACCOUNT | --instance ID [--ttl 15m]"
 	pos, code, ok := parseInterleaved(fs, env, args, 1, usage)
 	if !ok {
 		return code
 	}
-	if *account == "" {
-		return cli.Usagef(env, "bcgw console: --account is needed\nusage: %s", usage)
+	if *account == "" && *instance == "" {
+		return cli.Usagef(env, "bcgw console: --account or --instance is needed\nusage: %s", usage)
 	}
 	c, err := a.client()
 	if err != nil {
 		return cli.Fail(env, "bcgw console", err)
 	}
-	conn, _, err := c.Tunnel(ctx, pos[0], adminapi.TunnelRequest{Kind: ticket.KindConsole, Account: *account, TTL: *ttl})
+	conn, _, err := c.Tunnel(ctx, pos[0], adminapi.TunnelRequest{Kind: ticket.KindConsole, Account: *account, TTL: *ttl, Instance: *instance})
 	if err != nil {
 		return cli.Fail(env, "bcgw console", err)
 	}

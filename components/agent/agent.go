@@ -113,6 +113,8 @@ type Tunnels struct {
 	JWKS    func() *jose.JSONWebKeySet
 	SSHPort int
 	Console func(ctx context.Context, account string) (tunnel.Target, error)
+	// Instances opens instance tickets' targets (nil: none).
+	Instances tunnel.Instances
 }
 
 // Run runs the agent until ctx ends (nil) or the node is revoked.
@@ -327,7 +329,7 @@ func Run(ctx context.Context, c Config) error {
 	}
 	tunnels := tunnel.New(tunnel.Config{NodeID: a.NodeID, DataDir: cfg.DataDir, Client: client, JWKS: jwks, Now: clk.Now,
 		Epoch:   func() (bool, uint64) { connected, epoch, _ := s.State(); return connected, epoch },
-		SSHPort: c.Tunnels.SSHPort, Console: c.Tunnels.Console, Log: nodeLog.With("component", "tunnel"),
+		SSHPort: c.Tunnels.SSHPort, Console: c.Tunnels.Console, Instances: c.Tunnels.Instances, Log: nodeLog.With("component", "tunnel"),
 		Event: func(typ string, body any) {
 			if err := events.Append(typ, body); err != nil {
 				log.Error("recording an event", "type", typ, "err", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/agentcmd"
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/dispatch"
+	"github.com/better-compute/bcd/components/agent/tunnel"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/helper/helperclient"
@@ -101,8 +102,8 @@ func hostReboot(*helperclient.Client) func(context.Context, string) error { retu
 // extraSections are the instances section on the file-backed runtime
 // and the fakehw test section; the file-backed runtime is no driver
 // Hello lists.
-func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough, _ *helperclient.Client, _ *netguard.Guard) ([]converge.Section, []*bcdv1.Driver) {
-	return fakeSections(cfg.DataDir, hw, dev, vms), nil
+func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough, _ *helperclient.Client, _ *netguard.Guard) ([]converge.Section, []*bcdv1.Driver, tunnel.Instances) {
+	return fakeSections(cfg.DataDir, hw, dev, vms), nil, nil
 }
 
 func fakeSections(dataDir string, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough) []converge.Section {

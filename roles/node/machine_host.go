@@ -15,6 +15,7 @@ import (
 
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/dispatch"
+	"github.com/better-compute/bcd/components/agent/tunnel"
 	"github.com/better-compute/bcd/components/base/cli"
 	"github.com/better-compute/bcd/components/base/config"
 	"github.com/better-compute/bcd/components/helper/helperclient"
@@ -29,6 +30,7 @@ import (
 	"github.com/better-compute/bcd/components/vm/libvirtrt"
 	"github.com/better-compute/bcd/components/vm/netguard"
 	"github.com/better-compute/bcd/components/vm/vmruntime"
+	"github.com/better-compute/bcd/components/vm/vmtunnel"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -106,18 +108,18 @@ func hostReboot(helper *helperclient.Client) func(ctx context.Context, reason st
 // host without libvirt's client (virsh) the section is left out, so a
 // node that runs no VMs converges (a spec naming instances answers
 // UNSUPPORTED; installing libvirt takes a restart of bcd node).
-func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough, helper *helperclient.Client, guard *netguard.Guard) ([]converge.Section, []*bcdv1.Driver) {
+func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough, helper *helperclient.Client, guard *netguard.Guard) ([]converge.Section, []*bcdv1.Driver, tunnel.Instances) {
 	if helper == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if !libvirtrt.Installed() {
 		slog.Info("no libvirt on this host (virsh not found in the system directories): the instances section is left out")
-		return nil, nil
+		return nil, nil, nil
 	}
 	store, err := images.New(images.Config{Dir: filepath.Join(cfg.DataDir, "images")})
 	if err != nil {
 		slog.Warn("instances section left out", "err", err)
-		return nil, nil
+		return nil, nil, nil
 	}
 	var s *instances.Section
 	rt := libvirtrt.New(libvirtrt.Config{URI: cfg.Instances.LibvirtURI(true), InstancesDir: filepath.Join(cfg.DataDir, "instances"), Helper: helper,
@@ -125,7 +127,10 @@ func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Secti
 	s = instances.New(instances.Config{Dir: filepath.Join(cfg.DataDir, "instances"), Runtime: rt, Images: store,
 		GPUs: gpuUUIDs(hw), HeldBy: dev.HeldBy, Network: guard.Apply})
 	vms.inVM = s.InVM
-	return []converge.Section{s}, []*bcdv1.Driver{{Id: rt.Name(), Kind: "runtime"}}
+	// Instance tickets reach a running instance's own address under the
+	// loaded network policy.
+	targets := vmtunnel.Targets{Guard: guard, List: rt.List}
+	return []converge.Section{s}, []*bcdv1.Driver{{Id: rt.Name(), Kind: "runtime"}}, targets
 }
 
 func fakeCommands() []cli.Command { return nil }

@@ -70,7 +70,7 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	if helper != nil {
 		guard = netguard.New(helper, log)
 	}
-	extra, drivers := extraSections(cfg, hw, dev, vms, helper, guard)
+	extra, drivers, targets := extraSections(cfg, hw, dev, vms, helper, guard)
 	m := agentcmd.Machine{
 		Kinds: append(append(nodekinds.Kinds(hw, heldGPU(dev)), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
 			extraKinds(cfg.DataDir)...),
@@ -78,9 +78,10 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 		Reboot:       hostReboot(helper),
 		Sections:     append(sections, extra...),
 		Drivers:      func() []*bcdv1.Driver { return drivers },
-		Capabilities: func() []string { return capabilities(cfg, drivers) },
+		Capabilities: func() []string { return capabilities(cfg, drivers, targets != nil) },
 		Tunnels: agent.Tunnels{JWKS: acc.JWKS, SSHPort: cfg.Access.SSHPort,
-			Console: tunnel.Console(tunnel.ConsoleConfig{RootConsole: cfg.Access.RootConsole})},
+			Console:   tunnel.Console(tunnel.ConsoleConfig{RootConsole: cfg.Access.RootConsole}),
+			Instances: targets},
 	}
 	withReport(&m)
 	withHealth(&m, mon)
@@ -289,7 +290,7 @@ func gpuUUIDs(hw nodekinds.Hardware) func(context.Context) ([]string, error) {
 // runtime, the acceleration root's [instances] accel gives domains, and
 // GPU passthrough where the kernel made IOMMU groups. None without a
 // runtime.
-func capabilities(cfg *config.Config, drivers []*bcdv1.Driver) []string {
+func capabilities(cfg *config.Config, drivers []*bcdv1.Driver, instanceDial bool) []string {
 	var out []string
 	for _, d := range drivers {
 		if d.GetKind() == "runtime" {
@@ -306,6 +307,9 @@ func capabilities(cfg *config.Config, drivers []*bcdv1.Driver) []string {
 	out = append(out, "vm.accel."+accel)
 	if es, _ := os.ReadDir("/sys/kernel/iommu_groups"); len(es) > 0 {
 		out = append(out, "vm.gpu-passthrough")
+	}
+	if instanceDial {
+		out = append(out, "tunnel.instance-dial")
 	}
 	return out
 }

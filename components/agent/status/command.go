@@ -223,8 +223,12 @@ func Render(w io.Writer, s Snapshot) {
 		line("tunnels", "%d", len(s.Tunnels))
 	}
 	for _, t := range s.Tunnels {
+		kind := or(t.Kind)
+		if t.Instance != "" {
+			kind += " to instance " + t.Instance
+		}
 		fmt.Fprintf(w, "  %s\n", clean(fmt.Sprintf("%s %s as %s, ticket %s, since %s, until %s, %d bytes in, %d out",
-			or(t.ID), or(t.Kind), or(t.Account), or(t.JTI), stamp(t.Opened), stamp(t.Expires), t.BytesIn, t.BytesOut)))
+			or(t.ID), kind, or(t.Account), or(t.JTI), stamp(t.Opened), stamp(t.Expires), t.BytesIn, t.BytesOut)))
 	}
 }
 

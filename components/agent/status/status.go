@@ -271,6 +271,7 @@ func (s *Snapshot) normalize() {
 type Tunnel struct {
 	ID       string    `json:"id"`
 	Kind     string    `json:"kind"`
+	Instance string    `json:"instance,omitempty"`
 	Account  string    `json:"account"`
 	JTI      string    `json:"jti"`
 	Opened   time.Time `json:"opened"`

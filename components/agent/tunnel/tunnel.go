@@ -1,7 +1,10 @@
 // Package tunnel is the agent's half of tunnels: on OpenTunnel it verifies
 // the exec ticket (the access section's JWKS, this node, the clock) and
 // spends its jti durably, opens the target (the node's loopback sshd, a
-// loopback TCP port, or a login shell on a pseudo-terminal), then dials
+// loopback TCP port, or a login shell on a pseudo-terminal; for an
+// instance ticket, the instance's serial console or a port of the
+// instance's own address, never a loopback, link-local or host address),
+// then dials
 // the gateway's Tunnel stream and carries the bytes both ways. At most
 // MaxOpen tunnels are open at once; each closes when its ticket expires,
 // its signing key leaves the JWKS, or the session it came in ends. Flow
@@ -19,6 +22,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
+	"os"
 	"sort"
 	"strconv"
 	"sync"
@@ -68,16 +73,37 @@ type Config struct {
 	// Console opens a login shell of account on a pseudo-terminal (nil:
 	// console tickets are refused).
 	Console func(ctx context.Context, account string) (Target, error)
+	// Instances opens the targets of instance tickets (nil: this node
+	// runs no instances, and every instance ticket is refused).
+	Instances Instances
+	// DialTCP dials an instance's address (nil: a net.Dialer; tests dial
+	// inside the network namespace they make).
+	DialTCP func(ctx context.Context, to netip.AddrPort) (net.Conn, error)
+	// HostAddrs lists this host's own addresses, which no instance
+	// tunnel dials (nil: every interface's, net.InterfaceAddrs).
+	HostAddrs func() ([]netip.Addr, error)
 	// Event records a journal event (tunnel.opened, tunnel.closed,
 	// tunnel.refused).
 	Event func(typ string, body any)
 	Log   *slog.Logger
 }
 
+// Instances is what instance tickets need of the node's instances.
+type Instances interface {
+	// Address is the address a tunnel to instance id dials: one of the
+	// instance's own, as the loaded network policy binds it, of an
+	// instance of this node that runs; an error otherwise.
+	Address(id string) (netip.Addr, error)
+	// Console opens the serial console of instance id, a running
+	// instance of this node that bcd manages.
+	Console(ctx context.Context, id string) (Target, error)
+}
+
 // Info is one open tunnel, as bcd status lists it.
 type Info struct {
 	ID       string    `json:"id"`
 	Kind     string    `json:"kind"`
+	Instance string    `json:"instance,omitempty"` // an instance ticket's instance
 	Account  string    `json:"account"`
 	JTI      string    `json:"jti"`
 	Opened   time.Time `json:"opened"`
@@ -241,6 +267,9 @@ func validID(s string) bool {
 
 // dial opens the ticket's target.
 func (m *Manager) dial(ctx context.Context, c ticket.Claims) (Target, error) {
+	if c.Instance != "" {
+		return m.dialInstance(ctx, c)
+	}
 	port := 0
 	switch {
 	case c.Kind == ticket.KindSSH:
@@ -267,6 +296,114 @@ type tcpTarget struct{ *net.TCPConn }
 
 func (tcpTarget) Resize(uint16, uint16) error { return nil }
 
+// dialInstance opens an instance ticket's target: the instance's serial
+// console, or port 22 (ssh) or the ticket's port (tcp) of the address
+// Instances gives, which must be an address no host or link has:
+// not loopback, link-local, multicast, unspecified, nor one of this
+// host's own.
+func (m *Manager) dialInstance(ctx context.Context, c ticket.Claims) (Target, error) {
+	if m.cfg.Instances == nil {
+		return nil, fmt.Errorf("instance %s: this node runs no instances", c.Instance)
+	}
+	if c.Kind == ticket.KindConsole {
+		return m.cfg.Instances.Console(ctx, c.Instance)
+	}
+	port := 22
+	if c.Kind != ticket.KindSSH {
+		port = c.TCPPort()
+	}
+	a, err := m.cfg.Instances.Address(c.Instance)
+	if err != nil {
+		return nil, fmt.Errorf("instance %s: %w", c.Instance, err)
+	}
+	if err := m.instanceAddr(a); err != nil {
+		return nil, fmt.Errorf("instance %s: %w", c.Instance, err)
+	}
+	to := netip.AddrPortFrom(a.Unmap(), uint16(port))
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	dial := m.cfg.DialTCP
+	if dial == nil {
+		dial = func(ctx context.Context, to netip.AddrPort) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", to.String())
+		}
+	}
+	conn, err := dial(dctx, to)
+	if err != nil {
+		return nil, fmt.Errorf("dial instance %s at %s: %w", c.Instance, to, err)
+	}
+	tc, ok := conn.(*net.TCPConn)
+	if !ok {
+		conn.Close()
+		return nil, fmt.Errorf("dial instance %s at %s: not a TCP connection", c.Instance, to)
+	}
+	return tcpTarget{tc}, nil
+}
+
+// instanceAddr refuses an address an instance tunnel must never dial.
+func (m *Manager) instanceAddr(a netip.Addr) error {
+	a = a.Unmap()
+	switch {
+	case !a.IsValid() || a.IsUnspecified():
+		return errors.New("no address to dial")
+	case a.IsLoopback():
+		return fmt.Errorf("%s is a loopback address: an instance tunnel never reaches the host", a)
+	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
+		return fmt.Errorf("%s is a link-local address: an instance tunnel dials only the instance's own address", a)
+	case a.IsMulticast():
+		return fmt.Errorf("%s is a multicast address", a)
+	}
+	host := m.cfg.HostAddrs
+	if host == nil {
+		host = interfaceAddrs
+	}
+	own, err := host()
+	if err != nil {
+		return fmt.Errorf("listing this host's addresses: %w", err)
+	}
+	for _, h := range own {
+		if h.Unmap() == a {
+			return fmt.Errorf("%s is an address of this host: an instance tunnel never reaches the host", a)
+		}
+	}
+	return nil
+}
+
+// interfaceAddrs are the addresses of every interface of this host.
+func interfaceAddrs() ([]netip.Addr, error) {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr())
+		}
+	}
+	return out, nil
+}
+
+// TTYTarget is a terminal's file as a target: an instance's serial
+// console (the slave of the pseudo-terminal its VMM holds), which has no
+// size and no half-close. A read of a terminal whose other side closed
+// (the instance stopped) is the end of it.
+func TTYTarget(f *os.File) Target { return ttyTarget{f} }
+
+type ttyTarget struct{ *os.File }
+
+func (t ttyTarget) Read(b []byte) (int, error) {
+	n, err := t.File.Read(b)
+	if err != nil && isEIO(err) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (ttyTarget) CloseWrite() error           { return nil }
+func (ttyTarget) Resize(uint16, uint16) error { return nil }
+
 func (m *Manager) run(ctx context.Context, ot *bcdv1.OpenTunnel) {
 	_, epoch := m.cfg.Epoch()
 	c, kid, err := m.admit(ot)
@@ -276,7 +413,7 @@ func (m *Manager) run(ctx context.Context, ot *bcdv1.OpenTunnel) {
 	}
 	tctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	t := &tun{info: Info{ID: ot.GetTunnelId(), Kind: c.Kind, Account: c.Account, JTI: c.JTI, Opened: m.cfg.Now(), Expires: c.Expiry},
+	t := &tun{info: Info{ID: ot.GetTunnelId(), Kind: c.Kind, Instance: c.Instance, Account: c.Account, JTI: c.JTI, Opened: m.cfg.Now(), Expires: c.Expiry},
 		kid: kid, epoch: epoch, cancel: cancel}
 	target, err := m.dial(tctx, c)
 	m.mu.Lock()
@@ -290,8 +427,11 @@ func (m *Manager) run(ctx context.Context, ot *bcdv1.OpenTunnel) {
 		return
 	}
 	ev := map[string]any{"tunnel_id": t.info.ID, "jti": c.JTI, "kind": c.Kind, "account": c.Account}
+	if c.Instance != "" {
+		ev["instance"] = c.Instance
+	}
 	m.cfg.Event("tunnel.opened", ev)
-	m.cfg.Log.Info("tunnel opened", "tunnel_id", t.info.ID, "kind", c.Kind, "account", c.Account, "jti", c.JTI)
+	m.cfg.Log.Info("tunnel opened", "tunnel_id", t.info.ID, "kind", c.Kind, "instance", c.Instance, "account", c.Account, "jti", c.JTI)
 	reason := m.carry(tctx, t, target)
 	target.Close()
 	m.mu.Lock()
@@ -299,6 +439,9 @@ func (m *Manager) run(ctx context.Context, ot *bcdv1.OpenTunnel) {
 	m.mu.Unlock()
 	closed := map[string]any{"tunnel_id": t.info.ID, "jti": c.JTI, "kind": c.Kind, "account": c.Account,
 		"reason": reason, "bytes_in": t.in.Load(), "bytes_out": t.out.Load()}
+	if c.Instance != "" {
+		closed["instance"] = c.Instance
+	}
 	m.cfg.Event("tunnel.closed", closed)
 	m.cfg.Log.Info("tunnel closed", "tunnel_id", t.info.ID, "reason", reason, "bytes_in", t.in.Load(), "bytes_out", t.out.Load())
 }

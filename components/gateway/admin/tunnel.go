@@ -30,15 +30,15 @@ import (
 // HTTP/2's flow control and the connection's own make a reader that stops
 // reading stop the writer.
 
-// adminTunnel is POST /v1/nodes/{id}/tunnel?kind=K&account=A&ttl=D with
-// Upgrade: bcd-tunnel.
+// adminTunnel is POST /v1/nodes/{id}/tunnel?kind=K&account=A&ttl=D
+// [&instance=I] with Upgrade: bcd-tunnel.
 func (s *API) adminTunnel(w http.ResponseWriter, r *http.Request) {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), adminapi.TunnelUpgrade) {
 		adminErr(w, http.StatusBadRequest, errors.New("a tunnel needs Upgrade: "+adminapi.TunnelUpgrade))
 		return
 	}
 	q := r.URL.Query()
-	req := adminapi.TunnelRequest{Kind: q.Get("kind"), Account: q.Get("account")}
+	req := adminapi.TunnelRequest{Kind: q.Get("kind"), Account: q.Get("account"), Instance: q.Get("instance")}
 	if req.Account == "" {
 		req.Account = "operator"
 	}

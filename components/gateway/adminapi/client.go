@@ -346,6 +346,9 @@ func (c *Client) Tunnel(ctx context.Context, node string, r TunnelRequest) (io.R
 	if r.TTL != 0 {
 		q.Set("ttl", r.TTL.String())
 	}
+	if r.Instance != "" {
+		q.Set("instance", r.Instance)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/nodes/"+url.PathEscape(node)+"/tunnel?"+q.Encode(), nil)
 	if err != nil {
 		return nil, "", err

@@ -108,10 +108,15 @@ func clipStr(s string) string {
 }
 
 // OpenTunnel issues the ticket, sends OpenTunnel and waits for the node.
+// An instance tunnel's ticket names the instance, which the node's
+// desired spec must run; the node checks again that it runs there.
 func (s *Service) OpenTunnel(ctx context.Context, node string, r adminapi.TunnelRequest) (*NodeTunnel, ticket.Claims, error) {
 	var c ticket.Claims
 	if err := ticket.CheckKind(r.Kind); err != nil {
 		return nil, c, err
+	}
+	if r.Instance != "" && !ticket.InstanceID(r.Instance) {
+		return nil, c, fmt.Errorf("instance %q is not an instance id ([A-Za-z0-9][A-Za-z0-9_-], 1 to 64)", clipStr(r.Instance))
 	}
 	if r.TTL == 0 {
 		r.TTL = DefaultTicketTTL
@@ -122,6 +127,11 @@ func (s *Service) OpenTunnel(ctx context.Context, node string, r adminapi.Tunnel
 	n, err := s.NodeForSpec(node)
 	if err != nil {
 		return nil, c, err
+	}
+	if r.Instance != "" {
+		if err := s.runsInstance(node, r.Instance); err != nil {
+			return nil, c, fmt.Errorf("no tunnel to instance %s: %w", r.Instance, err)
+		}
 	}
 	if on, connected := s.SessionOn(n); !connected {
 		return nil, c, fmt.Errorf("node %s is not connected: a tunnel goes over its session", node)
@@ -139,7 +149,7 @@ func (s *Service) OpenTunnel(ctx context.Context, node string, r adminapi.Tunnel
 		return nil, c, err
 	}
 	now := s.now()
-	c = ticket.Claims{Node: node, Kind: r.Kind, Account: r.Account, JTI: fleet.RandomID(15), Issued: now, Expiry: now.Add(r.TTL)}
+	c = ticket.Claims{Node: node, Kind: r.Kind, Account: r.Account, Instance: r.Instance, JTI: fleet.RandomID(15), Issued: now, Expiry: now.Add(r.TTL)}
 	tok, err := ticket.Sign(key, fleet.TicketKID, c)
 	if err != nil {
 		return nil, c, err
@@ -154,7 +164,7 @@ func (s *Service) OpenTunnel(ctx context.Context, node string, r adminapi.Tunnel
 		if nt.refused != "" {
 			return nil, c, fmt.Errorf("node %s refused the tunnel: %s", node, nt.refused)
 		}
-		s.log.Info("tunnel open", "node", node, "tunnel_id", id, "kind", r.Kind, "account", r.Account, "jti", c.JTI)
+		s.log.Info("tunnel open", "node", node, "tunnel_id", id, "kind", r.Kind, "instance", r.Instance, "account", r.Account, "jti", c.JTI)
 		return nt, c, nil
 	case <-t.C:
 		s.tunnels.take(id)

@@ -1,9 +1,12 @@
 // Package ticket is exec tickets: short-lived JWTs (ES256) that open one
 // tunnel to one node. A ticket names the node (aud), the kind (console,
 // ssh or tcp:<port>), the local account (sub), its expiry and a jti, and is
-// signed by a key of the JWKS the node's access section holds. Verify
-// checks all of that; the agent also keeps the spent jtis (one tunnel per
-// ticket). docs/access.md describes them.
+// signed by a key of the JWKS the node's access section holds. An instance
+// ticket also names an instance of that node: its tunnel reaches the
+// instance (its serial console, its port 22 or another port of its own
+// address), never the node. Verify checks all of that; the agent also
+// keeps the spent jtis (one tunnel per ticket). docs/access.md describes
+// them.
 package ticket
 
 import (
@@ -44,12 +47,15 @@ var ErrRefused = errors.New("exec ticket refused")
 
 // Claims are what a ticket says.
 type Claims struct {
-	Node    string    // aud: the node id
-	Kind    string    // console, ssh or tcp:<port>
-	Account string    // sub: the local account (a console's shell runs as it)
-	JTI     string    // the ticket's id, spent when a tunnel opens
-	Issued  time.Time // iat
-	Expiry  time.Time // exp
+	Node    string // aud: the node id
+	Kind    string // console, ssh or tcp:<port>
+	Account string // sub: the local account (a console's shell runs as it); an instance ticket's: who asked
+	// Instance is an instance ticket's instance of Node ("" for a ticket
+	// to the node itself).
+	Instance string
+	JTI      string    // the ticket's id, spent when a tunnel opens
+	Issued   time.Time // iat
+	Expiry   time.Time // exp
 }
 
 // TCPPort is the port of a tcp:<port> kind (0 for another kind).
@@ -108,6 +114,9 @@ func (c Claims) check() error {
 	if err := checkName("account", c.Account); err != nil {
 		return err
 	}
+	if c.Instance != "" && !InstanceID(c.Instance) {
+		return fmt.Errorf("instance %q is not an instance id ([A-Za-z0-9][A-Za-z0-9_-], 1 to 64)", clip(c.Instance))
+	}
 	if len(c.JTI) < 16 || len(c.JTI) > 64 || checkName("jti", c.JTI) != nil {
 		return errors.New("jti must be 16 to 64 characters of [A-Za-z0-9._@-]")
 	}
@@ -122,9 +131,13 @@ type claimsJSON struct {
 	Aud  string `json:"aud"`
 	Sub  string `json:"sub"`
 	Kind string `json:"kind"`
-	JTI  string `json:"jti"`
-	Iat  int64  `json:"iat"`
-	Exp  int64  `json:"exp"`
+	// Instance is left out of a node ticket, so a node that knows no
+	// instance tickets (strict claims) refuses an instance ticket rather
+	// than open a tunnel to itself.
+	Instance string `json:"instance,omitempty"`
+	JTI      string `json:"jti"`
+	Iat      int64  `json:"iat"`
+	Exp      int64  `json:"exp"`
 }
 
 // Sign makes a ticket signed by key under kid.
@@ -137,7 +150,7 @@ func Sign(key *ecdsa.PrivateKey, kid string, c Claims) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return jwt.Signed(signer).Claims(claimsJSON{Aud: c.Node, Sub: c.Account, Kind: c.Kind, JTI: c.JTI,
+	return jwt.Signed(signer).Claims(claimsJSON{Aud: c.Node, Sub: c.Account, Kind: c.Kind, Instance: c.Instance, JTI: c.JTI,
 		Iat: c.Issued.Unix(), Exp: c.Expiry.Unix()}).Serialize()
 }
 
@@ -181,7 +194,7 @@ func Verify(token string, jwks *jose.JSONWebKeySet, node string, now time.Time) 
 	if _, err := dec.Token(); err != io.EOF {
 		return refuse("claims: data after the object")
 	}
-	c := Claims{Node: cj.Aud, Account: cj.Sub, Kind: cj.Kind, JTI: cj.JTI, Issued: time.Unix(cj.Iat, 0), Expiry: time.Unix(cj.Exp, 0)}
+	c := Claims{Node: cj.Aud, Account: cj.Sub, Kind: cj.Kind, Instance: cj.Instance, JTI: cj.JTI, Issued: time.Unix(cj.Iat, 0), Expiry: time.Unix(cj.Exp, 0)}
 	if err := c.check(); err != nil {
 		return refuse("%v", err)
 	}
@@ -225,6 +238,21 @@ func ParseJWKS(b []byte) (*jose.JSONWebKeySet, error) {
 		seen[k.KeyID] = true
 	}
 	return &set, nil
+}
+
+// InstanceID reports whether s has the shape of an instance id:
+// [A-Za-z0-9][A-Za-z0-9_-], 1 to 64 characters (docs/instances.md).
+func InstanceID(s string) bool {
+	if len(s) == 0 || len(s) > 64 || s[0] == '-' || s[0] == '_' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func clip(s string) string {

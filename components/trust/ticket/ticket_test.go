@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -178,6 +179,52 @@ func TestTCPKindReachesOnlyLoopback(t *testing.T) {
 			t.Errorf("a tcp tunnel reaches only loopback: Verify accepted a ticket for %q (port %d)", kind, got.TCPPort())
 		} else if !errors.Is(err, ticket.ErrRefused) || !strings.Contains(err.Error(), "tcp:<port>") {
 			t.Errorf("%s: %v, want a refusal of the kind", kind, err)
+		}
+	}
+}
+
+// TestInstanceClaim: an instance ticket names its instance and Verify
+// gives it back; a node ticket has no instance claim at all (so a node
+// that decodes claims strictly and knows no instance refuses an instance
+// ticket); an instance that is not an id is refused by Sign and Verify.
+func TestInstanceClaim(t *testing.T) {
+	k := key(t)
+	set := jwks(t, map[string]*ecdsa.PrivateKey{"k1": k})
+	c := claims()
+	c.Instance = "vm-a"
+	tok, err := ticket.Sign(k, "k1", c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ticket.Verify(tok, set, "node-1", now); err != nil || got.Instance != "vm-a" {
+		t.Fatalf("Verify = %+v, %v", got, err)
+	}
+	node, err := ticket.Sign(k, "k1", claims())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := base64.RawURLEncoding.DecodeString(strings.Split(node, ".")[1])
+	if strings.Contains(string(body), "instance") {
+		t.Errorf("a node ticket carries an instance claim: %s", body)
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: jose.JSONWebKey{Key: k, KeyID: "k1"}},
+		(&jose.SignerOptions{}).WithType("JWT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"../vm", "-vm", "vm a", strings.Repeat("v", 65)} {
+		c := claims()
+		c.Instance = id
+		if _, err := ticket.Sign(k, "k1", c); err == nil {
+			t.Errorf("Sign made a ticket for instance %q", id)
+		}
+		raw, err := jwt.Signed(signer).Claims(map[string]any{"aud": c.Node, "sub": c.Account, "kind": c.Kind, "instance": id,
+			"jti": c.JTI, "iat": c.Issued.Unix(), "exp": c.Expiry.Unix()}).Serialize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ticket.Verify(raw, set, "node-1", now); !errors.Is(err, ticket.ErrRefused) {
+			t.Errorf("Verify of instance %q: %v, want ErrRefused", id, err)
 		}
 	}
 }

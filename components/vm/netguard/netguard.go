@@ -249,3 +249,30 @@ func (g *Guard) Taps() []TapState {
 	defer g.mu.Unlock()
 	return slices.Clone(g.taps)
 }
+
+// Addresses are the addresses of running instance id under the loaded
+// tables, IPv4 first (instance tunnels dial the first). While the tables
+// are not loaded it trusts none.
+func (g *Guard) Addresses(id string) []netip.Addr {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.loaded {
+		return nil
+	}
+	var out []netip.Addr
+	for a, owner := range g.owners {
+		if owner == id {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int {
+		if a.Is4() != b.Is4() {
+			if a.Is4() {
+				return -1
+			}
+			return 1
+		}
+		return a.Compare(b)
+	})
+	return out
+}
