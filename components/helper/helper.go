@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/better-compute/bcd/components/helper/cdispec"
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/better-compute/bcd/components/base/buildinfo"
@@ -62,11 +63,14 @@ type Config struct {
 // Libvirt is what the libvirt.* operations need of the instances' root
 // half: Define renders and defines one instance's domain from the
 // instances section root verified; Act runs one of the other operations
-// on a domain bcd's metadata names. final marks an error retrying cannot
-// mend (a refusal).
+// on a domain bcd's metadata names; Console opens the serial console of
+// a running domain bcd's metadata names, as root, from the pty libvirt
+// reports for it (never a path from the node). final marks an error
+// retrying cannot mend (a refusal).
 type Libvirt interface {
 	Define(ctx context.Context, h LibvirtHost, id string, section []byte) (final bool, err error)
 	Act(ctx context.Context, h LibvirtHost, op, id string) (final bool, err error)
+	Console(ctx context.Context, h LibvirtHost, id string) (f *os.File, final bool, err error)
 }
 
 // LibvirtHost is what the helper itself knows for a libvirt.* operation,

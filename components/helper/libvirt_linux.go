@@ -37,6 +37,14 @@ func (srv *server) libvirt(ctx context.Context, req *wire.Request) (*wire.Respon
 	}
 	libvirtMu.Lock()
 	defer libvirtMu.Unlock()
+	if req.Op == wire.OpLibvirtConsole {
+		f, final, err := srv.cfg.Libvirt.Console(ctx, h, req.ID)
+		if err != nil {
+			return libvirtAnswer(err, final)
+		}
+		srv.log.Info("helper: libvirt.console", "instance", req.ID, "tty", f.Name())
+		return &wire.Response{OK: true, Console: true, File: f}, "ok"
+	}
 	if req.Op != wire.OpLibvirtDefine {
 		final, err := srv.cfg.Libvirt.Act(ctx, h, req.Op, req.ID)
 		return libvirtAnswer(err, final)

@@ -6,9 +6,17 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/better-compute/bcd/components/helper/wire"
 
 	"github.com/better-compute/bcd/components/trust/rootsig"
 )
@@ -19,6 +27,17 @@ import (
 type recordingLibvirt struct {
 	calls []string
 	host  LibvirtHost
+	// console opens what Console hands back (nil: a final refusal).
+	console func() (*os.File, error)
+}
+
+func (r *recordingLibvirt) Console(_ context.Context, h LibvirtHost, id string) (*os.File, bool, error) {
+	r.calls, r.host = append(r.calls, "console "+id), h
+	if r.console == nil {
+		return nil, true, errors.New("no such domain: " + id)
+	}
+	f, err := r.console()
+	return f, false, err
 }
 
 func (r *recordingLibvirt) Define(_ context.Context, h LibvirtHost, id string, section []byte) (bool, error) {
@@ -149,5 +168,92 @@ func TestGPUAddresses(t *testing.T) {
 	o.srv.s.smi = func(context.Context, ...string) ([]byte, error) { return []byte("GPU-x, 0000:01:00.0\n"), nil }
 	if _, err := o.srv.gpuAddresses(context.Background()); err == nil {
 		t.Fatal("a bad UUID passed")
+	}
+}
+
+// TestLibvirtConsolePassesDescriptor: libvirt.console, over the helper's
+// real socket, hands the node the very terminal the instances' root half
+// opened (SCM_RIGHTS): bytes written on the pty's other side are read
+// from the descriptor the client got, and bytes written to it arrive
+// there; the helper keeps no copy. A refusal carries none, and
+// libvirt.console takes nothing but an id.
+func TestLibvirtConsolePassesDescriptor(t *testing.T) {
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	must(t, unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0))
+	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts := "/dev/pts/" + strconv.Itoa(n)
+	// Raw, so bytes pass as they are.
+	tio, err := unix.IoctlGetTermios(int(ptmx.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tio.Lflag &^= unix.ECHO | unix.ICANON | unix.ISIG | unix.IEXTEN
+	tio.Oflag &^= unix.OPOST
+	tio.Iflag &^= unix.ICRNL
+	must(t, unix.IoctlSetTermios(int(ptmx.Fd()), unix.TCSETS, tio))
+	lv := &recordingLibvirt{}
+	var opened *os.File
+	h := startHelper(t, func(c *Config, s *seams) {
+		c.Libvirt = lv
+		c.Update.DataDir = "/var/lib/bcd"
+	})
+	lv.console = func() (*os.File, error) {
+		var err error
+		opened, err = os.OpenFile(pts, os.O_RDWR|unix.O_NOCTTY, 0)
+		return opened, err
+	}
+	resp, err := h.client.Do(context.Background(), &wire.Request{V: wire.Version, Op: wire.OpLibvirtConsole, ID: "vm-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Console || resp.File == nil {
+		t.Fatalf("answer %+v carries no console", resp)
+	}
+	got := resp.File
+	defer got.Close()
+	// The helper closed its copy once sent.
+	if _, err := opened.Stat(); err == nil {
+		t.Error("the helper still holds the console it passed")
+	}
+	if _, err := ptmx.Write([]byte("from the guest")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	got.SetReadDeadline(time.Now().Add(5 * time.Second))
+	k, err := got.Read(buf)
+	if err != nil || string(buf[:k]) != "from the guest" {
+		t.Fatalf("read %q, %v from the passed console", buf[:k], err)
+	}
+	if _, err := got.Write([]byte("typed")); err != nil {
+		t.Fatal(err)
+	}
+	ptmx.SetReadDeadline(time.Now().Add(5 * time.Second))
+	k, err = ptmx.Read(buf)
+	if err != nil || string(buf[:k]) != "typed" {
+		t.Fatalf("the pty's other side read %q, %v", buf[:k], err)
+	}
+
+	lv.console = nil
+	if _, err := h.client.Do(context.Background(), &wire.Request{V: wire.Version, Op: wire.OpLibvirtConsole, ID: "vm-b"}); err == nil || !strings.Contains(err.Error(), "no such domain") {
+		t.Fatalf("a refused console: %v", err)
+	}
+	for _, req := range []*wire.Request{
+		{V: wire.Version, Op: wire.OpLibvirtConsole, ID: "../../dev/pts/0"},
+		{V: wire.Version, Op: wire.OpLibvirtConsole, ID: "vm-a", Data: []byte("/dev/pts/0")},
+		{V: wire.Version, Op: wire.OpLibvirtConsole, ID: "vm-a", Kind: "tty"},
+	} {
+		if err := req.Check(); err == nil {
+			t.Errorf("libvirt.console %+v passes Check", req)
+		}
+	}
+	if want := "console vm-a|console vm-b"; strings.Join(lv.calls, "|") != want {
+		t.Fatalf("calls %q, want %q", lv.calls, want)
 	}
 }

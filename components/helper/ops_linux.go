@@ -45,6 +45,7 @@ var operations = map[string]opFunc{
 	wire.OpLibvirtSuspend:  (*server).libvirt,
 	wire.OpLibvirtResume:   (*server).libvirt,
 	wire.OpLibvirtUndefine: (*server).libvirt,
+	wire.OpLibvirtConsole:  (*server).libvirt,
 
 	wire.OpUpdateStatus:      (*server).update,
 	wire.OpUpdatePrepare:     (*server).update,

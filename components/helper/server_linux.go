@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/better-compute/bcd/components/base/buildinfo"
 	"github.com/better-compute/bcd/components/helper/wire"
 	"github.com/better-compute/bcd/components/trust/selfupdate"
@@ -447,9 +449,24 @@ func (srv *server) conn(ctx context.Context, c *net.UnixConn) {
 	answer(c, resp)
 }
 
-// answer writes resp and closes the writing half.
+// answer writes resp and closes the writing half. A descriptor the
+// answer carries (libvirt.console) goes with its first bytes
+// (SCM_RIGHTS) and is closed here: the caller holds its own copy.
 func answer(c *net.UnixConn, resp *wire.Response) {
-	c.Write(wire.EncodeResponse(resp))
+	b := wire.EncodeResponse(resp)
+	if resp.File != nil {
+		var n int
+		if rc, err := resp.File.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) {
+				n, _, _ = c.WriteMsgUnix(b, unix.UnixRights(int(fd)), nil)
+			})
+		}
+		resp.File.Close()
+		b = b[n:]
+	}
+	if len(b) > 0 {
+		c.Write(b)
+	}
 	c.CloseWrite()
 }
 

@@ -128,8 +128,8 @@ func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Secti
 		GPUs: gpuUUIDs(hw), HeldBy: dev.HeldBy, Network: guard.Apply})
 	vms.inVM = s.InVM
 	// Instance tickets reach a running instance's own address under the
-	// loaded network policy.
-	targets := vmtunnel.Targets{Guard: guard, List: rt.List}
+	// loaded network policy, and its serial console through bcd helper.
+	targets := vmtunnel.Targets{Guard: guard, List: rt.List, OpenConsole: rt.Console}
 	return []converge.Section{s}, []*bcdv1.Driver{{Id: rt.Name(), Kind: "runtime"}}, targets
 }
 

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/better-compute/bcd/components/helper/filetable"
 	"github.com/better-compute/bcd/components/helper/wire"
 	"github.com/better-compute/bcd/components/trust/rootsig"
@@ -149,41 +151,90 @@ func (c *Client) RemoveSlice(ctx context.Context, id string) error {
 
 // Do sends req and returns the helper's answer. A request that does not
 // pass wire's Check is refused before anything is sent. A failed answer
-// is returned with an *Error.
+// is returned with an *Error. Only a successful libvirt.console answer
+// carries a descriptor (resp.File, the caller's to close); any other
+// descriptor the answer brings is closed and the answer refused.
 func (c *Client) Do(ctx context.Context, req *wire.Request) (*wire.Response, error) {
 	data, err := wire.EncodeRequest(req)
 	if err != nil {
 		return nil, fmt.Errorf("bcd helper: %w", err)
 	}
-	raw, err := c.roundTrip(ctx, data)
+	raw, fds, err := c.roundTrip(ctx, data)
+	closeFDs := func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}
 	if err != nil {
+		closeFDs()
 		return nil, &connError{fmt.Errorf("bcd helper at %s: %s: %w", c.Socket, req.Op, err)}
 	}
 	resp, err := wire.DecodeResponse(raw)
 	if err != nil {
+		closeFDs()
 		return nil, fmt.Errorf("bcd helper at %s: %s: %w", c.Socket, req.Op, err)
 	}
 	if !resp.OK {
+		closeFDs()
 		return resp, &Error{Op: req.Op, Msg: resp.Error, Retryable: resp.Retryable}
 	}
 	if err := resp.CheckAnswer(req.Op); err != nil {
+		closeFDs()
 		return nil, fmt.Errorf("bcd helper at %s: %s: %w", c.Socket, req.Op, err)
+	}
+	if want := btoi(resp.Console); len(fds) != want {
+		closeFDs()
+		return nil, fmt.Errorf("bcd helper at %s: %s: the answer carries %d descriptors, want %d", c.Socket, req.Op, len(fds), want)
+	}
+	if resp.Console {
+		// Non-blocking, so the runtime's poller serves it and a Close
+		// ends a Read in progress.
+		if err := unix.SetNonblock(fds[0], true); err != nil {
+			closeFDs()
+			return nil, fmt.Errorf("bcd helper at %s: %s: %w", c.Socket, req.Op, err)
+		}
+		resp.File = os.NewFile(uintptr(fds[0]), req.Op+" "+req.ID)
 	}
 	return resp, nil
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// maxFDs is the most descriptors an answer's control message is read
+// with; the kernel drops the rest (MSG_CTRUNC), and the answer is then
+// refused.
+const maxFDs = 4
+
 // roundTrip sends one request, half-closes the connection and reads the
-// answer until the helper closes it.
-func (c *Client) roundTrip(ctx context.Context, data []byte) ([]byte, error) {
+// answer until the helper closes it, with the descriptors passed beside
+// it (close-on-exec: Go reads with MSG_CMSG_CLOEXEC).
+func (c *Client) roundTrip(ctx context.Context, data []byte) (answer []byte, fds []int, err error) {
+	answer, fds, err = c.exchange(ctx, data)
+	if err != nil {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, nil, err
+	}
+	return answer, fds, nil
+}
+
+// exchange is roundTrip's work; on an error the caller closes fds.
+func (c *Client) exchange(ctx context.Context, data []byte) ([]byte, []int, error) {
 	if c.Socket == "" {
-		return nil, errors.New("no [helper] socket configured")
+		return nil, nil, errors.New("no [helper] socket configured")
 	}
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", c.Socket)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	conn := nc.(*net.UnixConn)
 	defer conn.Close()
@@ -197,13 +248,13 @@ func (c *Client) roundTrip(ctx context.Context, data []byte) ([]byte, error) {
 	if werr == nil {
 		werr = conn.CloseWrite()
 	}
-	answer, rerr := io.ReadAll(io.LimitReader(conn, wire.MaxResponse+1))
+	answer, fds, rerr := readAnswer(conn)
 	if len(answer) > 0 {
 		if rerr == nil {
-			return answer, nil // the whole answer, up to the helper's close
+			return answer, fds, nil // the whole answer, up to the helper's close
 		}
 		if _, derr := wire.DecodeResponse(answer); derr == nil {
-			return answer, nil // a whole answer, then a reset
+			return answer, fds, nil // a whole answer, then a reset
 		}
 	}
 	if errors.Is(rerr, os.ErrDeadlineExceeded) || errors.Is(werr, os.ErrDeadlineExceeded) {
@@ -212,15 +263,52 @@ func (c *Client) roundTrip(ctx context.Context, data []byte) ([]byte, error) {
 		<-ctx.Done()
 	}
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		return nil, fds, ctx.Err()
 	}
 	if rerr != nil {
-		return nil, fmt.Errorf("reading the answer: %w", rerr)
+		return nil, fds, fmt.Errorf("reading the answer: %w", rerr)
 	}
 	if werr != nil {
-		return nil, fmt.Errorf("sending the request: %w", werr)
+		return nil, fds, fmt.Errorf("sending the request: %w", werr)
 	}
-	return nil, errors.New("the helper closed the connection without an answer")
+	return nil, fds, errors.New("the helper closed the connection without an answer")
+}
+
+// readAnswer reads up to wire.MaxResponse+1 bytes until the helper
+// closes the connection, with the descriptors of every control message
+// (at most maxFDs in all; more, or a truncated control message, is an
+// error).
+func readAnswer(conn *net.UnixConn) ([]byte, []int, error) {
+	var answer []byte
+	var fds []int
+	buf := make([]byte, 32<<10)
+	oob := make([]byte, unix.CmsgSpace(4*maxFDs))
+	for len(answer) <= wire.MaxResponse {
+		n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
+		n, oobn = max(n, 0), max(oobn, 0)
+		answer = append(answer, buf[:n]...)
+		if oobn > 0 {
+			msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
+			for _, m := range msgs {
+				if got, err := unix.ParseUnixRights(&m); err == nil {
+					fds = append(fds, got...)
+				}
+			}
+			if perr != nil {
+				return answer, fds, fmt.Errorf("the answer's control message: %w", perr)
+			}
+		}
+		if flags&unix.MSG_CTRUNC != 0 || len(fds) > maxFDs {
+			return answer, fds, errors.New("the answer carries more descriptors than any answer does")
+		}
+		if errors.Is(err, io.EOF) || (n == 0 && oobn == 0 && err == nil) {
+			return answer, fds, nil
+		}
+		if err != nil {
+			return answer, fds, err
+		}
+	}
+	return answer, fds, nil
 }
 
 // HostUnit asks the helper to plan and apply one host unit as root from

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/better-compute/bcd/components/helper/filetable"
 	"github.com/better-compute/bcd/components/helper/wire"
@@ -337,5 +340,54 @@ func TestErrorNamesTheOperationOnce(t *testing.T) {
 		if got := (&Error{Op: tt.op, Msg: tt.msg}).Error(); got != tt.want {
 			t.Errorf("Error{%q, %q} = %q, want %q", tt.op, tt.msg, got, tt.want)
 		}
+	}
+}
+
+// TestDescriptorsOnlyWithAConsole: an answer that brings a descriptor
+// where its operation answers none (ping), or a console answer without
+// one, is refused, and the descriptor the client received is closed.
+func TestDescriptorsOnlyWithAConsole(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "helper.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var answer atomic.Value
+	go func() {
+		for {
+			c, err := l.AcceptUnix()
+			if err != nil {
+				return
+			}
+			io.ReadAll(c)
+			rights := unix.UnixRights(int(w.Fd()))
+			if answer.Load().(string) == `{"v":1,"ok":true,"console":true}` {
+				rights = nil
+			}
+			c.WriteMsgUnix([]byte(answer.Load().(string)), rights, nil)
+			c.Close()
+		}
+	}()
+	c := &Client{Socket: socket}
+	answer.Store(`{"v":1,"ok":true}`)
+	if _, err := c.Do(context.Background(), &wire.Request{V: wire.Version, Op: wire.OpPing}); err == nil || !strings.Contains(err.Error(), "carries 1 descriptors, want 0") {
+		t.Fatalf("ping answered with a descriptor: %v", err)
+	}
+	answer.Store(`{"v":1,"ok":true,"console":true}`)
+	if _, err := c.Do(context.Background(), &wire.Request{V: wire.Version, Op: wire.OpLibvirtConsole, ID: "vm-a"}); err == nil || !strings.Contains(err.Error(), "carries 0 descriptors, want 1") {
+		t.Fatalf("a console answer without one: %v", err)
+	}
+	// Every copy of the pipe's write end is closed (the server's and the
+	// one the client received and dropped): its read end sees the end.
+	w.Close()
+	r.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := r.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("the pipe's read end: %d, %v; a received descriptor is still open", n, err)
 	}
 }

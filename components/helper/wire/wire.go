@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"unicode/utf8"
 
@@ -88,7 +89,10 @@ const OpNetPolicyApply = "netpolicy.apply"
 // libvirt.define takes an instance id with the instances section and its
 // proof (as access.apply), and the helper renders the domain from the
 // section itself; the others take only the id of a domain bcd's metadata
-// names. No operation carries domain XML.
+// names. No operation carries domain XML. libvirt.console answers
+// "console": true with one descriptor passed beside the answer
+// (SCM_RIGHTS): the serial console of that running domain, a
+// pseudo-terminal the helper opened as root.
 const (
 	OpLibvirtDefine   = "libvirt.define"
 	OpLibvirtStart    = "libvirt.start"
@@ -97,12 +101,13 @@ const (
 	OpLibvirtSuspend  = "libvirt.suspend"
 	OpLibvirtResume   = "libvirt.resume"
 	OpLibvirtUndefine = "libvirt.undefine"
+	OpLibvirtConsole  = "libvirt.console"
 )
 
 // IsLibvirtOp reports whether op is one of the libvirt.* operations.
 func IsLibvirtOp(op string) bool {
 	switch op {
-	case OpLibvirtDefine, OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine:
+	case OpLibvirtDefine, OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine, OpLibvirtConsole:
 		return true
 	}
 	return false
@@ -204,12 +209,17 @@ type Response struct {
 	Final     bool
 	Update    json.RawMessage // update.*: the answer object, checked by the client
 	NetPolicy json.RawMessage // netpolicy.apply: {"failed":{id:reason}}
-	Rules     *int64          // firewall.check: the rules loaded in the three tables
-	Loaded    *bool           // firewall.check: the tables are loaded with Rules == the request's rules
-	Public    []byte          // tpm.nodekey: the node key's TPMT_PUBLIC
-	Signature []byte          // tpm.sign: ASN.1 DER ECDSA; tpm.certify: the AK's TPMT_SIGNATURE
-	Attest    []byte          // tpm.certify: the TPMS_ATTEST
-	AKPublic  []byte          // tpm.ak, tpm.certify: the AK's TPMT_PUBLIC
+	// Console: libvirt.console passed one descriptor beside the answer.
+	Console bool
+	// File is that descriptor: the helper's to send (and close once
+	// sent), the client's once received. It is never encoded.
+	File      *os.File
+	Rules     *int64 // firewall.check: the rules loaded in the three tables
+	Loaded    *bool  // firewall.check: the tables are loaded with Rules == the request's rules
+	Public    []byte // tpm.nodekey: the node key's TPMT_PUBLIC
+	Signature []byte // tpm.sign: ASN.1 DER ECDSA; tpm.certify: the AK's TPMT_SIGNATURE
+	Attest    []byte // tpm.certify: the TPMS_ATTEST
+	AKPublic  []byte // tpm.ak, tpm.certify: the AK's TPMT_PUBLIC
 }
 
 // Failed returns a failed answer.
@@ -233,6 +243,7 @@ type wireResponse struct {
 	AKPublic  []byte          `json:"ak_public,omitempty"`
 	Update    json.RawMessage `json:"update,omitempty"`
 	NetPolicy json.RawMessage `json:"netpolicy,omitempty"`
+	Console   bool            `json:"console,omitempty"`
 }
 
 // valueType is what a key's value must be.
@@ -256,7 +267,7 @@ var requestKeys = map[string]valueType{
 var responseKeys = map[string]valueType{
 	"v": tNumber, "ok": tBool, "error": tString, "retryable": tBool, "rules": tNumber, "loaded": tBool,
 	"public": tString, "signature": tString, "attest": tString, "ak_public": tString,
-	"final": tBool, "update": tObject, "netpolicy": tObject,
+	"final": tBool, "update": tObject, "netpolicy": tObject, "console": tBool,
 }
 
 // EncodeRequest checks r and returns its JSON.
@@ -300,7 +311,7 @@ func EncodeResponse(r *Response) []byte {
 	if r.OK {
 		w.Rules, w.Loaded = r.Rules, r.Loaded
 		w.Public, w.Signature, w.Attest, w.AKPublic = r.Public, r.Signature, r.Attest, r.AKPublic
-		w.Update, w.NetPolicy = r.Update, r.NetPolicy
+		w.Update, w.NetPolicy, w.Console = r.Update, r.NetPolicy, r.Console
 	} else {
 		w.Final = r.Final
 		msg := r.Error
@@ -341,12 +352,13 @@ func DecodeResponse(data []byte) (*Response, error) {
 			return nil, errors.New("helper answer: ok with an error")
 		}
 		return &Response{OK: true, Rules: w.Rules, Loaded: w.Loaded,
-			Public: w.Public, Signature: w.Signature, Attest: w.Attest, AKPublic: w.AKPublic, Update: w.Update, NetPolicy: w.NetPolicy}, nil
+			Public: w.Public, Signature: w.Signature, Attest: w.Attest, AKPublic: w.AKPublic, Update: w.Update, NetPolicy: w.NetPolicy,
+			Console: w.Console}, nil
 	}
 	if w.Error == "" || w.Retryable == nil {
 		return nil, errors.New("helper answer: failed without an error and retryable")
 	}
-	if w.Rules != nil || w.Loaded != nil || len(w.Public)+len(w.Signature)+len(w.Attest)+len(w.AKPublic)+len(w.Update)+len(w.NetPolicy) > 0 {
+	if w.Rules != nil || w.Loaded != nil || w.Console || len(w.Public)+len(w.Signature)+len(w.Attest)+len(w.AKPublic)+len(w.Update)+len(w.NetPolicy) > 0 {
 		return nil, errors.New("helper answer: failed with results")
 	}
 	if w.Final && *w.Retryable {
@@ -472,7 +484,7 @@ func (r *Request) Check() error {
 		allowed = "section proof"
 	case OpHostUnit, OpLibvirtDefine:
 		allowed = "id section proof"
-	case OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine:
+	case OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine, OpLibvirtConsole:
 		allowed = "id"
 	case OpUpdatePrepare, OpUpdateSwap:
 		allowed = "document"
@@ -506,7 +518,7 @@ func (r *Request) Check() error {
 			// section's fields (access.apply), never sent as content.
 			return fmt.Errorf("%s: file kind %s is written only by %s", r.Op, r.Kind, OpAccessApply)
 		}
-	case OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine:
+	case OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine, OpLibvirtConsole:
 		if !instanceID(r.ID) {
 			return fmt.Errorf("%s: id must name an instance ([A-Za-z0-9][A-Za-z0-9_-], 1 to 64 characters)", r.Op)
 		}
@@ -605,6 +617,8 @@ func (r *Response) CheckAnswer(op string) error {
 		want = "attest signature ak_public"
 	case OpUpdateStatus, OpUpdatePrepare, OpUpdateSwap, OpUpdateConfirm, OpUpdateSettle, OpUpdateRollback:
 		want = "update"
+	case OpLibvirtConsole:
+		want = "console"
 	}
 	fields := []struct {
 		name string
@@ -612,7 +626,7 @@ func (r *Response) CheckAnswer(op string) error {
 	}{
 		{"rules", r.Rules != nil}, {"loaded", r.Loaded != nil}, {"public", len(r.Public) > 0},
 		{"signature", len(r.Signature) > 0}, {"attest", len(r.Attest) > 0}, {"ak_public", len(r.AKPublic) > 0},
-		{"update", len(r.Update) > 0}, {"netpolicy", len(r.NetPolicy) > 0},
+		{"update", len(r.Update) > 0}, {"netpolicy", len(r.NetPolicy) > 0}, {"console", r.Console},
 	}
 	// Another operation's result first, then a missing one, in a fixed order.
 	for _, f := range fields {

@@ -285,6 +285,9 @@ func Render(r Request, h Host) ([]byte, error) {
 	w(`  <vcpu placement="static">`, itoa(r.VCPUs), `</vcpu>`)
 	w(`  <os>`)
 	w(`    <type arch="x86_64" machine="q35">hvm</type>`)
+	// The firmware writes to the serial port, the console bcd offers
+	// (there is no graphics): SeaBIOS's messages and boot menu there.
+	w(`    <bios useserial="yes"/>`)
 	w(`  </os>`)
 	w(`  <features><acpi/><apic/></features>`)
 	if r.Accel == KVM {
