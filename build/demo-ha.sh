@@ -60,6 +60,7 @@ free_port() {
 }
 ha=127.0.0.1:$(free_port)
 gw=("127.0.0.1:$(free_port)" "127.0.0.1:$(free_port)")
+health=("127.0.0.1:$(free_port)" "127.0.0.1:$(free_port)") # each gateway's health check (--health)
 
 # The fleet's key-encryption key: every gateway gets the same file, and the
 # first stores the gateways' keys in the database sealed under it; the
@@ -69,7 +70,7 @@ gw=("127.0.0.1:$(free_port)" "127.0.0.1:$(free_port)")
 start_gw() { # index
   local i=$1 d=$demo/gw$(($1 + 1))
   "$bin/bcgw" serve --name "gw$(($1 + 1))" --data-dir "$d" --listen "${gw[$i]}" --url "https://$ha" \
-    --database-file "$demo/database.url" --key-encryption-key "$demo/bcgw.kek" 2>"$d.log" &
+    --health "${health[$i]}" --database-file "$demo/database.url" --key-encryption-key "$demo/bcgw.kek" 2>"$d.log" &
   pids+=($!)
   for _ in $(seq 100); do grep -q '"msg":"bcgw serving"' "$d.log" 2>/dev/null && return; sleep 0.1; done
   echo "demo-ha: bcgw $((i + 1)) did not start:"; cat "$d.log"; exit 1
@@ -78,33 +79,9 @@ start_gw 0
 start_gw 1
 echo "demo-ha: bcgw 1 on https://${gw[0]}, bcgw 2 on https://${gw[1]}"
 
-cat >"$demo/haproxy.cfg" <<CFG
-global
-    maxconn 4096
-
-defaults
-    mode tcp
-    timeout connect 2s
-    timeout client 10m
-    timeout server 10m
-    retries 3
-    option redispatch
-
-frontend agents
-    bind $ha
-    default_backend gateways
-
-backend gateways
-    balance leastconn
-    # A gateway is in rotation while GET /readyz answers 200: it answers 503
-    # when its database is unreachable or it is shutting down.
-    option httpchk
-    http-check send meth GET uri /readyz
-    http-check expect status 200
-    default-server check check-ssl verify none inter 1s fall 2 rise 2 on-marked-down shutdown-sessions
-    server gw1 ${gw[0]}
-    server gw2 ${gw[1]}
-CFG
+# build/haproxy.cfg, the configuration docs/gateway-store.md shows, filled in.
+servers="    server gw1 ${gw[0]} check port ${health[0]##*:}\n    server gw2 ${gw[1]} check port ${health[1]##*:}"
+sed -e "s|@MAXCONN@|4096|" -e "s|@BIND@|$ha|" -e "s|@SERVERS@|$servers|" build/haproxy.cfg >"$demo/haproxy.cfg"
 haproxy -c -q -f "$demo/haproxy.cfg"
 haproxy -db -f "$demo/haproxy.cfg" 2>"$demo/haproxy.log" &
 pids+=($!)

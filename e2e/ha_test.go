@@ -24,6 +24,7 @@ type haLab struct {
 	ha     string // HAProxy's address, the one agents dial
 	gws    []*gw
 	ports  []string
+	health []string // each gateway's plain-HTTP health check (--health)
 	// haproxy is the balancer's process (its log says which gateways
 	// its health check marks down).
 	haproxy *proc
@@ -81,6 +82,12 @@ func newHALab(t *testing.T, n int, extra ...string) *haLab {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newHALabOn(t, url, n, 4096, extra...)
+}
+
+// newHALabOn is newHALab on the database at url, with HAProxy's maxconn.
+func newHALabOn(t testing.TB, url string, n, maxconn int, extra ...string) *haLab {
+	t.Helper()
 	h := &haLab{lab: newLab(t), url: url, ha: freePort(t)}
 	h.dbFile = filepath.Join(h.root, "database.url")
 	if err := os.WriteFile(h.dbFile, []byte(url+"\n"), 0o600); err != nil {
@@ -88,6 +95,7 @@ func newHALab(t *testing.T, n int, extra ...string) *haLab {
 	}
 	for i := range n {
 		h.ports = append(h.ports, freePort(t))
+		h.health = append(h.health, freePort(t))
 		h.gws = append(h.gws, nil)
 		h.startGW(i, extra...)
 	}
@@ -100,7 +108,7 @@ func newHALab(t *testing.T, n int, extra ...string) *haLab {
 			t.Fatalf("the gateways' pins differ:\n%s\n%s", pins, p)
 		}
 	}
-	h.haproxy = h.startHAProxy(h.ha, h.ports)
+	h.haproxy = h.startHAProxy(maxconn, h.ha, h.ports, h.health)
 	return h
 }
 
@@ -111,7 +119,7 @@ func (h *haLab) gwName(i int) string { return "gw" + string(rune('1'+i)) }
 func (h *haLab) startGW(i int, extra ...string) *gw {
 	h.t.Helper()
 	dir := filepath.Join(h.root, h.gwName(i))
-	g := h.startGateway(dir, h.ports[i], append([]string{"--name", h.gwName(i), "--database-file", h.dbFile, "--key-encryption-key", h.kekFile(), "--url", "https://" + h.ha}, extra...)...)
+	g := h.startGateway(dir, h.ports[i], append([]string{"--name", h.gwName(i), "--database-file", h.dbFile, "--key-encryption-key", h.kekFile(), "--url", "https://" + h.ha, "--health", h.health[i]}, extra...)...)
 	g.waitLog(h.t, "listening for the other gateways' notices", 30*time.Second)
 	h.gws[i] = g
 	return g

@@ -6,59 +6,85 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/better-compute/bcd/components/base/testenv"
 )
 
-// haproxyConfig is the configuration docs/gateway-store.md shows: TCP
-// mode, TLS passed through to the gateways (each terminates it with the
-// serving certificate the fleet shares), a health check every second on
-// each gateway's GET /readyz (503 when its database does not answer, or
-// it is shutting down; its sessions are then ended so agents redial), and
-// a connection that fails to reach a gateway sent to another.
-func haproxyConfig(listen string, gateways []string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `global
-    # Two descriptors per agent; the fleet's size, not more than ulimit -n allows.
-    maxconn 4096
-
-defaults
-    mode tcp
-    timeout connect 2s
-    # Sessions are long-lived HTTP/2 streams with a heartbeat every 15 s.
-    timeout client 10m
-    timeout server 10m
-    retries 3
-    option redispatch
-
-frontend agents
-    bind %s
-    default_backend gateways
-
-backend gateways
-    balance leastconn
-    # A gateway is in rotation while GET /readyz answers 200: it answers 503
-    # when its database is unreachable or it is shutting down.
-    option httpchk
-    http-check send meth GET uri /readyz
-    http-check expect status 200
-    default-server check check-ssl verify none inter 1s fall 2 rise 2 on-marked-down shutdown-sessions
-`, listen)
-	for i, g := range gateways {
-		fmt.Fprintf(&b, "    server gw%d %s\n", i+1, g)
+// haproxyConfig is build/haproxy.cfg, the configuration docs/gateway-store.md
+// shows and build/demo-ha.sh runs, filled in: TCP mode, TLS passed
+// through to the gateways (each terminates it with the serving
+// certificate the fleet shares), a health check every second on each
+// gateway's plain-HTTP GET /readyz (bcgw serve --health; 503 when its
+// database does not answer, or it is shutting down), sessions left to
+// drain when a gateway is marked down, and a connection that fails to
+// reach a gateway sent to another.
+func haproxyConfig(t testing.TB, maxconn int, listen string, gateways, health []string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "build", "haproxy.cfg"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return b.String()
+	return renderHAProxy(string(b), maxconn, listen, gateways, health)
+}
+
+// renderHAProxy fills in build/haproxy.cfg: gateway i is "server gwI+1
+// gateways[i] check port PORT-OF-health[i]".
+func renderHAProxy(tmpl string, maxconn int, listen string, gateways, health []string) string {
+	var servers []string
+	for i, g := range gateways {
+		_, port, _ := net.SplitHostPort(health[i])
+		servers = append(servers, fmt.Sprintf("    server gw%d %s check port %s", i+1, g, port))
+	}
+	r := strings.NewReplacer("@MAXCONN@", strconv.Itoa(maxconn), "@BIND@", listen, "@SERVERS@", strings.Join(servers, "\n"))
+	return r.Replace(tmpl)
+}
+
+// TestHAProxyConfigIsDocumented: the configuration docs/gateway-store.md
+// shows is build/haproxy.cfg (which the tests and make demo-ha run),
+// filled in with the page's example addresses, word for word.
+func TestHAProxyConfigIsDocumented(t *testing.T) {
+	tmpl, err := os.ReadFile(filepath.Join("..", "build", "haproxy.cfg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "gateway-store.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := renderHAProxy(string(tmpl), 20000, ":8443", []string{"10.0.0.11:8443", "10.0.0.12:8443"}, []string{"10.0.0.11:8081", "10.0.0.12:8081"})
+	// The page shows it under the file's place, without the template's
+	// own header comment.
+	_, body, ok := strings.Cut(want, "\nglobal\n")
+	if !ok {
+		t.Fatal("build/haproxy.cfg has no global section")
+	}
+	block := "```\n# /etc/haproxy/haproxy.cfg\nglobal\n" + body + "```\n"
+	if !strings.Contains(string(doc), block) {
+		t.Errorf("docs/gateway-store.md does not show build/haproxy.cfg as it is; want this block:\n%s", block)
+	}
+	for _, line := range strings.Split(want, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
+		for _, bad := range []string{"shutdown-sessions", "check-ssl"} {
+			if strings.Contains(line, bad) {
+				t.Errorf("build/haproxy.cfg has %q (docs/decisions.md says why not): %s", bad, line)
+			}
+		}
+	}
 }
 
 // startHAProxy runs haproxy in the foreground with haproxyConfig until
 // the test ends, once it accepts connections on listen.
-func (l *lab) startHAProxy(listen string, gateways []string) *proc {
+func (l *lab) startHAProxy(maxconn int, listen string, gateways, health []string) *proc {
 	l.t.Helper()
 	bin := testenv.NeedTool(l.t, "haproxy", "haproxy")
 	cfg := filepath.Join(l.root, "haproxy.cfg")
-	if err := os.WriteFile(cfg, []byte(haproxyConfig(listen, gateways)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(haproxyConfig(l.t, maxconn, listen, gateways, health)), 0o600); err != nil {
 		l.t.Fatal(err)
 	}
 	if out, err := exec.Command(bin, "-c", "-f", cfg).CombinedOutput(); err != nil {

@@ -24,7 +24,7 @@ import (
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 )
 
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

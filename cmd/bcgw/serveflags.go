@@ -22,6 +22,11 @@ func checkServe(cfg gateway.Config) error {
 			return err
 		}
 	}
+	if cfg.HealthListen != "" {
+		if err := checkHostPort("--health", cfg.HealthListen, false); err != nil {
+			return err
+		}
+	}
 	if cfg.URL != "" {
 		u, err := url.Parse(cfg.URL)
 		if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {

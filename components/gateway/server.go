@@ -26,6 +26,7 @@ import (
 	"github.com/better-compute/bcd/components/gateway/keys"
 	"github.com/better-compute/bcd/components/gateway/metrics"
 	"github.com/better-compute/bcd/components/gateway/store"
+	"github.com/better-compute/bcd/components/gateway/store/pgstore"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/trust/wellknown"
 	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
@@ -70,7 +71,11 @@ type Config struct {
 	// Prometheus text format at /metrics on this address: a bare port is
 	// on loopback (metrics.go; docs/bcgw.md, "Metrics").
 	MetricsListen string
-	Log           *slog.Logger
+	// HealthListen, when set, serves GET /readyz in plain HTTP on this
+	// address for the balancer's health check, which then never waits
+	// behind the agents' TLS handshakes (readyz.go).
+	HealthListen string
+	Log          *slog.Logger
 	// boundAside, when set, sees the admin socket where it is bound,
 	// before it gets its mode and its place (tests).
 	boundAside func(path string)
@@ -101,6 +106,7 @@ type Server struct {
 	mu          sync.Mutex
 	addr        net.Addr
 	metricsAddr net.Addr
+	healthAddr  net.Addr
 }
 
 // New opens the data directory, making the keys on first start.
@@ -179,7 +185,11 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	h := hub.New()
 	var fl *fleet.Fleet
-	m := metrics.New(cfg.Name, metrics.Gauges{Sessions: h.Count, DatabaseUp: func() bool { return fl.Health().Database.Reachable }})
+	gauges := metrics.Gauges{Sessions: h.Count, DatabaseUp: func() bool { return fl.Health().Database.Reachable }}
+	if pg, ok := st.(*pgstore.PG); ok {
+		gauges.PoolWaits = func() (int64, time.Duration) { s := pg.PoolStats(); return s.Waits, s.WaitTime }
+	}
+	m := metrics.New(cfg.Name, gauges)
 	keyStore, _ := st.(store.KeyStore) // the timed store below is not one
 	var backup func(io.Writer) (int64, error)
 	if b, ok := st.(*store.Bolt); ok {
@@ -304,7 +314,18 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	errc := make(chan error, 2+len(adminLns))
+	healthSrv, healthLn, err := s.listenHealth()
+	if err != nil {
+		ln.Close()
+		for _, al := range adminLns {
+			al.Close()
+		}
+		if metricsLn != nil {
+			metricsLn.Close()
+		}
+		return err
+	}
+	errc := make(chan error, 3+len(adminLns))
 	go s.renewServing(ctx)
 	go func() {
 		errc <- srv.Serve(agentsvc.NewHandshakeListener(ln, srv.TLSConfig, agentsvc.HandshakeSlots(), s.log))
@@ -316,11 +337,16 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { errc <- metricsSrv.Serve(metricsLn) }()
 		defer metricsSrv.Close()
 	}
+	if healthSrv != nil {
+		go func() { errc <- healthSrv.Serve(healthLn) }()
+		defer healthSrv.Close()
+	}
 	lctx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 	s.Fleet.Run(lctx)
 	s.log.Info("bcgw serving", "addr", ln.Addr().String(), "server_name", s.cfg.ServerName, "data_dir", s.cfg.DataDir,
-		"admin_socket", filepath.Join(s.cfg.DataDir, adminapi.AdminSocket), "admin_url", s.AdminURL(), "metrics_addr", addrString(s.MetricsAddr()))
+		"admin_socket", filepath.Join(s.cfg.DataDir, adminapi.AdminSocket), "admin_url", s.AdminURL(), "metrics_addr", addrString(s.MetricsAddr()),
+		"health_addr", addrString(s.HealthAddr()))
 
 	select {
 	case <-ctx.Done():

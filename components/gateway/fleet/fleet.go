@@ -155,6 +155,15 @@ func SetHealthEvery(d time.Duration) func() {
 	return func() { healthEvery = old }
 }
 
+// SetDrainLostAfter changes how long the database stays unreachable before
+// the gateway drains its sessions (tests); the returned function puts it
+// back.
+func SetDrainLostAfter(d time.Duration) func() {
+	old := drainLostAfter
+	drainLostAfter = d
+	return func() { drainLostAfter = old }
+}
+
 // KeyFiles is the gateway's key set by file name, as it uses it: from
 // the database (unsealed) or from the data directory (tests).
 func (s *Fleet) KeyFiles() map[string][]byte {

@@ -15,9 +15,25 @@ var (
 	healthTimeout = 3 * time.Second
 )
 
+// drainLostAfter is how long the database stays unreachable before the
+// gateway asks its agents to redial elsewhere. The balancer's health check
+// stops sending new agents within seconds (/readyz answers 503), but it no
+// longer ends the sessions a gateway holds (docs/decisions.md, "The
+// balancer drains, it does not cut"): the gateway ends them itself, once
+// it knows its own database is gone, which a loaded gateway's slow health
+// answer never says. A blip shorter than this (a PostgreSQL restart)
+// moves no session.
+var drainLostAfter = 10 * time.Second
+
+// lostRedial is the redial delay the Drain of a database loss asks for
+// (the agent adds its jitter), by when the balancer marked this gateway
+// down.
+const lostRedial = time.Second
+
 type dbHealth struct {
 	mu sync.Mutex
 	adminapi.DatabaseHealth
+	drained bool // this outage's Drain was sent
 }
 
 func (s *Fleet) startHealth() {
@@ -55,6 +71,15 @@ func (s *Fleet) checkDatabase(ctx context.Context) {
 	h := &s.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	defer func() {
+		if !h.Reachable && !h.drained && now.Sub(h.Since) >= drainLostAfter {
+			h.drained = true
+			go func() {
+				n := s.hub.DrainLive("gateway lost its database", lostRedial)
+				s.log.Warn("sessions drained: the database stays unreachable; the agents redial through the balancer to another gateway", "sessions", n)
+			}()
+		}
+	}()
 	h.Checked = now
 	switch {
 	case err != nil && h.Reachable:
@@ -65,7 +90,7 @@ func (s *Fleet) checkDatabase(ctx context.Context) {
 		h.Error = err.Error()
 	case !h.Reachable:
 		s.log.Info("database reachable again", "backend", h.Backend, "down_for", now.Sub(h.Since).Round(time.Second).String())
-		h.Reachable, h.Since, h.Error = true, now, ""
+		h.Reachable, h.Since, h.Error, h.drained = true, now, "", false
 	}
 }
 

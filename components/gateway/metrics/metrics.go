@@ -50,6 +50,9 @@ const maxSent = 100_000
 type Gauges struct {
 	Sessions   func() int  // live sessions held by this gateway
 	DatabaseUp func() bool // the last check of the store answered
+	// PoolWaits, on PostgreSQL: how many store calls found every pool
+	// connection taken, and how long they waited in all.
+	PoolWaits func() (n int64, wait time.Duration)
 }
 
 // New makes a gateway's metrics, labelled with its name, reading gauges
@@ -91,6 +94,12 @@ func New(gateway string, g Gauges) *Metrics {
 			}
 			return 0
 		}))
+	}
+	if g.PoolWaits != nil {
+		r.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcgw_store_pool_waits_total",
+			Help: "Store calls that found every PostgreSQL pool connection taken."}, func() float64 { n, _ := g.PoolWaits(); return float64(n) }))
+		r.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcgw_store_pool_wait_seconds_total",
+			Help: "Time store calls waited for a PostgreSQL pool connection, in all."}, func() float64 { _, d := g.PoolWaits(); return d.Seconds() }))
 	}
 	// The process's own: CPU, memory, file descriptors, goroutines.
 	m.reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())

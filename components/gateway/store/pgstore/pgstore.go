@@ -15,7 +15,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
+	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -38,7 +41,21 @@ type PG struct {
 	pool *pgxpool.Pool
 	// conn is the connection settings, for the listener's own connection.
 	conn *pgx.ConnConfig
+
+	// pingMu guards ping, the health check's own connection (not the
+	// pool's: under load every pool connection can be taken for seconds,
+	// and a ping queued behind them would call a busy database down).
+	pingMu sync.Mutex
+	ping   *pgx.Conn
 }
+
+// PoolSize is the pool's size when the URL sets no pool_max_conns: a
+// gateway that takes over thousands of sessions runs about six
+// transactions for each, and PostgreSQL commits concurrent transactions
+// with one flush, so more connections move more sessions a second (pgx's
+// default is the core count, 4 here). Three gateways at 16 stay far from
+// PostgreSQL's default max_connections of 100.
+func PoolSize() int32 { return int32(max(16, 4*runtime.GOMAXPROCS(0))) }
 
 // ErrUnreachable: the database did not answer (down, not there yet, or
 // refusing this user); a caller may retry.
@@ -56,6 +73,9 @@ func Open(ctx context.Context, url string) (*PG, error) {
 		return nil, fmt.Errorf("database URL: %w", err) // pgconn redacts the password
 	}
 	where := fmt.Sprintf("postgres host=%s database=%s user=%s", cfg.ConnConfig.Host, cfg.ConnConfig.Database, cfg.ConnConfig.User)
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = PoolSize()
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
@@ -71,18 +91,58 @@ func Open(ctx context.Context, url string) (*PG, error) {
 	return &PG{pool: pool, conn: cfg.ConnConfig.Copy()}, nil
 }
 
-// Close closes the connection pool.
+// Close closes the connection pool and the ping's connection.
 func (p *PG) Close() error {
 	p.pool.Close()
+	p.pingMu.Lock()
+	if p.ping != nil {
+		p.ping.Close(context.Background())
+		p.ping = nil
+	}
+	p.pingMu.Unlock()
 	return nil
 }
 
-// Ping checks that the database answers a query.
+// Ping checks that the database answers a query, on a connection of its
+// own (made again after a failure), never waiting for one of the pool's.
 func (p *PG) Ping(ctx context.Context) error {
-	if err := p.pool.Ping(ctx); err != nil {
+	p.pingMu.Lock()
+	defer p.pingMu.Unlock()
+	err := p.pingOnce(ctx)
+	if err != nil {
+		if p.ping != nil {
+			p.ping.Close(context.Background())
+			p.ping = nil
+		}
 		return fmt.Errorf("ping postgres host=%s database=%s: %w", p.conn.Host, p.conn.Database, err)
 	}
 	return nil
+}
+
+func (p *PG) pingOnce(ctx context.Context) error {
+	if p.ping == nil {
+		c, err := pgx.ConnectConfig(ctx, p.conn)
+		if err != nil {
+			return err
+		}
+		p.ping = c
+	}
+	return p.ping.Ping(ctx)
+}
+
+// PoolStats are the pool's figures: its size, the connections taken, and
+// how often and how long a call waited for one (bcgw's metrics).
+type PoolStats struct {
+	Max, Acquired int32
+	Waits         int64
+	WaitTime      time.Duration
+}
+
+// PoolStats reads the pool's figures now.
+func (p *PG) PoolStats() PoolStats {
+	st := p.pool.Stat()
+	return PoolStats{Max: st.MaxConns(), Acquired: st.AcquiredConns(), Waits: st.EmptyAcquireCount(),
+		WaitTime: st.EmptyAcquireWaitTime()}
 }
 
 // tx runs fn in one transaction (read committed; the rows a method must
