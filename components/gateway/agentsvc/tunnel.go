@@ -129,7 +129,13 @@ func (s *Service) OpenTunnel(ctx context.Context, node string, r adminapi.Tunnel
 		return nil, c, err
 	}
 	if r.Instance != "" {
-		if err := s.runsInstance(node, r.Instance); err != nil {
+		// A paused instance's console may be open (the node checks the
+		// instance runs before it dials anything).
+		states := []string{"RUNNING"}
+		if r.Kind == ticket.KindConsole {
+			states = append(states, "PAUSED")
+		}
+		if err := s.instanceIn(node, r.Instance, states...); err != nil {
 			return nil, c, fmt.Errorf("no tunnel to instance %s: %w", r.Instance, err)
 		}
 	}

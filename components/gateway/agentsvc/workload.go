@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -49,6 +50,12 @@ func (s *Service) answerWorkloadToken(l *hub.Live, req *bcdv1.WorkloadTokenReque
 // runsInstance checks that the node's desired spec names instance in
 // its instances section, RUNNING: only such an instance gets a token.
 func (s *Service) runsInstance(node, instance string) error {
+	return s.instanceIn(node, instance, "RUNNING")
+}
+
+// instanceIn checks that the node's desired spec names instance in its
+// instances section in one of states.
+func (s *Service) instanceIn(node, instance string, states ...string) error {
 	sp, err := s.store.Spec(node)
 	if err != nil {
 		return fmt.Errorf("the node's desired spec: %w", err)
@@ -68,7 +75,7 @@ func (s *Service) runsInstance(node, instance string) error {
 	}
 	if spec.Instances != nil {
 		for _, in := range spec.Instances.Instances {
-			if in.ID == instance && in.State == "RUNNING" {
+			if in.ID == instance && slices.Contains(states, in.State) {
 				return nil
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/better-compute/bcd/components/agent/tunnel"
@@ -32,9 +33,9 @@ type Targets struct {
 
 var _ tunnel.Instances = Targets{}
 
-// running refuses an instance the runtime does not list as a running
-// domain of bcd's.
-func (t Targets) running(ctx context.Context, id string) error {
+// running refuses an instance the runtime does not list as a domain of
+// bcd's in one of states.
+func (t Targets) running(ctx context.Context, id string, states ...string) error {
 	if t.List == nil {
 		return errors.New("this node runs no instance runtime")
 	}
@@ -51,7 +52,7 @@ func (t Targets) running(ctx context.Context, id string) error {
 		if !d.Owned {
 			return fmt.Errorf("instance %s is a domain bcd did not create (never touched)", id)
 		}
-		if d.State != vmruntime.Running {
+		if !slices.Contains(states, d.State) {
 			return fmt.Errorf("instance %s is %s, not running", id, d.State)
 		}
 		return nil
@@ -62,7 +63,7 @@ func (t Targets) running(ctx context.Context, id string) error {
 // Address is the first of instance id's addresses under the loaded
 // tables, once the runtime lists it running.
 func (t Targets) Address(id string) (netip.Addr, error) {
-	if err := t.running(context.Background(), id); err != nil {
+	if err := t.running(context.Background(), id, vmruntime.Running); err != nil {
 		return netip.Addr{}, err
 	}
 	if t.Guard == nil {
@@ -76,12 +77,12 @@ func (t Targets) Address(id string) (netip.Addr, error) {
 }
 
 // Console opens instance id's serial console once the runtime lists it
-// running.
+// running (or paused: a console may be open before it resumes).
 func (t Targets) Console(ctx context.Context, id string) (tunnel.Target, error) {
 	if t.OpenConsole == nil {
 		return nil, errors.New("this node's runtime opens no serial console")
 	}
-	if err := t.running(ctx, id); err != nil {
+	if err := t.running(ctx, id, vmruntime.Running, vmruntime.Paused); err != nil {
 		return nil, err
 	}
 	f, err := t.OpenConsole(ctx, id)
