@@ -15,6 +15,19 @@ import (
 	"github.com/better-compute/bcd/components/vm/domainxml"
 )
 
+// pollable is f as the node makes it (a non-blocking descriptor the
+// runtime's poller serves, so reads take deadlines); f is closed.
+func pollable(t *testing.T, f *os.File) *os.File {
+	t.Helper()
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	must(t, unix.SetNonblock(fd, true))
+	return os.NewFile(uintptr(fd), "console")
+}
+
 // readUntil reads f until what it read holds want or 60 s passed.
 func readUntil(t *testing.T, f *os.File, want string) string {
 	t.Helper()
@@ -48,17 +61,15 @@ func TestConsole(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Console = %v (final %v)", err, final)
 	}
-	defer f.Close()
-	fd := int(f.Fd())
-	unix.SetNonblock(fd, true)
-	f2 := os.NewFile(uintptr(fd), f.Name())
+	f2 := pollable(t, f)
+	defer f2.Close()
 	must(t, func() error { _, err := (Ops{}).Act(ctx, e.host, wire.OpLibvirtResume, "vm-c"); return err }())
 	got := readUntil(t, f2, "SeaBIOS")
 	t.Logf("console %s read:\n%q", f.Name(), got)
 	if !strings.Contains(got, "SeaBIOS") {
 		t.Fatalf("the console carried %q, no SeaBIOS banner", got)
 	}
-	f.Close()
+	f2.Close()
 
 	// Typing: a domain of bcd's (its metadata) with SeaBIOS's boot menu
 	// on the serial port; ESC typed into the console opens the menu.
@@ -73,9 +84,8 @@ func TestConsole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
-	unix.SetNonblock(int(m.Fd()), true)
-	m2 := os.NewFile(m.Fd(), m.Name())
+	m2 := pollable(t, m)
+	defer m2.Close()
 	e.virsh(t, "resume", "vm-m")
 	if got := readUntil(t, m2, "Press ESC for boot menu"); !strings.Contains(got, "Press ESC") {
 		t.Fatalf("no boot menu prompt: %q", got)
