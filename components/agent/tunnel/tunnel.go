@@ -93,7 +93,7 @@ type Instances interface {
 	// Address is the address a tunnel to instance id dials: one of the
 	// instance's own, as the loaded network policy binds it, of an
 	// instance of this node that runs; an error otherwise.
-	Address(id string) (netip.Addr, error)
+	Address(ctx context.Context, id string) (netip.Addr, error)
 	// Console opens the serial console of instance id, a running
 	// instance of this node that bcd manages.
 	Console(ctx context.Context, id string) (Target, error)
@@ -206,10 +206,14 @@ func (m *Manager) closeAll(cause error) {
 }
 
 // refuse tells the gateway (a first frame with error and close) and
-// records the refusal.
-func (m *Manager) refuse(ctx context.Context, ot *bcdv1.OpenTunnel, jti string, err error) {
-	m.cfg.Log.Warn("tunnel refused", "tunnel_id", ot.GetTunnelId(), "target", ot.GetTarget(), "jti", jti, "err", err)
-	m.cfg.Event("tunnel.refused", map[string]any{"tunnel_id": ot.GetTunnelId(), "kind": ot.GetTarget(), "jti": jti, "error": err.Error()})
+// records the refusal (with the ticket's instance, once it verified).
+func (m *Manager) refuse(ctx context.Context, ot *bcdv1.OpenTunnel, c ticket.Claims, err error) {
+	m.cfg.Log.Warn("tunnel refused", "tunnel_id", ot.GetTunnelId(), "target", ot.GetTarget(), "instance", c.Instance, "jti", c.JTI, "err", err)
+	ev := map[string]any{"tunnel_id": ot.GetTunnelId(), "kind": ot.GetTarget(), "jti": c.JTI, "error": err.Error()}
+	if c.Instance != "" {
+		ev["instance"] = c.Instance
+	}
+	m.cfg.Event("tunnel.refused", ev)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st := m.cfg.Client.Tunnel(sctx)
@@ -312,7 +316,7 @@ func (m *Manager) dialInstance(ctx context.Context, c ticket.Claims) (Target, er
 	if c.Kind != ticket.KindSSH {
 		port = c.TCPPort()
 	}
-	a, err := m.cfg.Instances.Address(c.Instance)
+	a, err := m.cfg.Instances.Address(ctx, c.Instance)
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", c.Instance, err)
 	}
@@ -408,7 +412,7 @@ func (m *Manager) run(ctx context.Context, ot *bcdv1.OpenTunnel) {
 	_, epoch := m.cfg.Epoch()
 	c, kid, err := m.admit(ot)
 	if err != nil {
-		m.refuse(ctx, ot, c.JTI, err)
+		m.refuse(ctx, ot, c, err)
 		return
 	}
 	tctx, cancel := context.WithCancelCause(ctx)
@@ -423,7 +427,7 @@ func (m *Manager) run(ctx context.Context, ot *bcdv1.OpenTunnel) {
 	}
 	m.mu.Unlock()
 	if err != nil {
-		m.refuse(ctx, ot, c.JTI, err)
+		m.refuse(ctx, ot, c, err)
 		return
 	}
 	ev := map[string]any{"tunnel_id": t.info.ID, "jti": c.JTI, "kind": c.Kind, "account": c.Account}

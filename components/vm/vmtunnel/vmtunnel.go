@@ -62,8 +62,8 @@ func (t Targets) running(ctx context.Context, id string, states ...string) error
 
 // Address is the first of instance id's addresses under the loaded
 // tables, once the runtime lists it running.
-func (t Targets) Address(id string) (netip.Addr, error) {
-	if err := t.running(context.Background(), id, vmruntime.Running); err != nil {
+func (t Targets) Address(ctx context.Context, id string) (netip.Addr, error) {
+	if err := t.running(ctx, id, vmruntime.Running); err != nil {
 		return netip.Addr{}, err
 	}
 	if t.Guard == nil {

@@ -264,7 +264,7 @@ func TestInstanceTCP(t *testing.T) {
 // gone wrong, so the tunnel's own check is what refuses.
 type wrong struct{ a netip.Addr }
 
-func (w wrong) Address(string) (netip.Addr, error) { return w.a, nil }
+func (w wrong) Address(context.Context, string) (netip.Addr, error) { return w.a, nil }
 func (w wrong) Console(context.Context, string) (tunnel.Target, error) {
 	return nil, io.EOF
 }
