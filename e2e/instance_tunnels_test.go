@@ -16,7 +16,8 @@ import (
 
 // TestInstanceConsoleThroughHelper: an unprivileged bcd node (a host
 // build) beside a real bcd helper on a real libvirtd runs an instance;
-// `bcgw console NODE --instance vm-a` carries its serial console over the
+// `bcgw console --instance vm-a` (the gateway finds the node) carries its
+// serial console over the
 // node's real mTLS session: the helper opened the pty as root and passed
 // it to the node (libvirt.console in its log), and what the instance's
 // firmware prints (SeaBIOS: its disk boots nothing) arrives at bcgw's
@@ -48,7 +49,7 @@ func TestInstanceConsoleThroughHelper(t *testing.T) {
 		t.Fatalf("vm-a is %q, want paused", out)
 	}
 
-	cmd := exec.Command(filepath.Join(l.bin, "bcgw"), "console", hn.id, "--instance", "vm-a", "--data-dir", g.dataDir)
+	cmd := exec.Command(filepath.Join(l.bin, "bcgw"), "console", "--instance", "vm-a", "--data-dir", g.dataDir)
 	stdin, _ := cmd.StdinPipe()
 	out := &syncBuf{name: "bcgw console --instance (stdout)"}
 	se := &syncBuf{name: "bcgw console --instance (stderr)"}
@@ -89,6 +90,7 @@ func TestInstanceConsoleThroughHelper(t *testing.T) {
 		want string
 	}{
 		{[]string{"console", hn.id, "--instance", "vm-nope"}, `runs no instance "vm-nope"`},
+		{[]string{"console", "--instance", "vm-nope"}, "no node connected to this gateway"},
 		{[]string{"tunnel", hn.id, "--instance", "vm-a", "--tcp", "80"}, "no address the loaded network policy binds"},
 	} {
 		code, _, errOut := l.run("", nil, "bcgw", append(c.args, "--data-dir", g.dataDir)...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"io"
 	"os"
 	"os/signal"
@@ -20,11 +21,12 @@ import (
 
 // tunnelCmd is `bcgw tunnel NODE [--instance ID] --ssh|--tcp PORT`:
 // standard input and output carried to the node's loopback sshd or port,
-// or with --instance to port 22 or PORT of that instance's own address,
-// so it serves as an ssh ProxyCommand:
+// or with --instance to port 22 or PORT of that instance's own address
+// (NODE may be left out then: the gateway finds the node connected to
+// it whose spec runs the instance), so it serves as an ssh ProxyCommand:
 //
 //	ssh -o ProxyCommand='bcgw tunnel NODE --ssh' user@NODE
-//	ssh -o ProxyCommand='bcgw tunnel NODE --instance vm-1 --ssh' user@vm-1
+//	ssh -o ProxyCommand='bcgw tunnel --instance vm-1 --ssh' user@vm-1
 func tunnelCmd(ctx context.Context, env *cli.Env, args []string) int {
 	fs := cli.NewFlagSet(env, "bcgw", "tunnel")
 	var a adminFlags
@@ -34,8 +36,8 @@ func tunnelCmd(ctx context.Context, env *cli.Env, args []string) int {
 	instance := fs.String("instance", "", "to this instance of the node, never to the node itself")
 	account := fs.String("account", "", "who asks (recorded in the node's journal events)")
 	ttl := fs.Duration("ttl", agentsvc.DefaultTicketTTL, "the exec ticket's lifetime: the tunnel closes then")
-	const usage = "bcgw tunnel NODE [--instance ID] --ssh|--tcp PORT [--account NAME] [--ttl 15m]"
-	pos, code, ok := parseInterleaved(fs, env, args, 1, usage)
+	const usage = "bcgw tunnel NODE --ssh|--tcp PORT | [NODE] --instance ID --ssh|--tcp PORT [--account NAME] [--ttl 15m]"
+	node, code, ok := nodeOrInstance(fs, env, args, instance, usage)
 	if !ok {
 		return code
 	}
@@ -52,7 +54,7 @@ func tunnelCmd(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, "bcgw tunnel", err)
 	}
-	conn, _, err := c.Tunnel(ctx, pos[0], adminapi.TunnelRequest{Kind: kind, Account: *account, TTL: *ttl, Instance: *instance})
+	conn, _, err := c.Tunnel(ctx, node, adminapi.TunnelRequest{Kind: kind, Account: *account, TTL: *ttl, Instance: *instance})
 	if err != nil {
 		return cli.Fail(env, "bcgw tunnel", err)
 	}
@@ -65,6 +67,21 @@ func tunnelCmd(ctx context.Context, env *cli.Env, args []string) int {
 		return cli.Fail(env, "bcgw tunnel", err)
 	}
 	return 0
+}
+
+// nodeOrInstance parses a tunnel's arguments: NODE, which only an
+// instance tunnel (--instance) may leave out ("" then).
+func nodeOrInstance(fs *flag.FlagSet, env *cli.Env, args []string, instance *string, usage string) (string, int, bool) {
+	pos, code, ok := parseInterleaved(fs, env, args, -1, usage)
+	switch {
+	case !ok:
+		return "", code, false
+	case len(pos) == 1:
+		return pos[0], 0, true
+	case len(pos) == 0 && *instance != "":
+		return "", 0, true
+	}
+	return "", cli.Usagef(env, "usage: %s", usage), false
 }
 
 // frameWriter serializes client frames onto the tunnel.
@@ -108,8 +125,8 @@ func console(ctx context.Context, env *cli.Env, args []string) int {
 	account := fs.String("account", "", "the local account whose login shell runs (never root unless the node's root config allows it); with --instance, who asks")
 	instance := fs.String("instance", "", "the serial console of this instance of the node instead of a shell")
 	ttl := fs.Duration("ttl", agentsvc.DefaultTicketTTL, "the exec ticket's lifetime: the console closes then")
-	const usage = "bcgw console NODE --account ACCOUNT | --instance ID [--ttl 15m]"
-	pos, code, ok := parseInterleaved(fs, env, args, 1, usage)
+	const usage = "bcgw console NODE --account ACCOUNT | [NODE] --instance ID [--ttl 15m]"
+	node, code, ok := nodeOrInstance(fs, env, args, instance, usage)
 	if !ok {
 		return code
 	}
@@ -120,7 +137,7 @@ func console(ctx context.Context, env *cli.Env, args []string) int {
 	if err != nil {
 		return cli.Fail(env, "bcgw console", err)
 	}
-	conn, _, err := c.Tunnel(ctx, pos[0], adminapi.TunnelRequest{Kind: ticket.KindConsole, Account: *account, TTL: *ttl, Instance: *instance})
+	conn, _, err := c.Tunnel(ctx, node, adminapi.TunnelRequest{Kind: ticket.KindConsole, Account: *account, TTL: *ttl, Instance: *instance})
 	if err != nil {
 		return cli.Fail(env, "bcgw console", err)
 	}

@@ -47,6 +47,7 @@ func (s *API) Listeners() (*http.Server, []net.Listener, error) {
 	mux.HandleFunc("POST /v1/nodes/{id}/holds", s.adminHold)
 	mux.HandleFunc("POST /v1/ssh/ca", s.adminSSHCA)
 	mux.HandleFunc("POST /v1/nodes/{id}/tunnel", s.adminTunnel)
+	mux.HandleFunc("POST /v1/instances/{instance}/tunnel", s.adminTunnel)
 	mux.HandleFunc("POST /v1/ssh/sign", s.adminSSHSign)
 	mux.HandleFunc("DELETE /v1/nodes/{id}/holds/{alloc}", s.adminRelease)
 	mux.HandleFunc("PUT /v1/nodes/{id}/spec", s.adminSetSpec)

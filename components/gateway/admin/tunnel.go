@@ -31,7 +31,8 @@ import (
 // reading stop the writer.
 
 // adminTunnel is POST /v1/nodes/{id}/tunnel?kind=K&account=A&ttl=D
-// [&instance=I] with Upgrade: bcd-tunnel.
+// [&instance=I], or POST /v1/instances/{instance}/tunnel?kind=K&... (the
+// node that runs it found by the gateway), with Upgrade: bcd-tunnel.
 func (s *API) adminTunnel(w http.ResponseWriter, r *http.Request) {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), adminapi.TunnelUpgrade) {
 		adminErr(w, http.StatusBadRequest, errors.New("a tunnel needs Upgrade: "+adminapi.TunnelUpgrade))
@@ -39,6 +40,9 @@ func (s *API) adminTunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	req := adminapi.TunnelRequest{Kind: q.Get("kind"), Account: q.Get("account"), Instance: q.Get("instance")}
+	if in := r.PathValue("instance"); in != "" {
+		req.Instance = in
+	}
 	if req.Account == "" {
 		req.Account = "operator"
 	}

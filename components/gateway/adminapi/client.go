@@ -349,7 +349,13 @@ func (c *Client) Tunnel(ctx context.Context, node string, r TunnelRequest) (io.R
 	if r.Instance != "" {
 		q.Set("instance", r.Instance)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/nodes/"+url.PathEscape(node)+"/tunnel?"+q.Encode(), nil)
+	path := "/v1/nodes/" + url.PathEscape(node) + "/tunnel?"
+	if node == "" {
+		// The gateway finds the node that runs the instance.
+		path = "/v1/instances/" + url.PathEscape(r.Instance) + "/tunnel?"
+		q.Del("instance")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path+q.Encode(), nil)
 	if err != nil {
 		return nil, "", err
 	}

@@ -3,6 +3,8 @@ package agentsvc
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,6 +102,26 @@ func (s *Service) Tunnel(ctx context.Context, st *connect.BidiStream[bcdv1.Tunne
 	return nil
 }
 
+// nodeRunning is the one node with a session on this gateway whose
+// desired spec has instance in one of states (a tunnel goes over the
+// node's session, so only those nodes can carry it).
+func (s *Service) nodeRunning(instance string, states []string) (string, error) {
+	var found []string
+	for _, l := range s.hub.All() {
+		if s.instanceIn(l.NodeID, instance, states...) == nil {
+			found = append(found, l.NodeID)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("no node connected to this gateway (%s) runs instance %s: name the node (bcgw tunnel NODE --instance %s)", s.cfg.Name, instance, instance)
+	case 1:
+		return found[0], nil
+	}
+	slices.Sort(found)
+	return "", fmt.Errorf("instance %s is in the specs of nodes %s: name the node", instance, strings.Join(found, ", "))
+}
+
 func clipStr(s string) string {
 	if len(s) > 64 {
 		return s[:64] + "..."
@@ -118,6 +140,21 @@ func (s *Service) OpenTunnel(ctx context.Context, node string, r adminapi.Tunnel
 	if r.Instance != "" && !ticket.InstanceID(r.Instance) {
 		return nil, c, fmt.Errorf("instance %q is not an instance id ([A-Za-z0-9][A-Za-z0-9_-], 1 to 64)", clipStr(r.Instance))
 	}
+	// A paused instance's console may be open (the node checks the
+	// instance runs before it dials anything).
+	states := []string{"RUNNING"}
+	if r.Kind == ticket.KindConsole {
+		states = append(states, "PAUSED")
+	}
+	if node == "" {
+		if r.Instance == "" {
+			return nil, c, fmt.Errorf("no node named")
+		}
+		var err error
+		if node, err = s.nodeRunning(r.Instance, states); err != nil {
+			return nil, c, err
+		}
+	}
 	if r.TTL == 0 {
 		r.TTL = DefaultTicketTTL
 	}
@@ -129,12 +166,6 @@ func (s *Service) OpenTunnel(ctx context.Context, node string, r adminapi.Tunnel
 		return nil, c, err
 	}
 	if r.Instance != "" {
-		// A paused instance's console may be open (the node checks the
-		// instance runs before it dials anything).
-		states := []string{"RUNNING"}
-		if r.Kind == ticket.KindConsole {
-			states = append(states, "PAUSED")
-		}
 		if err := s.instanceIn(node, r.Instance, states...); err != nil {
 			return nil, c, fmt.Errorf("no tunnel to instance %s: %w", r.Instance, err)
 		}
