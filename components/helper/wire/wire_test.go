@@ -270,6 +270,8 @@ func FuzzDecodeResponse(f *testing.F) {
 		`{"v":1,"ok":true,"signature":"MEUCIQ==","attest":"/1RDRw==","ak_public":"ACM="}`,
 		`{"v":1,"ok":false,"error":"x","retryable":false,"signature":"AA=="}`,
 		`{"v":1,"ok":true,"public":"A"}`,
+		`{"v":1,"ok":true,"console":true}`,
+		`{"v":1,"ok":false,"error":"x","retryable":false,"console":true}`,
 	} {
 		f.Add([]byte(s))
 	}

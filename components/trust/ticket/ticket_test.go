@@ -138,11 +138,15 @@ func FuzzVerify(f *testing.F) {
 	set := jwks(f, map[string]*ecdsa.PrivateKey{"k1": k})
 	good, _ := ticket.Sign(k, "k1", claims())
 	f.Add(good)
+	ic := claims()
+	ic.Instance = "vm-a"
+	inst, _ := ticket.Sign(k, "k1", ic)
+	f.Add(inst)
 	f.Add("eyJhbGciOiJub25lIn0.e30.")
 	f.Add("a.b.c")
 	f.Fuzz(func(t *testing.T, tok string) {
 		c, err := ticket.Verify(tok, set, "node-1", now)
-		if err == nil && (c.Node != "node-1" || !now.Before(c.Expiry) || ticket.CheckKind(c.Kind) != nil) {
+		if err == nil && (c.Node != "node-1" || !now.Before(c.Expiry) || ticket.CheckKind(c.Kind) != nil || c.Instance != "" && !ticket.InstanceID(c.Instance)) {
 			t.Fatalf("accepted %+v", c)
 		}
 	})
