@@ -48,6 +48,14 @@ want ip iproute2
 want ipmi_sim openipmi
 want ipmitool ipmitool
 want mkfs.ext4 e2fsprogs
+# The instances' Debian guest (components/vm/guestimage) is a disk written
+# with no loop mount: an MBR by sfdisk, a FAT boot partition with syslinux
+# (its MBR code from syslinux-common) through mtools, the root by mkfs.ext4 -d.
+want sfdisk fdisk
+want mkfs.fat dosfstools
+want syslinux syslinux
+want mcopy mtools
+[ -e /usr/lib/syslinux/mbr/mbr.bin ] || need+=(syslinux-common)
 want podman podman
 want crun crun
 want busybox busybox-static

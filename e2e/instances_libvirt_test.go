@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,26 +16,32 @@ import (
 	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/helper/sshaccess/sshdtest"
+	"github.com/better-compute/bcd/components/trust/pki"
+	"github.com/better-compute/bcd/components/vm/guestimage"
 	"github.com/better-compute/bcd/components/vm/libvirttest"
 )
 
 // TestInstancesOnLibvirtThroughHelper: an unprivileged bcd node (a host
 // build, as a throwaway account) beside a real bcd helper (root) on a
-// real libvirtd (libvirttest). bcgw instance add puts an instance on it,
-// its qcow2 base served over https on loopback through its pin; the node
-// is killed (SIGKILL) while it sets the instance up and started again:
-// one domain, defined by the helper from the signed section, with bcd's
-// metadata, under TCG as root's [instances] accel says. Then PAUSED,
-// RUNNING, STOPPED as libvirt reports them, and removal: the domain
-// undefined, the instance's directory removed, the base image gone once
-// no instance names it. A domain defined by hand with virsh is reported
-// and stays as it was. The guest disk boots nothing: a guest booting
-// under TCG with cloud-init is not part of this test yet.
+// real libvirtd (libvirttest). bcgw instance add puts an instance with
+// user data on it, its base the Debian guest of guestimage (a qcow2 that
+// boots on its own with SeaBIOS) served over https on loopback through
+// its pin; the node is killed (SIGKILL) while it sets the instance up
+// and started again: one domain, defined by the helper from the signed
+// section, with bcd's metadata, under TCG as root's [instances] accel
+// says. The guest boots and real cloud-init runs the allocation's user
+// data from the seed: its runcmd prints the SHA-256 of a nonce on the
+// serial console, where the test reads it. Then PAUSED, RUNNING, STOPPED
+// as libvirt reports them, and removal: the domain undefined, the
+// instance's directory removed, the base image gone once no instance
+// names it. A domain defined by hand with virsh is reported and stays as
+// it was.
 func TestInstancesOnLibvirtThroughHelper(t *testing.T) {
 	testenv.NeedRoot(t, "it creates a user, runs bcd helper and libvirtd as root")
+	img := guestimage.Cached(t)
 	d := libvirttest.StartWith(t, libvirttest.Options{ReadOnlyForAll: true})
 	l := newLab(t)
-	digest, imageURL, pin := imageServer(t, l)
+	digest, imageURL, pin := fileServer(t, img.Path, img.SHA256)
 	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
 	// Root's own directory: the helper refuses a configuration under
 	// a directory others can write (/tmp).
@@ -58,8 +68,19 @@ func TestInstancesOnLibvirtThroughHelper(t *testing.T) {
 	virsh("define", byhand)
 	handDef := virsh("dumpxml", "--inactive", "byhand")
 
+	// The user data: cloud-init's runcmd prints the nonce's SHA-256,
+	// which the guest computes, so only a command that ran prints it.
+	nonce := randHex(t, 16)
+	proofSum := sha256.Sum256([]byte(nonce))
+	proof := "bcd-proof " + hex.EncodeToString(proofSum[:])
+	ud := filepath.Join(l.root, "user-data")
+	if err := os.WriteFile(ud, []byte("#cloud-config\nruncmd:\n  - echo \"bcd-proof $(printf %s "+nonce+" | sha256sum | cut -c1-64)\" > /dev/ttyS0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.bcgw(g, "secret", "set", "instance-user-data/alloc_a", "--node", hn.id, "--value-file", ud)
+	console := d.ReadConsole(t, "vm-a")
 	l.bcgw(g, "instance", "add", hn.id, "--id", "vm-a", "--alloc", "alloc_a", "--image", digest+"="+imageURL,
-		"--spki-pin", pin, "--memory-mib", "128")
+		"--spki-pin", pin, "--memory-mib", "512", "--user-data")
 	// Kill the node while it sets the instance up: once its directory
 	// is there, or the image is being fetched.
 	data := hn.dataDir
@@ -103,6 +124,15 @@ func TestInstancesOnLibvirtThroughHelper(t *testing.T) {
 		t.Fatalf("no libvirt.define from the node in the helper's log:\n%s", helper.stderr.String())
 	}
 
+	// The guest boots from its disk and cloud-init runs the user data.
+	if !console.Wait(proof, 10*time.Minute) {
+		t.Fatalf("no %q on vm-a's console within 10 minutes of its start; the console:\n%s", proof, console.String())
+	}
+	t.Logf("vm-a: the user data's proof on the console %s after it was opened (the domain's start)", time.Since(console.Opened()).Round(time.Second))
+	if console.Wait("finished at", 2*time.Minute) {
+		t.Logf("vm-a: cloud-init finished %s after the domain's start", time.Since(console.Opened()).Round(time.Second))
+	}
+
 	// bcd status lists the domains, the hand-made one as not bcd's.
 	eventually(t, "bcd status lists the domains", func() error {
 		_, out, errOut := hn.asUser.run("", nil, "bcd-node", "status", "--config", hn.cfg)
@@ -135,4 +165,21 @@ func TestInstancesOnLibvirtThroughHelper(t *testing.T) {
 	if got := virsh("dumpxml", "--inactive", "byhand"); got != handDef {
 		t.Errorf("the domain defined by hand changed:\n%s", got)
 	}
+}
+
+// fileServer serves the file at path, whose SHA-256 is digest, over https
+// on loopback, and returns its URL and the server's pin.
+func fileServer(t *testing.T, path, digest string) (string, string, string) {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Open(path)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		defer f.Close()
+		http.ServeContent(w, r, filepath.Base(path), time.Time{}, f)
+	}))
+	t.Cleanup(srv.Close)
+	return digest, srv.URL + "/" + filepath.Base(path), pki.PinOfCert(srv.Certificate())
 }
