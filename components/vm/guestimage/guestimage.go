@@ -303,7 +303,7 @@ func writeDisk(t testing.TB, tools map[string]string, mbr, root, boot, raw strin
 		t.Fatal(err)
 	}
 	bootOffset := fmt.Sprint(bootStart * sector)
-	run(t, "", tools["mkfs.fat"], "--offset", fmt.Sprint(bootStart), "-n", "BCDBOOT", raw, fmt.Sprint(bootSectors*sector/1024))
+	run(t, "", tools["mkfs.fat"], "-F", "16", "--offset", fmt.Sprint(bootStart), "-n", "BCDBOOT", raw, fmt.Sprint(bootSectors*sector/1024))
 	run(t, "", tools["syslinux"], "--install", "--offset", bootOffset, raw)
 	run(t, "", tools["mcopy"], "-i", raw+"@@"+bootOffset,
 		filepath.Join(boot, "vmlinuz"), filepath.Join(boot, "initrd.img"), filepath.Join(boot, "syslinux.cfg"), "::/")
