@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -276,23 +274,7 @@ func TestHAFailoverSoak(t *testing.T) {
 	}
 
 	// No mark twice; each SUCCEEDED one once.
-	marks := map[string]int{}
-	for i := range agents {
-		f, err := os.Open(filepath.Join(simDir, strconv.Itoa(i), "fakehw", "marks.log"))
-		if os.IsNotExist(err) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if id, _, ok := strings.Cut(sc.Text(), " "); ok {
-				marks[id]++
-			}
-		}
-		f.Close()
-	}
+	marks := marksOf(t, simDir, agents)
 	for id, n := range marks {
 		if n > 1 {
 			t.Errorf("the mark of %s happened %d times", id, n)

@@ -186,8 +186,11 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	h := hub.New()
 	var fl *fleet.Fleet
 	gauges := metrics.Gauges{Sessions: h.Count, DatabaseUp: func() bool { return fl.Health().Database.Reachable }}
+	setupSlots := 0 // agentsvc's default
 	if pg, ok := st.(*pgstore.PG); ok {
 		gauges.PoolWaits = func() (int64, time.Duration) { s := pg.PoolStats(); return s.Waits, s.WaitTime }
+		// Half the pool for new sessions' set-ups, half for the live ones.
+		setupSlots = max(2, int(pg.PoolStats().Max)/2)
 	}
 	m := metrics.New(cfg.Name, gauges)
 	keyStore, _ := st.(store.KeyStore) // the timed store below is not one
@@ -206,7 +209,7 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	svc := agentsvc.New(agentsvc.Config{
 		TrustDomain: cfg.TrustDomain, Name: cfg.Name, CertValidity: cfg.CertValidity, Heartbeat: cfg.Heartbeat,
-		MaxSessions: cfg.MaxSessions, Pushback: cfg.Pushback, JoinRate: cfg.JoinRate,
+		MaxSessions: cfg.MaxSessions, Pushback: cfg.Pushback, JoinRate: cfg.JoinRate, SetupSlots: setupSlots,
 		CloudIIDCerts: cfg.CloudIIDCerts, CloudIIDMaxAge: cfg.CloudIIDMaxAge,
 	}, fl, h)
 	s := &Server{Fleet: fl, svc: svc, cfg: cfg, log: cfg.Log, store: st, keys: k, hub: h, metrics: m, servingIPs: ips}

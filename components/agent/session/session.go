@@ -211,7 +211,10 @@ func (s *Session) Run(ctx context.Context) error {
 		}
 		if wait == 0 {
 			if p, ok := backoff.Pushback(err); ok {
-				wait = p
+				// Spread out: a gateway that refuses thousands of agents at
+				// once (its set-up queue in a failover) gets them back over
+				// half the pushback again, not all at the same moment.
+				wait = backoff.Jitter(p)
 			} else {
 				wait = backoff.Full(failures, s.cfg.BackoffBase, s.cfg.BackoffMax)
 				failures++

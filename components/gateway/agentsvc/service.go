@@ -22,6 +22,7 @@ type Config struct {
 	MaxSessions  int           // live sessions beyond this are refused busy; 0 = unlimited
 	Pushback     time.Duration // the retry pushback a busy refusal carries
 	JoinRate     float64       // joins a second admitted (joinlimit.go)
+	SetupSlots   int           // session set-ups at once (setup.go); 0: DefaultSetupSlots
 	// CloudIIDCerts are the certificates EC2 identity documents must verify
 	// under (AWS's published ones, or a test's); none: cloud-iid is refused.
 	CloudIIDCerts []*x509.Certificate
@@ -49,6 +50,8 @@ type Service struct {
 	// ws issues the WebSocket fallback's challenges (websocket.go).
 	ws     *wsproof.Issuer
 	wsOnce sync.Once
+	// setups admits a few session set-ups at a time (setup.go).
+	setups *setupGate
 	// cloudMu admits one cloud-iid join at a time (cloudiid.go).
 	cloudMu sync.Mutex
 }
@@ -56,6 +59,7 @@ type Service struct {
 // New is the agent service over fl, whose sessions h registers.
 func New(cfg Config, fl *fleet.Fleet, h *hub.Hub) *Service {
 	s := &Service{Fleet: fl, cfg: cfg, log: fl.Log(), store: fl.Store(), shared: fl.Shared(), keys: fl.Keys(), hub: h, now: time.Now}
+	s.setups = newSetupGate(cfg.SetupSlots, setupQueueMax)
 	s.joins = newJoinLimiter(joinRate(cfg.JoinRate), DefaultJoinBurst, time.Now)
 	fl.OnSweep(s.pruneTPMChallenges)
 	return s

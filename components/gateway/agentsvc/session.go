@@ -17,8 +17,8 @@ import (
 )
 
 // busy refuses a session with a retry pushback the agent honours.
-func (s *Service) busy() error {
-	err := connect.NewError(connect.CodeResourceExhausted, errors.New("gateway is at its session limit; retry later"))
+func (s *Service) busy(why string) error {
+	err := connect.NewError(connect.CodeResourceExhausted, errors.New(why))
 	err.Meta().Set("grpc-retry-pushback-ms", strconv.FormatInt(s.cfg.Pushback.Milliseconds(), 10))
 	return err
 }
@@ -32,17 +32,30 @@ type frameStream interface {
 
 // Session serves one agent's stream.
 func (s *Service) Session(ctx context.Context, st *connect.BidiStream[bcdv1.AgentFrame, bcdv1.GatewayFrame]) error {
+	release, ok := s.setups.enter(ctx)
+	defer release()
+	if !ok {
+		return s.setupBusy()
+	}
 	n, cert, err := s.peerNode(ctx)
 	if err != nil {
 		return err
 	}
-	return s.serve(ctx, n, cert, st, false)
+	return s.serve(ctx, n, cert, st, false, release)
+}
+
+// setupBusy refuses a session that waited too long for a set-up slot
+// (setup.go), with the busy pushback.
+func (s *Service) setupBusy() error {
+	s.Metrics().SessionRefused("setup_queue")
+	return s.busy("gateway is setting up other sessions; retry later")
 }
 
 // serve runs the session of node n, whose certificate cert the agent
 // proved it holds (mTLS, or the fallback's node proof); overWS marks a
-// session on the WebSocket fallback, which carries no tunnels.
-func (s *Service) serve(ctx context.Context, n store.Node, cert *x509.Certificate, st frameStream, overWS bool) error {
+// session on the WebSocket fallback, which carries no tunnels. It calls
+// setupDone once the session's set-up is over (its set-up slot, setup.go).
+func (s *Service) serve(ctx context.Context, n store.Node, cert *x509.Certificate, st frameStream, overWS bool, setupDone func()) error {
 	log := s.log.With("node", n.ID, "rpc", "Session")
 	if overWS {
 		log = log.With("transport", "websocket")
@@ -68,7 +81,7 @@ func (s *Service) serve(ctx context.Context, n store.Node, cert *x509.Certificat
 	if !s.hub.Reserve(n.ID, s.cfg.MaxSessions) {
 		s.Metrics().SessionRefused("busy")
 		log.Warn("session refused", "reason", "busy", "sessions", s.hub.Count())
-		return s.busy()
+		return s.busy("gateway is at its session limit; retry later")
 	}
 	reserved := true
 	defer func() {
@@ -152,6 +165,7 @@ func (s *Service) serve(ctx context.Context, n store.Node, cert *x509.Certificat
 	if err := s.welcomeSpec(st, l, hello.GetAppliedGeneration(), log); err != nil {
 		return err
 	}
+	setupDone()
 	if n.Role == "site" {
 		// Every site agent learns at once whether it holds the boot lease
 		// (a spec change, queued behind the full spec; not from this

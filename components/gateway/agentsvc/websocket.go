@@ -236,7 +236,13 @@ func (s *Service) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	err = s.serve(ctx, n, cert, &wsStream{ctx: ctx, c: c}, true)
+	release, ok := s.setups.enter(ctx)
+	if ok {
+		err = s.serve(ctx, n, cert, &wsStream{ctx: ctx, c: c}, true, release)
+	} else {
+		err = s.setupBusy()
+	}
+	release()
 	closeWith(c, err)
 }
 

@@ -1,0 +1,293 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/base/testenv"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/gateway/store/pgtest"
+)
+
+// marksOf counts each command's marks in the fakehw marks.log of the
+// first agents sim machines under simDir: a mark made twice is a command
+// run twice.
+func marksOf(t testing.TB, simDir string, agents int) map[string]int {
+	t.Helper()
+	marks := map[string]int{}
+	for i := range agents {
+		f, err := os.Open(filepath.Join(simDir, strconv.Itoa(i), "fakehw", "marks.log"))
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if id, _, ok := strings.Cut(sc.Text(), " "); ok {
+				marks[id]++
+			}
+		}
+		f.Close()
+	}
+	return marks
+}
+
+// metricValue reads one unlabelled-by-op sample of a metric from bcgw's
+// /metrics at addr (0 when it cannot).
+func metricValue(addr, name string) float64 {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			return v
+		}
+	}
+	return 0
+}
+
+// BenchmarkScaleHA is make bench-scale: BCD_SCALE_NODES bcd sim agents
+// (10,000 by default) join through HAProxy, configured as
+// build/haproxy.cfg (the documented configuration), in front of two bcgw
+// on one durable PostgreSQL. It measures the control round trip (p99,
+// p99.9 and max of measuredTrips agent.pings), then kills the gateway
+// holding more sessions with SIGKILL while fakehw.mark commands go through
+// the other every 50 ms, and measures how long until every agent is
+// connected again (failover-s), and the round trip again. At the end every
+// accepted command must be done, SUCCEEDED, and its mark made once: the
+// commands lost and run twice are printed (and fail the run). The
+// PostgreSQL pool's waits on the survivor during each measurement are
+// printed beside it (bcgw_store_pool_wait_seconds_total).
+func BenchmarkScaleHA(b *testing.B) {
+	n := 10000
+	if v := os.Getenv("BCD_SCALE_NODES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("BCD_SCALE_NODES=%q", v)
+		}
+	}
+	connectWait := 30 * time.Minute
+	if v := os.Getenv("BCD_SCALE_CONNECT_MINUTES"); v != "" {
+		m, err := strconv.Atoi(v)
+		if err != nil || m < 1 {
+			b.Fatalf("BCD_SCALE_CONNECT_MINUTES=%q", v)
+		}
+		connectWait = time.Duration(m) * time.Minute
+	}
+	failoverWait := 10 * time.Minute
+	c, err := pgtest.StartDurable()
+	if errors.Is(err, pgtest.ErrNoPostgres) {
+		testenv.Skip(b, "%v", err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Stop)
+	ctx := context.Background()
+	url, err := c.NewDatabase(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	load := func() string {
+		l, _ := os.ReadFile("/proc/loadavg")
+		return strings.Join(strings.Fields(string(l))[:3], " ")
+	}
+	fmt.Printf("scale HA: %d agents, two bcgw behind HAProxy (build/haproxy.cfg), load average %s at the start\n", n, load())
+	h := newHALabOn(b, url, 2, 2*n+256, "--metrics", "127.0.0.1:0")
+	metricsAt := func(i int) string {
+		m := h.gws[i].waitLog(b, "bcgw serving", 10*time.Second)
+		a, _ := m["metrics_addr"].(string)
+		return a
+	}
+	admins := []*adminapi.Client{adminapi.NewClient(h.gws[0].dataDir, "", ""), adminapi.NewClient(h.gws[1].dataDir, "", "")}
+	// held is how many sessions each gateway holds, and their node ids.
+	held := func(alive []int) (map[int]int, []string) {
+		per := map[int]int{}
+		var ids []string
+		for _, i := range alive {
+			cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			ns, err := admins[i].Nodes(cctx)
+			cancel()
+			if err != nil {
+				continue
+			}
+			for _, x := range ns {
+				if x.Connected && x.Gateway == h.gwName(i) {
+					per[i]++
+					ids = append(ids, x.ID)
+				}
+			}
+		}
+		return per, ids
+	}
+	tok := h.token(h.gws[0], "--uses", strconv.Itoa(n))
+	cfg := h.simConfig(h.front(0), "sim")
+	simDir := filepath.Join(filepath.Dir(cfg), "data", "sim")
+	start := time.Now()
+	sim := h.startStdin(tok+"\n", nil, "bcd-node", "sim", "--config", cfg, "--nodes", strconv.Itoa(n), "--seed", "1")
+	var ids []string
+	var per map[int]int
+	for end := time.Now().Add(connectWait); ; time.Sleep(5 * time.Second) {
+		per, ids = held([]int{0, 1})
+		if len(ids) >= n {
+			break
+		}
+		select {
+		case <-sim.done:
+			b.Fatalf("bcd sim exited:\n%s", sim.stderr.String())
+		default:
+		}
+		if time.Now().After(end) {
+			b.Fatalf("only %d of %d agents connected after %s", len(ids), n, connectWait)
+		}
+	}
+	fmt.Printf("scale HA: all %d connected in %s (gw1 %d, gw2 %d), load average %s\n", n, time.Since(start).Round(time.Second), per[0], per[1], load())
+	time.Sleep(20 * time.Second) // the first reports go out
+
+	kill := 0
+	if per[1] > per[0] {
+		kill = 1
+	}
+	surv := 1 - kill
+	survMetrics := metricsAt(surv)
+	trips := func(label string) latency {
+		w0, t0 := metricValue(survMetrics, "bcgw_store_pool_wait_seconds_total"), time.Now()
+		l := roundTrips(b, admins[surv], ids, measuredTrips)
+		w1 := metricValue(survMetrics, "bcgw_store_pool_wait_seconds_total")
+		fmt.Printf("scale HA: %s: %d round trips through gw%d in %s: p50 %s p99 %s p99.9 %s max %s; the survivor's store calls waited %.2f s in all for a pool connection; load average %s\n",
+			label, measuredTrips, surv+1, time.Since(t0).Round(time.Second), l.p50, l.p99, l.p999, l.max, w1-w0, load())
+		return l
+	}
+	before := trips("before")
+
+	// The command stream through the survivor, through the kill.
+	var mu sync.Mutex
+	var accepted []string
+	refused := 0
+	stop, streamDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(streamDone)
+		r := rand.New(rand.NewPCG(1, 2))
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			cmd, err := admins[surv].Send(sctx, adminapi.CommandRequest{Node: ids[r.IntN(len(ids))], Kind: "fakehw.mark", Body: json.RawMessage(`{"sleep_ms":100}`)})
+			cancel()
+			mu.Lock()
+			if err != nil {
+				refused++
+			} else {
+				accepted = append(accepted, cmd.ID)
+			}
+			mu.Unlock()
+		}
+	}()
+	time.Sleep(2 * time.Second)
+	fmt.Printf("scale HA: killing gw%d (%d sessions) with SIGKILL; load average %s\n", kill+1, per[kill], load())
+	killed := time.Now()
+	h.gws[kill].signal(syscall.SIGKILL)
+	h.gws[kill].wait(b, 10*time.Second)
+	var back int
+	for {
+		p, got := held([]int{surv})
+		back = p[surv]
+		if len(got) >= n {
+			break
+		}
+		if time.Since(killed) > failoverWait {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	failover := time.Since(killed)
+	fmt.Printf("scale HA: %d of %d agents connected again %s after the kill; load average %s\n", back, n, failover.Round(100*time.Millisecond), load())
+	after := trips("after")
+	close(stop)
+	<-streamDone
+
+	// Every accepted command done once, its mark made once.
+	mu.Lock()
+	cmds := append([]string(nil), accepted...)
+	mu.Unlock()
+	lost := map[string]bool{}
+	end := time.Now().Add(3 * time.Minute)
+	for _, id := range cmds {
+		var v adminapi.CommandView
+		for {
+			v, err = admins[surv].Command(ctx, id, 10*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if v.State == "done" || time.Now().After(end) {
+				break
+			}
+		}
+		if v.State != "done" || v.Status != "SUCCEEDED" {
+			lost[id] = true
+		}
+	}
+	marks := marksOf(b, simDir, n)
+	twice := 0
+	for _, id := range cmds {
+		switch {
+		case marks[id] > 1:
+			twice++
+		case marks[id] == 0:
+			lost[id] = true // SUCCEEDED without its mark, or never run
+		}
+	}
+	sim.signal(syscall.SIGTERM)
+	sim.wait(b, 5*time.Minute)
+
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	fmt.Printf("bench-scale: %d agents, two bcgw behind HAProxy (build/haproxy.cfg), one killed, on %d cores (load average %s at the end):\n", n, numCPU(), load())
+	fmt.Printf("  %-44s %10.1f s    (budget <= 60)\n", "failover: all agents back after the kill", failover.Seconds())
+	fmt.Printf("  %-44s %10d      (%d sends refused)\n", "commands accepted during the failover", len(cmds), refused)
+	fmt.Printf("  %-44s %10d      (budget 0)\n", "commands lost", len(lost))
+	fmt.Printf("  %-44s %10d      (budget 0)\n", "commands run twice", twice)
+	for _, r := range []struct {
+		name string
+		l    latency
+	}{{"before the kill", before}, {"after the kill", after}} {
+		fmt.Printf("  %-44s %10.1f ms   (budget <= 250)\n", "round trip p99, "+r.name, ms(r.l.p99))
+		fmt.Printf("  %-44s %10.1f ms\n", "round trip p99.9, "+r.name, ms(r.l.p999))
+		fmt.Printf("  %-44s %10.1f ms\n", "round trip max, "+r.name, ms(r.l.max))
+	}
+	b.ReportMetric(failover.Seconds(), "failover-s")
+	b.ReportMetric(ms(max(before.p99, after.p99)), "p99-ms")
+	b.ReportMetric(ms(before.p99), "p99-before-ms")
+	b.ReportMetric(ms(after.p99), "p99-after-ms")
+	b.ReportMetric(ms(max(before.p999, after.p999)), "p99.9-ms")
+	b.ReportMetric(ms(max(before.max, after.max)), "max-ms")
+	b.ReportMetric(float64(len(lost)), "lost")
+	b.ReportMetric(float64(twice), "twice")
+	b.ReportMetric(float64(n), "agents")
+	if back < n || len(lost) > 0 || twice > 0 {
+		b.Errorf("failover: %d of %d agents back after %s, %d commands lost, %d run twice", back, n, failover.Round(time.Second), len(lost), twice)
+	}
+}
