@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# make packages: cross-compiles bcd-node, bcd-site and bcd-helper for each
-# architecture into bin/ARCH/ and builds bcd-node, bcd-site and (when
-# images/out holds a ramdisk) bcd-ramdisk-image-ARCH as .deb and .rpm into
+# make packages: cross-compiles bcd-node, bcd-site, bcd-helper and bcgw for
+# each architecture into bin/ARCH/ and builds bcd-node, bcd-site, bcgw and
+# (when images/out holds a ramdisk) bcd-ramdisk-image-ARCH as .deb and .rpm into
 # bin/packages/ with build/pkg (nfpm, in its own Go module). It ends with
 # each package's size next to its binaries'. See docs/packages.md.
 #
@@ -53,6 +53,7 @@ for arch in $arches; do
     CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -gcflags "$gcflags" -ldflags "$ldflags" \
       -o "$bin_dir/$arch/bcd-$role" "./roles/$role"
   done
+  CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$bin_dir/$arch/bcgw" ./cmd/bcgw
 done
 echo "packages: version $version (commit $commit, release sequence $sequence) into $pkg_dir" >&2
 

@@ -39,6 +39,7 @@ var (
 		"drwxr-xr-x root/root ./usr/share/bcd/",
 		"drwxr-xr-x root/root ./usr/share/bcd/bcd.service.d/",
 		"-rw-r--r-- root/root ./usr/share/bcd/bcd.service.d/10-unprivileged.conf",
+		"-rwxr-xr-x root/root ./usr/share/bcd/install.sh",
 		"drwxr-xr-x root/root ./usr/share/doc/",
 		"drwxr-xr-x root/root ./usr/share/doc/bcd-node/",
 		"-rw-r--r-- root/root ./usr/share/doc/bcd-node/changelog.gz",
@@ -62,6 +63,8 @@ var (
 		"drwxr-xr-x root/root ./usr/bin/",
 		"-rwxr-xr-x root/root ./usr/bin/bcd",
 		"drwxr-xr-x root/root ./usr/share/",
+		"drwxr-xr-x root/root ./usr/share/bcd/",
+		"-rwxr-xr-x root/root ./usr/share/bcd/install.sh",
 		"drwxr-xr-x root/root ./usr/share/doc/",
 		"drwxr-xr-x root/root ./usr/share/doc/bcd-site/",
 		"-rw-r--r-- root/root ./usr/share/doc/bcd-site/changelog.gz",
@@ -83,6 +86,7 @@ var (
 		"-rwxr-xr-x root/root /usr/libexec/bcd/bcd-account",
 		"-rwxr-xr-x root/root /usr/libexec/bcd/bcd-helper",
 		"-rw-r--r-- root/root /usr/share/bcd/bcd.service.d/10-unprivileged.conf",
+		"-rwxr-xr-x root/root /usr/share/bcd/install.sh",
 		"-rw-r--r-- root/root /usr/share/man/man1/bcd.1.gz",
 	}
 	rpmSite = []string{
@@ -90,7 +94,38 @@ var (
 		"-rwxr-xr-x root/root /usr/bin/bcd",
 		"-rw-r--r-- root/root /usr/lib/systemd/system/bcd-rollback@.service",
 		"-rw-r--r-- root/root /usr/lib/systemd/system/bcd-site.service",
+		"-rwxr-xr-x root/root /usr/share/bcd/install.sh",
 		"-rw-r--r-- root/root /usr/share/man/man1/bcd.1.gz",
+	}
+	debGateway = []string{
+		"drwxr-xr-x root/root ./etc/",
+		"drwxr-xr-x root/root ./etc/bcgw/",
+		"-rw-r--r-- root/root ./etc/bcgw/bcgw.env",
+		"drwxr-xr-x root/root ./lib/",
+		"drwxr-xr-x root/root ./lib/systemd/",
+		"drwxr-xr-x root/root ./lib/systemd/system/",
+		"-rw-r--r-- root/root ./lib/systemd/system/bcgw.service",
+		"drwxr-xr-x root/root ./usr/",
+		"drwxr-xr-x root/root ./usr/bin/",
+		"-rwxr-xr-x root/root ./usr/bin/bcgw",
+		"drwxr-xr-x root/root ./usr/share/",
+		"drwxr-xr-x root/root ./usr/share/doc/",
+		"drwxr-xr-x root/root ./usr/share/doc/bcgw/",
+		"-rw-r--r-- root/root ./usr/share/doc/bcgw/changelog.gz",
+		"-rw-r--r-- root/root ./usr/share/doc/bcgw/copyright",
+		"drwxr-xr-x root/root ./usr/share/lintian/",
+		"drwxr-xr-x root/root ./usr/share/lintian/overrides/",
+		"-rw-r--r-- root/root ./usr/share/lintian/overrides/bcgw",
+		"drwxr-xr-x root/root ./usr/share/man/",
+		"drwxr-xr-x root/root ./usr/share/man/man1/",
+		"-rw-r--r-- root/root ./usr/share/man/man1/bcgw.1.gz",
+	}
+	rpmGateway = []string{
+		"drwxr-xr-x root/root /etc/bcgw",
+		"-rw-r--r-- root/root /etc/bcgw/bcgw.env",
+		"-rwxr-xr-x root/root /usr/bin/bcgw",
+		"-rw-r--r-- root/root /usr/lib/systemd/system/bcgw.service",
+		"-rw-r--r-- root/root /usr/share/man/man1/bcgw.1.gz",
 	}
 )
 
@@ -174,6 +209,7 @@ func TestListings(t *testing.T) {
 		}{
 			{"bcd-node", arch, debNode, rpmNode},
 			{"bcd-site", arch, debSite, rpmSite},
+			{"bcgw", arch, debGateway, rpmGateway},
 			{"bcd-ramdisk-image-" + arch, "all", debRamdisk(arch), rpmRamdisk(arch)},
 		} {
 			deb := filepath.Join(fx.pkgs1, debName(c.name, v1, c.arch))
@@ -182,23 +218,24 @@ func TestListings(t *testing.T) {
 			sameList(t, "rpm -qlp "+filepath.Base(rpm), rpmListing(t, rpm), c.rpm)
 		}
 	}
-	// Nothing else was built: two architectures, three packages, two formats.
+	// Nothing else was built: two architectures, four packages, two formats.
 	entries, err := os.ReadDir(fx.pkgs1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 12 {
+	if len(entries) != 16 {
 		var names []string
 		for _, e := range entries {
 			names = append(names, e.Name())
 		}
-		t.Errorf("%s holds %d files, want 12: %v", fx.pkgs1, len(entries), names)
+		t.Errorf("%s holds %d files, want 16: %v", fx.pkgs1, len(entries), names)
 	}
 }
 
-// TestMetadata: versions, architectures, conflicts, maintainer, license;
-// no conffiles (config.toml is written by install.sh, never shipped); the
-// maintainer scripts where expected.
+// TestMetadata: versions, architectures, conflicts, dependencies,
+// maintainer, license; no conffiles in the agents' packages (config.toml
+// is written by install.sh, never shipped), bcgw's environment file as
+// its one; the maintainer scripts where expected.
 func TestMetadata(t *testing.T) {
 	need(t, "dpkg", "dpkg")
 	need(t, "rpm", "rpm")
@@ -207,14 +244,20 @@ func TestMetadata(t *testing.T) {
 		for _, c := range []struct {
 			name, arch, conflicts string
 			scripts               bool
+			conffile              string
+			depends, requires     string // the deb's Depends, the rpm's requirements (rpm -qp --requires)
 		}{
-			{"bcd-node", arch, "bcd-site", true},
-			{"bcd-site", arch, "bcd-node", true},
-			{"bcd-ramdisk-image-" + arch, "all", "", false},
+			{"bcd-node", arch, "bcd-site", true, "", "passwd", "/bin/sh /usr/sbin/useradd /usr/sbin/gpasswd"},
+			{"bcd-site", arch, "bcd-node", true, "", "", "/bin/sh"},
+			{"bcgw", arch, "", true, "/etc/bcgw/bcgw.env", "passwd", "/bin/sh /usr/sbin/useradd"},
+			{"bcd-ramdisk-image-" + arch, "all", "", false, "", "", ""},
 		} {
 			deb := filepath.Join(fx.pkgs1, debName(c.name, v1, c.arch))
-			fields := run(t, "", "dpkg-deb", "-f", deb, "Package", "Version", "Architecture", "Conflicts", "Section", "Priority")
+			fields := run(t, "", "dpkg-deb", "-f", deb, "Package", "Version", "Architecture", "Depends", "Conflicts", "Section", "Priority")
 			want := "Package: " + c.name + "\nVersion: " + v1 + "\nArchitecture: " + c.arch + "\n"
+			if c.depends != "" {
+				want += "Depends: " + c.depends + "\n"
+			}
 			if c.conflicts != "" {
 				want += "Conflicts: " + c.conflicts + "\n"
 			}
@@ -226,6 +269,12 @@ func TestMetadata(t *testing.T) {
 				t.Errorf("%s: %q is not a maintainer with an address", filepath.Base(deb), m)
 			}
 			wantCtrl := []string{"./control", "./md5sums"}
+			if c.conffile != "" {
+				wantCtrl = append(wantCtrl, "./conffiles")
+				if got := strings.TrimSpace(controlFile(t, deb, "./conffiles")); got != c.conffile {
+					t.Errorf("%s conffiles %q, want %q", filepath.Base(deb), got, c.conffile)
+				}
+			}
 			if c.scripts {
 				wantCtrl = append(wantCtrl, "./postinst", "./postrm", "./prerm")
 			}
@@ -241,9 +290,41 @@ func TestMetadata(t *testing.T) {
 			if got := strings.TrimSpace(run(t, "", "rpm", "-qp", "--conflicts", rpm)); got != c.conflicts {
 				t.Errorf("%s: conflicts %q, want %q", filepath.Base(rpm), got, c.conflicts)
 			}
-			if got := strings.TrimSpace(run(t, "", "rpm", "-qp", "--configfiles", rpm)); got != "" {
-				t.Errorf("%s: config files %q, want none", filepath.Base(rpm), got)
+			if got := strings.TrimSpace(run(t, "", "rpm", "-qp", "--configfiles", rpm)); got != c.conffile {
+				t.Errorf("%s: config files %q, want %q", filepath.Base(rpm), got, c.conffile)
 			}
+			if c.conffile != "" {
+				// %config(noreplace): an edited file is kept on an upgrade.
+				if got := strings.TrimSpace(run(t, "", "rpm", "-qp", "--qf", `[%{FILEFLAGS:fflags} %{FILENAMES}\n]`, rpm)); !strings.Contains(got, "cn "+c.conffile) {
+					t.Errorf("%s: %s is not %%config(noreplace):\n%s", filepath.Base(rpm), c.conffile, got)
+				}
+			}
+			var requires []string
+			for _, r := range strings.Split(strings.TrimSpace(run(t, "", "rpm", "-qp", "--requires", rpm)), "\n") {
+				if r != "" && !strings.HasPrefix(r, "rpmlib(") { // rpm's own format features
+					requires = append(requires, r)
+				}
+			}
+			if got := strings.Join(requires, " "); got != c.requires {
+				t.Errorf("%s: requires %q, want %q", filepath.Base(rpm), got, c.requires)
+			}
+		}
+	}
+}
+
+// controlFile is one member of deb's control archive.
+func controlFile(t *testing.T, deb, name string) string {
+	t.Helper()
+	tr := tar.NewReader(bytes.NewReader([]byte(run(t, "", "dpkg-deb", "--ctrl-tarfile", deb))))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("%s has no %s in its control archive", deb, name)
+		}
+		if h.Name == name {
+			var b bytes.Buffer
+			b.ReadFrom(tr)
+			return b.String()
 		}
 	}
 }
@@ -276,6 +357,7 @@ func TestBinaries(t *testing.T) {
 			{"bcd-node", "bcd-node", "/usr/bin/bcd"},
 			{"bcd-node", "bcd-helper", "/usr/libexec/bcd/bcd-helper"},
 			{"bcd-site", "bcd-site", "/usr/bin/bcd"},
+			{"bcgw", "bcgw", "/usr/bin/bcgw"},
 		} {
 			bin := filepath.Join(fx.bin1, arch, c.bin)
 			f, err := elf.Open(bin)
@@ -311,8 +393,8 @@ func TestLintian(t *testing.T) {
 	need(t, "lintian", "lintian")
 	built(t)
 	debs, err := filepath.Glob(filepath.Join(fx.pkgs1, "*.deb"))
-	if err != nil || len(debs) != 6 {
-		t.Fatalf("%d .debs (%v), want 6", len(debs), err)
+	if err != nil || len(debs) != 8 {
+		t.Fatalf("%d .debs (%v), want 8", len(debs), err)
 	}
 	debs = append(debs, filepath.Join(fx.pkgs2, debName("bcd-node", v2, "amd64")))
 	cmd := exec.Command("lintian", append([]string{"--display-level", ">=warning", "--fail-on", "error"}, debs...)...)
@@ -338,7 +420,7 @@ func TestMaintainerScripts(t *testing.T) {
 	built(t)
 	dir := t.TempDir()
 	var scripts []string
-	for _, name := range []string{"bcd-node", "bcd-site"} {
+	for _, name := range []string{"bcd-node", "bcd-site", "bcgw"} {
 		ctrl := filepath.Join(dir, name+"-deb")
 		run(t, "", "dpkg-deb", "-e", filepath.Join(fx.pkgs1, debName(name, v1, "amd64")), ctrl)
 		for _, s := range []string{"postinst", "prerm", "postrm"} {
@@ -377,6 +459,8 @@ func TestSizes(t *testing.T) {
 			{rpmName("bcd-node", v1, arch), arch + "/bcd-node+" + arch + "/bcd-helper"},
 			{debName("bcd-site", v1, arch), arch + "/bcd-site"},
 			{rpmName("bcd-site", v1, arch), arch + "/bcd-site"},
+			{debName("bcgw", v1, arch), arch + "/bcgw"},
+			{rpmName("bcgw", v1, arch), arch + "/bcgw"},
 		} {
 			st, err := os.Stat(filepath.Join(fx.pkgs1, c.file))
 			if err != nil {
@@ -422,13 +506,14 @@ func TestUnitsVerify(t *testing.T) {
 	bin := filepath.Join(fx.bin1, "amd64")
 	for unit, binary := range map[string]string{
 		"bcd.service": "bcd-node", "bcd-join.service": "bcd-node", "bcd-site.service": "bcd-site", "bcd-helper.service": "bcd-helper",
-		"bcd-rollback@.service": "bcd-node",
+		"bcd-rollback@.service": "bcd-node", "bcgw.service": "bcgw",
 	} {
 		data, err := os.ReadFile(filepath.Join(src, unit))
 		if err != nil {
 			t.Fatal(err)
 		}
 		s := strings.NewReplacer("ExecStart=/usr/bin/bcd ", "ExecStart="+filepath.Join(bin, binary)+" ",
+			"ExecStart=/usr/bin/bcgw ", "ExecStart="+filepath.Join(bin, binary)+" ",
 			"ExecCondition=/usr/bin/bcd ", "ExecCondition="+filepath.Join(bin, binary)+" ",
 			"ExecStart=/usr/libexec/bcd/bcd-helper ", "ExecStart="+filepath.Join(bin, binary)+" ").Replace(string(data))
 		if s == string(data) {

@@ -1,5 +1,5 @@
 // Command pkg builds bcd's packages with nfpm as a library: bcd-node,
-// bcd-site and, when images/out holds a ramdisk, bcd-ramdisk-image-ARCH,
+// bcd-site, bcgw and, when images/out holds a ramdisk, bcd-ramdisk-image-ARCH,
 // each as a .deb and an .rpm, for every architecture asked for. It lives
 // in its own module (build/pkg/go.mod) so that nfpm's dependencies never
 // enter the daemon's. build/packages.sh cross-compiles the binaries and
@@ -39,7 +39,7 @@ type options struct {
 	version    string // the package version (packageVersion)
 	arches     []string
 	formats    []string
-	bin        string // BIN/ARCH/bcd-{node,site,helper}
+	bin        string // BIN/ARCH/bcd-{node,site,helper} and BIN/ARCH/bcgw
 	images     string // the ramdisk artifacts (images/out)
 	out        string
 	systemd    string // build/systemd
@@ -73,7 +73,7 @@ func run(args []string) error {
 	flags.StringVar(&o.rawVersion, "version", os.Getenv("VERSION"), "the version the binaries were built with (v1.2.3, git describe output, 0.1.0-dev)")
 	arches := flags.String("arch", "amd64,arm64", "architectures, comma-separated")
 	formats := flags.String("formats", "deb,rpm", "package formats, comma-separated")
-	flags.StringVar(&o.bin, "bin", "../../bin", "directory holding ARCH/bcd-node, ARCH/bcd-site and ARCH/bcd-helper")
+	flags.StringVar(&o.bin, "bin", "../../bin", "directory holding ARCH/bcd-node, ARCH/bcd-site, ARCH/bcd-helper and ARCH/bcgw")
 	flags.StringVar(&o.images, "images", "../../images/out", "the ramdisk artifacts: vmlinuz, initramfs.cpio.zst, ramdisk.ipxe and their .sha256 (amd64 here or in amd64/, others in ARCH/)")
 	flags.StringVar(&o.out, "out", "../../bin/packages", "where the packages are written")
 	flags.StringVar(&o.systemd, "systemd", "../systemd", "the systemd units")
@@ -136,7 +136,7 @@ func run(args []string) error {
 
 	var specs []spec
 	for _, arch := range o.arches {
-		specs = append(specs, nodeSpec(o, arch), siteSpec(o, arch))
+		specs = append(specs, nodeSpec(o, arch), siteSpec(o, arch), gatewaySpec(o, arch))
 		s, ok, why, err := ramdiskSpec(o, arch)
 		if err != nil {
 			return err
@@ -206,6 +206,7 @@ func buildOne(o *options, s spec, format string) (built, error) {
 		MTime:         o.mtime,
 	}
 	info.Conflicts = s.Conflicts
+	info.Depends = s.Depends[format]
 	info.Umask = 0o022
 	info.Deb.Compression = "xz"
 	info.RPM.Compression = "xz"
@@ -223,18 +224,20 @@ func buildOne(o *options, s spec, format string) (built, error) {
 		switch {
 		case e.Src == "":
 			c.Type = files.TypeDir
+		case e.Conf:
+			c.Type = files.TypeConfigNoReplace
 		case e.Unit:
 			c.Destination = unitDirs[format] + "/" + e.Dst
 		}
 		info.Contents = append(info.Contents, c)
 	}
-	if s.Man {
-		page, err := gzipFile(o, filepath.Join(o.build, "man", "bcd.1"))
+	if s.Man != "" {
+		page, err := gzipFile(o, filepath.Join(o.build, "man", s.Man))
 		if err != nil {
 			return built{}, err
 		}
 		info.Contents = append(info.Contents, &files.Content{
-			Source: page, Destination: "/usr/share/man/man1/bcd.1.gz",
+			Source: page, Destination: "/usr/share/man/man1/" + s.Man + ".gz",
 			FileInfo: &files.ContentFileInfo{Owner: "root", Group: "root", Mode: 0o644, MTime: o.mtime},
 		})
 	}

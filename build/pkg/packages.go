@@ -19,11 +19,12 @@ type spec struct {
 	Description string // the long description, plain paragraphs
 	License     string
 	Conflicts   []string
+	Depends     map[string][]string // by format: what the maintainer scripts run that the base system may lack
 	Files       []entry
 	Scripts     *scriptData // nil: no maintainer scripts
 	Binaries    []string    // what `make sizes` prints next to the package
 	StaticELF   []string    // installed static binaries (a lintian override each)
-	Man         bool        // ships bcd(1)
+	Man         string      // the man page of build/man it ships in section 1
 }
 
 // An entry is one file or directory of a package.
@@ -32,6 +33,7 @@ type entry struct {
 	Src  string // "" for a directory
 	Mode fs.FileMode
 	Unit bool // a systemd unit: installed in the format's unit directory
+	Conf bool // the operator's to edit: a conffile, kept on upgrades
 }
 
 // scriptData fills the maintainer script templates.
@@ -41,6 +43,7 @@ type scriptData struct {
 	Restart string // units restarted after an upgrade, only if running
 	Stop    string // units stopped when the package is removed
 	Helper  bool   // the bcd account's helper setup path
+	Gateway bool   // bcgw: its account and key-encryption key, no /var/lib/bcd
 }
 
 // unitDirs is where each format installs units: Debian bookworm's
@@ -66,9 +69,13 @@ func nodeSpec(o *options, arch string) spec {
 			"its desired state.\n\n" +
 			"This package holds the node agent as /usr/bin/bcd, bcd helper (the root half of " +
 			"privilege separation) and their systemd units. It starts nothing by itself: " +
-			"build/install.sh writes /etc/bcd/config.toml, joins and starts the agent.",
+			"/usr/share/bcd/install.sh (build/install.sh of the source) writes " +
+			"/etc/bcd/config.toml, joins and starts the agent.",
 		License:   o.license,
 		Conflicts: []string{"bcd-site"},
+		// bcd-account (the postinst's, on a host set up for the helper)
+		// runs useradd and gpasswd; see gatewaySpec.
+		Depends: map[string][]string{"deb": {"passwd"}, "rpm": {"/bin/sh", "/usr/sbin/useradd", "/usr/sbin/gpasswd"}},
 		Files: []entry{
 			{Dst: "/usr/bin/bcd", Src: filepath.Join(bin, "bcd-node"), Mode: 0o755},
 			{Dst: "/usr/libexec/bcd/bcd-helper", Src: filepath.Join(bin, "bcd-helper"), Mode: 0o755},
@@ -78,6 +85,7 @@ func nodeSpec(o *options, arch string) spec {
 			{Dst: "bcd-helper.service", Src: filepath.Join(o.systemd, "bcd-helper.service"), Mode: 0o644, Unit: true},
 			{Dst: "bcd-rollback@.service", Src: filepath.Join(o.systemd, "bcd-rollback@.service"), Mode: 0o644, Unit: true},
 			{Dst: "/usr/share/bcd/bcd.service.d/10-unprivileged.conf", Src: filepath.Join(o.systemd, "bcd.service.d", "10-unprivileged.conf"), Mode: 0o644},
+			{Dst: "/usr/share/bcd/install.sh", Src: filepath.Join(o.build, "install.sh"), Mode: 0o755},
 			{Dst: "/etc/bcd", Mode: 0o755},
 		},
 		Scripts: &scriptData{
@@ -89,7 +97,7 @@ func nodeSpec(o *options, arch string) spec {
 		},
 		Binaries:  []string{filepath.Join(bin, "bcd-node"), filepath.Join(bin, "bcd-helper")},
 		StaticELF: []string{"/usr/bin/bcd", "/usr/libexec/bcd/bcd-helper"},
-		Man:       true,
+		Man:       "bcd.1",
 	}
 }
 
@@ -105,14 +113,18 @@ func siteSpec(o *options, arch string) spec {
 		Description: "bcd site runs beside a site's machines: the agent that drives their BMCs, " +
 			"and the boot server that answers PXE (proxy DHCP, TFTP, iPXE scripts) from a " +
 			"verified image cache while it holds the site's boot lease.\n\n" +
-			"This package holds the site agent as /usr/bin/bcd and bcd-site.service. A machine " +
-			"is a node or a site, so it conflicts with bcd-node.",
+			"This package holds the site agent as /usr/bin/bcd and bcd-site.service. " +
+			"/usr/share/bcd/install.sh --role site (build/install.sh of the source) writes " +
+			"/etc/bcd/config.toml, joins and starts it. A machine is a node or a site, so it " +
+			"conflicts with bcd-node.",
 		License:   o.license,
 		Conflicts: []string{"bcd-node"},
+		Depends:   map[string][]string{"rpm": {"/bin/sh"}},
 		Files: []entry{
 			{Dst: "/usr/bin/bcd", Src: filepath.Join(bin, "bcd-site"), Mode: 0o755},
 			{Dst: "bcd-site.service", Src: filepath.Join(o.systemd, "bcd-site.service"), Mode: 0o644, Unit: true},
 			{Dst: "bcd-rollback@.service", Src: filepath.Join(o.systemd, "bcd-rollback@.service"), Mode: 0o644, Unit: true},
+			{Dst: "/usr/share/bcd/install.sh", Src: filepath.Join(o.build, "install.sh"), Mode: 0o755},
 			{Dst: "/etc/bcd", Mode: 0o755},
 		},
 		Scripts: &scriptData{
@@ -123,7 +135,48 @@ func siteSpec(o *options, arch string) spec {
 		},
 		Binaries:  []string{filepath.Join(bin, "bcd-site")},
 		StaticELF: []string{"/usr/bin/bcd"},
-		Man:       true,
+		Man:       "bcd.1",
+	}
+}
+
+// gatewaySpec is bcgw: the gateway as /usr/bin/bcgw, bcgw.service (its
+// own account, made by the maintainer scripts), the flags' environment
+// file as a conffile and bcgw(1).
+func gatewaySpec(o *options, arch string) spec {
+	bin := filepath.Join(o.bin, arch)
+	return spec{
+		Name:    "bcgw",
+		Arch:    arch,
+		Summary: "Better Compute gateway and control plane",
+		Description: "bcgw is the gateway bcd agents dial out to: it joins nodes with tokens, " +
+			"serves their sessions over pinned mTLS, keeps their desired state and sends " +
+			"them signed commands. Several gateways on one PostgreSQL database serve a " +
+			"fleet behind a load balancer.\n\n" +
+			"This package holds /usr/bin/bcgw and bcgw.service, which runs it as the bcgw " +
+			"system account with the key-encryption key /etc/bcgw/kek as a systemd " +
+			"credential and the flags of /etc/bcgw/bcgw.env. It makes the account and the " +
+			"key and enables the unit, but starts nothing by itself.",
+		License: o.license,
+		// The postinst makes the account with useradd: Debian's passwd,
+		// the shadow utilities of RPM distributions (named by the file,
+		// as Fedora's shadow-utils and openSUSE's shadow both provide it).
+		Depends: map[string][]string{"deb": {"passwd"}, "rpm": {"/bin/sh", "/usr/sbin/useradd"}},
+		Files: []entry{
+			{Dst: "/usr/bin/bcgw", Src: filepath.Join(bin, "bcgw"), Mode: 0o755},
+			{Dst: "bcgw.service", Src: filepath.Join(o.systemd, "bcgw.service"), Mode: 0o644, Unit: true},
+			{Dst: "/etc/bcgw/bcgw.env", Src: filepath.Join(o.self, "files", "bcgw.env"), Mode: 0o644, Conf: true},
+			{Dst: "/etc/bcgw", Mode: 0o755},
+		},
+		Scripts: &scriptData{
+			Package: "bcgw",
+			Enable:  "bcgw.service",
+			Restart: "bcgw.service",
+			Stop:    "bcgw.service",
+			Gateway: true,
+		},
+		Binaries:  []string{filepath.Join(bin, "bcgw")},
+		StaticELF: []string{"/usr/bin/bcgw"},
+		Man:       "bcgw.1",
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/better-compute/bcd/components/base/sdnotify"
 	"github.com/better-compute/bcd/components/gateway/admin"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
 	"github.com/better-compute/bcd/components/gateway/agentsvc"
@@ -350,12 +351,18 @@ func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("bcgw serving", "addr", ln.Addr().String(), "server_name", s.cfg.ServerName, "data_dir", s.cfg.DataDir,
 		"admin_socket", filepath.Join(s.cfg.DataDir, adminapi.AdminSocket), "admin_url", s.AdminURL(), "metrics_addr", addrString(s.MetricsAddr()),
 		"health_addr", addrString(s.HealthAddr()))
+	// Under bcgw.service (Type=notify) the unit's start finishes here:
+	// the listeners are bound and the store and keys are loaded.
+	if err := sdnotify.Ready(); err != nil {
+		s.log.Warn("telling systemd bcgw is ready", "err", err)
+	}
 
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 		s.log.Error("serve failed", "err", err)
 	}
+	_ = sdnotify.Stopping()
 	// Drain: ask every agent to redial (another gateway, or this one after a
 	// restart), give the frames a moment to go out, then stop.
 	n := s.hub.DrainAll("gateway shutting down")
