@@ -97,13 +97,19 @@ func (s *sshLab) ssh(key string, extra ...string) error {
 // eventually retries f for up to 30 s.
 func eventually(t testing.TB, what string, f func() error) {
 	t.Helper()
+	eventuallyWithin(t, 30*time.Second, what, f)
+}
+
+// eventuallyWithin waits up to d for f to return nil.
+func eventuallyWithin(t testing.TB, d time.Duration, what string, f func() error) {
+	t.Helper()
 	var err error
-	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		if err = f(); err == nil {
 			return
 		}
 	}
-	t.Fatalf("%s: %v", what, err)
+	t.Fatalf("%s: not within %s: %v", what, d, err)
 }
 
 // TestSSHCAAgainstRealSSHD: bcgw ssh-ca puts the user CA and a node-bound

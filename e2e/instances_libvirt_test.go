@@ -109,7 +109,7 @@ func TestInstancesOnLibvirtThroughHelper(t *testing.T) {
 	}
 	// The first time: the node fetches the image (about 1 GiB) again
 	// after the kill, checks it and makes the disk.
-	eventually3m(t, "vm-a defined and running", func() error {
+	eventuallyWithin(t, 3*time.Minute, "vm-a defined and running", func() error {
 		st := l.gwStatus(g, hn.id)
 		if section(st, "instances").State != "CONVERGED" || st.ObservedGeneration != st.SpecGeneration {
 			return fmt.Errorf("instances: %+v", section(st, "instances"))
@@ -191,16 +191,4 @@ func fileServer(t *testing.T, path, digest string) (string, string, string) {
 	}))
 	t.Cleanup(srv.Close)
 	return digest, srv.URL + "/" + filepath.Base(path), pki.PinOfCert(srv.Certificate())
-}
-
-// eventually3m waits up to 3 minutes for f to return nil.
-func eventually3m(t *testing.T, what string, f func() error) {
-	t.Helper()
-	var err error
-	for end := time.Now().Add(3 * time.Minute); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-		if err = f(); err == nil {
-			return
-		}
-	}
-	t.Fatalf("%s: not within 3 minutes: %v", what, err)
 }

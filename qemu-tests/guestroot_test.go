@@ -1,12 +1,10 @@
 package qemutests
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/better-compute/bcd/components/vm/guestimage"
 )
 
 // The systemd tier's guest: a Debian root made by debootstrap from
@@ -353,50 +353,8 @@ func tail(s string, n int) string {
 	return s
 }
 
-// debianMirror is $BCD_DEBIAN_MIRROR, else the first http(s) archive apt's
-// sources name for the suite, else deb.debian.org.
-func debianMirror() string {
-	if m := os.Getenv("BCD_DEBIAN_MIRROR"); m != "" {
-		return strings.TrimSuffix(m, "/")
-	}
-	files, _ := filepath.Glob("/etc/apt/sources.list.d/*")
-	for _, f := range append([]string{"/etc/apt/sources.list"}, files...) {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		var uris []string
-		sc := bufio.NewScanner(strings.NewReader(string(data)))
-		for sc.Scan() {
-			l := strings.TrimSpace(sc.Text())
-			if strings.HasPrefix(l, "#") {
-				continue
-			}
-			if v, ok := strings.CutPrefix(l, "URIs:"); ok {
-				uris = append(uris, strings.Fields(v)...)
-			}
-			if f := strings.Fields(l); len(f) >= 3 && f[0] == "deb" && !strings.HasPrefix(f[1], "[") && strings.HasPrefix(f[2], guestSuite) {
-				uris = append(uris, f[1])
-			}
-		}
-		for _, u := range uris {
-			if strings.HasPrefix(u, "http") && !strings.Contains(u, "security") {
-				return strings.TrimSuffix(u, "/")
-			}
-		}
-	}
-	return "http://deb.debian.org/debian"
-}
+// debianMirror is the mirror the guest's root is made from
+// (guestimage.DebianMirror: $BCD_DEBIAN_MIRROR, else apt's sources).
+func debianMirror() string { return guestimage.DebianMirror() }
 
-func mirrorReachable(mirror string) error {
-	c := &http.Client{Timeout: 15 * time.Second}
-	resp, err := c.Head(mirror + "/dists/" + guestSuite + "/Release")
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("HEAD %s/dists/%s/Release: %s", mirror, guestSuite, resp.Status)
-	}
-	return nil
-}
+func mirrorReachable(mirror string) error { return guestimage.MirrorReachable(mirror) }

@@ -368,7 +368,7 @@ func debootstrapRoot(t testing.TB, cache string) string {
 		return filepath.Join(dir, "root")
 	}
 	mirror := DebianMirror()
-	if err := mirrorReachable(mirror); err != nil {
+	if err := MirrorReachable(mirror); err != nil {
 		testenv.Skip(t, "the Debian mirror %s is needed to build the guest image (none cached in %s): %v", mirror, cache, err)
 	}
 	tmp := dir + ".tmp"
@@ -448,7 +448,8 @@ func DebianMirror() string {
 	return "http://deb.debian.org/debian"
 }
 
-func mirrorReachable(mirror string) error {
+// MirrorReachable says whether mirror serves Suite's Release file.
+func MirrorReachable(mirror string) error {
 	c := &http.Client{Timeout: 15 * time.Second}
 	resp, err := c.Head(mirror + "/dists/" + Suite + "/Release")
 	if err != nil {

@@ -34,17 +34,26 @@ func newLab(t *testing.T) *lab {
 	testenv.NeedTool(t, "curl", "curl")
 	host := netpolicytest.New(t)
 	host.Bridge("br0", "10.9.0.1/24")
-	l := &lab{host: host, helper: &netpolicytest.Helper{NS: host}}
+	l := &lab{host: host}
 	l.a = host.Guest("br0", netpolicy.TapName("vm-a", 0), "52:54:00:0a:00:01", "10.9.0.5/24")
 	l.b = host.Guest("br0", netpolicy.TapName("vm-b", 0), "52:54:00:0b:00:01", "10.9.0.6/24")
-	l.guard = netguard.New(l.helper, nil)
-	if _, err := l.guard.Apply(context.Background(), []byte(section), rootsig.Proof{}); err != nil {
+	l.guard, l.helper = serve(t, host, section)
+	return l
+}
+
+// serve loads the policy of section in host by a real nft and serves the
+// metadata service on 10.9.0.1:8080 there, its identity tokens stand-ins
+// naming the instance and the audience.
+func serve(t *testing.T, host *netpolicytest.NS, section string) (*netguard.Guard, *netpolicytest.Helper) {
+	helper := &netpolicytest.Helper{NS: host}
+	guard := netguard.New(helper, nil)
+	if _, err := guard.Apply(context.Background(), []byte(section), rootsig.Proof{}); err != nil {
 		t.Fatal(err)
 	}
 	tokens := func(_ context.Context, instance, audience string) (string, error) {
 		return "jwt-for:" + instance + ":" + audience, nil
 	}
-	srv := New(l.guard, tokens, nil)
+	srv := New(guard, tokens, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	var ln interface{ Close() error }
@@ -60,7 +69,7 @@ func newLab(t *testing.T) *lab {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	return l
+	return guard, helper
 }
 
 // curl runs curl in ns and returns the body and HTTP status.

@@ -61,6 +61,9 @@ type Options struct {
 	// its way) to every account, as Debian's libvirtd does: an
 	// unprivileged bcd node reads through it.
 	ReadOnlyForAll bool
+	// NetNS, when set, is a network namespace (ip netns's name) libvirtd
+	// runs in: its domains' taps are made there, on its bridges.
+	NetNS string
 }
 
 // Start starts a libvirtd for t and stops it (every domain destroyed
@@ -130,7 +133,11 @@ stdio_handler = "file"
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(unshare, "-m", "--propagation", "private", "sh", "-c", startScript, "sh", dir, libvirtd)
+	args := []string{unshare, "-m", "--propagation", "private", "sh", "-c", startScript, "sh", dir, libvirtd}
+	if o.NetNS != "" {
+		args = append([]string{testenv.NeedTool(t, "ip", "iproute2"), "netns", "exec", o.NetNS}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start libvirtd: %v", err)
