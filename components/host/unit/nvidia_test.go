@@ -343,3 +343,31 @@ func TestMPSDown(t *testing.T) {
 		t.Fatal("the MPS service file is still there")
 	}
 }
+
+// Under systemd apt-get runs in a transient service of its own
+// (systemd-run), never under the caller's confinement.
+func TestNvidiaDriverAptUnderSystemd(t *testing.T) {
+	h := newGPUHost()
+	h.SetFile("/run/systemd/system/.present", "")
+	apt := h.tools["apt-get"]
+	h.SetTool("systemd-run", func(f *Fake, args []string) (string, error) {
+		i := slices.Index(args, "--")
+		if i < 0 || args[i+1] != "apt-get" || !slices.Contains(args, "--unit="+AptUnit) || !slices.Contains(args, "--wait") {
+			return "", fmt.Errorf("systemd-run %v", args)
+		}
+		return apt(f, args[i+2:])
+	})
+	converge(t, NvidiaDriver{}, h, `{"version":"550.90.07-1"}`)
+	var viaRun, direct int
+	for _, c := range h.Calls() {
+		if strings.HasPrefix(c, "systemd-run ") && strings.Contains(c, " -- apt-get ") {
+			viaRun++
+		}
+		if strings.HasPrefix(c, "apt-get") {
+			direct++
+		}
+	}
+	if viaRun != 2 || direct != 0 || h.driver != "550.90.07-1" {
+		t.Fatalf("apt-get through systemd-run %d times, directly %d, installed %s; calls %q", viaRun, direct, h.driver, h.Calls())
+	}
+}

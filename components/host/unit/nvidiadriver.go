@@ -121,11 +121,36 @@ func (n NvidiaDriver) Apply(ctx context.Context, sys System, body json.RawMessag
 	if !d.install {
 		return nil
 	}
-	if _, err := sys.Run(ctx, "apt-get", "update"); err != nil {
+	if err := aptGet(ctx, sys, "update"); err != nil {
 		return err
 	}
-	_, err = sys.Run(ctx, "apt-get", "install", "-y", "--allow-downgrades", "-o", "Dpkg::Options::=--force-confold", b.Package+"="+b.Version)
-	return err
+	return aptGet(ctx, sys, "install", "-y", "--allow-downgrades", "-o", "Dpkg::Options::=--force-confold", b.Package+"="+b.Version)
+}
+
+// AptUnit is the transient service apt-get runs in under systemd.
+const AptUnit = "bcd-host-nvidia-driver.service"
+
+// aptGet runs apt-get. Under systemd it runs as a transient service of
+// its own (systemd-run --wait), outside the confinement of whoever asks:
+// bcd helper's service has no CAP_SETUID or CAP_SETGID (apt drops to its
+// _apt account to download: "setgroups 65534 failed"), no AF_INET (an
+// http source) and no CAP_SYS_MODULE (a driver package's scripts), and
+// dpkg cut off half-way when a caller's deadline passes would leave the
+// package half-installed; the service runs on, the unit's fixed name
+// keeps a second apt-get from starting beside it, and its output is in
+// its journal. Without systemd apt-get runs directly.
+func aptGet(ctx context.Context, sys System, args ...string) error {
+	if !sys.Exists("/run/systemd/system") || !sys.Has("systemd-run") {
+		_, err := sys.Run(ctx, "apt-get", args...)
+		return err
+	}
+	run := append([]string{"--quiet", "--wait", "--collect", "--service-type=exec", "--unit=" + AptUnit,
+		"--description=bcd host unit nvidia-driver: apt-get " + args[0],
+		"--setenv=DEBIAN_FRONTEND=noninteractive", "--setenv=LC_ALL=C", "--", "apt-get"}, args...)
+	if _, err := sys.Run(ctx, "systemd-run", run...); err != nil {
+		return fmt.Errorf("apt-get %s in %s (its output: journalctl -u %s): %w", args[0], AptUnit, AptUnit, err)
+	}
+	return nil
 }
 
 func or(s, d string) string {
