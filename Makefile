@@ -139,11 +139,13 @@ bench: deps
 # rows (time until every agent is back, commands lost and run twice, the
 # round trip's p99, p99.9 and max before and after, of 3,000 each).
 # BENCH_SCALE_RUNS runs (3) one after the other; the output is in
-# bin/bench/scale.txt. About 20 minutes a run on 2 cores.
+# bin/bench/scale.txt, the surviving gateway's execution traces and
+# blocking and lock profiles in bin/bench/scale-profiles. About 20 minutes
+# a run on 2 cores.
 BENCH_SCALE_RUNS ?= 3
 bench-scale: deps
 	@mkdir -p $(BENCH_OUT)
-	$(GO) test -run '^$$' -bench 'BenchmarkScaleHA$$' -benchtime 1x -count $(BENCH_SCALE_RUNS) -timeout 300m ./e2e/ | tee $(BENCH_OUT)/scale.txt | grep -vE '^[[:space:]]*[{]'
+	BCD_SCALE_PROFILES=$(CURDIR)/$(BENCH_OUT)/scale-profiles $(GO) test -run '^$$' -bench 'BenchmarkScaleHA$$' -benchtime 1x -count $(BENCH_SCALE_RUNS) -timeout 300m ./e2e/ | tee $(BENCH_OUT)/scale.txt | grep -vE '^[[:space:]]*[{]'
 
 # otelcol builds the test collector (tools/otelcol, its own module) into
 # bin/otelcol; the telemetry e2e test and make bench use it.

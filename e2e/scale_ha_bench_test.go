@@ -114,7 +114,7 @@ func BenchmarkScaleHA(b *testing.B) {
 		return strings.Join(strings.Fields(string(l))[:3], " ")
 	}
 	fmt.Printf("scale HA: %d agents, two bcgw behind HAProxy (build/haproxy.cfg), load average %s at the start\n", n, load())
-	h := newHALabOn(b, url, 2, 2*n+256, "--metrics", "127.0.0.1:0")
+	h := newHALabOn(b, url, 2, 2*n+256, "--metrics", "127.0.0.1:0", "--profile")
 	metricsAt := func(i int) string {
 		m := h.gws[i].waitLog(b, "bcgw serving", 10*time.Second)
 		a, _ := m["metrics_addr"].(string)
@@ -171,9 +171,41 @@ func BenchmarkScaleHA(b *testing.B) {
 	}
 	surv := 1 - kill
 	survMetrics := metricsAt(surv)
+	// BCD_SCALE_PROFILES, a directory: the survivor's execution trace of
+	// 20 s of each measurement, and its blocking, lock and goroutine
+	// profiles after it (bcgw serve --profile), for go tool trace/pprof.
+	profDir := os.Getenv("BCD_SCALE_PROFILES")
+	save := func(path, name string) {
+		resp, err := http.Get("http://" + survMetrics + "/debug/pprof/" + path)
+		if err != nil {
+			b.Logf("profile %s: %v", path, err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(filepath.Join(profDir, name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		_, _ = io.Copy(f, resp.Body)
+	}
 	trips := func(label string) latency {
+		var traced sync.WaitGroup
+		if profDir != "" {
+			if err := os.MkdirAll(profDir, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			traced.Add(1)
+			go func() { defer traced.Done(); save("trace?seconds=20", "trace-"+label+".out") }()
+		}
 		w0, t0 := metricValue(survMetrics, "bcgw_store_pool_wait_seconds_total"), time.Now()
 		l := roundTrips(b, admins[surv], ids, measuredTrips)
+		traced.Wait()
+		if profDir != "" {
+			save("block", "block-"+label+".pb.gz")
+			save("mutex", "mutex-"+label+".pb.gz")
+			save("goroutine?debug=1", "goroutine-"+label+".txt")
+		}
 		w1 := metricValue(survMetrics, "bcgw_store_pool_wait_seconds_total")
 		fmt.Printf("scale HA: %s: %d round trips through gw%d in %s: p50 %s p99 %s p99.9 %s max %s; the survivor's store calls waited %.2f s in all for a pool connection; load average %s\n",
 			label, measuredTrips, surv+1, time.Since(t0).Round(time.Second), l.p50, l.p99, l.p999, l.max, w1-w0, load())

@@ -187,6 +187,7 @@ func serve(ctx context.Context, env *cli.Env, args []string) int {
 	fs.StringVar(&cfg.Name, "name", "", "this gateway's name among several on one database, shown where a node's session is (default HOSTNAME:DATA-DIR)")
 	fs.StringVar(&cfg.AdminListen, "admin-listen", "", "also serve the admin API on this loopback address (bearer token in DATA/admin.token)")
 	fs.StringVar(&cfg.MetricsListen, "metrics", "", "serve bcgw's own metrics (Prometheus text) at /metrics on this address; a bare PORT is on loopback")
+	fs.BoolVar(&cfg.Profile, "profile", false, "with --metrics: also serve Go's profiles and execution trace at /debug/pprof/ there, recording blocking and lock contention (a little slower)")
 	fs.StringVar(&cfg.HealthListen, "health", "", "also answer the balancer's health check (GET /readyz, plain HTTP) on this HOST:PORT, where it never waits behind agents' TLS handshakes")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", 0, "refuse sessions beyond this many with a retry pushback (0: no limit)")
 	fs.DurationVar(&cfg.Pushback, "pushback", 2*time.Second, "the pushback a busy refusal carries")

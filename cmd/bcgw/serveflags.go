@@ -22,6 +22,9 @@ func checkServe(cfg gateway.Config) error {
 			return err
 		}
 	}
+	if cfg.Profile && cfg.MetricsListen == "" {
+		return errors.New("--profile serves the profiles on the metrics listener: give --metrics too")
+	}
 	if cfg.HealthListen != "" {
 		if err := checkHostPort("--health", cfg.HealthListen, false); err != nil {
 			return err

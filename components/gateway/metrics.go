@@ -65,6 +65,10 @@ func (s *Server) listenMetrics() (*http.Server, net.Listener, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET "+MetricsPath, s.metrics.Handler())
+	if s.cfg.Profile {
+		profiles(mux)
+		s.log.Warn("profiles served at /debug/pprof/ beside the metrics (--profile): CPU, heap, goroutines, blocking, locks and an execution trace", "metrics_addr", ln.Addr().String())
+	}
 	s.mu.Lock()
 	s.metricsAddr = ln.Addr()
 	s.mu.Unlock()

@@ -111,3 +111,23 @@ func TestGatewayMetrics(t *testing.T) {
 		t.Error("a gateway without --metrics listens for scrapes")
 	}
 }
+
+// TestGatewayProfiles: with Profile the metrics listener serves Go's
+// profiles (the blocking one recorded); without it, /debug/pprof/ is not
+// there.
+func TestGatewayProfiles(t *testing.T) {
+	for _, tc := range []struct {
+		profile bool
+		want    int
+	}{{true, http.StatusOK}, {false, http.StatusNotFound}} {
+		g := startGateway(t, gateway.Config{MetricsListen: "0", Profile: tc.profile})
+		resp, err := http.Get("http://" + g.s.MetricsAddr().String() + "/debug/pprof/block?debug=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("profile %v: /debug/pprof/block answers %d, want %d", tc.profile, resp.StatusCode, tc.want)
+		}
+	}
+}

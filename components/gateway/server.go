@@ -72,6 +72,10 @@ type Config struct {
 	// Prometheus text format at /metrics on this address: a bare port is
 	// on loopback (metrics.go; docs/bcgw.md, "Metrics").
 	MetricsListen string
+	// Profile also serves Go's profiles and execution trace at
+	// /debug/pprof/ on the metrics listener, and records blocking and
+	// lock contention for them (profile.go).
+	Profile bool
 	// HealthListen, when set, serves GET /readyz in plain HTTP on this
 	// address for the balancer's health check, which then never waits
 	// behind the agents' TLS handshakes (readyz.go).
