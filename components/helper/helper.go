@@ -82,6 +82,9 @@ type LibvirtHost struct {
 	DataDir string
 	// Owner is the node account's uid: every disk file must be its.
 	Owner uint32
+	// Staging is root's own directory for saved memory states
+	// (libvirt.save): [helper] state_dir/libvirt-save, never the node's.
+	Staging string
 	// Accel is kvm or qemu (TCG), as root's [instances] accel says.
 	Accel string
 	// Virsh runs virsh, found in the system directories with a fixed

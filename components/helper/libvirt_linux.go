@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -92,7 +93,7 @@ func (srv *server) libvirtHost() (LibvirtHost, error) {
 		return LibvirtHost{}, errors.New("root's configuration names no data_dir")
 	}
 	uri := srv.cfg.Instances.LibvirtURI(false)
-	return LibvirtHost{DataDir: dataDir, Owner: srv.uid, Accel: srv.cfg.Instances.Accelerator(),
+	return LibvirtHost{DataDir: dataDir, Owner: srv.uid, Staging: filepath.Join(srv.cfg.StateDir, "libvirt-save"), Accel: srv.cfg.Instances.Accelerator(),
 		Virsh: func(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 			return runVirsh(ctx, uri, stdin, args...)
 		},

@@ -46,6 +46,7 @@ var operations = map[string]opFunc{
 	wire.OpLibvirtResume:   (*server).libvirt,
 	wire.OpLibvirtUndefine: (*server).libvirt,
 	wire.OpLibvirtConsole:  (*server).libvirt,
+	wire.OpLibvirtSave:     (*server).libvirt,
 
 	wire.OpUpdateStatus:      (*server).update,
 	wire.OpUpdatePrepare:     (*server).update,

@@ -102,12 +102,18 @@ const (
 	OpLibvirtResume   = "libvirt.resume"
 	OpLibvirtUndefine = "libvirt.undefine"
 	OpLibvirtConsole  = "libvirt.console"
+	// OpLibvirtSave saves a running or paused domain's memory into root's
+	// own staging directory (the domain stops), and hands a copy to the
+	// node as data_dir/instances/<id>/memory.save; libvirt.start then
+	// resumes the domain from root's copy.
+	OpLibvirtSave = "libvirt.save"
 )
 
 // IsLibvirtOp reports whether op is one of the libvirt.* operations.
 func IsLibvirtOp(op string) bool {
 	switch op {
-	case OpLibvirtDefine, OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine, OpLibvirtConsole:
+	case OpLibvirtDefine, OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine, OpLibvirtConsole,
+		OpLibvirtSave:
 		return true
 	}
 	return false
@@ -484,7 +490,8 @@ func (r *Request) Check() error {
 		allowed = "section proof"
 	case OpHostUnit, OpLibvirtDefine:
 		allowed = "id section proof"
-	case OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine, OpLibvirtConsole:
+	case OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine, OpLibvirtConsole,
+		OpLibvirtSave:
 		allowed = "id"
 	case OpUpdatePrepare, OpUpdateSwap:
 		allowed = "document"
@@ -518,7 +525,8 @@ func (r *Request) Check() error {
 			// section's fields (access.apply), never sent as content.
 			return fmt.Errorf("%s: file kind %s is written only by %s", r.Op, r.Kind, OpAccessApply)
 		}
-	case OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine, OpLibvirtConsole:
+	case OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine, OpLibvirtConsole,
+		OpLibvirtSave:
 		if !instanceID(r.ID) {
 			return fmt.Errorf("%s: id must name an instance ([A-Za-z0-9][A-Za-z0-9_-], 1 to 64 characters)", r.Op)
 		}

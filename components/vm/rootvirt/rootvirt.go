@@ -169,10 +169,11 @@ func guardedTaps(ctx context.Context, h helper.LibvirtHost, taps []vmruntime.Tap
 	return nil
 }
 
-// Act runs libvirt.start, shutdown, destroy, suspend, resume or undefine
-// on a domain bcd's metadata names. Destroying or undefining a domain
-// that is not there, or destroying one that is not running, is success;
-// start checks the instance's disks again first.
+// Act runs libvirt.start, shutdown, destroy, suspend, resume, undefine
+// or save on a domain bcd's metadata names. Destroying or undefining a
+// domain that is not there, or destroying one that is not running, is
+// success; start checks the instance's disks again first and resumes a
+// domain libvirt.save stopped from root's saved state.
 func (Ops) Act(ctx context.Context, h helper.LibvirtHost, op, id string) (bool, error) {
 	return result(act(ctx, h, op, id))
 }
@@ -198,7 +199,13 @@ func act(ctx context.Context, h helper.LibvirtHost, op, id string) error {
 		if err := startTaps(ctx, h, id); err != nil {
 			return err
 		}
+		if resumed, err := resumeSaved(ctx, h, id); resumed || err != nil {
+			return err
+		}
+	case wire.OpLibvirtSave:
+		return save(ctx, h, id)
 	case wire.OpLibvirtDestroy:
+		dropSaved(h, id)
 		out, err := h.Virsh(ctx, nil, "domstate", id)
 		if err != nil {
 			return err
@@ -206,7 +213,9 @@ func act(ctx context.Context, h helper.LibvirtHost, op, id string) error {
 		if strings.TrimSpace(string(out)) == "shut off" {
 			return nil
 		}
-	case wire.OpLibvirtShutdown, wire.OpLibvirtSuspend, wire.OpLibvirtResume, wire.OpLibvirtUndefine:
+	case wire.OpLibvirtUndefine:
+		dropSaved(h, id)
+	case wire.OpLibvirtShutdown, wire.OpLibvirtSuspend, wire.OpLibvirtResume:
 	default:
 		return refuse("%s is not a libvirt operation", op)
 	}

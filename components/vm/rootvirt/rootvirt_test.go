@@ -49,7 +49,7 @@ func newEnv(t *testing.T) *env {
 	e.base = hex.EncodeToString(sum[:])
 	must(t, os.Rename(tmp, e.basePath()))
 	must(t, os.Chown(e.basePath(), node, node))
-	e.host = helper.LibvirtHost{DataDir: e.data, Owner: node, Accel: libvirttest.Accel(),
+	e.host = helper.LibvirtHost{DataDir: e.data, Owner: node, Accel: libvirttest.Accel(), Staging: filepath.Join(d.Dir, "root-staging"),
 		Virsh: func(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 			var out, errb bytes.Buffer
 			cmd := exec.CommandContext(ctx, "virsh", append([]string{"-q", "-c", d.URI()}, args...)...)
@@ -125,6 +125,7 @@ func TestOnLibvirtd(t *testing.T) {
 	t.Run("ForeignNeverTouched", func(t *testing.T) { testForeignNeverTouched(t, e) })
 	t.Run("StartChecksDisksAgain", func(t *testing.T) { testStartChecksDisksAgain(t, e) })
 	t.Run("StartChecksTaps", func(t *testing.T) { testStartChecksTaps(t, e) })
+	t.Run("SaveAndResume", func(t *testing.T) { testSaveAndResume(t, e) })
 }
 
 // testDefineAndAct: a domain defined from the section, defined again

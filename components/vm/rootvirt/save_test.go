@@ -1,0 +1,67 @@
+package rootvirt
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/better-compute/bcd/components/helper/wire"
+)
+
+// testSaveAndResume: libvirt.save stops a running domain with its memory
+// in root's staging directory and a copy, the node's, in the instance's
+// directory (a symlink the node left there is replaced, its target
+// untouched); libvirt.start resumes it from root's copy ("restored"),
+// not booted again. A domain that is not running has nothing to save.
+func testSaveAndResume(t *testing.T, e *env) {
+	ctx := context.Background()
+	e.instance(t, "vm-s")
+	if _, err := (Ops{}).Define(ctx, e.host, "vm-s", e.section("", "vm-s")); err != nil {
+		t.Fatal(err)
+	}
+	if final, err := (Ops{}).Act(ctx, e.host, wire.OpLibvirtSave, "vm-s"); err == nil || !final || !strings.Contains(err.Error(), "only a running or paused domain") {
+		t.Fatalf("save of a stopped domain = %v (final %v), want a final refusal", err, final)
+	}
+	if _, err := (Ops{}).Act(ctx, e.host, wire.OpLibvirtStart, "vm-s"); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(e.data, "victim")
+	must(t, os.WriteFile(victim, []byte("root's"), 0o600))
+	mem := filepath.Join(e.dir("vm-s"), MemoryFile)
+	must(t, os.Symlink(victim, mem))
+	if _, err := (Ops{}).Act(ctx, e.host, wire.OpLibvirtSave, "vm-s"); err != nil {
+		t.Fatalf("save: %v", err)
+	}
+	if got := e.virsh(t, "domstate", "vm-s"); got != "shut off" {
+		t.Fatalf("after save: %q, want shut off", got)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "root's" {
+		t.Fatalf("the symlink's target was written (%d bytes)", len(b))
+	}
+	st, err := os.Lstat(mem)
+	must(t, err)
+	b, err := os.ReadFile(mem)
+	must(t, err)
+	if !st.Mode().IsRegular() || st.Mode().Perm() != 0o640 || st.Sys().(*syscall.Stat_t).Uid != node || !bytes.HasPrefix(b, []byte("LibvirtQemudSave")) {
+		t.Fatalf("memory file: mode %v uid %d, starts %q; want a regular 0640 file of the node's with libvirt's save header",
+			st.Mode(), st.Sys().(*syscall.Stat_t).Uid, b[:min(16, len(b))])
+	}
+	if _, err := (Ops{}).Act(ctx, e.host, wire.OpLibvirtStart, "vm-s"); err != nil {
+		t.Fatalf("start after save: %v", err)
+	}
+	if got := e.virsh(t, "domstate", "--reason", "vm-s"); got != "running (restored)" {
+		t.Errorf("after start: %q, want running (restored)", got)
+	}
+	if _, err := os.Lstat(filepath.Join(e.host.Staging, "vm-s.save")); !os.IsNotExist(err) {
+		t.Errorf("root's saved state is still there after the resume: %v", err)
+	}
+	for _, op := range []string{wire.OpLibvirtDestroy, wire.OpLibvirtUndefine} {
+		if _, err := (Ops{}).Act(ctx, e.host, op, "vm-s"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
