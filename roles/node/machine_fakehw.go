@@ -122,8 +122,8 @@ func instancesSection(dataDir string, hw nodekinds.Hardware, dev *devices.Sectio
 		var rt *fakeruntime.Runtime
 		if rt, err = fakeruntime.New(filepath.Join(dataDir, "fakehw", "runtime"), nil); err == nil {
 			s := instances.New(instances.Config{Dir: filepath.Join(dataDir, "instances"), Runtime: rt, Images: store,
-				GPUs: gpuUUIDs(hw), HeldBy: dev.HeldBy})
-			vms.inVM = s.InVM
+				GPUs: gpuUUIDs(hw), HeldBy: dev.HeldBy, Busy: vms.busy.Has})
+			vms.inVM, vms.rt = s.InVM, rt
 			return []converge.Section{s}
 		}
 	}

@@ -125,8 +125,8 @@ func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Secti
 	rt := libvirtrt.New(libvirtrt.Config{URI: cfg.Instances.LibvirtURI(true), InstancesDir: filepath.Join(cfg.DataDir, "instances"), Helper: helper,
 		Signed: func(m vmruntime.Machine) ([]byte, rootsig.Proof, error) { return s.Signed(m) }})
 	s = instances.New(instances.Config{Dir: filepath.Join(cfg.DataDir, "instances"), Runtime: rt, Images: store,
-		GPUs: gpuUUIDs(hw), HeldBy: dev.HeldBy, Network: guard.Apply})
-	vms.inVM = s.InVM
+		GPUs: gpuUUIDs(hw), HeldBy: dev.HeldBy, Network: guard.Apply, Busy: vms.busy.Has})
+	vms.inVM, vms.rt = s.InVM, rt
 	// Instance tickets reach a running instance's own address under the
 	// loaded network policy, and its serial console through bcd helper.
 	targets := vmtunnel.Targets{Guard: guard, List: rt.List, OpenConsole: rt.Console}

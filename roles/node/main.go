@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/bcd/components/agent/agentcmd"
 	"github.com/better-compute/bcd/components/agent/converge"
 	"github.com/better-compute/bcd/components/agent/report"
+	"github.com/better-compute/bcd/components/agent/session"
 	"github.com/better-compute/bcd/components/agent/status"
 	"github.com/better-compute/bcd/components/agent/telemetry"
 	"github.com/better-compute/bcd/components/agent/tunnel"
@@ -38,6 +39,8 @@ import (
 	"github.com/better-compute/bcd/components/vm/imds"
 	"github.com/better-compute/bcd/components/vm/instances"
 	"github.com/better-compute/bcd/components/vm/netguard"
+	"github.com/better-compute/bcd/components/vm/snapshot"
+	"github.com/better-compute/bcd/components/vm/vmruntime"
 	bcdv1 "github.com/better-compute/bcd/proto/gen/bcd/v1"
 )
 
@@ -72,7 +75,8 @@ func machine(cfg *config.Config, log *slog.Logger) (agentcmd.Machine, error) {
 	}
 	extra, drivers, targets := extraSections(cfg, hw, dev, vms, helper, guard)
 	m := agentcmd.Machine{
-		Kinds: append(append(nodekinds.Kinds(hw, heldGPU(dev)), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind("")),
+		Kinds: append(append(nodekinds.Kinds(hw, heldGPU(dev)), nodekinds.LogsCollect(cfg.Path, cfg.DataDir, uploadClient()), dcgm.Kind(""),
+			snapshot.NewKind(snapshot.Config{DataDir: cfg.DataDir, Runtime: vms.rt, Client: uploadClient(), Progress: session.ReportProgress, Busy: &vms.busy})),
 			extraKinds(cfg.DataDir)...),
 		StatusGPUs:   statusGPUs(hw, dev),
 		Reboot:       hostReboot(helper),
@@ -213,7 +217,14 @@ func devicesSection(hw nodekinds.Hardware, mon *health.Monitor, files devices.Fi
 // passthrough names the instance a GPU is passed through to, for the
 // devices section, once a build composes an instances section (set
 // before the agent runs); until then none.
-type passthrough struct{ inVM func(uuid string) string }
+type passthrough struct {
+	inVM func(uuid string) string
+	// rt is the instance runtime extraSections made (nil: none), and
+	// busy the instances instance.snapshot holds, which the converger
+	// leaves alone meanwhile.
+	rt   vmruntime.Runtime
+	busy snapshot.Busy
+}
 
 // InVM is devices.Config.InVM.
 func (p *passthrough) InVM(uuid string) string {

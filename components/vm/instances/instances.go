@@ -75,6 +75,11 @@ type Config struct {
 	// fail alone. Its error fails every instance with a NIC, and so does
 	// a nil Network: none runs unguarded.
 	Network func(ctx context.Context, body []byte, proof rootsig.Proof) (failed map[string]string, err error)
+	// Busy reports an instance a snapshot (instance.snapshot) holds: a
+	// pass leaves it as it is meanwhile (the section PROGRESSING), so the
+	// converger never starts a domain the snapshot saved before its disk
+	// is copied. nil: none is.
+	Busy func(id string) bool
 }
 
 // Section is the instances section.
@@ -487,6 +492,9 @@ func (s *Section) Apply(ctx context.Context, body json.RawMessage, p converge.Pl
 		}
 	}
 	for _, id := range s.removals(st) {
+		if s.busy(id) {
+			continue
+		}
 		if d, ok := st.domains[id]; ok && d.Owned {
 			if err := s.cfg.Runtime.Destroy(ctx, id); err != nil {
 				return fmt.Errorf("remove instance %s: %w", id, err)
@@ -501,6 +509,10 @@ func (s *Section) Apply(ctx context.Context, body json.RawMessage, p converge.Pl
 	var pending []string
 	guard := s.network(ctx, body, st.body.Instances)
 	for _, in := range st.body.Instances {
+		if s.busy(in.ID) {
+			pending = append(pending, in.ID)
+			continue
+		}
 		if f := guard(in); f != nil {
 			failed[in.ID] = *f
 			continue
@@ -608,6 +620,9 @@ func (s *Section) network(ctx context.Context, body json.RawMessage, all []spec.
 		return nil
 	}
 }
+
+// busy reports whether a snapshot holds instance id.
+func (s *Section) busy(id string) bool { return s.cfg.Busy != nil && s.cfg.Busy(id) }
 
 func fail(terminal bool, format string, args ...any) *failure {
 	return &failure{reason: fmt.Sprintf(format, args...), terminal: terminal}

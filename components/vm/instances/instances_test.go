@@ -480,3 +480,36 @@ func TestNetworkPolicy(t *testing.T) {
 		t.Fatalf("the policy was loaded with proofs %v", loaded)
 	}
 }
+
+// TestBusyLeftAlone: an instance a snapshot holds is left as it is, in
+// its state and on the host even when the section drops it, while the
+// snapshot runs; then the pass goes on (without the busy check the
+// STOPPED domain would be started, tried once).
+func TestBusyLeftAlone(t *testing.T) {
+	h := newHost(t)
+	base := h.image("/debian.qcow2", "qcow2", h.qcow2("-o", "size=64M"))
+	if err, _ := h.pass(spec.Body{Images: []spec.Image{base}, Instances: []spec.Instance{inst("vm-a", vmruntime.Stopped, base), inst("vm-b", vmruntime.Stopped, base)}}); err != nil {
+		t.Fatal(err)
+	}
+	busy := true
+	h.s.cfg.Busy = func(id string) bool { return busy && id != "vm-c" }
+	ctx := context.Background()
+	body, _ := json.Marshal(spec.Body{Images: []spec.Image{base}, Instances: []spec.Instance{inst("vm-a", vmruntime.Running, base)}})
+	p, err := h.s.Plan(ctx, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.s.Apply(ctx, body, p); err != nil {
+		t.Fatalf("Apply with busy instances = %v, want nil (PROGRESSING)", err)
+	}
+	if d := h.domains(); d["vm-a"].State != vmruntime.Stopped || d["vm-b"].ID == "" {
+		t.Fatalf("busy instances touched: %+v", d)
+	}
+	busy = false
+	if err, left := h.pass(spec.Body{Images: []spec.Image{base}, Instances: []spec.Instance{inst("vm-a", vmruntime.Running, base)}}); err != nil || len(left) != 0 {
+		t.Fatalf("once released: %v, %v", err, left)
+	}
+	if d := h.domains(); d["vm-a"].State != vmruntime.Running || d["vm-b"].ID != "" {
+		t.Errorf("once released: %+v", d)
+	}
+}

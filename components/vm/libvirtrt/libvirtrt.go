@@ -339,3 +339,14 @@ func (r *Runtime) do(ctx context.Context, req *wire.Request) error {
 	}
 	return err
 }
+
+// SaveMemory has the helper save an owned running or paused domain's
+// memory (libvirt.save): the domain stops, its memory is the node's
+// file memory.save in the instance's directory, and starting the domain
+// resumes it from root's own saved state.
+func (r *Runtime) SaveMemory(ctx context.Context, id string) error {
+	if _, err := r.look(ctx, id); err != nil {
+		return err
+	}
+	return r.do(ctx, &wire.Request{V: wire.Version, Op: wire.OpLibvirtSave, ID: id})
+}

@@ -15,45 +15,13 @@ import (
 
 	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/helper"
-	"github.com/better-compute/bcd/components/helper/helperclient"
-	"github.com/better-compute/bcd/components/helper/wire"
 	"github.com/better-compute/bcd/components/trust/rootsig"
 	"github.com/better-compute/bcd/components/vm/libvirttest"
-	"github.com/better-compute/bcd/components/vm/rootvirt"
+	"github.com/better-compute/bcd/components/vm/rootvirt/rootvirttest"
 	"github.com/better-compute/bcd/components/vm/seed"
 	"github.com/better-compute/bcd/components/vm/vmruntime"
 	"github.com/better-compute/bcd/components/vm/vmruntime/runtimetest"
 )
-
-// rootHalf stands in for the transport to bcd helper: each request goes
-// through wire's encoding and strict decoding and runs on the real
-// instances' root half (rootvirt) as root. The proof's admission is the
-// helper's, tested in components/helper and end to end.
-type rootHalf struct{ host helper.LibvirtHost }
-
-func (h rootHalf) Do(ctx context.Context, req *wire.Request) (*wire.Response, error) {
-	b, err := wire.EncodeRequest(req)
-	if err != nil {
-		return nil, err
-	}
-	got, err := wire.DecodeRequest(b)
-	if err != nil {
-		return nil, err
-	}
-	if err := got.Check(); err != nil {
-		return nil, err
-	}
-	var final bool
-	if got.Op == wire.OpLibvirtDefine {
-		final, err = rootvirt.Ops{}.Define(ctx, h.host, got.ID, got.Section)
-	} else {
-		final, err = rootvirt.Ops{}.Act(ctx, h.host, got.Op, got.ID)
-	}
-	if err != nil {
-		return wire.Failed(err.Error(), !final), &helperclient.Error{Op: got.Op, Msg: err.Error(), Retryable: !final}
-	}
-	return &wire.Response{OK: true}, nil
-}
 
 // TestRuntimeOnLibvirtd runs the shared runtime suite on a real libvirtd:
 // reads through its read-only socket, changes through the root half.
@@ -123,7 +91,7 @@ func TestRuntimeOnLibvirtd(t *testing.T) {
 			}
 			return runtimetest.Host{
 				New: func() vmruntime.Runtime {
-					return New(Config{URI: ro, InstancesDir: filepath.Join(data, "instances"), Helper: rootHalf{host}, Signed: signed})
+					return New(Config{URI: ro, InstancesDir: filepath.Join(data, "instances"), Helper: rootvirttest.RootHalf{Host: host}, Signed: signed})
 				},
 				Foreign: func(id string) {
 					p := filepath.Join(d.Dir, id+".xml")
