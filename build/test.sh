@@ -33,9 +33,14 @@ if [ ! -x bin/otelcol ]; then
   (cd tools/otelcol && CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o ../../bin/otelcol .) || failed+=(otelcol)
 fi
 
+# The instances' Debian guest (components/vm/guestimage), built once and
+# cached before the tests that boot it (e2e, imds): its first build takes
+# minutes, which would otherwise count against their packages' timeouts.
+tier "guest image" $GO test -json -count=1 -timeout 30m ./components/vm/guestimage/
+
 # unit, e2e and packaging tests: one go test, each package reported under
 # its tier (testreport names it by path).
-tier "unit, e2e, packaging" $GO test -json -count=1 -timeout 20m $($GO list ./... | grep -v /qemu-tests)
+tier "unit, e2e, packaging" $GO test -json -count=1 -timeout 20m $($GO list ./... | grep -v -e /qemu-tests -e /components/vm/guestimage)
 
 echo "== build/benchplot (make bench's plots, its own module)"
 (cd build/benchplot && $GO vet ./... && $GO test -count=1 ./...) || failed+=(benchplot)
