@@ -8,9 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -114,20 +112,7 @@ func rootCacheKey() string {
 }
 
 func imageCacheKey() string {
-	h := sha256.New()
-	fmt.Fprintf(h, "root %s\nkernel vmlinux for PVH\n", rootCacheKey())
-	keys := make([]string, 0, len(guestFiles))
-	for k := range guestFiles {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		fmt.Fprintf(h, "file %s\n%s\n", k, guestFiles[k])
-	}
-	for _, c := range guestSetup {
-		fmt.Fprintf(h, "setup %s\n", c)
-	}
-	return "image-" + guestSuite + "-" + hex.EncodeToString(h.Sum(nil))[:16]
+	return guestimage.ImageKey(fmt.Sprintf("root %s\nkernel vmlinux for PVH\n", rootCacheKey()), guestFiles, guestSetup)
 }
 
 func guestCacheBase() string {
@@ -151,7 +136,7 @@ func cachedGuest(t *testing.T) guestImage {
 	img := guestImage{disk: filepath.Join(base, "root.img"), kernel: filepath.Join(base, "vmlinuz"), vmlinux: filepath.Join(base, "vmlinux"), initrd: filepath.Join(base, "initrd.img")}
 	if _, err := os.Stat(filepath.Join(base, "ok")); err == nil {
 		t.Logf("guest: image cached in %s", base)
-		touchCache(base)
+		guestimage.TouchCache(base)
 		if _, err := os.Stat(img.vmlinux); err != nil {
 			// An image cached before its vmlinux could be extracted.
 			tmp := fmt.Sprintf("%s.%d", img.vmlinux, os.Getpid())
@@ -170,17 +155,7 @@ func cachedGuest(t *testing.T) guestImage {
 			need(t, tool[0]+" (apt-get install "+tool[1]+")", err)
 		}
 	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lock, err := os.OpenFile(filepath.Join(cache, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatalf("flock %s: %v", lock.Name(), err)
-	}
+	defer guestimage.LockCache(t, cache)()
 	if _, err := os.Stat(filepath.Join(base, "ok")); err == nil {
 		return img
 	}
@@ -193,25 +168,7 @@ func cachedGuest(t *testing.T) guestImage {
 		t.Fatal(err)
 	}
 	root := filepath.Join(tmp, "root")
-	if out, err := exec.Command("cp", "-a", cachedRoot, root).CombinedOutput(); err != nil {
-		t.Fatalf("cp -a %s: %v\n%s", cachedRoot, err, out)
-	}
-	for p, content := range guestFiles {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, c := range guestSetup {
-		cmd := exec.Command("chroot", root, "/bin/sh", "-c", c)
-		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive"}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("in the guest root: %s: %v\n%s", c, err, out)
-		}
-	}
+	guestimage.PrepareRoot(t, cachedRoot, root, guestFiles, guestSetup)
 	for _, f := range []struct{ glob, dst string }{{"vmlinuz-*", img.kernel}, {"initrd.img-*", img.initrd}} {
 		m, _ := filepath.Glob(filepath.Join(root, "boot", f.glob))
 		if len(m) != 1 {
@@ -249,78 +206,15 @@ func cachedGuest(t *testing.T) guestImage {
 		t.Fatal(err)
 	}
 	t.Logf("guest: image made in %s (%s, ext4 by mkfs.ext4 -d), cached in %s", time.Since(start).Round(time.Second), size, base)
-	pruneCache(cache, filepath.Base(base), filepath.Base(filepath.Dir(cachedRoot)))
+	guestimage.PruneCache(cache, filepath.Base(base), filepath.Base(filepath.Dir(cachedRoot)))
 	return img
-}
-
-// cacheKeep is how long a cached root or image no run used is kept:
-// branches with another package list or setup share the cache, and each
-// would otherwise remove the other's and rebuild its own at every run.
-const cacheKeep = 3 * 24 * time.Hour
-
-// touchCache marks a cached root or image as used now.
-func touchCache(dir string) {
-	now := time.Now()
-	os.Chtimes(filepath.Join(dir, "ok"), now, now)
-}
-
-// pruneCache removes cached roots and images other than the ones in use
-// that no run used for cacheKeep.
-func pruneCache(cache string, keep ...string) {
-	entries, _ := os.ReadDir(cache)
-	for _, e := range entries {
-		if !e.IsDir() || slices.Contains(keep, e.Name()) ||
-			!(strings.HasPrefix(e.Name(), "root-") || strings.HasPrefix(e.Name(), "image-") || strings.HasPrefix(e.Name(), guestSuite+"-")) {
-			continue
-		}
-		if fi, err := os.Stat(filepath.Join(cache, e.Name(), "ok")); err == nil && time.Since(fi.ModTime()) < cacheKeep {
-			continue
-		}
-		os.RemoveAll(filepath.Join(cache, e.Name()))
-	}
 }
 
 // debootstrapRoot returns the cached debootstrap root for guestPackages,
 // making it when missing (the caller holds the cache's lock).
 func debootstrapRoot(t *testing.T, cache string) string {
 	t.Helper()
-	dir := filepath.Join(cache, rootCacheKey())
-	if _, err := os.Stat(filepath.Join(dir, "ok")); err == nil {
-		t.Logf("guest: debootstrap root cached in %s", dir)
-		touchCache(dir)
-		return filepath.Join(dir, "root")
-	}
-	mirror := debianMirror()
-	if err := mirrorReachable(mirror); err != nil {
-		need(t, "the Debian mirror "+mirror+" to build the guest (none cached in "+cache+")", err)
-	}
-	tmp := dir + ".tmp"
-	os.RemoveAll(tmp)
-	root := filepath.Join(tmp, "root")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	args := []string{"--variant=minbase", "--include=" + strings.Join(guestPackages, ","), guestSuite, root, mirror}
-	t.Logf("guest: debootstrap %s (once; cached in %s)", strings.Join(args, " "), dir)
-	cmd := exec.Command("debootstrap", args...)
-	cmd.Env = append(os.Environ(), "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		os.RemoveAll(tmp)
-		t.Fatalf("debootstrap %s: %v\n%s", strings.Join(args, " "), err, tail(string(out), 4000))
-	}
-	if out, err := exec.Command("chroot", root, "apt-get", "clean").CombinedOutput(); err != nil {
-		t.Fatalf("apt-get clean in the guest root: %v\n%s", err, out)
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "ok"), []byte(mirror+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	os.RemoveAll(dir)
-	if err := os.Rename(tmp, dir); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("guest: debootstrap took %s", time.Since(start).Round(time.Second))
-	return filepath.Join(dir, "root")
+	return guestimage.DebootstrapRoot(t, filepath.Join(cache, rootCacheKey()), guestPackages, []string{"apt-get", "clean"})
 }
 
 // extractVmlinux writes the ELF kernel inside a bzImage whose payload is
@@ -352,9 +246,3 @@ func tail(s string, n int) string {
 	}
 	return s
 }
-
-// debianMirror is the mirror the guest's root is made from
-// (guestimage.DebianMirror: $BCD_DEBIAN_MIRROR, else apt's sources).
-func debianMirror() string { return guestimage.DebianMirror() }
-
-func mirrorReachable(mirror string) error { return guestimage.MirrorReachable(mirror) }

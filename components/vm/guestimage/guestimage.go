@@ -113,8 +113,15 @@ func rootKey() string {
 }
 
 func imageKey() string {
+	return ImageKey(fmt.Sprintf("root %s\nsyslinux.cfg %s\nboot %d MiB slack %d MiB\n", rootKey(), syslinuxCfg, bootMiB, rootSlackMiB), files, setup)
+}
+
+// ImageKey names a cached image: image-Suite- and the digest of header
+// (what else goes into it: its root's key, its layout), its files and
+// its setup commands.
+func ImageKey(header string, files map[string]string, setup []string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "root %s\nsyslinux.cfg %s\nboot %d MiB slack %d MiB\n", rootKey(), syslinuxCfg, bootMiB, rootSlackMiB)
+	io.WriteString(h, header)
 	keys := make([]string, 0, len(files))
 	for k := range files {
 		keys = append(keys, k)
@@ -161,17 +168,7 @@ func Cached(t testing.TB) Image {
 	if _, err := os.Stat(mbr); err != nil {
 		testenv.Skip(t, "%s is missing (apt-get install syslinux-common): %v", mbr, err)
 	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lock, err := os.OpenFile(filepath.Join(cache, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatalf("flock %s: %v", lock.Name(), err)
-	}
+	defer LockCache(t, cache)()
 	if img, ok := cached(dir); ok {
 		return img
 	}
@@ -184,23 +181,7 @@ func Cached(t testing.TB) Image {
 		t.Fatal(err)
 	}
 	root := filepath.Join(tmp, "root")
-	run(t, "", "cp", "-a", cachedRoot, root)
-	for p, content := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, c := range setup {
-		cmd := exec.Command(tools["chroot"], root, "/bin/sh", "-c", c)
-		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive"}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("in the guest root: %s: %v\n%s", c, err, out)
-		}
-	}
+	PrepareRoot(t, cachedRoot, root, files, setup)
 	boot := filepath.Join(tmp, "boot")
 	if err := os.MkdirAll(boot, 0o755); err != nil {
 		t.Fatal(err)
@@ -234,12 +215,36 @@ func Cached(t testing.TB) Image {
 		t.Fatal(err)
 	}
 	t.Logf("guest image: made in %s, cached in %s", time.Since(start).Round(time.Second), dir)
-	prune(cache, filepath.Base(dir), filepath.Base(filepath.Dir(cachedRoot)))
+	PruneCache(cache, filepath.Base(dir), filepath.Base(filepath.Dir(cachedRoot)))
 	img, ok := cached(dir)
 	if !ok {
 		t.Fatalf("guest image: %s is not complete after its build", dir)
 	}
 	return img
+}
+
+// PrepareRoot copies the cached root to root, writes files into it (path
+// under the root: content, 0644) and runs each setup command in it
+// (chroot, sh -c).
+func PrepareRoot(t testing.TB, cachedRoot, root string, files map[string]string, setup []string) {
+	t.Helper()
+	run(t, "", "cp", "-a", cachedRoot, root)
+	for p, content := range files {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range setup {
+		cmd := exec.Command("chroot", root, "/bin/sh", "-c", c)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive"}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("in the guest root: %s: %v\n%s", c, err, out)
+		}
+	}
 }
 
 // cached returns the image in dir when its build completed.
@@ -249,7 +254,7 @@ func cached(dir string) (Image, bool) {
 	if err != nil || len(sum) != 64 {
 		return Image{}, false
 	}
-	touch(dir)
+	TouchCache(dir)
 	return Image{Path: filepath.Join(dir, "guest.qcow2"), SHA256: sum}, true
 }
 
@@ -333,43 +338,74 @@ func fileSHA256(p string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// keep is how long a cached root or image no run used is kept: branches
-// with other packages or setup share the cache.
-const keep = 3 * 24 * time.Hour
+// CacheKeep is how long a cached root or image no run used is kept:
+// branches with other packages or setup share a cache.
+const CacheKeep = 3 * 24 * time.Hour
 
-func touch(dir string) {
+// LockCache takes the lock of the cache directory (made when missing),
+// so one test builds what another waits for; it returns the unlock.
+func LockCache(t testing.TB, cache string) func() {
+	t.Helper()
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile(filepath.Join(cache, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		lock.Close()
+		t.Fatalf("flock %s: %v", lock.Name(), err)
+	}
+	return func() { lock.Close() }
+}
+
+// TouchCache marks a cached root or image (a directory whose file ok
+// says it is complete) as used now.
+func TouchCache(dir string) {
 	now := time.Now()
 	os.Chtimes(filepath.Join(dir, "ok"), now, now)
 }
 
-// prune removes the cached roots and images other than those in use that
-// no run used for keep.
-func prune(cache string, inUse ...string) {
+// PruneCache removes the cached roots and images of cache (root-*,
+// image-*, and Suite-* of an older layout) other than those in use that
+// no run used for CacheKeep.
+func PruneCache(cache string, inUse ...string) {
 	entries, _ := os.ReadDir(cache)
 	for _, e := range entries {
-		if !e.IsDir() || slices.Contains(inUse, e.Name()) ||
-			!(strings.HasPrefix(e.Name(), "root-") || strings.HasPrefix(e.Name(), "image-")) {
+		n := e.Name()
+		if !e.IsDir() || slices.Contains(inUse, n) ||
+			!(strings.HasPrefix(n, "root-") || strings.HasPrefix(n, "image-") || strings.HasPrefix(n, Suite+"-")) {
 			continue
 		}
-		if fi, err := os.Stat(filepath.Join(cache, e.Name(), "ok")); err == nil && time.Since(fi.ModTime()) < keep {
+		if fi, err := os.Stat(filepath.Join(cache, n, "ok")); err == nil && time.Since(fi.ModTime()) < CacheKeep {
 			continue
 		}
-		os.RemoveAll(filepath.Join(cache, e.Name()))
+		os.RemoveAll(filepath.Join(cache, n))
 	}
 }
 
-// debootstrapRoot returns the cached debootstrap root, making it when
-// missing (the caller holds the cache's lock).
+// debootstrapRoot returns the cached root of base and packages.
 func debootstrapRoot(t testing.TB, cache string) string {
 	t.Helper()
-	dir := filepath.Join(cache, rootKey())
+	return DebootstrapRoot(t, filepath.Join(cache, rootKey()), base,
+		[]string{"apt-get", "update", "-q"}, append([]string{"apt-get", "install", "-y", "-q", "--no-install-recommends"}, packages...), []string{"apt-get", "clean"})
+}
+
+// DebootstrapRoot returns dir/root, a root made by debootstrap
+// --variant=minbase of Suite with include, then each command of then run
+// in it (chroot, no service started), making it when dir has no
+// complete one (the caller holds the cache's lock). Without the Debian
+// mirror it skips through testenv.
+func DebootstrapRoot(t testing.TB, dir string, include []string, then ...[]string) string {
+	t.Helper()
 	if _, err := os.Stat(filepath.Join(dir, "ok")); err == nil {
-		touch(dir)
+		TouchCache(dir)
 		return filepath.Join(dir, "root")
 	}
 	mirror := DebianMirror()
 	if err := MirrorReachable(mirror); err != nil {
-		testenv.Skip(t, "the Debian mirror %s is needed to build the guest image (none cached in %s): %v", mirror, cache, err)
+		testenv.Skip(t, "the Debian mirror %s is needed to build a guest (none cached in %s): %v", mirror, dir, err)
 	}
 	tmp := dir + ".tmp"
 	os.RemoveAll(tmp)
@@ -378,20 +414,20 @@ func debootstrapRoot(t testing.TB, cache string) string {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	args := []string{"--variant=minbase", "--include=" + strings.Join(base, ","), Suite, root, mirror}
-	t.Logf("guest image: debootstrap %s (once; cached in %s)", strings.Join(args, " "), dir)
+	args := []string{"--variant=minbase", "--include=" + strings.Join(include, ","), Suite, root, mirror}
+	t.Logf("guest: debootstrap %s (once; cached in %s)", strings.Join(args, " "), dir)
 	cmd := exec.Command("debootstrap", args...)
 	cmd.Env = append(os.Environ(), "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(tmp)
 		t.Fatalf("debootstrap %s: %v\n%s", strings.Join(args, " "), err, tailOf(string(out), 4000))
 	}
-	// No service starts in the root while apt installs.
+	// No service starts in the root while the commands run.
 	policy := filepath.Join(root, "usr/sbin/policy-rc.d")
 	if err := os.WriteFile(policy, []byte("#!/bin/sh\nexit 101\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range [][]string{{"apt-get", "update", "-q"}, append([]string{"apt-get", "install", "-y", "-q", "--no-install-recommends"}, packages...), {"apt-get", "clean"}} {
+	for _, c := range then {
 		cmd := exec.Command("chroot", append([]string{root}, c...)...)
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive"}
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -409,7 +445,7 @@ func debootstrapRoot(t testing.TB, cache string) string {
 	if err := os.Rename(tmp, dir); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("guest image: debootstrap took %s", time.Since(start).Round(time.Second))
+	t.Logf("guest: debootstrap took %s", time.Since(start).Round(time.Second))
 	return filepath.Join(dir, "root")
 }
 
