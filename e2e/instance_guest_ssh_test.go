@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/better-compute/bcd/components/base/testenv"
+	"github.com/better-compute/bcd/components/gateway/adminapi"
+	"github.com/better-compute/bcd/components/helper/netpolicy/netpolicytest"
+	"github.com/better-compute/bcd/components/helper/sshaccess/sshdtest"
+	"github.com/better-compute/bcd/components/vm/guestimage"
+	"github.com/better-compute/bcd/components/vm/libvirttest"
+)
+
+// netnsEnv names the network namespace a test runs itself in again.
+const netnsEnv = "BCD_E2E_NETNS"
+
+// TestSSHToGuestThroughTunnel: real ssh, with `bcgw tunnel --instance
+// vm-s --ssh` as its ProxyCommand, logs in to the real sshd of a real
+// Debian guest (guestimage). Everything runs in a network namespace the
+// test makes (the test runs itself again inside it): bcgw, an
+// unprivileged host-build bcd node beside a real bcd helper, and a real
+// libvirtd whose domain has its NIC, a tap named by TapName, on the
+// bridge there under the policy the helper loaded with a real nft. The
+// instance's user data gives the guest its address and root's key; the
+// node dials the guest's own address, which the loaded policy binds.
+func TestSSHToGuestThroughTunnel(t *testing.T) {
+	testenv.NeedRoot(t, "it makes a network namespace, creates a user, runs bcd helper and libvirtd as root")
+	if os.Getenv(netnsEnv) == "" {
+		// Built (or found) out here: a build fetches from the Debian
+		// mirror, which the namespace cannot reach.
+		guestimage.Cached(t)
+		ns := netpolicytest.New(t)
+		ns.Bridge("br0", "10.9.0.1/24")
+		cmd := exec.Command("ip", "netns", "exec", ns.Name, os.Args[0], "-test.run", "^TestSSHToGuestThroughTunnel$", "-test.v", "-test.timeout", "25m")
+		cmd.Env = append(os.Environ(), netnsEnv+"="+ns.Name)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		t.Logf("inside %s:\n%s", ns.Name, out.String())
+		if err != nil {
+			t.Fatalf("the test inside the network namespace: %v", err)
+		}
+		return
+	}
+	sshBin := testenv.NeedTool(t, "ssh", "openssh-client")
+	keygen := testenv.NeedTool(t, "ssh-keygen", "openssh-client")
+	img := guestimage.Cached(t)
+	d := libvirttest.StartWith(t, libvirttest.Options{ReadOnlyForAll: true})
+	l := newLab(t)
+	digest, imageURL, pin := fileServer(t, img.Path, img.SHA256)
+	g := l.startGateway(filepath.Join(l.root, "gw"), "127.0.0.1:0")
+	base := sshdtest.Root(t)
+	extra := fmt.Sprintf("\n[instances]\naccel = %q\nlibvirt_socket = %q\n", libvirttest.Accel(), d.Socket())
+	hn := newHelperNode(t, l, g, base, "bcd-node-host", "", extra)
+	helper := hn.root.start("bcd-helper", "helper", "--config", hn.cfg)
+	helper.waitLog(t, "helper: listening", 10*time.Second)
+	hn.asUser.start("bcd-node", "node", "--config", hn.cfg)
+	l.waitNode(g, hn.id, "connected", func(n nodeView) bool { return n.Connected })
+	l.bcgw(g, "ssh-ca", hn.id, "--jwks-only")
+
+	key := filepath.Join(l.root, "id_ed25519")
+	if out, err := exec.Command(keygen, "-q", "-t", "ed25519", "-N", "", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v: %s", err, out)
+	}
+	pub, err := os.ReadFile(key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ud := filepath.Join(l.root, "user-data")
+	if err := os.WriteFile(ud, []byte("#cloud-config\nruncmd:\n  - ip link set eth0 up\n  - ip addr add 10.9.0.5/24 dev eth0\n"+
+		"  - mkdir -p /root/.ssh && echo '"+strings.TrimSpace(string(pub))+"' > /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys\n"+
+		"  - echo bcd-guest-ready > /dev/ttyS0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.bcgw(g, "secret", "set", "instance-user-data/alloc_s", "--node", hn.id, "--value-file", ud)
+	l.bcgw(g, "spec", "patch", hn.id, "--file", l.specFile("vm-s.json", fmt.Sprintf(`{"instances":{
+ "images":[{"sha256":%q,"url":%q,"format":"qcow2","spki_pin":%q}],
+ "instances":[{"id":"vm-s","allocation":"alloc_s","state":"RUNNING","vcpus":1,"memory_mib":512,"image":%q,"user_data":true,
+  "nics":[{"bridge":"br0","mac":"52:54:00:0a:00:05","addresses":["10.9.0.5/24"],"policy":"PRIVATE"}]}]}}`, digest, imageURL, pin, digest)))
+	l.waitStatus(g, hn.id, "vm-s running", func(s adminapi.StatusView) bool {
+		return section(s, "instances").State == "CONVERGED" && s.ObservedGeneration == s.SpecGeneration
+	})
+	start := time.Now()
+	proxy := fmt.Sprintf("%s tunnel --instance vm-s --ssh --data-dir %s", filepath.Join(l.bin, "bcgw"), g.dataDir)
+	var last []byte
+	for end := time.Now().Add(12 * time.Minute); ; time.Sleep(5 * time.Second) {
+		cmd := exec.Command(sshBin, "-o", "ProxyCommand="+proxy, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+			"-o", "BatchMode=yes", "-o", "ConnectTimeout=60", "-i", key, "root@vm-s", "echo bcd-ssh-ok $(hostname) $(id -u)")
+		out, err := cmd.CombinedOutput()
+		if err == nil && strings.Contains(string(out), "bcd-ssh-ok vm-s 0") {
+			t.Logf("ssh through bcgw tunnel --instance vm-s --ssh: %q, %s after the instance converged", strings.TrimSpace(string(out)), time.Since(start).Round(time.Second))
+			break
+		}
+		last = out
+		if time.Now().After(end) {
+			t.Fatalf("no ssh login to vm-s through the tunnel in 12 minutes; last: %v\n%s", err, last)
+		}
+	}
+	eventually(t, "the node's journal has the instance tunnel", func() error {
+		_, st, _ := hn.asUser.run("", nil, "bcd-node", "status", "--config", hn.cfg)
+		if !strings.Contains(st, "taps") || !strings.Contains(st, "vm-s PRIVATE GUARDED") {
+			return fmt.Errorf("bcd status:\n%s", st)
+		}
+		return nil
+	})
+}
