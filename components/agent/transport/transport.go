@@ -20,17 +20,8 @@ import (
 // plus its envelope.
 const MaxFrame = 5 << 20
 
-// PingEvery is how long the agent hears nothing from its gateway before it
-// pings it. An idle session's gateway sends nothing, so every PING is a
-// wake-up of the gateway (read it, answer it) on top of the heartbeat's:
-// at 20 s that was 3 PINGs beside 4 heartbeats a minute per session. The
-// gateway needs no PING from the agent (the heartbeats every 15 s tell it
-// the agent is there), so it is only the agent's check on a gateway that
-// vanished without closing the connection: at 45 s it notices within a
-// minute (PingEvery plus the 15 s answer timeout). A gateway that dies or
-// is killed closes its connections, through HAProxy too, and is noticed
-// at once.
-const PingEvery = 45 * time.Second
+// PingEvery is how often an idle HTTP/2 connection is pinged.
+const PingEvery = 20 * time.Second
 
 // Options says how to reach the gateway.
 type Options struct {
