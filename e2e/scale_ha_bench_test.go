@@ -48,23 +48,48 @@ func marksOf(t testing.TB, simDir string, agents int) map[string]int {
 	return marks
 }
 
-// metricValue reads one unlabelled-by-op sample of a metric from bcgw's
-// /metrics at addr (0 when it cannot).
-func metricValue(addr, name string) float64 {
+// metricValue is the sum of the samples of a metric from bcgw's /metrics
+// at addr whose line holds every one of with (a label, le="0.25"); 0
+// when it cannot read them.
+func metricValue(addr, name string, with ...string) float64 {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return 0
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	sum := 0.0
+next:
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			return v
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
 		}
+		for _, w := range with {
+			if !strings.Contains(line, w) {
+				continue next
+			}
+		}
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		sum += v
 	}
-	return 0
+	return sum
+}
+
+// slowShare is where the slow round trips of a window were slow, from the
+// survivor's histograms: of the commands whose result was stored, how
+// many took over 250 ms from being sent on the session to their result
+// stored (the agent's share and the result's store call), and of the
+// store calls, how many took over 250 ms.
+type slowShare struct{ sent, sentSlow, calls, callsSlow float64 }
+
+func readSlowShare(addr string) slowShare {
+	return slowShare{
+		sent:      metricValue(addr, "bcgw_command_round_trip_seconds_count"),
+		sentSlow:  metricValue(addr, "bcgw_command_round_trip_seconds_count") - metricValue(addr, "bcgw_command_round_trip_seconds_bucket", `le="0.25"`),
+		calls:     metricValue(addr, "bcgw_store_seconds_count"),
+		callsSlow: metricValue(addr, "bcgw_store_seconds_count") - metricValue(addr, "bcgw_store_seconds_bucket", `le="0.25"`),
+	}
 }
 
 // BenchmarkScaleHA is make bench-scale: BCD_SCALE_NODES bcd sim agents
@@ -74,7 +99,8 @@ func metricValue(addr, name string) float64 {
 // p99.9 and max of measuredTrips agent.pings), then kills the gateway
 // holding more sessions with SIGKILL while fakehw.mark commands go through
 // the other every 50 ms, and measures how long until every agent is
-// connected again (failover-s), and the round trip again. At the end every
+// connected again (failover-s), and, the marks stopped, the round trip
+// again. At the end every
 // accepted command must be done, SUCCEEDED, and its mark made once: the
 // commands lost and run twice are printed (and fail the run). The
 // PostgreSQL pool's waits on the survivor during each measurement are
@@ -198,8 +224,11 @@ func BenchmarkScaleHA(b *testing.B) {
 			traced.Add(1)
 			go func() { defer traced.Done(); save("trace?seconds=20", "trace-"+label+".out") }()
 		}
-		w0, t0 := metricValue(survMetrics, "bcgw_store_pool_wait_seconds_total"), time.Now()
+		w0, s0, t0 := metricValue(survMetrics, "bcgw_store_pool_wait_seconds_total"), readSlowShare(survMetrics), time.Now()
 		l := roundTrips(b, admins[surv], ids, measuredTrips)
+		s1 := readSlowShare(survMetrics)
+		fmt.Printf("scale HA: %s: on the survivor, %.0f of %.0f commands took over 250 ms from sent on the session to result stored; %.0f of %.0f store calls took over 250 ms\n",
+			label, s1.sentSlow-s0.sentSlow, s1.sent-s0.sent, s1.callsSlow-s0.callsSlow, s1.calls-s0.calls)
 		traced.Wait()
 		if profDir != "" {
 			save("block", "block-"+label+".pb.gz")
@@ -258,9 +287,9 @@ func BenchmarkScaleHA(b *testing.B) {
 	}
 	failover := time.Since(killed)
 	fmt.Printf("scale HA: %d of %d agents connected again %s after the kill; load average %s\n", back, n, failover.Round(100*time.Millisecond), load())
-	after := trips("after")
 	close(stop)
 	<-streamDone
+	after := trips("after")
 
 	// Every accepted command done once, its mark made once.
 	mu.Lock()
