@@ -118,10 +118,14 @@ func fakeSections(dataDir string, hw nodekinds.Hardware, dev *devices.Section, v
 // leaves the section out (UNSUPPORTED), logged.
 func instancesSection(dataDir string, hw nodekinds.Hardware, dev *devices.Section, vms *passthrough) []converge.Section {
 	store, err := images.New(images.Config{Dir: filepath.Join(dataDir, "images"), Roots: fakehttp.Roots()})
+	var snaps *images.Store
+	if err == nil {
+		snaps, err = images.New(images.Config{Dir: filepath.Join(dataDir, "snapshots"), Roots: fakehttp.Roots()})
+	}
 	if err == nil {
 		var rt *fakeruntime.Runtime
 		if rt, err = fakeruntime.New(filepath.Join(dataDir, "fakehw", "runtime"), nil); err == nil {
-			s := instances.New(instances.Config{Dir: filepath.Join(dataDir, "instances"), Runtime: rt, Images: store,
+			s := instances.New(instances.Config{Dir: filepath.Join(dataDir, "instances"), Runtime: rt, Images: store, Snapshots: snaps,
 				GPUs: gpuUUIDs(hw), HeldBy: dev.HeldBy, Busy: vms.busy.Has})
 			vms.inVM, vms.rt = s.InVM, rt
 			return []converge.Section{s}

@@ -117,6 +117,10 @@ func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Secti
 		return nil, nil, nil
 	}
 	store, err := images.New(images.Config{Dir: filepath.Join(cfg.DataDir, "images")})
+	var snaps *images.Store
+	if err == nil {
+		snaps, err = images.New(images.Config{Dir: filepath.Join(cfg.DataDir, "snapshots")})
+	}
 	if err != nil {
 		slog.Warn("instances section left out", "err", err)
 		return nil, nil, nil
@@ -124,7 +128,7 @@ func extraSections(cfg *config.Config, hw nodekinds.Hardware, dev *devices.Secti
 	var s *instances.Section
 	rt := libvirtrt.New(libvirtrt.Config{URI: cfg.Instances.LibvirtURI(true), InstancesDir: filepath.Join(cfg.DataDir, "instances"), Helper: helper,
 		Signed: func(m vmruntime.Machine) ([]byte, rootsig.Proof, error) { return s.Signed(m) }})
-	s = instances.New(instances.Config{Dir: filepath.Join(cfg.DataDir, "instances"), Runtime: rt, Images: store,
+	s = instances.New(instances.Config{Dir: filepath.Join(cfg.DataDir, "instances"), Runtime: rt, Images: store, Snapshots: snaps,
 		GPUs: gpuUUIDs(hw), HeldBy: dev.HeldBy, Network: guard.Apply, Busy: vms.busy.Has})
 	vms.inVM, vms.rt = s.InVM, rt
 	// Instance tickets reach a running instance's own address under the

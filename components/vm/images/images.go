@@ -32,6 +32,7 @@ import (
 	"github.com/better-compute/bcd/components/base/atomicfile"
 	"github.com/better-compute/bcd/components/base/filehash"
 	"github.com/better-compute/bcd/components/base/httpsurl"
+	"github.com/better-compute/bcd/components/base/stall"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/vm/qcow2"
 	"github.com/better-compute/bcd/components/vm/spec"
@@ -64,6 +65,9 @@ type Config struct {
 	Roots *x509.CertPool
 	// MaxBytes bounds one image; 0: DefaultMaxBytes.
 	MaxBytes int64
+	// Stall ends a download that stops moving (zero: less than 1 MiB in
+	// 2 minutes).
+	Stall stall.Rule
 }
 
 // Store holds verified base images.
@@ -197,22 +201,24 @@ func (s *Store) Fetch(ctx context.Context, im spec.Image) error {
 
 func (s *Store) download(ctx context.Context, client *http.Client, im spec.Image, f *os.File) error {
 	src := httpsurl.Redact(im.URL)
+	ctx, counted, stop := stall.Watch(ctx, s.cfg.Stall)
+	defer stop()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, im.URL, nil)
 	if err != nil {
 		return fmt.Errorf("images: %s: %w", src, httpsurl.RedactErr(err, im.URL))
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("images: fetch %s: %w", src, httpsurl.RedactErr(err, im.URL))
+		return fmt.Errorf("images: fetch %s: %w", src, stall.Err(ctx, httpsurl.RedactErr(err, im.URL)))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("images: fetch %s: %s", src, resp.Status)
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(resp.Body, s.cfg.MaxBytes+1))
+	n, err := io.Copy(io.MultiWriter(f, h), counted.Reader(io.LimitReader(resp.Body, s.cfg.MaxBytes+1)))
 	if err != nil {
-		return fmt.Errorf("images: fetch %s: %w", src, httpsurl.RedactErr(err, im.URL))
+		return fmt.Errorf("images: fetch %s: %w", src, stall.Err(ctx, httpsurl.RedactErr(err, im.URL)))
 	}
 	if n > s.cfg.MaxBytes {
 		return fmt.Errorf("images: %s is larger than %d bytes", src, s.cfg.MaxBytes)
@@ -271,7 +277,11 @@ func (s *Store) client(im spec.Image) (*http.Client, error) {
 	}, nil
 }
 
-// Unneeded lists the image files the store holds whose digest is not in
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.cfg.Dir }
+
+// Unneeded lists the files the store holds (and what was made of them
+// beside: a directory named <digest>.<anything>) whose digest is not in
 // keep.
 func (s *Store) Unneeded(keep []string) ([]string, error) {
 	entries, err := os.ReadDir(s.cfg.Dir)
@@ -299,7 +309,7 @@ func (s *Store) Keep(keep []string) ([]string, error) {
 	for _, n := range names {
 		digest, _, _ := strings.Cut(n, ".")
 		unlock := s.lock(digest)
-		err := os.Remove(filepath.Join(s.cfg.Dir, n))
+		err := os.RemoveAll(filepath.Join(s.cfg.Dir, n))
 		unlock()
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return removed, fmt.Errorf("images: %w", err)

@@ -34,6 +34,7 @@ import (
 	"github.com/better-compute/bcd/components/vm/images"
 	"github.com/better-compute/bcd/components/vm/qcow2"
 	"github.com/better-compute/bcd/components/vm/seed"
+	"github.com/better-compute/bcd/components/vm/snapshot"
 	"github.com/better-compute/bcd/components/vm/spec"
 	"github.com/better-compute/bcd/components/vm/vmruntime"
 )
@@ -75,6 +76,10 @@ type Config struct {
 	// fail alone. Its error fails every instance with a NIC, and so does
 	// a nil Network: none runs unguarded.
 	Network func(ctx context.Context, body []byte, proof rootsig.Proof) (failed map[string]string, err error)
+	// Snapshots keeps the snapshots instances restore from
+	// (data_dir/snapshots): each archive fetched as a raw image, then
+	// unpacked beside it into <sha256>.d; nil: restore_from fails.
+	Snapshots *images.Store
 	// Busy reports an instance a snapshot (instance.snapshot) holds: a
 	// pass leaves it as it is meanwhile (the section PROGRESSING), so the
 	// converger never starts a domain the snapshot saved before its disk
@@ -366,13 +371,34 @@ func (st state) desired(id string) bool {
 	return slices.ContainsFunc(st.body.Instances, func(in spec.Instance) bool { return in.ID == id })
 }
 
-// keep is the digests the section's instances name.
+// keep is the digests of the base images the section's instances name.
 func (st state) keep() []string {
 	var k []string
 	for _, in := range st.body.Instances {
 		k = append(k, in.Image)
 	}
 	return k
+}
+
+// keepSnapshots is the digests of the snapshots the section's instances
+// restore from: every other is deleted.
+func (st state) keepSnapshots() []string {
+	var k []string
+	for _, in := range st.body.Instances {
+		if in.RestoreFrom != nil {
+			k = append(k, in.RestoreFrom.SHA256)
+		}
+	}
+	return k
+}
+
+// image is what an instance's disk stands on: its base image, or for a
+// restore its snapshot's disk (a qcow2 named by the snapshot's digest).
+func (st state) image(in spec.Instance) spec.Image {
+	if r := in.RestoreFrom; r != nil {
+		return spec.Image{SHA256: r.SHA256, Format: spec.QCOW2}
+	}
+	return st.images[in.Image]
 }
 
 // Plan lists what differs: instances to set up or change, domains and
@@ -396,6 +422,15 @@ func (s *Section) Plan(ctx context.Context, body json.RawMessage) (converge.Plan
 	for _, n := range unneeded {
 		changes = append(changes, "remove image "+n)
 	}
+	if s.cfg.Snapshots != nil {
+		unneeded, err := s.cfg.Snapshots.Unneeded(st.keepSnapshots())
+		if err != nil {
+			return converge.Plan{}, err
+		}
+		for _, n := range unneeded {
+			changes = append(changes, "remove snapshot "+n)
+		}
+	}
 	s.publishReport(ctx)
 	return converge.Plan{Changes: changes, Detail: st}, nil
 }
@@ -406,7 +441,15 @@ func (s *Section) planInstance(in spec.Instance, st state) []string {
 		return []string{in.ID + ": a domain bcd did not create has its name"}
 	}
 	var c []string
-	if _, err := s.cfg.Images.Ready(st.images[in.Image]); err != nil {
+	if r := in.RestoreFrom; r != nil {
+		if _, err := os.Lstat(s.snapshotDir(r.SHA256)); err != nil {
+			if s.refused(r.SHA256) {
+				c = append(c, in.ID+": snapshot "+r.SHA256+" refused")
+			} else {
+				c = append(c, in.ID+": fetch snapshot "+r.SHA256)
+			}
+		}
+	} else if _, err := s.cfg.Images.Ready(st.images[in.Image]); err != nil {
 		if s.refused(in.Image) {
 			c = append(c, in.ID+": image "+in.Image+" refused")
 		} else {
@@ -419,7 +462,7 @@ func (s *Section) planInstance(in spec.Instance, st state) []string {
 		} else if f == DiskFile {
 			// A disk changed under a defined domain is found here too,
 			// not only when something else makes a pass apply.
-			if _, err := qcow2.CheckFile(filepath.Join(s.cfg.Dir, in.ID, f), s.backing(st.images[in.Image])); err != nil {
+			if _, err := qcow2.CheckFile(filepath.Join(s.cfg.Dir, in.ID, f), s.backing(st.image(in))); err != nil {
 				c = append(c, in.ID+": disk refused")
 			}
 		}
@@ -427,7 +470,7 @@ func (s *Section) planInstance(in spec.Instance, st state) []string {
 	switch {
 	case !defined:
 		c = append(c, in.ID+": define")
-	case !d.Machine.Equal(machine(in, st.images[in.Image])):
+	case !d.Machine.Equal(machine(in, st.image(in))):
 		c = append(c, in.ID+": redefine")
 	}
 	if cur := d.State; !defined && in.State != vmruntime.Stopped || defined && cur != in.State {
@@ -504,7 +547,14 @@ func (s *Section) Apply(ctx context.Context, body json.RawMessage, p converge.Pl
 			return fmt.Errorf("remove instance %s: %w", id, err)
 		}
 	}
-	s.forgetFetches(st.images)
+	named := map[string]bool{}
+	for d := range st.images {
+		named[d] = true
+	}
+	for _, d := range st.keepSnapshots() {
+		named[d] = true
+	}
+	s.forgetFetches(named)
 	failed := map[string]failure{}
 	var pending []string
 	guard := s.network(ctx, body, st.body.Instances)
@@ -527,6 +577,11 @@ func (s *Section) Apply(ctx context.Context, body json.RawMessage, p converge.Pl
 	}
 	if _, err := s.cfg.Images.Keep(st.keep()); err != nil {
 		return err
+	}
+	if s.cfg.Snapshots != nil {
+		if _, err := s.cfg.Snapshots.Keep(st.keepSnapshots()); err != nil {
+			return err
+		}
 	}
 	err := s.report(failed, pending, len(st.body.Instances))
 	s.publishReport(ctx)
@@ -634,20 +689,36 @@ func (s *Section) ensure(ctx context.Context, in spec.Instance, st state) *failu
 	if d, ok := st.domains[in.ID]; ok && !d.Owned {
 		return fail(true, "a domain bcd did not create is named %s; bcd leaves it alone", in.ID)
 	}
-	im := st.images[in.Image]
-	base, err := s.cfg.Images.Ready(im)
-	if errors.Is(err, images.ErrNotFetched) {
-		done, ferr := s.fetch(im)
-		switch {
-		case !done:
-			return &failure{reason: "fetching image " + im.SHA256, pending: true}
-		case ferr != nil:
-			return fail(errors.Is(ferr, images.ErrRefused), "%v", ferr)
+	im := st.image(in)
+	var base images.Base
+	var man *snapshot.Manifest
+	if in.RestoreFrom != nil {
+		m, b, f := s.snapshot(*in.RestoreFrom)
+		if f != nil {
+			return f
 		}
-		base, err = s.cfg.Images.Ready(im)
-	}
-	if err != nil {
-		return fail(errors.Is(err, images.ErrRefused), "%v", err)
+		if in.RestoreFrom.Memory {
+			if why := m.Fits(in.VCPUs, in.MemoryMiB, snapshot.HostCPU()); why != "" {
+				return fail(true, "restore_from: %s", why)
+			}
+		}
+		base, man = b, &m
+	} else {
+		b, err := s.cfg.Images.Ready(im)
+		if errors.Is(err, images.ErrNotFetched) {
+			done, ferr := s.fetch(s.cfg.Images, im)
+			switch {
+			case !done:
+				return &failure{reason: "fetching image " + im.SHA256, pending: true}
+			case ferr != nil:
+				return fail(errors.Is(ferr, images.ErrRefused), "%v", ferr)
+			}
+			b, err = s.cfg.Images.Ready(im)
+		}
+		if err != nil {
+			return fail(errors.Is(err, images.ErrRefused), "%v", err)
+		}
+		base = b
 	}
 	if f := s.gpus(ctx, in); f != nil {
 		return f
@@ -665,7 +736,17 @@ func (s *Section) ensure(ctx context.Context, in spec.Instance, st state) *failu
 	if _, err := s.cfg.Runtime.Ensure(ctx, machine(in, im)); err != nil {
 		return fail(errors.Is(err, vmruntime.ErrForeign), "define: %v", err)
 	}
-	if cur := orStopped(st.domains[in.ID].State); cur != in.State {
+	cur := orStopped(st.domains[in.ID].State)
+	if r := in.RestoreFrom; r != nil && r.Memory {
+		resumed, f := s.resume(ctx, in, im, *man, dir, cur)
+		if f != nil {
+			return f
+		}
+		if resumed {
+			cur = vmruntime.Running
+		}
+	}
+	if cur != in.State {
 		if err := s.cfg.Runtime.SetState(ctx, in.ID, in.State); err != nil {
 			return fail(false, "%s: %v", strings.ToLower(in.State), err)
 		}
@@ -678,7 +759,7 @@ func (s *Section) ensure(ctx context.Context, in spec.Instance, st state) *failu
 // for it (the section is PROGRESSING meanwhile). A failed fetch is
 // reported once and then forgotten, so a later pass tries again; a
 // refused image stays refused while the section names it.
-func (s *Section) fetch(im spec.Image) (done bool, err error) {
+func (s *Section) fetch(store *images.Store, im spec.Image) (done bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f, ok := s.fetches[im.SHA256]
@@ -686,7 +767,7 @@ func (s *Section) fetch(im spec.Image) (done bool, err error) {
 		f = &fetchResult{}
 		s.fetches[im.SHA256] = f
 		go func() {
-			err := s.cfg.Images.Fetch(context.Background(), im)
+			err := store.Fetch(context.Background(), im)
 			s.mu.Lock()
 			f.done, f.err = true, err
 			s.mu.Unlock()
@@ -709,11 +790,11 @@ func (s *Section) refused(digest string) bool {
 
 // forgetFetches drops what it knows of fetches of images the section no
 // longer names (a fetch still running finishes on its own).
-func (s *Section) forgetFetches(named map[string]spec.Image) {
+func (s *Section) forgetFetches(named map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for d, f := range s.fetches {
-		if _, ok := named[d]; !ok && f.done {
+		if !named[d] && f.done {
 			delete(s.fetches, d)
 		}
 	}
@@ -752,11 +833,14 @@ func (s *Section) disk(ctx context.Context, in spec.Instance, im spec.Image, bas
 	return nil
 }
 
-// backing is what an instance disk over im must name: its base, or
-// nothing beside an iso.
+// backing is what an instance disk over im must name: its base (a
+// base image, or a restored snapshot's disk), or nothing beside an iso.
 func (s *Section) backing(im spec.Image) qcow2.Backing {
-	if im.Format == spec.ISO {
+	switch {
+	case im.Format == spec.ISO:
 		return qcow2.Backing{}
+	case im.URL == "" && s.cfg.Snapshots != nil:
+		return qcow2.Backing{Path: filepath.Join(s.snapshotDir(im.SHA256), snapshot.DiskFile), Format: spec.QCOW2}
 	}
 	return qcow2.Backing{Path: s.cfg.Images.Path(im), Format: im.Format}
 }

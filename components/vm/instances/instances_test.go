@@ -14,11 +14,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/better-compute/bcd/components/agent/converge"
+	"github.com/better-compute/bcd/components/base/stall"
 	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/helper/netpolicy"
 	"github.com/better-compute/bcd/components/trust/rootsig"
@@ -44,10 +46,14 @@ type host struct {
 	gate chan struct{}
 	// published is the last role report the section published.
 	published Report
+	// stalled is a path the server sends half of, then nothing more.
+	stalled string
+	quit    chan struct{}
+	snaps   *images.Store
 }
 
 func newHost(t *testing.T) *host {
-	h := &host{t: t, dir: t.TempDir(), files: map[string][]byte{}}
+	h := &host{t: t, dir: t.TempDir(), files: map[string][]byte{}, quit: make(chan struct{})}
 	h.qemuImg = testenv.NeedTool(t, "qemu-img", "qemu-utils")
 	h.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h.gate != nil {
@@ -58,9 +64,17 @@ func newHost(t *testing.T) *host {
 			http.NotFound(w, r)
 			return
 		}
+		if r.URL.Path == h.stalled {
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+			w.Write(b[:len(b)/2])
+			w.(http.Flusher).Flush()
+			<-h.quit
+			return
+		}
 		w.Write(b)
 	}))
 	t.Cleanup(h.srv.Close)
+	t.Cleanup(func() { close(h.quit) })
 	h.restart()
 	return h
 }
@@ -74,10 +88,13 @@ func (h *host) restart() {
 	if h.store, err = images.New(images.Config{Dir: filepath.Join(h.dir, "images"), Roots: roots}); err != nil {
 		h.t.Fatal(err)
 	}
+	if h.snaps, err = images.New(images.Config{Dir: filepath.Join(h.dir, "snapshots"), Roots: roots, Stall: stall.Rule{Window: 500 * time.Millisecond}}); err != nil {
+		h.t.Fatal(err)
+	}
 	if h.rt, err = fakeruntime.New(filepath.Join(h.dir, "runtime"), func() (string, error) { return "boot-1", nil }); err != nil {
 		h.t.Fatal(err)
 	}
-	h.s = New(Config{Dir: filepath.Join(h.dir, "instances"), Runtime: h.rt, Images: h.store,
+	h.s = New(Config{Dir: filepath.Join(h.dir, "instances"), Runtime: h.rt, Images: h.store, Snapshots: h.snaps,
 		UserData: func(_ context.Context, in spec.Instance) ([]byte, error) {
 			return []byte("#cloud-config\n# user data of " + in.Allocation + "\n"), nil
 		},
@@ -131,7 +148,9 @@ func (h *host) pass(b spec.Body) (error, []string) {
 			h.t.Fatalf("Plan after Apply: %v", err)
 		}
 		// Done once a pass began with no fetch to wait for.
-		fetching := slices.ContainsFunc(p.Changes, func(c string) bool { return strings.Contains(c, ": fetch image") })
+		fetching := slices.ContainsFunc(p.Changes, func(c string) bool {
+			return strings.Contains(c, ": fetch image") || strings.Contains(c, ": fetch snapshot")
+		})
 		if !fetching || i == 500 {
 			return aerr, p2.Changes
 		}

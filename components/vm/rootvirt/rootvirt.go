@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -51,6 +52,11 @@ type section struct {
 		Image     string          `json:"image"`
 		GPUs      []string        `json:"gpus"`
 		NICs      []netpolicy.NIC `json:"nics"`
+		// RestoreFrom: the disk's base is the snapshot's, unpacked by
+		// the node under data_dir/snapshots/<sha256>.d.
+		RestoreFrom *struct {
+			SHA256 string `json:"sha256"`
+		} `json:"restore_from"`
 	} `json:"instances"`
 }
 
@@ -78,6 +84,7 @@ func define(ctx context.Context, h helper.LibvirtHost, id string, body []byte) e
 	}
 	var m *vmruntime.Machine
 	var image, format string
+	var base qcow2.Backing
 	for _, in := range sec.Instances {
 		if in.ID != id {
 			continue
@@ -88,8 +95,16 @@ func define(ctx context.Context, h helper.LibvirtHost, id string, body []byte) e
 				format = im.Format
 			}
 		}
-		if !baseFormat(format) || !hex64(in.Image) {
+		if r := in.RestoreFrom; r != nil {
+			if !hex64(r.SHA256) {
+				return refuse("instance %s: restore_from names no snapshot", id)
+			}
+			image, format = "", "qcow2"
+			base = qcow2.Backing{Path: snapshotDisk(h, r.SHA256), Format: "qcow2"}
+		} else if !baseFormat(format) || !hex64(in.Image) {
 			return refuse("instance %s: its image %q is not one of the section's images", id, in.Image)
+		} else if format != "iso" {
+			base = qcow2.Backing{Path: h.DataDir + "/images/" + image + "." + format, Format: format}
 		}
 		mm := vmruntime.InstanceMachine(in.ID, in.VCPUs, in.MemoryMiB, in.Image, format, in.GPUs)
 		mm.Taps = vmruntime.InstanceTaps(in.ID, in.NICs)
@@ -120,7 +135,7 @@ func define(ctx context.Context, h helper.LibvirtHost, id string, body []byte) e
 	if err := req.Check(host); err != nil {
 		return refuse("instance %s: %v", id, err)
 	}
-	if err := checkDisks(host, h.Owner, *m, image, format); err != nil {
+	if err := checkDisks(host, h.Owner, *m, base); err != nil {
 		return err
 	}
 	found, err := owned(ctx, h, id)
@@ -268,12 +283,10 @@ func owned(ctx context.Context, h helper.LibvirtHost, id string) (bool, error) {
 // symlink; the qcow2 disk an overlay of exactly its base image (qcow2 or
 // raw, checked too: a qcow2 base names no backing file), or of nothing
 // beside an iso; no data file and no encryption anywhere.
-func checkDisks(host domainxml.Host, owner uint32, m vmruntime.Machine, image, format string) error {
-	backing := qcow2.Backing{}
-	if format != "iso" {
-		backing = qcow2.Backing{Path: host.ImagesDir + "/" + image + "." + format, Format: format}
+func checkDisks(host domainxml.Host, owner uint32, m vmruntime.Machine, backing qcow2.Backing) error {
+	if backing.Path != "" {
 		var want *qcow2.Backing
-		if format == "qcow2" {
+		if backing.Format == "qcow2" {
 			want = &qcow2.Backing{}
 		}
 		if _, err := checkFile(backing.Path, owner, want); err != nil {
@@ -308,8 +321,12 @@ func checkStart(host domainxml.Host, owner uint32, id string) error {
 	if h.Backing != "" {
 		name, ok := strings.CutPrefix(h.Backing, host.ImagesDir+"/")
 		digest, ext, _ := strings.Cut(name, ".")
+		snap, isSnap := strings.CutPrefix(h.Backing, filepath.Dir(host.ImagesDir)+"/snapshots/")
+		if isSnap && strings.HasSuffix(snap, ".d/disk.qcow2") && hex64(strings.TrimSuffix(snap, ".d/disk.qcow2")) && h.BackingFormat == "qcow2" {
+			ok, digest, ext = true, strings.TrimSuffix(snap, ".d/disk.qcow2"), "qcow2"
+		}
 		if !ok || !hex64(digest) || ext != h.BackingFormat || (ext != "qcow2" && ext != "raw") {
-			return refuse("disk of %s names backing file %q, not a base image of %s", id, h.Backing, host.ImagesDir)
+			return refuse("disk of %s names backing file %q, not a base image of %s or a snapshot's disk", id, h.Backing, host.ImagesDir)
 		}
 		want = qcow2.Backing{Path: h.Backing, Format: ext}
 		var base *qcow2.Backing
@@ -375,6 +392,12 @@ func checkFile(path string, owner uint32, want *qcow2.Backing) (qcow2.Header, er
 		return h, refuse("disk %s refused: %v", path, err)
 	}
 	return h, nil
+}
+
+// snapshotDisk is the disk of the snapshot digest, as the node unpacks
+// it: the base of a restored instance's overlay.
+func snapshotDisk(h helper.LibvirtHost, digest string) string {
+	return h.DataDir + "/snapshots/" + digest + ".d/disk.qcow2"
 }
 
 func baseFormat(f string) bool { return f == "qcow2" || f == "raw" || f == "iso" }

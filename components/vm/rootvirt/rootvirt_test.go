@@ -126,6 +126,7 @@ func TestOnLibvirtd(t *testing.T) {
 	t.Run("StartChecksDisksAgain", func(t *testing.T) { testStartChecksDisksAgain(t, e) })
 	t.Run("StartChecksTaps", func(t *testing.T) { testStartChecksTaps(t, e) })
 	t.Run("SaveAndResume", func(t *testing.T) { testSaveAndResume(t, e) })
+	t.Run("RestoredDisk", func(t *testing.T) { testRestoredDisk(t, e) })
 }
 
 // testDefineAndAct: a domain defined from the section, defined again

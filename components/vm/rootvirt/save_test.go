@@ -3,6 +3,7 @@ package rootvirt
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/better-compute/bcd/components/helper/wire"
+	"github.com/better-compute/bcd/components/vm/seed"
+	"github.com/better-compute/bcd/components/vm/vmruntime"
 )
 
 // testSaveAndResume: libvirt.save stops a running domain with its memory
@@ -62,6 +65,54 @@ func testSaveAndResume(t *testing.T, e *env) {
 	for _, op := range []string{wire.OpLibvirtDestroy, wire.OpLibvirtUndefine} {
 		if _, err := (Ops{}).Act(ctx, e.host, op, "vm-s"); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// testRestoredDisk: an instance restored from a snapshot is defined and
+// started over the snapshot's disk (data_dir/snapshots/<sha256>.d), and
+// refused, final, when that disk names a backing file of its own.
+func testRestoredDisk(t *testing.T, e *env) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		id, want string
+		args     []string
+	}{
+		{id: "vm-r", args: []string{"64M"}},
+		{id: "vm-rb", want: "names a backing file", args: []string{"-u", "-b", "/etc/shadow", "-F", "raw", "64M"}},
+	} {
+		digest := strings.Repeat("a", 64)
+		if tt.want != "" {
+			digest = strings.Repeat("b", 64)
+		}
+		snap := filepath.Join(e.data, "snapshots", digest+".d")
+		must(t, os.MkdirAll(snap, 0o750))
+		must(t, os.Chown(snap, node, node))
+		disk := filepath.Join(snap, "disk.qcow2")
+		e.run(t, append(append([]string{"create", "-q", "-f", "qcow2"}, tt.args[:len(tt.args)-1]...), disk, tt.args[len(tt.args)-1])...)
+		must(t, os.Chown(disk, node, node))
+		must(t, os.MkdirAll(e.dir(tt.id), 0o750))
+		e.run(t, "create", "-q", "-f", "qcow2", "-u", "-b", disk, "-F", "qcow2", filepath.Join(e.dir(tt.id), vmruntime.DiskFile), "64M")
+		must(t, seed.WriteFile(filepath.Join(e.dir(tt.id), vmruntime.SeedFile), seed.Seed{InstanceID: tt.id}))
+		for _, f := range []string{"", vmruntime.DiskFile, vmruntime.SeedFile} {
+			must(t, os.Chown(filepath.Join(e.dir(tt.id), f), node, node))
+		}
+		section := []byte(fmt.Sprintf(`{"images":[],"instances":[{"id":%q,"allocation":"a","state":"RUNNING","vcpus":1,"memory_mib":64,"restore_from":{"url":"https://s.example/x.tar","sha256":%q}}]}`, tt.id, digest))
+		final, err := (Ops{}).Define(ctx, e.host, tt.id, section)
+		if tt.want != "" {
+			if err == nil || !final || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%s: Define = %v (final %v), want a final %q", tt.id, err, final, tt.want)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Define of a restored instance: %v", err)
+		}
+		if _, err := (Ops{}).Act(ctx, e.host, wire.OpLibvirtStart, tt.id); err != nil {
+			t.Fatalf("start of a restored instance: %v", err)
+		}
+		for _, op := range []string{wire.OpLibvirtDestroy, wire.OpLibvirtUndefine} {
+			must(t, func() error { _, err := (Ops{}).Act(ctx, e.host, op, tt.id); return err }())
 		}
 	}
 }

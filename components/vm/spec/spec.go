@@ -94,6 +94,27 @@ type Instance struct {
 	// netpolicy.TapName from the id and the NIC's index) on a host
 	// bridge, guarded and policed by bcd helper's nftables tables.
 	NICs []netpolicy.NIC `json:"nics,omitempty"`
+	// RestoreFrom boots the instance from a snapshot (instance.snapshot's
+	// archive) instead of a base image: Image is then empty.
+	RestoreFrom *Restore `json:"restore_from,omitempty"`
+}
+
+// Restore is a snapshot an instance starts from: fetched over https
+// only, verified by its SHA-256, its disk the base of the instance's
+// overlay; with Memory, the guest resumes from its saved memory (only
+// into the same vCPUs, memory and CPU model).
+type Restore struct {
+	URL    string `json:"url"`
+	SHA256 string `json:"sha256"`
+	Memory bool   `json:"memory,omitempty"`
+	// SPKIPin pins the snapshot's server, as an image's.
+	SPKIPin string `json:"spki_pin,omitempty"`
+}
+
+// Source is the image entry a restore is fetched as: its archive, never
+// probed before its digest matches.
+func (r Restore) Source() Image {
+	return Image{SHA256: r.SHA256, URL: r.URL, Format: Raw, SPKIPin: r.SPKIPin}
 }
 
 // Decode reads the section strictly (no unknown field, one JSON value)
@@ -202,6 +223,15 @@ func checkInstance(in Instance, images map[string]Image) error {
 			return fmt.Errorf("nics[%d]: %w", j, err)
 		}
 	}
+	if r := in.RestoreFrom; r != nil {
+		if in.Image != "" || in.DiskGiB != 0 {
+			return fmt.Errorf("restore_from: the disk is the snapshot's; give no image and no disk_gib")
+		}
+		if err := checkImage(r.Source()); err != nil {
+			return fmt.Errorf("restore_from: %w", err)
+		}
+		return checkGPUs(in.GPUs)
+	}
 	im, ok := images[in.Image]
 	if !ok {
 		return fmt.Errorf("image %q is not the sha256 of an entry of images", in.Image)
@@ -209,8 +239,12 @@ func checkInstance(in Instance, images map[string]Image) error {
 	if im.Format == ISO && in.DiskGiB == 0 {
 		return fmt.Errorf("image %s is an iso: disk_gib must size the empty disk beside it", in.Image)
 	}
+	return checkGPUs(in.GPUs)
+}
+
+func checkGPUs(gpus []string) error {
 	seen := map[string]bool{}
-	for _, g := range in.GPUs {
+	for _, g := range gpus {
 		if !domainxml.ValidGPU(g) {
 			return fmt.Errorf("GPU %q is not a GPU UUID (GPU-<hex and dashes>)", g)
 		}

@@ -64,6 +64,12 @@ func TestDecode(t *testing.T) {
 		{name: "NIC loopback", from: `"10.9.0.5/24"`, to: `"127.0.0.5/8"`, wantErr: "unicast"},
 		{name: "NIC MAC in two instances", from: `52:54:00:00:00:02`, to: `52:54:00:00:00:01`, wantErr: "mac 52:54:00:00:00:01 is also instance vm-1's"},
 		{name: "NIC address in two instances", from: `"mac":"52:54:00:00:00:02","policy"`, to: `"mac":"52:54:00:00:00:02","addresses":["10.9.0.5/24"],"policy"`, wantErr: "address 10.9.0.5 is also instance vm-1's"},
+		{name: "restore", from: `"image":"` + sumB + `","disk_gib":10,`, to: `"restore_from":{"url":"https://snap.example/s.tar","sha256":"` + sumB + `","memory":true,"spki_pin":"` + pin + `"},`},
+		{name: "restore over http", from: `"image":"` + sumB + `","disk_gib":10,`, to: `"restore_from":{"url":"http://snap.example/s.tar?sig=x","sha256":"` + sumB + `"},`, wantErr: "restore_from: url"},
+		{name: "restore without digest", from: `"image":"` + sumB + `","disk_gib":10,`, to: `"restore_from":{"url":"https://snap.example/s.tar"},`, wantErr: "restore_from: sha256"},
+		{name: "restore and image", from: `"disk_gib":10,`, to: `"restore_from":{"url":"https://snap.example/s.tar","sha256":"` + sumB + `"},`, wantErr: "give no image"},
+		{name: "restore bad pin", from: `"image":"` + sumB + `","disk_gib":10,`, to: `"restore_from":{"url":"https://snap.example/s.tar","sha256":"` + sumB + `","spki_pin":"x"},`, wantErr: "restore_from: spki_pin"},
+		{name: "restore unknown field", from: `"image":"` + sumB + `","disk_gib":10,`, to: `"restore_from":{"url":"https://snap.example/s.tar","sha256":"` + sumB + `","path":"/etc"},`, wantErr: `unknown field "path"`},
 		{name: "GPU in two instances", from: `"disk_gib":10`, to: `"disk_gib":10,"gpus":["GPU-5f1c0a2b"]`, wantErr: "also instance vm-1's"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -122,3 +122,15 @@ func InstanceTaps(id string, nics []netpolicy.NIC) []Tap {
 
 // ValidState reports whether s is RUNNING, PAUSED or STOPPED.
 func ValidState(s string) bool { return s == Running || s == Paused || s == Stopped }
+
+// MemoryRestorer is what a runtime that resumes memory snapshots offers
+// (libvirt-kvm through bcd helper's libvirt.restore): the defined,
+// stopped domain of m resumes from the saved memory the instance's
+// directory holds as MemoryFile.
+type MemoryRestorer interface {
+	RestoreMemory(ctx context.Context, m Machine) error
+}
+
+// MemoryFile is an instance's saved memory in its directory: what
+// libvirt.save hands to the node, and what libvirt.restore resumes.
+const MemoryFile = "memory.save"
