@@ -21,9 +21,13 @@ import (
 // netnsEnv names the network namespace a test runs itself in again.
 const netnsEnv = "BCD_E2E_NETNS"
 
-// TestSSHToGuestThroughTunnel: real ssh, with `bcgw tunnel --instance
-// vm-s --ssh` as its ProxyCommand, logs in to the real sshd of a real
-// Debian guest (guestimage). Everything runs in a network namespace the
+// TestSSHToGuestThroughTunnel: `bcgw console --instance vm-s`, opened
+// while the instance is PAUSED, shows the real Debian guest's
+// (guestimage) getty once it booted, and a name typed into bcgw's
+// standard input reaches it (echoed, then Password:). Then real ssh, with
+// `bcgw tunnel --instance vm-s --ssh` as its ProxyCommand, logs in to the
+// guest's real sshd. One boot serves both. Everything runs in a network
+// namespace the
 // test makes (the test runs itself again inside it): bcgw, an
 // unprivileged host-build bcd node beside a real bcd helper, and a real
 // libvirtd whose domain has its NIC, a tap named by TapName, on the
@@ -80,27 +84,72 @@ func TestSSHToGuestThroughTunnel(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.bcgw(g, "secret", "set", "instance-user-data/alloc_s", "--node", hn.id, "--value-file", ud)
+	// PAUSED first, so the console is open before the guest prints.
 	l.bcgw(g, "spec", "patch", hn.id, "--file", l.specFile("vm-s.json", fmt.Sprintf(`{"instances":{
  "images":[{"sha256":%q,"url":%q,"format":"qcow2","spki_pin":%q}],
- "instances":[{"id":"vm-s","allocation":"alloc_s","state":"RUNNING","vcpus":1,"memory_mib":512,"image":%q,"user_data":true,
+ "instances":[{"id":"vm-s","allocation":"alloc_s","state":"PAUSED","vcpus":1,"memory_mib":512,"image":%q,"user_data":true,
   "nics":[{"bridge":"br0","mac":"52:54:00:0a:00:05","addresses":["10.9.0.5/24"],"policy":"PRIVATE"}]}]}}`, digest, imageURL, pin, digest)))
-	l.waitStatus(g, hn.id, "vm-s running", func(s adminapi.StatusView) bool {
-		return section(s, "instances").State == "CONVERGED" && s.ObservedGeneration == s.SpecGeneration
+	converged := func(what string) {
+		l.waitStatus(g, hn.id, what, func(s adminapi.StatusView) bool {
+			return section(s, "instances").State == "CONVERGED" && s.ObservedGeneration == s.SpecGeneration
+		})
+	}
+	converged("vm-s paused")
+	console := exec.Command(filepath.Join(l.bin, "bcgw"), "console", "--instance", "vm-s", "--data-dir", g.dataDir)
+	stdin, _ := console.StdinPipe()
+	out := &syncBuf{name: "bcgw console --instance vm-s (stdout)"}
+	se := &syncBuf{name: "bcgw console --instance vm-s (stderr)"}
+	l.out.add(out)
+	l.out.add(se)
+	console.Stdout, console.Stderr = out, se
+	if err := console.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); console.Process.Kill(); console.Wait() })
+	eventually(t, "the helper opened vm-s's console", func() error {
+		for _, o := range helperOps(t, helper.stderr.String()) {
+			if o["op"] == "libvirt.console" && o["outcome"] == "ok" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no libvirt.console in the helper's log (bcgw: %s)", se.String())
 	})
 	start := time.Now()
+	l.bcgw(g, "instance", "state", hn.id, "--id", "vm-s", "--state", "RUNNING")
+	converged("vm-s running")
+	wait := func(what string, limit time.Duration) {
+		t.Helper()
+		for end := time.Now().Add(limit); !strings.Contains(out.String(), what); time.Sleep(time.Second) {
+			if time.Now().After(end) {
+				t.Fatalf("no %q through bcgw console within %s; it read:\n%s", what, limit, out.String())
+			}
+		}
+	}
+	wait("login:", 12*time.Minute)
+	t.Logf("vm-s: its getty's login prompt through bcgw console %s after it resumed", time.Since(start).Round(time.Second))
+	if _, err := stdin.Write([]byte("bcdprobe\r")); err != nil {
+		t.Fatal(err)
+	}
+	wait("Password:", 2*time.Minute)
+	i := strings.LastIndex(out.String(), "login:")
+	t.Logf("vm-s's console after the name was typed: %q", out.String()[max(i-40, 0):])
+	if !strings.Contains(out.String()[i:], "bcdprobe") {
+		t.Errorf("the guest did not echo the typed name after its prompt:\n%s", out.String()[i:])
+	}
+
 	proxy := fmt.Sprintf("%s tunnel --instance vm-s --ssh --data-dir %s", filepath.Join(l.bin, "bcgw"), g.dataDir)
 	var last []byte
-	for end := time.Now().Add(12 * time.Minute); ; time.Sleep(5 * time.Second) {
+	for end := time.Now().Add(5 * time.Minute); ; time.Sleep(5 * time.Second) {
 		cmd := exec.Command(sshBin, "-o", "ProxyCommand="+proxy, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
 			"-o", "BatchMode=yes", "-o", "ConnectTimeout=60", "-i", key, "root@vm-s", "echo bcd-ssh-ok $(hostname) $(id -u)")
 		out, err := cmd.CombinedOutput()
 		if err == nil && strings.Contains(string(out), "bcd-ssh-ok vm-s 0") {
-			t.Logf("ssh through bcgw tunnel --instance vm-s --ssh: %q, %s after the instance converged", strings.TrimSpace(string(out)), time.Since(start).Round(time.Second))
+			t.Logf("ssh through bcgw tunnel --instance vm-s --ssh: %q, %s after the instance resumed", strings.TrimSpace(string(out)), time.Since(start).Round(time.Second))
 			break
 		}
 		last = out
 		if time.Now().After(end) {
-			t.Fatalf("no ssh login to vm-s through the tunnel in 12 minutes; last: %v\n%s", err, last)
+			t.Fatalf("no ssh login to vm-s through the tunnel within 5 minutes of its login prompt; last: %v\n%s", err, last)
 		}
 	}
 	eventually(t, "the node's journal has the instance tunnel", func() error {
