@@ -71,6 +71,9 @@ type Libvirt interface {
 	Define(ctx context.Context, h LibvirtHost, id string, section []byte) (final bool, err error)
 	Act(ctx context.Context, h LibvirtHost, op, id string) (final bool, err error)
 	Console(ctx context.Context, h LibvirtHost, id string) (f *os.File, final bool, err error)
+	// Restore resumes one instance's stopped domain from the saved memory
+	// in its directory, the domain rendered from the verified section.
+	Restore(ctx context.Context, h LibvirtHost, id string, section []byte) (final bool, err error)
 }
 
 // LibvirtHost is what the helper itself knows for a libvirt.* operation,

@@ -46,7 +46,7 @@ func (srv *server) libvirt(ctx context.Context, req *wire.Request) (*wire.Respon
 		srv.log.Info("helper: libvirt.console", "instance", req.ID, "tty", f.Name())
 		return &wire.Response{OK: true, Console: true, File: f}, "ok"
 	}
-	if req.Op != wire.OpLibvirtDefine {
+	if req.Op != wire.OpLibvirtDefine && req.Op != wire.OpLibvirtRestore {
 		final, err := srv.cfg.Libvirt.Act(ctx, h, req.Op, req.ID)
 		return libvirtAnswer(err, final)
 	}
@@ -62,14 +62,18 @@ func (srv *server) libvirt(ctx context.Context, req *wire.Request) (*wire.Respon
 	if err != nil {
 		return refused(fmt.Errorf("%s refused: %w", req.Op, err))
 	}
-	final, err := srv.cfg.Libvirt.Define(ctx, h, req.ID, req.Section)
+	do := srv.cfg.Libvirt.Define
+	if req.Op == wire.OpLibvirtRestore {
+		do = srv.cfg.Libvirt.Restore
+	}
+	final, err := do(ctx, h, req.ID, req.Section)
 	if err != nil {
 		return libvirtAnswer(err, final)
 	}
 	if err := commit(); err != nil {
 		return failed(fmt.Errorf("%s: %w", req.Op, err), true)
 	}
-	srv.log.Info("helper: libvirt.define", "instance", req.ID, "accel", h.Accel, "generation", proof.Generation)
+	srv.log.Info("helper: "+req.Op, "instance", req.ID, "accel", h.Accel, "generation", proof.Generation)
 	return ok()
 }
 

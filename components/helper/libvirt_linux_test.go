@@ -45,6 +45,11 @@ func (r *recordingLibvirt) Define(_ context.Context, h LibvirtHost, id string, s
 	return false, nil
 }
 
+func (r *recordingLibvirt) Restore(_ context.Context, h LibvirtHost, id string, section []byte) (bool, error) {
+	r.calls, r.host = append(r.calls, "restore "+id+" "+string(section)), h
+	return false, nil
+}
+
 func (r *recordingLibvirt) Act(_ context.Context, h LibvirtHost, op, id string) (bool, error) {
 	r.calls, r.host = append(r.calls, op+" "+id), h
 	return false, nil

@@ -47,6 +47,7 @@ var operations = map[string]opFunc{
 	wire.OpLibvirtUndefine: (*server).libvirt,
 	wire.OpLibvirtConsole:  (*server).libvirt,
 	wire.OpLibvirtSave:     (*server).libvirt,
+	wire.OpLibvirtRestore:  (*server).libvirt,
 
 	wire.OpUpdateStatus:      (*server).update,
 	wire.OpUpdatePrepare:     (*server).update,

@@ -107,13 +107,18 @@ const (
 	// node as data_dir/instances/<id>/memory.save; libvirt.start then
 	// resumes the domain from root's copy.
 	OpLibvirtSave = "libvirt.save"
+	// OpLibvirtRestore resumes an instance's defined, stopped domain from
+	// the saved memory in its directory; like libvirt.define it takes the
+	// instances section and its proof, and root renders the domain from
+	// the section, taking only QEMU's stream from the node's file.
+	OpLibvirtRestore = "libvirt.restore"
 )
 
 // IsLibvirtOp reports whether op is one of the libvirt.* operations.
 func IsLibvirtOp(op string) bool {
 	switch op {
 	case OpLibvirtDefine, OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine, OpLibvirtConsole,
-		OpLibvirtSave:
+		OpLibvirtSave, OpLibvirtRestore:
 		return true
 	}
 	return false
@@ -488,7 +493,7 @@ func (r *Request) Check() error {
 		allowed = "unique qualifying_data"
 	case OpAccessApply, OpNetPolicyApply:
 		allowed = "section proof"
-	case OpHostUnit, OpLibvirtDefine:
+	case OpHostUnit, OpLibvirtDefine, OpLibvirtRestore:
 		allowed = "id section proof"
 	case OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine, OpLibvirtConsole,
 		OpLibvirtSave:
@@ -530,8 +535,8 @@ func (r *Request) Check() error {
 		if !instanceID(r.ID) {
 			return fmt.Errorf("%s: id must name an instance ([A-Za-z0-9][A-Za-z0-9_-], 1 to 64 characters)", r.Op)
 		}
-	case OpAccessApply, OpHostUnit, OpNetPolicyApply, OpLibvirtDefine:
-		if r.Op == OpLibvirtDefine && !instanceID(r.ID) {
+	case OpAccessApply, OpHostUnit, OpNetPolicyApply, OpLibvirtDefine, OpLibvirtRestore:
+		if (r.Op == OpLibvirtDefine || r.Op == OpLibvirtRestore) && !instanceID(r.ID) {
 			return fmt.Errorf("%s: id must name an instance ([A-Za-z0-9][A-Za-z0-9_-], 1 to 64 characters)", r.Op)
 		}
 		if r.Op == OpHostUnit && !hostUnitName(r.ID) {

@@ -350,3 +350,22 @@ func (r *Runtime) SaveMemory(ctx context.Context, id string) error {
 	}
 	return r.do(ctx, &wire.Request{V: wire.Version, Op: wire.OpLibvirtSave, ID: id})
 }
+
+// RestoreMemory has the helper resume m's defined, stopped domain from
+// the saved memory in its directory (libvirt.restore), with the held
+// signed section and its proof: root renders the domain from the
+// section, as for libvirt.define.
+func (r *Runtime) RestoreMemory(ctx context.Context, m vmruntime.Machine) error {
+	if r.cfg.Signed == nil {
+		return errors.New("no signed instances section to restore the domain from")
+	}
+	section, proof, err := r.cfg.Signed(m)
+	if err != nil {
+		return err
+	}
+	p, err := json.Marshal(proof)
+	if err != nil {
+		return err
+	}
+	return r.do(ctx, &wire.Request{V: wire.Version, Op: wire.OpLibvirtRestore, ID: m.ID, Section: section, Proof: p})
+}

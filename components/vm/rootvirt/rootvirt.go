@@ -56,6 +56,7 @@ type section struct {
 		// the node under data_dir/snapshots/<sha256>.d.
 		RestoreFrom *struct {
 			SHA256 string `json:"sha256"`
+			Memory bool   `json:"memory"`
 		} `json:"restore_from"`
 	} `json:"instances"`
 }
@@ -78,9 +79,21 @@ func (Ops) Define(ctx context.Context, h helper.LibvirtHost, id string, body []b
 }
 
 func define(ctx context.Context, h helper.LibvirtHost, id string, body []byte) error {
+	xml, _, err := render(ctx, h, id, body)
+	if err != nil {
+		return err
+	}
+	_, err = h.Virsh(ctx, xml, "define", "/dev/stdin")
+	return err
+}
+
+// render renders instance id's domain from the verified section, its
+// disks and taps checked, keeping the UUID of bcd's domain of that name
+// (found reports there is one).
+func render(ctx context.Context, h helper.LibvirtHost, id string, body []byte) (xml []byte, found bool, err error) {
 	var sec section
 	if err := json.Unmarshal(body, &sec); err != nil {
-		return refuse("the instances section: %v", err)
+		return nil, false, refuse("the instances section: %v", err)
 	}
 	var m *vmruntime.Machine
 	var image, format string
@@ -97,12 +110,12 @@ func define(ctx context.Context, h helper.LibvirtHost, id string, body []byte) e
 		}
 		if r := in.RestoreFrom; r != nil {
 			if !hex64(r.SHA256) {
-				return refuse("instance %s: restore_from names no snapshot", id)
+				return nil, false, refuse("instance %s: restore_from names no snapshot", id)
 			}
 			image, format = "", "qcow2"
 			base = qcow2.Backing{Path: snapshotDisk(h, r.SHA256), Format: "qcow2"}
 		} else if !baseFormat(format) || !hex64(in.Image) {
-			return refuse("instance %s: its image %q is not one of the section's images", id, in.Image)
+			return nil, false, refuse("instance %s: its image %q is not one of the section's images", id, in.Image)
 		} else if format != "iso" {
 			base = qcow2.Backing{Path: h.DataDir + "/images/" + image + "." + format, Format: format}
 		}
@@ -111,16 +124,16 @@ func define(ctx context.Context, h helper.LibvirtHost, id string, body []byte) e
 		m = &mm
 	}
 	if m == nil {
-		return refuse("the signed instances section names no instance %s", id)
+		return nil, false, refuse("the signed instances section names no instance %s", id)
 	}
 	host := domainxml.Host{InstancesDir: h.DataDir + "/instances", ImagesDir: h.DataDir + "/images", AllowTCG: h.Accel == domainxml.TCG}
 	if err := guardedTaps(ctx, h, m.Taps, &host); err != nil {
-		return err
+		return nil, false, err
 	}
 	if len(m.GPUs) > 0 {
 		gpus, err := h.GPUs(ctx)
 		if err != nil {
-			return fmt.Errorf("listing this host's GPUs: %w", err)
+			return nil, false, fmt.Errorf("listing this host's GPUs: %w", err)
 		}
 		host.GPU = func(uuid string) (domainxml.PCI, bool) {
 			for g, bus := range gpus {
@@ -133,28 +146,27 @@ func define(ctx context.Context, h helper.LibvirtHost, id string, body []byte) e
 	}
 	req := m.Request(h.Accel)
 	if err := req.Check(host); err != nil {
-		return refuse("instance %s: %v", id, err)
+		return nil, false, refuse("instance %s: %v", id, err)
 	}
 	if err := checkDisks(host, h.Owner, *m, base); err != nil {
-		return err
+		return nil, false, err
 	}
-	found, err := owned(ctx, h, id)
+	found, err = owned(ctx, h, id)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	if found {
 		out, err := h.Virsh(ctx, nil, "domuuid", id)
 		if err != nil {
-			return err
+			return nil, false, err
 		}
 		req.UUID = strings.TrimSpace(string(out))
 	}
-	xml, err := domainxml.Render(req, host)
+	xml, err = domainxml.Render(req, host)
 	if err != nil {
-		return refuse("instance %s: %v", id, err)
+		return nil, found, refuse("instance %s: %v", id, err)
 	}
-	_, err = h.Virsh(ctx, xml, "define", "/dev/stdin")
-	return err
+	return xml, found, nil
 }
 
 // guardedTaps refuses a tap the loaded network policy does not guard

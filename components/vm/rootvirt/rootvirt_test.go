@@ -127,6 +127,7 @@ func TestOnLibvirtd(t *testing.T) {
 	t.Run("StartChecksTaps", func(t *testing.T) { testStartChecksTaps(t, e) })
 	t.Run("SaveAndResume", func(t *testing.T) { testSaveAndResume(t, e) })
 	t.Run("RestoredDisk", func(t *testing.T) { testRestoredDisk(t, e) })
+	t.Run("MemoryRestore", func(t *testing.T) { testMemoryRestore(t, e) })
 }
 
 // testDefineAndAct: a domain defined from the section, defined again

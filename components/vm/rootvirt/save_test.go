@@ -116,3 +116,64 @@ func testRestoredDisk(t *testing.T, e *env) {
 		}
 	}
 }
+
+// testMemoryRestore: a running domain's saved memory resumes a new
+// instance defined over a copy of its disk ("running (restored)"); into
+// a domain of another memory size it is refused, final, by QEMU, the
+// domain left off; a memory file that is no save image is refused
+// before libvirt is asked.
+func testMemoryRestore(t *testing.T, e *env) {
+	ctx := context.Background()
+	e.instance(t, "vm-m")
+	if _, err := (Ops{}).Define(ctx, e.host, "vm-m", e.section("", "vm-m")); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []string{wire.OpLibvirtStart, wire.OpLibvirtSave} {
+		if _, err := (Ops{}).Act(ctx, e.host, op, "vm-m"); err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+	}
+	mem, err := os.ReadFile(filepath.Join(e.dir("vm-m"), MemoryFile))
+	must(t, err)
+	digest := strings.Repeat("c", 64)
+	snap := filepath.Join(e.data, "snapshots", digest+".d")
+	must(t, os.MkdirAll(snap, 0o750))
+	e.run(t, "convert", "-f", "qcow2", "-O", "qcow2", filepath.Join(e.dir("vm-m"), vmruntime.DiskFile), filepath.Join(snap, "disk.qcow2"))
+	must(t, os.Chown(filepath.Join(snap, "disk.qcow2"), node, node))
+	for _, tt := range []struct {
+		id, want string
+		memMiB   int
+		mem      []byte
+	}{
+		{id: "vm-n", memMiB: 64, mem: mem},
+		{id: "vm-big", memMiB: 128, mem: mem, want: "restore vm-big"},
+		{id: "vm-junk", memMiB: 64, mem: []byte("not a save image at all, not at all, not at all, not at all, not at all, not at all, not at all"), want: "not a libvirt save image"},
+	} {
+		must(t, os.MkdirAll(e.dir(tt.id), 0o750))
+		e.run(t, "create", "-q", "-f", "qcow2", "-u", "-b", filepath.Join(snap, "disk.qcow2"), "-F", "qcow2", filepath.Join(e.dir(tt.id), vmruntime.DiskFile), "64M")
+		must(t, seed.WriteFile(filepath.Join(e.dir(tt.id), vmruntime.SeedFile), seed.Seed{InstanceID: tt.id}))
+		must(t, os.WriteFile(filepath.Join(e.dir(tt.id), MemoryFile), tt.mem, 0o640))
+		for _, f := range []string{"", vmruntime.DiskFile, vmruntime.SeedFile, MemoryFile} {
+			must(t, os.Chown(filepath.Join(e.dir(tt.id), f), node, node))
+		}
+		section := []byte(fmt.Sprintf(`{"images":[],"instances":[{"id":%q,"allocation":"a","state":"RUNNING","vcpus":1,"memory_mib":%d,"restore_from":{"url":"https://s.example/x.tar","sha256":%q,"memory":true}}]}`, tt.id, tt.memMiB, digest))
+		if _, err := (Ops{}).Define(ctx, e.host, tt.id, section); err != nil {
+			t.Fatalf("%s: define: %v", tt.id, err)
+		}
+		final, err := (Ops{}).Restore(ctx, e.host, tt.id, section)
+		state := e.virsh(t, "domstate", "--reason", tt.id)
+		if tt.want == "" {
+			if err != nil || state != "running (restored)" {
+				t.Errorf("%s: Restore = %v, state %q; want running (restored)", tt.id, err, state)
+			}
+		} else if err == nil || !final || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(state, "shut off") {
+			t.Errorf("%s: Restore = %v (final %v), state %q; want a final %q, the domain off", tt.id, err, final, state, tt.want)
+		}
+		for _, op := range []string{wire.OpLibvirtDestroy, wire.OpLibvirtUndefine} {
+			(Ops{}).Act(ctx, e.host, op, tt.id)
+		}
+	}
+	for _, op := range []string{wire.OpLibvirtDestroy, wire.OpLibvirtUndefine} {
+		(Ops{}).Act(ctx, e.host, op, "vm-m")
+	}
+}

@@ -52,6 +52,8 @@ func (h RootHalf) Do(ctx context.Context, req *wire.Request) (*wire.Response, er
 	switch got.Op {
 	case wire.OpLibvirtDefine:
 		final, err = rootvirt.Ops{}.Define(ctx, h.Host, got.ID, got.Section)
+	case wire.OpLibvirtRestore:
+		final, err = rootvirt.Ops{}.Restore(ctx, h.Host, got.ID, got.Section)
 	default:
 		final, err = rootvirt.Ops{}.Act(ctx, h.Host, got.Op, got.ID)
 	}
