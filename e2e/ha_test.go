@@ -85,7 +85,11 @@ func newHALab(t *testing.T, n int, extra ...string) *haLab {
 	return newHALabOn(t, url, n, 4096, extra...)
 }
 
-// newHALabOn is newHALab on the database at url, with HAProxy's maxconn.
+// haproxyMaxconn is the most connections one HAProxy process is given.
+const haproxyMaxconn = 9000
+
+// newHALabOn is newHALab on the database at url, with HAProxy's maxconn
+// (the agents it must hold at once).
 func newHALabOn(t testing.TB, url string, n, maxconn int, extra ...string) *haLab {
 	t.Helper()
 	h := &haLab{lab: newLab(t), url: url, ha: freePort(t)}
@@ -108,7 +112,17 @@ func newHALabOn(t testing.TB, url string, n, maxconn int, extra ...string) *haLa
 			t.Fatalf("the gateways' pins differ:\n%s\n%s", pins, p)
 		}
 	}
-	h.haproxy = h.startHAProxy(maxconn, h.ha, h.ports, h.health)
+	// One HAProxy process holds at most about haproxyMaxconn connections
+	// here: each takes two descriptors, and RLIMIT_NOFILE is 20,000 and
+	// cannot be raised. More start several processes on the same address
+	// (SO_REUSEPORT, HAProxy's default on Linux), among which the kernel
+	// spreads the agents; the first is h.haproxy.
+	procs := (maxconn + haproxyMaxconn - 1) / haproxyMaxconn
+	per := (maxconn + procs - 1) / procs
+	h.haproxy = h.startHAProxy(per, h.ha, h.ports, h.health)
+	for range procs - 1 {
+		h.startHAProxy(per, h.ha, h.ports, h.health)
+	}
 	return h
 }
 

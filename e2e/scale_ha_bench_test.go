@@ -140,7 +140,8 @@ func BenchmarkScaleHA(b *testing.B) {
 		return strings.Join(strings.Fields(string(l))[:3], " ")
 	}
 	fmt.Printf("scale HA: %d agents, two bcgw behind HAProxy (build/haproxy.cfg), load average %s at the start\n", n, load())
-	h := newHALabOn(b, url, 2, 2*n+256, "--metrics", "127.0.0.1:0", "--profile")
+	// Room for the agents and their redials.
+	h := newHALabOn(b, url, 2, n+n/2+256, "--metrics", "127.0.0.1:0", "--profile")
 	metricsAt := func(i int) string {
 		m := h.gws[i].waitLog(b, "bcgw serving", 10*time.Second)
 		a, _ := m["metrics_addr"].(string)
