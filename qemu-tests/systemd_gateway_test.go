@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway/store/pgtest"
+	"github.com/jackc/pgx/v5"
 )
 
 // stepGateway: the bcgw package in the guest, as an operator runs it.
@@ -23,7 +24,7 @@ import (
 // refuses to start without one); a bcd-node package in the same guest
 // joins it with a token; `systemctl kill -s KILL bcgw` is restarted by
 // systemd and the node reconnects and runs a command. The site is purged
-// first (a machine is one or the other).
+// in the same apt transaction (a machine is a node or a site).
 func stepGateway(t *testing.T, e *systemdEnv) {
 	pg := pgtest.StartT(t)
 	if err := pg.CreateDatabase(context.Background(), "bcgw"); err != nil {
@@ -35,13 +36,19 @@ func stepGateway(t *testing.T, e *systemdEnv) {
 	t.Cleanup(func() { ln.Close() })
 	go forwardToUnix(ln, filepath.Join(pg.Dir(), ".s.PGSQL.5432"))
 
-	e.g.MustTimeout("apt-get purge -y bcd-site 2>&1 && rm -rf /etc/bcd /var/lib/bcd /var/lib/bcd-site /etc/systemd/system/bcd.service.d", aptDeadline)
 	deb := e.deb(t, "bcgw")
 	if err := e.g.Copy(deb, "/root/"+filepath.Base(deb), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := e.g.MustTimeout("cd /root && apt-get install -y --no-install-recommends ./bcgw_*_amd64.deb 2>&1", aptDeadline)
-	t.Logf("apt install ./%s:\n%s", filepath.Base(deb), tail(out, 800))
+	// One apt transaction (each package's scripts reload systemd, which
+	// takes 10-20 s under TCG): bcgw and bcd-node in, bcd-site purged;
+	// then what the site and the earlier node left (their configuration,
+	// identities, install.sh's drop-in) goes, for a node that joins anew
+	// and runs as root.
+	e.g.Must("rm -rf /etc/systemd/system/bcd.service.d")
+	out := e.g.MustTimeout("cd /root && apt-get install -y --purge --no-install-recommends ./bcgw_*_amd64.deb ./bcd-node_*_amd64.deb bcd-site- 2>&1", aptDeadline)
+	t.Logf("apt install ./%s ./bcd-node_*.deb bcd-site-:\n%s", filepath.Base(deb), tail(out, 800))
+	e.g.Must("rm -rf /etc/bcd/* /var/lib/bcd/* /var/lib/bcd-site")
 	if got := strings.TrimSpace(e.g.Must("stat -c '%a %U:%G' /etc/bcgw/kek; getent passwd bcgw | cut -d: -f6,7; systemctl is-enabled bcgw.service; systemctl is-active bcgw.service; true")); got != "600 root:root\n/var/lib/bcgw:/usr/sbin/nologin\nenabled\ninactive" {
 		t.Errorf("after apt install: key, account, unit:\n%s\nwant the key root's 0600, the account, bcgw.service enabled and not started", got)
 	}
@@ -68,9 +75,17 @@ func stepGateway(t *testing.T, e *systemdEnv) {
 		t.Errorf("bcgw's argv names the key or the database: %s", cmdline)
 	}
 	// On a database the keys are sealed in it, under the credential's
-	// key: the data directory holds none.
+	// key (the database records its fingerprint): the data directory
+	// holds none.
 	if keys := strings.TrimSpace(e.g.Must("ls /var/lib/bcgw")); strings.Contains(keys, ".key") || strings.Contains(keys, "bcgw.db") {
 		t.Errorf("/var/lib/bcgw on a database holds %q, want no key file and no bbolt store", keys)
+	}
+	var kek struct{ Fingerprint string }
+	if err := json.Unmarshal([]byte(e.g.Must("bcgw kek fingerprint --json /etc/bcgw/kek")), &kek); err != nil || kek.Fingerprint == "" {
+		t.Fatalf("bcgw kek fingerprint --json /etc/bcgw/kek: %+v %v", kek, err)
+	}
+	if sealed := sealedUnder(t, pg.URL("bcgw")); sealed != kek.Fingerprint {
+		t.Errorf("the database's keys are sealed under %s, the postinst's /etc/bcgw/kek is %s", sealed, kek.Fingerprint)
 	}
 	journal := e.g.Must("journalctl --no-pager -o cat -u bcgw.service")
 	if !strings.Contains(journal, `"msg":"bcgw serving"`) {
@@ -92,7 +107,6 @@ func stepGateway(t *testing.T, e *systemdEnv) {
 	if err := e.g.Put("/root/gw-token", []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.g.MustTimeout("cd /root && apt-get install -y --no-install-recommends ./bcd-node_*_amd64.deb 2>&1", aptDeadline)
 	node := *e
 	node.doc = doc
 	out = e.g.Must(strings.Replace(node.installSh("--overwrite-config", "--token-file", "/root/gw-token"), "/root/join-encryption.jwk", "/root/gw-join.jwk", 1))
@@ -125,6 +139,24 @@ func stepGateway(t *testing.T, e *systemdEnv) {
 	t.Logf("node %s reconnected %s after the kill", id, time.Since(killed).Round(10*time.Millisecond))
 	guestPing(t, guestGW, id)
 	e.checkExposure(t, "package", "bcgw.service")
+}
+
+// sealedUnder is the fingerprint of the key-encryption key a gateway's
+// database records its keys sealed under.
+func sealedUnder(t *testing.T, url string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var fp string
+	if err := conn.QueryRow(ctx, `SELECT fingerprint FROM gateway_kek`).Scan(&fp); err != nil {
+		t.Fatalf("the gateway's database has no key-encryption key fingerprint: %v", err)
+	}
+	return fp
 }
 
 // gatewayConnected waits until a gateway (bcgw through run) lists the
