@@ -22,7 +22,7 @@ func TestEveryCommandAnswersHelp(t *testing.T) {
 		"run": "usage: bcgw run NODE KIND ", "sign": "usage: bcgw sign [flags]", "trust": "usage: bcgw trust show ",
 		"batch": "usage: bcgw batch create ", "revoke": "usage: bcgw revoke NODE", "cancel": "usage: bcgw cancel COMMAND",
 		"discovered": "usage: bcgw discovered SITE", "status": "usage: bcgw status NODE", "spec": "usage: bcgw spec set NODE ",
-		"instance": "usage: bcgw instance add NODE ", "instances": "usage: bcgw instances NODE", "hold": "usage: bcgw hold NODE ",
+		"instance": "usage: bcgw instance add NODE ", "instances": "usage: bcgw instances NODE", "snapshot": "usage: bcgw snapshot NODE INSTANCE", "hold": "usage: bcgw hold NODE ",
 		"ssh-ca": "usage: bcgw ssh-ca [NODE ...]", "ssh-sign": "usage: bcgw ssh-sign ", "tunnel": "usage: bcgw tunnel NODE ",
 		"console": "usage: bcgw console NODE ", "release": "usage: bcgw release NODE ", "upgrade": "usage: bcgw upgrade NODE|--all ",
 		"events": "usage: bcgw events NODE ", "cache-images": "usage: bcgw cache-images SITE ", "bmc-credentials": "usage: bcgw bmc-credentials [flags]",

@@ -11,7 +11,7 @@ import (
 	"github.com/better-compute/bcd/components/vm/spec"
 )
 
-const instanceUsage = `bcgw instance add NODE --id ID --alloc A --image SHA256=https://URL [--format qcow2|raw|iso] [--spki-pin sha256/...] [--vcpus N] [--memory-mib N] [--disk-gib N] [--state RUNNING|PAUSED|STOPPED] [--hostname H] [--user-data] [--gpu GPU-UUID ...]
+const instanceUsage = `bcgw instance add NODE --id ID --alloc A --image SHA256=https://URL|--restore-from SHA256=https://URL [--restore-memory] [--format qcow2|raw|iso] [--spki-pin sha256/...] [--vcpus N] [--memory-mib N] [--disk-gib N] [--state RUNNING|PAUSED|STOPPED] [--hostname H] [--user-data] [--gpu GPU-UUID ...]
 bcgw instance state NODE --id ID --state RUNNING|PAUSED|STOPPED
 bcgw instance remove NODE --id ID`
 
@@ -32,11 +32,14 @@ func instanceCmd(ctx context.Context, env *cli.Env, args []string) int {
 	id := fs.String("id", "", "the instance id ([A-Za-z0-9][A-Za-z0-9_-], 1 to 64)")
 	state := fs.String("state", "", "RUNNING, PAUSED or STOPPED (add: RUNNING when not given)")
 	var in spec.Instance
-	var image, format, pin string
+	var image, format, pin, restore string
+	var restoreMemory bool
 	var gpus stringsFlag
 	if verb == "add" {
 		fs.StringVar(&in.Allocation, "alloc", "", "the allocation the instance belongs to")
 		fs.StringVar(&image, "image", "", "the base image: SHA256=https://URL")
+		fs.StringVar(&restore, "restore-from", "", "start from a snapshot instead of an image: SHA256=https://URL (bcgw snapshot's sha256 and where it went)")
+		fs.BoolVar(&restoreMemory, "restore-memory", false, "with --restore-from, resume the snapshot's memory (same vCPUs, memory and CPU only)")
 		fs.StringVar(&format, "format", spec.QCOW2, "the base image's format: qcow2, raw or iso")
 		fs.StringVar(&pin, "spki-pin", "", "pin the image server's key (sha256/<base64>) instead of the system roots")
 		fs.IntVar(&in.VCPUs, "vcpus", 1, "vCPUs")
@@ -50,7 +53,7 @@ func instanceCmd(ctx context.Context, env *cli.Env, args []string) int {
 	if !ok {
 		return code
 	}
-	if *id == "" || verb == "state" && *state == "" || verb == "add" && (in.Allocation == "" || image == "") {
+	if *id == "" || verb == "state" && *state == "" || verb == "add" && (in.Allocation == "" || (image == "") == (restore == "")) {
 		return cli.Usagef(env, "%s: missing flags\nusage: %s", name, instanceUsage)
 	}
 	c, err := a.client()
@@ -74,19 +77,24 @@ func instanceCmd(ctx context.Context, env *cli.Env, args []string) int {
 	at := slices.IndexFunc(body.Instances, func(x spec.Instance) bool { return x.ID == *id })
 	switch verb {
 	case "add":
-		sha, url, ok := strings.Cut(image, "=")
+		sha, url, ok := strings.Cut(image+restore, "=")
 		if !ok {
-			return cli.Usagef(env, "%s: --image is SHA256=https://URL\nusage: %s", name, instanceUsage)
+			return cli.Usagef(env, "%s: --image and --restore-from are SHA256=https://URL\nusage: %s", name, instanceUsage)
 		}
-		in.ID, in.Image, in.GPUs, in.State = *id, sha, gpus, *state
+		in.ID, in.GPUs, in.State = *id, gpus, *state
 		if in.State == "" {
 			in.State = spec.Running
 		}
-		im := spec.Image{SHA256: sha, URL: url, Format: format, SPKIPin: pin}
-		if i := slices.IndexFunc(body.Images, func(x spec.Image) bool { return x.SHA256 == sha }); i >= 0 {
-			body.Images[i] = im
+		if restore != "" {
+			in.RestoreFrom = &spec.Restore{SHA256: sha, URL: url, Memory: restoreMemory, SPKIPin: pin}
 		} else {
-			body.Images = append(body.Images, im)
+			in.Image = sha
+			im := spec.Image{SHA256: sha, URL: url, Format: format, SPKIPin: pin}
+			if i := slices.IndexFunc(body.Images, func(x spec.Image) bool { return x.SHA256 == sha }); i >= 0 {
+				body.Images[i] = im
+			} else {
+				body.Images = append(body.Images, im)
+			}
 		}
 		if at >= 0 {
 			body.Instances[at] = in

@@ -61,6 +61,7 @@ func program() *cli.Program {
 			{Name: "status", Summary: "status NODE [--json]: the node's connection, spec generations, sections and latest status report", Run: nodeStatus},
 			{Name: "spec", Summary: "spec set|patch|get|prepare|submit: a node's desired spec", Run: specCmd},
 			{Name: "instance", Summary: "instance add|state|remove NODE --id ID ...: one instance of the node's instances section, as a new spec generation", Run: instanceCmd},
+			{Name: "snapshot", Summary: "snapshot NODE INSTANCE --to URL [--memory]: instance.snapshot to a presigned https URL, waiting for its result (the archive's bytes and SHA-256)", Run: snapshotCmd},
 			{Name: "instances", Summary: "instances NODE [--json]: the domains the node's runtime lists and why instances failed, from its latest report", Run: instancesCmd},
 			{Name: "hold", Summary: "hold NODE --alloc ID --gpu N|UUID|MIG-UUID|N/slotS ...: add a GPU hold to the node's devices section", Run: hold},
 			{Name: "ssh-ca", Summary: "ssh-ca [NODE ...] [--account A ...] [--revoke SERIAL ...]: the SSH user CA, put into the nodes' access sections", Run: sshCA},
@@ -447,22 +448,30 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 	if !*wait {
 		return printJSON(env, cmd)
 	}
-	end := time.Now().Add(*timeout)
+	return waitResult(ctx, env, c, cmd, *timeout, "bcgw run")
+}
+
+// waitResult waits up to timeout for cmd's result, showing its progress
+// on stderr as it changes, and prints the command's view: exit 0 when it
+// SUCCEEDED.
+func waitResult(ctx context.Context, env *cli.Env, c *adminapi.Client, cmd adminapi.CommandView, timeout time.Duration, name string) int {
+	var err error
+	end := time.Now().Add(timeout)
 	lastProgress := ""
 	for cmd.State != "done" {
 		left := time.Until(end)
 		if left <= 0 {
 			printJSON(env, cmd)
-			return cli.Fail(env, "bcgw run", fmt.Errorf("no result for %s within %s", cmd.ID, *timeout))
+			return cli.Fail(env, name, fmt.Errorf("no result for %s within %s", cmd.ID, timeout))
 		}
 		// Short waits, so the command's progress shows while it runs (on
 		// stderr: stdout stays the one JSON view).
 		if cmd, err = c.Command(ctx, cmd.ID, min(left, 2*time.Second)); err != nil {
-			return cli.Fail(env, "bcgw run", err)
+			return cli.Fail(env, name, err)
 		}
 		if p := string(cmd.Progress); p != "" && p != lastProgress {
 			lastProgress = p
-			fmt.Fprintf(env.Stderr, "bcgw run: %s progress: %s\n", cmd.ID, p)
+			fmt.Fprintf(env.Stderr, "%s: %s progress: %s\n", name, cmd.ID, p)
 		}
 	}
 	printJSON(env, cmd)
