@@ -112,13 +112,17 @@ const (
 	// instances section and its proof, and root renders the domain from
 	// the section, taking only QEMU's stream from the node's file.
 	OpLibvirtRestore = "libvirt.restore"
+	// OpLibvirtAttachDisk hot-adds the instance's identity disk
+	// (data_dir/instances/<id>/identity.iso) to its running domain as
+	// vdz, read-only; root renders the disk itself from the id.
+	OpLibvirtAttachDisk = "libvirt.attach-disk"
 )
 
 // IsLibvirtOp reports whether op is one of the libvirt.* operations.
 func IsLibvirtOp(op string) bool {
 	switch op {
 	case OpLibvirtDefine, OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine, OpLibvirtConsole,
-		OpLibvirtSave, OpLibvirtRestore:
+		OpLibvirtSave, OpLibvirtRestore, OpLibvirtAttachDisk:
 		return true
 	}
 	return false
@@ -496,7 +500,7 @@ func (r *Request) Check() error {
 	case OpHostUnit, OpLibvirtDefine, OpLibvirtRestore:
 		allowed = "id section proof"
 	case OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine, OpLibvirtConsole,
-		OpLibvirtSave:
+		OpLibvirtSave, OpLibvirtAttachDisk:
 		allowed = "id"
 	case OpUpdatePrepare, OpUpdateSwap:
 		allowed = "document"
@@ -531,7 +535,7 @@ func (r *Request) Check() error {
 			return fmt.Errorf("%s: file kind %s is written only by %s", r.Op, r.Kind, OpAccessApply)
 		}
 	case OpLibvirtStart, OpLibvirtShutdown, OpLibvirtDestroy, OpLibvirtSuspend, OpLibvirtResume, OpLibvirtUndefine, OpLibvirtConsole,
-		OpLibvirtSave:
+		OpLibvirtSave, OpLibvirtAttachDisk:
 		if !instanceID(r.ID) {
 			return fmt.Errorf("%s: id must name an instance ([A-Za-z0-9][A-Za-z0-9_-], 1 to 64 characters)", r.Op)
 		}

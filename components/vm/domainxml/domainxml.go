@@ -361,3 +361,14 @@ func hex(v uint64, width int) string {
 func escape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;", "'", "&apos;").Replace(s)
 }
+
+// IdentityDisk renders the device libvirt.attach-disk hot-adds: file, a
+// name in instance id's directory, as vdz, raw (never probed) and
+// read-only.
+func IdentityDisk(host Host, id, file string) ([]byte, error) {
+	if !ValidID(id) || !name(file, 80, "._-") || !cleanDir(host.InstancesDir) {
+		return nil, fmt.Errorf("identity disk %q of %q: not an instance's disk", file, id)
+	}
+	return []byte(`<disk type="file" device="disk"><driver name="qemu" type="raw"/><source file="` + escape(host.DiskPath(id, file)) +
+		`"/><target dev="vdz" bus="virtio"/><readonly/></disk>`), nil
+}

@@ -369,3 +369,13 @@ func (r *Runtime) RestoreMemory(ctx context.Context, m vmruntime.Machine) error 
 	}
 	return r.do(ctx, &wire.Request{V: wire.Version, Op: wire.OpLibvirtRestore, ID: m.ID, Section: section, Proof: p})
 }
+
+// AttachIdentity has the helper hot-add the instance's identity disk
+// (identity.iso in its directory) to its running domain as vdz
+// (libvirt.attach-disk).
+func (r *Runtime) AttachIdentity(ctx context.Context, id string) error {
+	if _, err := r.look(ctx, id); err != nil {
+		return err
+	}
+	return r.do(ctx, &wire.Request{V: wire.Version, Op: wire.OpLibvirtAttachDisk, ID: id})
+}

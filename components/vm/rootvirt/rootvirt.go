@@ -231,6 +231,8 @@ func act(ctx context.Context, h helper.LibvirtHost, op, id string) error {
 		}
 	case wire.OpLibvirtSave:
 		return save(ctx, h, id)
+	case wire.OpLibvirtAttachDisk:
+		return attachIdentity(ctx, h, id)
 	case wire.OpLibvirtDestroy:
 		dropSaved(h, id)
 		out, err := h.Virsh(ctx, nil, "domstate", id)

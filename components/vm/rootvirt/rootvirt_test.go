@@ -128,6 +128,7 @@ func TestOnLibvirtd(t *testing.T) {
 	t.Run("SaveAndResume", func(t *testing.T) { testSaveAndResume(t, e) })
 	t.Run("RestoredDisk", func(t *testing.T) { testRestoredDisk(t, e) })
 	t.Run("MemoryRestore", func(t *testing.T) { testMemoryRestore(t, e) })
+	t.Run("AttachIdentity", func(t *testing.T) { testAttachIdentity(t, e) })
 }
 
 // testDefineAndAct: a domain defined from the section, defined again

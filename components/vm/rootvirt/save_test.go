@@ -177,3 +177,62 @@ func testMemoryRestore(t *testing.T, e *env) {
 		(Ops{}).Act(ctx, e.host, op, "vm-m")
 	}
 }
+
+// testAttachIdentity: libvirt.attach-disk hot-adds the instance's
+// identity disk to its running domain as vdz (read-only), once; a
+// missing identity file, one that is a symlink and one of another uid
+// are refused, final, with nothing attached; a stopped domain gets none.
+func testAttachIdentity(t *testing.T, e *env) {
+	ctx := context.Background()
+	e.instance(t, "vm-i")
+	if _, err := (Ops{}).Define(ctx, e.host, "vm-i", e.section("", "vm-i")); err != nil {
+		t.Fatal(err)
+	}
+	attach := func() (bool, error) { return (Ops{}).Act(ctx, e.host, wire.OpLibvirtAttachDisk, "vm-i") }
+	if final, err := attach(); err == nil || !final || !strings.Contains(err.Error(), "goes to a running domain") {
+		t.Errorf("attach to a stopped domain = %v (final %v)", err, final)
+	}
+	if _, err := (Ops{}).Act(ctx, e.host, wire.OpLibvirtStart, "vm-i"); err != nil {
+		t.Fatal(err)
+	}
+	ident := filepath.Join(e.dir("vm-i"), IdentityFile)
+	other := filepath.Join(e.data, "other.iso")
+	must(t, seed.WriteFile(other, seed.Seed{InstanceID: "other"}))
+	must(t, os.Chown(other, node, node))
+	for _, tt := range []struct {
+		name, want string
+		mk         func()
+	}{
+		{name: "missing", want: "no such file"},
+		{name: "symlink", want: "symlink", mk: func() { must(t, os.Symlink(other, ident)) }},
+		{name: "root's", want: "belongs to uid 0", mk: func() { must(t, seed.WriteFile(ident, seed.Seed{InstanceID: "x"})) }},
+	} {
+		os.Remove(ident)
+		if tt.mk != nil {
+			tt.mk()
+		}
+		if final, err := attach(); err == nil || !final || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: attach = %v (final %v), want a final %q", tt.name, err, final, tt.want)
+		}
+	}
+	if got := e.virsh(t, "domblklist", "vm-i"); strings.Contains(got, "vdz") {
+		t.Fatalf("a refused identity disk was attached:\n%s", got)
+	}
+	os.Remove(ident)
+	must(t, seed.WriteFile(ident, seed.Seed{InstanceID: "vm-i"}))
+	must(t, os.Chown(ident, node, node))
+	for i := 0; i < 2; i++ {
+		if _, err := attach(); err != nil {
+			t.Fatalf("attach #%d: %v", i+1, err)
+		}
+	}
+	if got := e.virsh(t, "domblklist", "vm-i"); !strings.Contains(got, "vdz") || !strings.Contains(got, ident) || strings.Count(got, "vdz") != 1 {
+		t.Errorf("domblklist after the attach:\n%s", got)
+	}
+	if x := e.virsh(t, "dumpxml", "vm-i"); !strings.Contains(x, "<target dev='vdz' bus='virtio'/>\n      <readonly/>") {
+		t.Errorf("vdz is not read-only:\n%s", x)
+	}
+	for _, op := range []string{wire.OpLibvirtDestroy, wire.OpLibvirtUndefine} {
+		(Ops{}).Act(ctx, e.host, op, "vm-i")
+	}
+}
