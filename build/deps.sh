@@ -56,6 +56,8 @@ want mkfs.fat dosfstools
 want syslinux syslinux
 want mcopy mtools
 [ -e /usr/lib/syslinux/mbr/mbr.bin ] || need+=(syslinux-common)
+# The systemd tier's stand-in nvidia-driver repository (dpkg-deb is dpkg's).
+want dpkg-scanpackages dpkg-dev
 want podman podman
 want crun crun
 want busybox busybox-static

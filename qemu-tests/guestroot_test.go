@@ -92,8 +92,9 @@ var guestSetup = []string{
 }
 
 // guestImage is a built guest: its root disk (raw ext4), kernel (and the
-// same kernel uncompressed, when it could be extracted) and initrd.
-type guestImage struct{ disk, kernel, vmlinux, initrd string }
+// same kernel uncompressed, when it could be extracted) and initrd, and
+// the stand-in nvidia modules built for that kernel (systemd_nvidia_test.go).
+type guestImage struct{ disk, kernel, vmlinux, initrd, standin string }
 
 // bootKernel is what QEMU's -kernel gets: the vmlinux when there is one.
 func (i guestImage) bootKernel() string {
@@ -112,7 +113,7 @@ func rootCacheKey() string {
 }
 
 func imageCacheKey() string {
-	return guestimage.ImageKey(fmt.Sprintf("root %s\nkernel vmlinux for PVH\n", rootCacheKey()), guestFiles, guestSetup)
+	return guestimage.ImageKey(fmt.Sprintf("root %s\nkernel vmlinux for PVH\nstandin %s %s\n", rootCacheKey(), strings.Join(standinVersions, ","), standinSource), guestFiles, guestSetup)
 }
 
 func guestCacheBase() string {
@@ -133,7 +134,7 @@ func cachedGuest(t *testing.T) guestImage {
 	t.Helper()
 	cache := guestCacheBase()
 	base := filepath.Join(cache, imageCacheKey())
-	img := guestImage{disk: filepath.Join(base, "root.img"), kernel: filepath.Join(base, "vmlinuz"), vmlinux: filepath.Join(base, "vmlinux"), initrd: filepath.Join(base, "initrd.img")}
+	img := guestImage{disk: filepath.Join(base, "root.img"), kernel: filepath.Join(base, "vmlinuz"), vmlinux: filepath.Join(base, "vmlinux"), initrd: filepath.Join(base, "initrd.img"), standin: filepath.Join(base, "nvidia-standin")}
 	if _, err := os.Stat(filepath.Join(base, "ok")); err == nil {
 		t.Logf("guest: image cached in %s", base)
 		guestimage.TouchCache(base)
@@ -169,6 +170,9 @@ func cachedGuest(t *testing.T) guestImage {
 	}
 	root := filepath.Join(tmp, "root")
 	guestimage.PrepareRoot(t, cachedRoot, root, guestFiles, guestSetup)
+	if err := buildStandinModules(root, filepath.Join(tmp, filepath.Base(img.standin))); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []struct{ glob, dst string }{{"vmlinuz-*", img.kernel}, {"initrd.img-*", img.initrd}} {
 		m, _ := filepath.Glob(filepath.Join(root, "boot", f.glob))
 		if len(m) != 1 {

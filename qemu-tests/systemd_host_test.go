@@ -72,6 +72,9 @@ func stepHostUnits(t *testing.T, e *systemdEnv) {
 		t.Errorf("no host.unit from the bcd account in the helper's journal:\n%s", e.journalSince(t, since, "-u bcd-helper.service"))
 	}
 	e.waitCondition(t, "RebootRequired", true)
+	// nvidia-driver against real apt: installed and pinned.
+	nv := newNvidiaCheck(t, e)
+	nv.install(t)
 	st, _, _ := g.Run("bcd status 2>&1 | sed -n '/^generation/,/^lanes/p'")
 	t.Logf("bcd status in the guest:\n%s", st)
 	if !strings.Contains(st, "unit    iommu CONVERGED") || !strings.Contains(st, "RebootRequired host") {
@@ -86,6 +89,9 @@ func stepHostUnits(t *testing.T, e *systemdEnv) {
 		return strings.Fields(out) != nil && slices.Equal(strings.Fields(out), []string{"1", "17"})
 	})
 	t.Logf("hand edit repaired in %s (repair_interval 5s)", time.Since(edited).Round(100*time.Millisecond))
+	// That pass left the driver alone; then a version change.
+	nv.secondPass(t)
+	nv.change(t)
 
 	// node.reboot boots the line GRUB renders; the condition goes.
 	boot := g.Must("cat /proc/sys/kernel/random/boot_id")
@@ -100,6 +106,7 @@ func stepHostUnits(t *testing.T, e *systemdEnv) {
 	}
 	e.waitCondition(t, "RebootRequired", false)
 	checkApplied("after the reboot (systemd-modules-load and systemd-sysctl from the units' files)")
+	nv.afterReboot(t)
 
 	// Nothing asked: the units remove their files; GRUB renders without.
 	gen = e.specPatch(t, `{"host":null}`)
@@ -110,6 +117,7 @@ func stepHostUnits(t *testing.T, e *systemdEnv) {
 	if strings.Contains(g.Must("grep -m1 -E '^\\s*linux\\s' /boot/grub/grub.cfg"), "iommu=pt") {
 		t.Error("grub.cfg still has iommu=pt after the iommu unit was removed")
 	}
+	nv.removed(t)
 }
 
 // specPatch applies a merge patch to the node's spec with bcgw spec patch
@@ -134,18 +142,8 @@ func (e *systemdEnv) waitCondition(t *testing.T, typ string, want bool) {
 	t.Helper()
 	var last string
 	waitFor(t, "condition "+typ+" "+map[bool]string{true: "raised", false: "gone"}[want], 2*time.Minute, func() bool {
-		out, err := exec.Command(e.bin, "status", e.nodeID, "--json", "--data-dir", e.gwDir).Output()
-		if err != nil {
-			return false
-		}
-		var st struct {
-			Conditions []struct{ Type, Message string }
-		}
-		if json.Unmarshal(out, &st) != nil {
-			return false
-		}
 		has := false
-		for _, c := range st.Conditions {
+		for _, c := range e.conditions(t) {
 			if c.Type == typ {
 				has, last = true, c.Message
 			}
@@ -155,4 +153,21 @@ func (e *systemdEnv) waitCondition(t *testing.T, typ string, want bool) {
 	if want {
 		t.Logf("%s: %s", typ, last)
 	}
+}
+
+type condition struct{ Type, Message string }
+
+// conditions answers the node's conditions as bcgw status shows them
+// (none when it cannot tell).
+func (e *systemdEnv) conditions(t *testing.T) []condition {
+	t.Helper()
+	out, err := exec.Command(e.bin, "status", e.nodeID, "--json", "--data-dir", e.gwDir).Output()
+	if err != nil {
+		return nil
+	}
+	var st struct{ Conditions []condition }
+	if json.Unmarshal(out, &st) != nil {
+		return nil
+	}
+	return st.Conditions
 }
