@@ -1,11 +1,6 @@
 package libvirtrt
 
 import (
-	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,10 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/better-compute/bcd/components/base/testenv"
-	"github.com/better-compute/bcd/components/helper"
-	"github.com/better-compute/bcd/components/trust/rootsig"
-	"github.com/better-compute/bcd/components/vm/libvirttest"
 	"github.com/better-compute/bcd/components/vm/rootvirt/rootvirttest"
 	"github.com/better-compute/bcd/components/vm/seed"
 	"github.com/better-compute/bcd/components/vm/vmruntime"
@@ -26,47 +17,12 @@ import (
 // TestRuntimeOnLibvirtd runs the shared runtime suite on a real libvirtd:
 // reads through its read-only socket, changes through the root half.
 func TestRuntimeOnLibvirtd(t *testing.T) {
-	d := libvirttest.Start(t)
-	qemuImg := testenv.NeedTool(t, "qemu-img", "qemu-utils")
-	data := filepath.Join(d.Dir, "data")
-	images := filepath.Join(data, "images")
-	if err := os.MkdirAll(images, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	tmp := filepath.Join(images, "tmp")
-	if out, err := exec.Command(qemuImg, "create", "-q", "-f", "qcow2", tmp, "64M").CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	b, _ := os.ReadFile(tmp)
-	sum := sha256.Sum256(b)
-	base := hex.EncodeToString(sum[:])
-	basePath := filepath.Join(images, base+".qcow2")
-	if err := os.Rename(tmp, basePath); err != nil {
-		t.Fatal(err)
-	}
-	host := helper.LibvirtHost{DataDir: data, Owner: 0, Accel: libvirttest.Accel(),
-		Virsh: func(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
-			var out, errb bytes.Buffer
-			cmd := exec.CommandContext(ctx, "virsh", append([]string{"-q", "-c", d.URI()}, args...)...)
-			cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(stdin), &out, &errb
-			if err := cmd.Run(); err != nil {
-				return out.Bytes(), fmt.Errorf("virsh %s: %w: %s", args[0], err, strings.TrimSpace(errb.String()))
-			}
-			return out.Bytes(), nil
-		}}
+	h := rootvirttest.New(t)
+	d, data, qemuImg, basePath, host := h.D, h.Data, h.QEMUImg, h.BasePath, h.Root
 	machine := func(id string) vmruntime.Machine {
-		return vmruntime.InstanceMachine(id, 1, 64, base, "qcow2", nil)
+		return vmruntime.InstanceMachine(id, 1, 64, h.Base, "qcow2", nil)
 	}
-	signed := func(m vmruntime.Machine) ([]byte, rootsig.Proof, error) {
-		section := []byte(fmt.Sprintf(`{"images":[{"sha256":%q,"url":"https://img.example/b.qcow2","format":"qcow2"}],"instances":[{"id":%q,"allocation":"a","state":"STOPPED","vcpus":%d,"memory_mib":%d,"image":%q}]}`,
-			base, m.ID, m.VCPUs, m.MemoryMiB, base))
-		full := map[string]json.RawMessage{"instances": section}
-		digests, err := rootsig.SectionDigests(full)
-		raw, _ := json.Marshal(full)
-		sum := sha256.Sum256(raw)
-		return section, rootsig.Proof{NodeID: "node_a", Generation: 1, SpecSHA256: sum[:], Sections: digests}, err
-	}
-	ro := "qemu:///system?socket=" + filepath.Join(d.Dir, "sock", "libvirt-sock-ro")
+	signed, ro := h.Signed, h.ReadOnlyURI()
 	runtimetest.Run(t, runtimetest.Harness{
 		Machine: machine,
 		Setup: func(t *testing.T) runtimetest.Host {
