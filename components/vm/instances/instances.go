@@ -745,6 +745,11 @@ func (s *Section) ensure(ctx context.Context, in spec.Instance, st state) *failu
 		if resumed {
 			cur = vmruntime.Running
 		}
+		if cur != vmruntime.Stopped {
+			if f := s.rebind(ctx, in, dir); f != nil {
+				return f
+			}
+		}
 	}
 	if cur != in.State {
 		if err := s.cfg.Runtime.SetState(ctx, in.ID, in.State); err != nil {

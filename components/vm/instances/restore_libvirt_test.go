@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -108,6 +109,16 @@ func TestMemoryRestoreOnLibvirtd(t *testing.T) {
 		if got, _ := h.D.Virsh(t, "domstate", "--reason", id); strings.TrimSpace(got) != want {
 			t.Errorf("%s: %q, want %q", id, strings.TrimSpace(got), want)
 		}
+	}
+	// Its own SSH host identity: a fresh key on a read-only vdz.
+	if got, _ := h.D.Virsh(t, "domblklist", "vm-new"); !strings.Contains(got, "vdz") || !strings.Contains(got, IdentityFile) {
+		t.Errorf("vm-new has no identity disk:\n%s", got)
+	}
+	if got, _ := h.D.Virsh(t, "domblklist", "vm-src"); strings.Contains(got, "vdz") {
+		t.Errorf("vm-src got an identity disk:\n%s", got)
+	}
+	if iso, err := os.ReadFile(filepath.Join(h.InstancesDir(), "vm-new", IdentityFile)); err != nil || !strings.Contains(string(iso), "ed25519_public: ssh-ed25519 ") {
+		t.Errorf("identity disk: %v", err)
 	}
 	if uuid := func(id string) string { o, _ := h.D.Virsh(t, "domuuid", id); return o }; uuid("vm-new") == uuid("vm-src") {
 		t.Error("the restored instance has its source's UUID")
