@@ -11,6 +11,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/better-compute/bcd/components/vm/seed"
 	"github.com/better-compute/bcd/components/vm/spec"
@@ -52,7 +53,7 @@ func (s *Section) rebind(ctx context.Context, in spec.Instance, dir string) *fai
 		nonce := make([]byte, 4)
 		rand.Read(nonce)
 		ud := "#cloud-config\nssh_deletekeys: true\nssh_keys:\n  ed25519_private: |\n"
-		for _, l := range splitLines(priv) {
+		for _, l := range strings.Split(strings.TrimSuffix(priv, "\n"), "\n") {
 			ud += "    " + l + "\n"
 		}
 		ud += "  ed25519_public: " + pub + "\n"
@@ -91,26 +92,9 @@ func hostKey() (string, string, error) {
 	for i := byte(1); len(sec)%8 != 0; i++ {
 		sec = append(sec, i)
 	}
-	out := append([]byte("openssh-key-v1\x00"), nil...)
-	out = put(out, []byte("none"), []byte("none"), nil)
+	out := put([]byte("openssh-key-v1\x00"), []byte("none"), []byte("none"), nil)
 	out = binary.BigEndian.AppendUint32(out, 1)
 	out = put(out, blob, sec)
 	return string(pem.EncodeToMemory(&pem.Block{Type: "OPENSSH PRIVATE KEY", Bytes: out})),
 		"ssh-ed25519 " + base64.StdEncoding.EncodeToString(blob), nil
-}
-
-func splitLines(s string) []string {
-	var out []string
-	for len(s) > 0 {
-		i := 0
-		for i < len(s) && s[i] != '\n' {
-			i++
-		}
-		out = append(out, s[:i])
-		if i < len(s) {
-			i++
-		}
-		s = s[i:]
-	}
-	return out
 }
