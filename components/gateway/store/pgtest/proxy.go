@@ -65,6 +65,15 @@ func (p *Proxy) Open(t testing.TB) {
 				continue
 			}
 			p.mu.Lock()
+			if p.ln != ln {
+				// Cut came between this Accept and here: a connection
+				// kept past it would let the database answer while the
+				// test says it is gone.
+				p.mu.Unlock()
+				c.Close()
+				d.Close()
+				return
+			}
 			p.conns = append(p.conns, c, d)
 			p.mu.Unlock()
 			go func() { io.Copy(d, c); d.Close() }()
