@@ -61,7 +61,10 @@ func stepGateway(t *testing.T, e *systemdEnv) {
 	}
 	e.g.Must("chown bcgw:bcgw /etc/bcgw/database-url && printf 'BCGW_OPTS=\"--listen " + guestIP + ":8443 --name guest-gw --database-file /etc/bcgw/database-url\"\\n' > /etc/bcgw/bcgw.env")
 	start := time.Now()
-	e.g.Must("systemctl start bcgw.service")
+	if out, _, err := e.g.RunTimeout("systemctl start bcgw.service 2>&1", 2*time.Minute); err != nil {
+		t.Fatalf("systemctl start bcgw.service: %v\n%s\n%s", err, out,
+			e.g.Must("systemctl status --no-pager bcgw.service 2>&1; journalctl --no-pager -o cat -n 60 -u bcgw.service; true"))
+	}
 	t.Logf("systemctl start bcgw (Type=notify: returns at READY=1): %s", time.Since(start).Round(10*time.Millisecond))
 	p := e.g.Show("bcgw.service", "ActiveState", "SubState", "Type", "NRestarts", "MainPID")
 	if p["ActiveState"] != "active" || p["Type"] != "notify" {
