@@ -34,7 +34,7 @@ func stepGateway(t *testing.T, e *systemdEnv) {
 	// namespace forwards the guest's connections to it.
 	ln := e.ns.listen(t, guestHostIP+":5432")
 	t.Cleanup(func() { ln.Close() })
-	go forwardToUnix(ln, filepath.Join(pg.Dir(), ".s.PGSQL.5432"))
+	go forwardToUnix(ln, filepath.Join(pg.Dir(), ".s.PGSQL.5432"), t.Logf)
 
 	deb := e.deb(t, "bcgw")
 	if err := e.g.Copy(deb, "/root/"+filepath.Base(deb), 0o644); err != nil {
@@ -63,7 +63,9 @@ func stepGateway(t *testing.T, e *systemdEnv) {
 	start := time.Now()
 	if out, _, err := e.g.RunTimeout("systemctl start bcgw.service 2>&1", 2*time.Minute); err != nil {
 		t.Fatalf("systemctl start bcgw.service: %v\n%s\n%s", err, out,
-			e.g.Must("systemctl status --no-pager bcgw.service 2>&1; journalctl --no-pager -o cat -n 60 -u bcgw.service; true"))
+			e.g.Must("systemctl status --no-pager bcgw.service 2>&1; journalctl --no-pager -o cat -n 60 -u bcgw.service; "+
+				"echo '--- the guest towards PostgreSQL:'; timeout 5 bash -c 'exec 3<>/dev/tcp/"+guestHostIP+"/5432 && echo tcp connected'; "+
+				"ss -tn; nft list ruleset 2>&1 | head -40; true"))
 	}
 	t.Logf("systemctl start bcgw (Type=notify: returns at READY=1): %s", time.Since(start).Round(10*time.Millisecond))
 	p := e.g.Show("bcgw.service", "ActiveState", "SubState", "Type", "NRestarts", "MainPID")
@@ -190,16 +192,18 @@ func guestPing(t *testing.T, run func(string) string, id string) {
 
 // forwardToUnix copies each connection ln accepts to and from a new
 // connection to the unix socket path, until ln is closed.
-func forwardToUnix(ln net.Listener, path string) {
+func forwardToUnix(ln net.Listener, path string, logf func(string, ...any)) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
+		logf("forwarder: a connection from %s", c.RemoteAddr())
 		go func() {
 			defer c.Close()
 			u, err := net.Dial("unix", path)
 			if err != nil {
+				logf("forwarder: %v", err)
 				return
 			}
 			defer u.Close()
