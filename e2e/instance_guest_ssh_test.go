@@ -95,17 +95,7 @@ func TestSSHToGuestThroughTunnel(t *testing.T) {
 		})
 	}
 	converged("vm-s paused")
-	console := exec.Command(filepath.Join(l.bin, "bcgw"), "console", "--instance", "vm-s", "--data-dir", g.dataDir)
-	stdin, _ := console.StdinPipe()
-	out := &syncBuf{name: "bcgw console --instance vm-s (stdout)"}
-	se := &syncBuf{name: "bcgw console --instance vm-s (stderr)"}
-	l.out.add(out)
-	l.out.add(se)
-	console.Stdout, console.Stderr = out, se
-	if err := console.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); console.Process.Kill(); console.Wait() })
+	stdin, out, se := l.startConsole(t, g, "vm-s")
 	eventually(t, "the helper opened vm-s's console", func() error {
 		for _, o := range helperOps(t, helper.stderr.String()) {
 			if o["op"] == "libvirt.console" && o["outcome"] == "ok" {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -49,17 +50,7 @@ func TestInstanceConsoleThroughHelper(t *testing.T) {
 		t.Fatalf("vm-a is %q, want paused", out)
 	}
 
-	cmd := exec.Command(filepath.Join(l.bin, "bcgw"), "console", "--instance", "vm-a", "--data-dir", g.dataDir)
-	stdin, _ := cmd.StdinPipe()
-	out := &syncBuf{name: "bcgw console --instance (stdout)"}
-	se := &syncBuf{name: "bcgw console --instance (stderr)"}
-	l.out.add(out)
-	l.out.add(se)
-	cmd.Stdout, cmd.Stderr = out, se
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
+	_, out, se := l.startConsole(t, g, "vm-a")
 	eventually(t, "the helper opened vm-a's console for the node", func() error {
 		for _, o := range helperOps(t, helper.stderr.String()) {
 			if o["op"] == "libvirt.console" && o["outcome"] == "ok" && o["uid"] == float64(hn.uid) {
@@ -98,4 +89,26 @@ func TestInstanceConsoleThroughHelper(t *testing.T) {
 			t.Errorf("bcgw %v: exit %d, %q; want a refusal with %q", c.args, code, errOut, c.want)
 		}
 	}
+}
+
+// startConsole runs bcgw console --instance id against g until the test
+// ends: what is typed into stdin goes to the instance's serial console,
+// what it prints arrives in out (bcgw's errors in se).
+func (l *lab) startConsole(t *testing.T, g *gw, id string) (stdin io.WriteCloser, out, se *syncBuf) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(l.bin, "bcgw"), "console", "--instance", id, "--data-dir", g.dataDir)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = &syncBuf{name: "bcgw console --instance " + id + " (stdout)"}
+	se = &syncBuf{name: "bcgw console --instance " + id + " (stderr)"}
+	l.out.add(out)
+	l.out.add(se)
+	cmd.Stdout, cmd.Stderr = out, se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
+	return stdin, out, se
 }

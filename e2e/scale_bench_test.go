@@ -81,29 +81,9 @@ func pgWrites(ctx context.Context, url string) (rows, commits float64, err error
 // BCD_SCALE_CONNECT_MINUTES (30) are left out and the count printed. Each agent is a real session
 // over mTLS on loopback with its own identity, journal and status socket.
 func BenchmarkScale(b *testing.B) {
-	n := 10000
-	if v := os.Getenv("BCD_SCALE_NODES"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			b.Fatalf("BCD_SCALE_NODES=%q", v)
-		}
-	}
-	window := 60 * time.Second
-	if v := os.Getenv("BCD_SCALE_IDLE_SECONDS"); v != "" {
-		s, err := strconv.Atoi(v)
-		if err != nil || s < 1 {
-			b.Fatalf("BCD_SCALE_IDLE_SECONDS=%q", v)
-		}
-		window = time.Duration(s) * time.Second
-	}
-	connectWait := 30 * time.Minute
-	if v := os.Getenv("BCD_SCALE_CONNECT_MINUTES"); v != "" {
-		m, err := strconv.Atoi(v)
-		if err != nil || m < 1 {
-			b.Fatalf("BCD_SCALE_CONNECT_MINUTES=%q", v)
-		}
-		connectWait = time.Duration(m) * time.Minute
-	}
+	n := scaleEnv(b, "BCD_SCALE_NODES", 10000)
+	window := time.Duration(scaleEnv(b, "BCD_SCALE_IDLE_SECONDS", 60)) * time.Second
+	connectWait := time.Duration(scaleEnv(b, "BCD_SCALE_CONNECT_MINUTES", 30)) * time.Minute
 	c, err := pgtest.StartDurable()
 	if errors.Is(err, pgtest.ErrNoPostgres) {
 		testenv.Skip(b, "%v", err)
@@ -223,4 +203,18 @@ func BenchmarkScale(b *testing.B) {
 	b.ReportMetric(big.pgCommit, "pg-commits/s")
 	b.ReportMetric(ref.pgCommit, "ref-pg-commits/s")
 	b.ReportMetric(float64(big.n), "agents")
+}
+
+// scaleEnv is the positive whole number the scale benchmarks read from
+// the environment variable name, def when it is unset.
+func scaleEnv(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a whole number above 0", name, v)
+	}
+	return n
 }

@@ -106,21 +106,8 @@ func readSlowShare(addr string) slowShare {
 // PostgreSQL pool's waits on the survivor during each measurement are
 // printed beside it (bcgw_store_pool_wait_seconds_total).
 func BenchmarkScaleHA(b *testing.B) {
-	n := 10000
-	if v := os.Getenv("BCD_SCALE_NODES"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			b.Fatalf("BCD_SCALE_NODES=%q", v)
-		}
-	}
-	connectWait := 30 * time.Minute
-	if v := os.Getenv("BCD_SCALE_CONNECT_MINUTES"); v != "" {
-		m, err := strconv.Atoi(v)
-		if err != nil || m < 1 {
-			b.Fatalf("BCD_SCALE_CONNECT_MINUTES=%q", v)
-		}
-		connectWait = time.Duration(m) * time.Minute
-	}
+	n := scaleEnv(b, "BCD_SCALE_NODES", 10000)
+	connectWait := time.Duration(scaleEnv(b, "BCD_SCALE_CONNECT_MINUTES", 30)) * time.Minute
 	failoverWait := 10 * time.Minute
 	c, err := pgtest.StartDurable()
 	if errors.Is(err, pgtest.ErrNoPostgres) {

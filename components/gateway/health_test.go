@@ -45,7 +45,10 @@ func TestDatabaseLostIsShown(t *testing.T) {
 	// the two reads: the health port is compared with the agents' port
 	// read before and after it, when both of those agree.
 	ready := func() (int, string) {
-		for {
+		for try := 0; ; try++ {
+			if try == 50 {
+				t.Fatal("the agents' port's /readyz changed between every two reads 50 times in a row")
+			}
 			code, body := get(hc, g.url+adminapi.ReadyPath)
 			pc, pb := get(http.DefaultClient, plainURL)
 			if c2, b2 := get(hc, g.url+adminapi.ReadyPath); c2 != code || b2 != body {
