@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
-	"github.com/better-compute/bcd/components/helper/netpolicy/netpolicytest"
 	"github.com/better-compute/bcd/components/helper/sshaccess/sshdtest"
 	"github.com/better-compute/bcd/components/vm/guestimage"
 	"github.com/better-compute/bcd/components/vm/libvirttest"
@@ -36,21 +34,7 @@ const netnsEnv = "BCD_E2E_NETNS"
 // node dials the guest's own address, which the loaded policy binds.
 func TestSSHToGuestThroughTunnel(t *testing.T) {
 	testenv.NeedRoot(t, "it makes a network namespace, creates a user, runs bcd helper and libvirtd as root")
-	if os.Getenv(netnsEnv) == "" {
-		// Built (or found) out here: a build fetches from the Debian
-		// mirror, which the namespace cannot reach.
-		guestimage.Cached(t)
-		ns := netpolicytest.New(t)
-		ns.Bridge("br0", "10.9.0.1/24")
-		cmd := exec.Command("ip", "netns", "exec", ns.Name, os.Args[0], "-test.run", "^TestSSHToGuestThroughTunnel$", "-test.v", "-test.timeout", "25m")
-		cmd.Env = append(os.Environ(), netnsEnv+"="+ns.Name)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		t.Logf("inside %s:\n%s", ns.Name, out.String())
-		if err != nil {
-			t.Fatalf("the test inside the network namespace: %v", err)
-		}
+	if !inGuestNetNS(t, "TestSSHToGuestThroughTunnel", nil) {
 		return
 	}
 	sshBin := testenv.NeedTool(t, "ssh", "openssh-client")
