@@ -62,15 +62,22 @@ const otherEnv = "BCD_E2E_OTHER_NETNS"
 const imdsAudience = "sts.bcd-e2e.example"
 
 // imdsUserData is vm-i's cloud-init user data: it takes the NIC's
-// address, asks the node's metadata service for a session token and an
-// identity token, asks again saying it forwards for another address, then
-// takes a second address and asks from it; each answer goes to the
-// serial console.
+// address from the seed's network-config (which the node rendered from
+// the NIC's addresses; the guest image has cloud-init configure no
+// network, so cloud-init's own net-convert renders it for
+// systemd-networkd here), asks the node's metadata service for a session
+// token and an identity token, asks again saying it forwards for another
+// address, then takes a second address and asks from it; each answer
+// goes to the serial console.
 const imdsUserData = `#cloud-config
 runcmd:
   - |
-    ip link set eth0 up
-    ip addr add 10.9.0.5/24 dev eth0
+    mount -o ro /dev/disk/by-label/cidata /mnt
+    cloud-init devel net-convert -p /mnt/network-config -k yaml -d / -D debian -O networkd
+    umount /mnt
+    systemctl start systemd-networkd
+    for i in $(seq 30); do ip -4 -o addr show eth0 | grep -q 10.9.0.5 && break; sleep 1; done
+    echo "bcd-imds-address $(ip -4 -o addr show eth0 | awk '{print $4}') bcd-imds-end" > /dev/ttyS0
     url=http://10.9.0.1:8080/latest
     for i in $(seq 60); do T=$(curl -sSf --max-time 10 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 600" $url/api/token) && break; sleep 2; done
     echo "bcd-imds-session $T bcd-imds-end" > /dev/ttyS0
@@ -86,7 +93,8 @@ runcmd:
 // the bridge's address, beside a real bcd helper and a real libvirtd, all
 // in a network namespace the test makes, runs vm-i from a signed spec: the
 // helper loads its PRIVATE NIC's policy with a real nft and starts the
-// real Debian guest (guestimage). Its cloud-init (user data) curls the
+// real Debian guest (guestimage). Its NIC takes its address from the
+// seed's network-config, and its cloud-init (user data) curls the
 // node's metadata service: a session token, then an identity token for
 // imdsAudience, which the node gets from bcgw through the session's
 // WorkloadTokenRequest. The token verifies under bcgw's workload signing
@@ -167,7 +175,10 @@ func TestIdentityTokenFromRealGuest(t *testing.T) {
 		}
 		return m[1]
 	}
-	session := answer("bcd-imds-session", 12*time.Minute)
+	if got := answer("bcd-imds-address", 12*time.Minute); got != "10.9.0.5/24" {
+		t.Errorf("vm-i's eth0 took %q from its seed's network-config, want 10.9.0.5/24", got)
+	}
+	session := answer("bcd-imds-session", 3*time.Minute)
 	t.Logf("vm-i got its session token (%d characters) %s after its console opened", len(session), time.Since(console.Opened()).Round(time.Second))
 	if len(session) != 43 { // 32 random bytes, base64 without padding
 		t.Errorf("vm-i's session token is %q, want 43 characters", session)

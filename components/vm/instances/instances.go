@@ -857,6 +857,10 @@ func (s *Section) seed(ctx context.Context, in spec.Instance, path string) *fail
 		return nil
 	}
 	sd := seed.Seed{InstanceID: in.ID, Hostname: in.Hostname}
+	var err error
+	if sd.Interfaces, err = seedInterfaces(in.NICs, bridgeAddrs); err != nil {
+		return fail(true, "network-config: %v", err)
+	}
 	if in.UserData {
 		ud, err := s.userData(ctx, in)
 		if errors.Is(err, errNoUserData) {

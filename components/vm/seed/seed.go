@@ -1,7 +1,8 @@
 // Package seed writes an instance's cloud-init NoCloud seed: an ISO9660
 // volume labelled cidata holding meta-data (the instance id and its
 // hostname, rendered here), user-data (the allocation's, as given) and,
-// when given, network-config. The volume is built in memory by this
+// when the instance's NICs have addresses, network-config (rendered here
+// from them, network.go). The volume is built in memory by this
 // package (no tool, no staging directory where user data could linger)
 // and written 0640 through a temporary file. User data is a tenant's
 // secret: it is never logged and never put in an error.
@@ -20,10 +21,7 @@ import (
 const Label = "cidata"
 
 // Bounds of what a seed carries.
-const (
-	MaxUserData      = 1 << 20
-	MaxNetworkConfig = 64 << 10
-)
+const MaxUserData = 1 << 20
 
 // sector is ISO9660's logical block.
 const sector = 2048
@@ -38,8 +36,8 @@ type Seed struct {
 	// UserData is written as given (empty: an empty user-data, which
 	// NoCloud still requires).
 	UserData []byte
-	// NetworkConfig, when not empty, is written as network-config.
-	NetworkConfig []byte
+	// Interfaces, when not empty, render network-config (NetworkConfig).
+	Interfaces []Interface
 }
 
 // MetaData renders meta-data: instance-id and local-hostname.
@@ -80,14 +78,17 @@ func Build(s Seed) ([]byte, error) {
 	if len(s.UserData) > MaxUserData {
 		return nil, fmt.Errorf("seed: user data is %d bytes; at most %d", len(s.UserData), MaxUserData)
 	}
-	if len(s.NetworkConfig) > MaxNetworkConfig {
-		return nil, fmt.Errorf("seed: network config is %d bytes; at most %d", len(s.NetworkConfig), MaxNetworkConfig)
+	var network []byte
+	if len(s.Interfaces) > 0 {
+		if network, err = NetworkConfig(s.Interfaces); err != nil {
+			return nil, err
+		}
 	}
 	// Names sorted, as ISO9660 wants them. Without Rock Ridge, Linux
 	// shows them lowercased, without their ";1" version.
 	files := []file{{name: "meta-data;1", data: meta}}
-	if len(s.NetworkConfig) > 0 {
-		files = append(files, file{name: "network-config;1", data: s.NetworkConfig})
+	if len(network) > 0 {
+		files = append(files, file{name: "network-config;1", data: network})
 	}
 	files = append(files, file{name: "user-data;1", data: s.UserData})
 

@@ -2,6 +2,7 @@ package seed
 
 import (
 	"bytes"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +21,11 @@ func TestReadBack(t *testing.T) {
 	isoinfo := testenv.NeedTool(t, "isoinfo", "genisoimage")
 	xorriso := testenv.NeedTool(t, "xorriso", "xorriso")
 	blkid := testenv.NeedTool(t, "blkid", "util-linux")
-	netcfg := "version: 2\nethernets:\n  eth0:\n    dhcp4: true\n"
+	nics := []Interface{{MAC: "52:54:00:0a:00:05", Addresses: []netip.Prefix{netip.MustParsePrefix("10.9.0.5/24")}}}
+	netcfg, err := NetworkConfig(nics)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// A user data spanning sectors, to place the next file past them.
 	big := userData + strings.Repeat("# padding\n", 500)
 	for _, tt := range []struct {
@@ -28,8 +33,8 @@ func TestReadBack(t *testing.T) {
 		s     Seed
 		files map[string]string
 	}{
-		{"with network", Seed{InstanceID: "vm-1", Hostname: "web1", UserData: []byte(big), NetworkConfig: []byte(netcfg)},
-			map[string]string{"meta-data": "instance-id: vm-1\nlocal-hostname: web1\n", "user-data": big, "network-config": netcfg}},
+		{"with network", Seed{InstanceID: "vm-1", Hostname: "web1", UserData: []byte(big), Interfaces: nics},
+			map[string]string{"meta-data": "instance-id: vm-1\nlocal-hostname: web1\n", "user-data": big, "network-config": string(netcfg)}},
 		{"no user data", Seed{InstanceID: "Vm_2"},
 			map[string]string{"meta-data": "instance-id: Vm_2\nlocal-hostname: vm-2\n", "user-data": ""}},
 	} {
@@ -100,7 +105,7 @@ func TestRefusals(t *testing.T) {
 		{"hostname with dot", Seed{InstanceID: "vm", Hostname: "a.b"}, "DNS label"},
 		{"hostname dash", Seed{InstanceID: "vm", Hostname: "-a"}, "DNS label"},
 		{"user data too big", Seed{InstanceID: "vm", UserData: []byte(userData + strings.Repeat("x", MaxUserData))}, "at most"},
-		{"network config too big", Seed{InstanceID: "vm", NetworkConfig: make([]byte, MaxNetworkConfig+1)}, "at most"},
+		{"interface it cannot express", Seed{InstanceID: "vm", UserData: []byte(userData), Interfaces: []Interface{{MAC: "52:54:00:00:00:01"}}}, "1 to 16"},
 	} {
 		_, err := Build(tt.s)
 		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
