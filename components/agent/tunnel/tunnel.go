@@ -90,10 +90,11 @@ type Config struct {
 
 // Instances is what instance tickets need of the node's instances.
 type Instances interface {
-	// Address is the address a tunnel to instance id dials: one of the
-	// instance's own, as the loaded network policy binds it, of an
-	// instance of this node that runs; an error otherwise.
-	Address(ctx context.Context, id string) (netip.Addr, error)
+	// Addresses are the addresses a tunnel to instance id dials, in
+	// order (IPv4 first): the instance's own, as the loaded network
+	// policy binds them, of an instance of this node that runs; an error
+	// otherwise.
+	Addresses(ctx context.Context, id string) ([]netip.Addr, error)
 	// Console opens the serial console of instance id, a running
 	// instance of this node that bcd manages.
 	Console(ctx context.Context, id string) (Target, error)
@@ -300,11 +301,17 @@ type tcpTarget struct{ *net.TCPConn }
 
 func (tcpTarget) Resize(uint16, uint16) error { return nil }
 
+// Bounds of an instance tunnel's dial: each address, and all of them.
+const (
+	instanceDialEach = 10 * time.Second
+	instanceDialAll  = 30 * time.Second
+)
+
 // dialInstance opens an instance ticket's target: the instance's serial
-// console, or port 22 (ssh) or the ticket's port (tcp) of the address
-// Instances gives, which must be an address no host or link has:
-// not loopback, link-local, multicast, unspecified, nor one of this
-// host's own.
+// console, or port 22 (ssh) or the ticket's port (tcp) of the first of
+// the addresses Instances gives that answers, each one an address no
+// host or link has: not loopback, link-local, multicast, unspecified,
+// nor one of this host's own (such an address is never dialed).
 func (m *Manager) dialInstance(ctx context.Context, c ticket.Claims) (Target, error) {
 	if m.cfg.Instances == nil {
 		return nil, fmt.Errorf("instance %s: this node runs no instances", c.Instance)
@@ -316,16 +323,10 @@ func (m *Manager) dialInstance(ctx context.Context, c ticket.Claims) (Target, er
 	if c.Kind != ticket.KindSSH {
 		port = c.TCPPort()
 	}
-	a, err := m.cfg.Instances.Address(ctx, c.Instance)
+	as, err := m.cfg.Instances.Addresses(ctx, c.Instance)
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", c.Instance, err)
 	}
-	if err := m.instanceAddr(a); err != nil {
-		return nil, fmt.Errorf("instance %s: %w", c.Instance, err)
-	}
-	to := netip.AddrPortFrom(a.Unmap(), uint16(port))
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	dial := m.cfg.DialTCP
 	if dial == nil {
 		dial = func(ctx context.Context, to netip.AddrPort) (net.Conn, error) {
@@ -333,16 +334,34 @@ func (m *Manager) dialInstance(ctx context.Context, c ticket.Claims) (Target, er
 			return d.DialContext(ctx, "tcp", to.String())
 		}
 	}
-	conn, err := dial(dctx, to)
-	if err != nil {
-		return nil, fmt.Errorf("dial instance %s at %s: %w", c.Instance, to, err)
+	actx, cancel := context.WithTimeout(ctx, instanceDialAll)
+	defer cancel()
+	var errs []error
+	for _, a := range as {
+		if err := m.instanceAddr(a); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		to := netip.AddrPortFrom(a.Unmap(), uint16(port))
+		dctx, cancel := context.WithTimeout(actx, instanceDialEach)
+		conn, err := dial(dctx, to)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("dial %s: %w", to, err))
+			continue
+		}
+		tc, ok := conn.(*net.TCPConn)
+		if !ok {
+			conn.Close()
+			errs = append(errs, fmt.Errorf("dial %s: not a TCP connection", to))
+			continue
+		}
+		return tcpTarget{tc}, nil
 	}
-	tc, ok := conn.(*net.TCPConn)
-	if !ok {
-		conn.Close()
-		return nil, fmt.Errorf("dial instance %s at %s: not a TCP connection", c.Instance, to)
+	if len(errs) == 0 {
+		errs = append(errs, errors.New("no address to dial"))
 	}
-	return tcpTarget{tc}, nil
+	return nil, fmt.Errorf("instance %s: %w", c.Instance, errors.Join(errs...))
 }
 
 // instanceAddr refuses an address an instance tunnel must never dial.

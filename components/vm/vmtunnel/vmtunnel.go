@@ -1,6 +1,6 @@
 // Package vmtunnel gives instance tickets their targets
-// (tunnel.Instances): a tunnel's address is one of the instance's own as
-// the loaded network policy binds it (netguard), only while the runtime
+// (tunnel.Instances): a tunnel's addresses are the instance's own as the
+// loaded network policy binds them (netguard), only while the runtime
 // lists the instance's domain as bcd's and running; its console is the
 // serial console the runtime opens. docs/instances.md, "Tunnels into
 // instances".
@@ -60,20 +60,21 @@ func (t Targets) running(ctx context.Context, id string, states ...string) error
 	return fmt.Errorf("instance %s is not on this node", id)
 }
 
-// Address is the first of instance id's addresses under the loaded
-// tables, once the runtime lists it running.
-func (t Targets) Address(ctx context.Context, id string) (netip.Addr, error) {
+// Addresses are instance id's addresses under the loaded tables, IPv4
+// first, once the runtime lists it running: the tunnel dials them in
+// that order until one answers.
+func (t Targets) Addresses(ctx context.Context, id string) ([]netip.Addr, error) {
 	if err := t.running(ctx, id, vmruntime.Running); err != nil {
-		return netip.Addr{}, err
+		return nil, err
 	}
 	if t.Guard == nil {
-		return netip.Addr{}, errors.New("this node loads no network policy, so no instance address is trusted")
+		return nil, errors.New("this node loads no network policy, so no instance address is trusted")
 	}
 	as := t.Guard.Addresses(id)
 	if len(as) == 0 {
-		return netip.Addr{}, fmt.Errorf("instance %s has no address the loaded network policy binds (no NIC with addresses, its policy failed, or the tables are being loaded again)", id)
+		return nil, fmt.Errorf("instance %s has no address the loaded network policy binds (no NIC with addresses, its policy failed, or the tables are being loaded again)", id)
 	}
-	return as[0], nil
+	return as, nil
 }
 
 // Console opens instance id's serial console once the runtime lists it

@@ -31,10 +31,11 @@ import (
 	"github.com/better-compute/bcd/proto/gen/bcd/v1/bcdv1connect"
 )
 
-// vm-a and vm-b both want RUNNING with a PRIVATE NIC on br0; the runtime
-// runs vm-a and has vm-b STOPPED.
+// vm-a and vm-b both want RUNNING with a PRIVATE NIC on br0 (vm-a's with
+// an IPv4 and an IPv6 address); the runtime runs vm-a and has vm-b
+// STOPPED.
 const section = `{"instances":[
- {"id":"vm-a","state":"RUNNING","nics":[{"bridge":"br0","mac":"52:54:00:0a:00:01","addresses":["10.9.0.5/24"],"policy":"PRIVATE"}]},
+ {"id":"vm-a","state":"RUNNING","nics":[{"bridge":"br0","mac":"52:54:00:0a:00:01","addresses":["10.9.0.5/24","fd09::5/64"],"policy":"PRIVATE"}]},
  {"id":"vm-b","state":"RUNNING","nics":[{"bridge":"br0","mac":"52:54:00:0b:00:01","addresses":["10.9.0.6/24"],"policy":"PRIVATE"}]}]}`
 
 // gateway hands each accepted Tunnel stream to the test, and each
@@ -134,10 +135,14 @@ func read(t *testing.T, st *connect.BidiStream[bcdv1.TunnelData, bcdv1.TunnelDat
 
 func newLab(t *testing.T) (*lab, *netpolicytest.NS) {
 	host := netpolicytest.New(t)
-	host.Bridge("br0", "10.9.0.1/24")
+	host.Bridge("br0", "10.9.0.1/24", "fd09::1/64")
 	a := host.Guest("br0", netpolicy.TapName("vm-a", 0), "52:54:00:0a:00:01", "10.9.0.5/24")
+	a.Run("sysctl", "-qw", "net.ipv6.conf.eth0.disable_ipv6=0")
+	a.Run("ip", "-6", "addr", "add", "fd09::5/64", "dev", "eth0", "nodad")
 	b := host.Guest("br0", netpolicy.TapName("vm-b", 0), "52:54:00:0b:00:01", "10.9.0.6/24")
 	echo(t, a, "10.9.0.5:7000", "vm-a:")
+	echo(t, a, "[fd09::5]:7000", "vm-a6:")
+	echo(t, a, "[fd09::5]:7001", "vm-a6:")
 	echo(t, a, "10.9.0.5:22", "SSH-2.0-vm-a\r\n")
 	echo(t, b, "10.9.0.6:7000", "vm-b:")
 	echo(t, host, "10.9.0.1:7000", "host:")
@@ -260,18 +265,47 @@ func TestInstanceTCP(t *testing.T) {
 	}
 }
 
-// wrong gives the address it holds for any instance: an address source
-// gone wrong, so the tunnel's own check is what refuses.
-type wrong struct{ a netip.Addr }
+// TestEveryAddress: a tcp ticket dials the instance's addresses in order,
+// IPv4 first, until one answers: vm-a's port 7000, open on both, is
+// reached on its IPv4 address; 7001, open on its IPv6 address only, on
+// that; 7002, open on neither, is refused naming both.
+func TestEveryAddress(t *testing.T) {
+	testenv.NeedRoot(t, "it makes network namespaces and loads nftables")
+	l, _ := newLab(t)
+	for _, c := range []struct {
+		port int
+		want string
+	}{{7000, "vm-a:"}, {7001, "vm-a6:"}} {
+		st, refused := l.open(t, l.m, ticket.TCP(c.port), l.sign(t, "vm-a", ticket.TCP(c.port)))
+		if refused != "" {
+			t.Fatalf("vm-a tcp:%d refused: %s", c.port, refused)
+		}
+		if err := st.Send(&bcdv1.TunnelData{Data: []byte("hello")}); err != nil {
+			t.Fatal(err)
+		}
+		read(t, st, c.want+"hello")
+	}
+	_, refused := l.open(t, l.m, ticket.TCP(7002), l.sign(t, "vm-a", ticket.TCP(7002)))
+	for _, want := range []string{"10.9.0.5:7002", "[fd09::5]:7002", "refused"} {
+		if !strings.Contains(refused, want) {
+			t.Errorf("vm-a tcp:7002 refused with %q, want it to name %q", refused, want)
+		}
+	}
+}
 
-func (w wrong) Address(context.Context, string) (netip.Addr, error) { return w.a, nil }
+// wrong gives the addresses it holds for any instance: an address
+// source gone wrong, so the tunnel's own check is what refuses.
+type wrong []netip.Addr
+
+func (w wrong) Addresses(context.Context, string) ([]netip.Addr, error) { return w, nil }
 func (w wrong) Console(context.Context, string) (tunnel.Target, error) {
 	return nil, io.EOF
 }
 
 // TestNeverTheHost: whatever the instances' side answers, an instance
 // tunnel never dials the host's bridge address, loopback or a link-local
-// address (listeners wait on the first two).
+// address (listeners wait on the first two); given those before the
+// instance's own address, it skips them and reaches the instance.
 func TestNeverTheHost(t *testing.T) {
 	testenv.NeedRoot(t, "it makes network namespaces and loads nftables")
 	l, host := newLab(t)
@@ -290,5 +324,25 @@ func TestNeverTheHost(t *testing.T) {
 				t.Fatalf("refusal %q, want %q", refused, c.want)
 			}
 		})
+	}
+	cfg := l.cfg
+	cfg.Instances, cfg.DataDir = wrong{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.9.0.1"), netip.MustParseAddr("fe80::1"), netip.MustParseAddr("10.9.0.5")}, t.TempDir()
+	st, refused := l.open(t, l.start(t, cfg), ticket.TCP(7000), l.sign(t, "vm-a", ticket.TCP(7000)))
+	if refused != "" {
+		t.Fatalf("refused: %s", refused)
+	}
+	if err := st.Send(&bcdv1.TunnelData{Data: []byte("hello")}); err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	for !strings.Contains(got.String(), "hello") {
+		f, err := st.Receive()
+		if err != nil {
+			t.Fatalf("the tunnel ended with %q: %v", got.String(), err)
+		}
+		got.Write(f.GetData())
+	}
+	if got.String() != "vm-a:hello" {
+		t.Fatalf("the tunnel reached %q, want vm-a (vm-a:hello)", got.String())
 	}
 }
