@@ -164,8 +164,8 @@ type SealedKey struct {
 	// Name is the key's file name in a data directory (serving-ca.key,
 	// join-signing.key, ...).
 	Name string
-	// Version is bound into the seal; every key is version 1 today (there
-	// is no rotation).
+	// Version is bound into the seal: 1 when the set is made, one more
+	// at each rotation of that key (RotateKey; the command-signing key).
 	Version uint32
 	Sealed  []byte
 }
@@ -190,6 +190,17 @@ type KeyStore interface {
 	// key-encryption key, in one transaction, only while the stored set
 	// is sealed under oldFingerprint, and reports whether it did: of two
 	// rotations from one key-encryption key exactly one wins. keys must
-	// name exactly the stored keys.
+	// name exactly the stored keys, each at its stored version: a key
+	// rotated meanwhile (RotateKey) makes it change nothing.
 	ResealKeys(oldFingerprint, newFingerprint string, keys []SealedKey) (bool, error)
+	// RotateKey replaces one stored key with next (sealed under
+	// kekFingerprint, next.Version one more than the stored version) and
+	// sets the meta value metaKey from old to v (as SwapMeta), in one
+	// transaction, only while the set is sealed under kekFingerprint, the
+	// key is at version next.Version-1 and the value is old; it reports
+	// whether it did. The key and the value (the trust bundle naming the
+	// new key as a root) move together: of two rotations from one version
+	// exactly one wins, and a bundle changed meanwhile makes it change
+	// nothing.
+	RotateKey(kekFingerprint string, next SealedKey, metaKey string, old, v []byte) (bool, error)
 }

@@ -45,9 +45,11 @@ func (p *PG) Keys() (string, []store.SealedKey, error) {
 		}
 		return rows.Err()
 	})
-	// The fingerprint and the keys are committed together and never
-	// changed, so a fingerprint seen means its keys are there for the
-	// next statement (read committed takes a snapshot per statement).
+	// The fingerprint and the keys are committed together, so a
+	// fingerprint seen means its keys are there for the next statement
+	// (read committed takes a snapshot per statement). A key rotated
+	// between the two reads (RotateKey) is read as stored after it: its
+	// version and seal are one row.
 	return fp, keys, err
 }
 
@@ -110,16 +112,69 @@ func (p *PG) ResealKeys(old, fp string, keys []store.SealedKey) (bool, error) {
 			if k.Version == 0 || k.Version > 1<<31-1 {
 				return fmt.Errorf("key %s: version %d", k.Name, k.Version)
 			}
-			tag, err := tx.Exec(ctx, `UPDATE gateway_keys SET version = $2, sealed = $3 WHERE name = $1`, k.Name, int32(k.Version), k.Sealed)
+			tag, err := tx.Exec(ctx, `UPDATE gateway_keys SET sealed = $3 WHERE name = $1 AND version = $2`, k.Name, int32(k.Version), k.Sealed)
 			if err != nil {
 				return fmt.Errorf("key %s: %w", k.Name, err)
 			}
 			if tag.RowsAffected() != 1 {
-				return fmt.Errorf("reseal keys: %s is not stored", k.Name)
+				var stored bool
+				if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM gateway_keys WHERE name = $1)`, k.Name).Scan(&stored); err != nil {
+					return err
+				}
+				if !stored {
+					return fmt.Errorf("reseal keys: %s is not stored", k.Name)
+				}
+				// Rotated since it was read (RotateKey): nothing of the
+				// reseal stays.
+				return errKeysMoved
 			}
 		}
 		done = true
 		return nil
 	})
+	if errors.Is(err, errKeysMoved) {
+		return false, nil
+	}
 	return done, err
+}
+
+// errKeysMoved rolls back a change of the key set that found it changed.
+var errKeysMoved = errors.New("the key set changed")
+
+// RotateKey takes the gateway_kek row's lock first, as ResealKeys does,
+// so a rotation and a reseal run one after the other: the later one finds
+// the fingerprint or the key's version moved and changes nothing.
+func (p *PG) RotateKey(fp string, next store.SealedKey, metaKey string, old, v []byte) (bool, error) {
+	if fp == "" || next.Name == "" || next.Version < 2 || next.Version > 1<<31-1 || len(next.Sealed) == 0 || old == nil || len(v) == 0 {
+		return false, errors.New("rotate key: no fingerprint, key, version after 1, or value")
+	}
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE gateway_kek SET fingerprint = fingerprint WHERE one AND fingerprint = $1`, fp)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return errKeysMoved
+		}
+		tag, err = tx.Exec(ctx, `UPDATE gateway_keys SET version = $2, sealed = $3 WHERE name = $1 AND version = $4`,
+			next.Name, int32(next.Version), next.Sealed, int32(next.Version-1))
+		if err != nil {
+			return fmt.Errorf("key %s: %w", next.Name, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return errKeysMoved
+		}
+		tag, err = tx.Exec(ctx, `UPDATE meta SET value = $3 WHERE key = $1 AND value = $2`, metaKey, old, v)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return errKeysMoved
+		}
+		return nil
+	})
+	if errors.Is(err, errKeysMoved) {
+		return false, nil
+	}
+	return err == nil, err
 }

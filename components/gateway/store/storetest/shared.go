@@ -38,6 +38,7 @@ func RunShared(t *testing.T, open OpenShared) {
 		{"ReleasesAcrossGateways", testReleasesAcross},
 		{"OneKeySetAcrossGateways", testOneKeySet},
 		{"OneResealAcrossGateways", testOneReseal},
+		{"OneKeyRotationAcrossGateways", testOneKeyRotation},
 		{"SwapMetaAcrossGateways", testSwapMetaAcross},
 		{"UpdateMetaAcrossGateways", testUpdateMetaAcross},
 	} {
@@ -437,6 +438,77 @@ func testOneReseal(t *testing.T, a, b store.Store) {
 	}
 	if ok, err := kb.ResealKeys("fp-old", "fp-late", set("late", "a.key", "b.key")); ok || err != nil {
 		t.Errorf("a reseal from a replaced fingerprint: %v %v", ok, err)
+	}
+}
+
+// Two gateways rotating one key from one version at once: exactly one
+// rotation is stored, its key and its meta value together; a rotation
+// from a value, a version or a key-encryption key no longer stored
+// changes nothing, and neither does a reseal of the key as it was before
+// the rotation.
+func testOneKeyRotation(t *testing.T, a, b store.Store) {
+	ka := a.(store.KeyStore)
+	key := func(v uint32, tag string) store.SealedKey {
+		return store.SealedKey{Name: "cmd.key", Version: v, Sealed: []byte(tag)}
+	}
+	first := []store.SealedKey{{Name: "a.key", Version: 1, Sealed: []byte("a")}, key(1, "cmd 1")}
+	if ok, err := ka.AddKeysIfAbsent("fp", first); !ok || err != nil {
+		t.Fatalf("first set: %v %v", ok, err)
+	}
+	if err := a.SetMeta("bundle", []byte("b1")); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := ka.RotateKey("fp", key(1, "same version"), "bundle", []byte("b1"), []byte("b?")); ok || err == nil {
+		t.Errorf("a rotation to version 1: %v %v", ok, err)
+	}
+	w := oneWinner(t, "rotations", func(i int) (bool, error) {
+		return pick(a, b, i).(store.KeyStore).RotateKey("fp", key(2, fmt.Sprint("cmd 2 by ", i)), "bundle", []byte("b1"), fmt.Appendf(nil, "b2 by %d", i))
+	})
+	check := func(when, version, bundle string) {
+		t.Helper()
+		for _, st := range []store.Store{a, b} {
+			fp, got, err := st.(store.KeyStore).Keys()
+			if err != nil || fp != "fp" || len(got) != 2 || string(got[0].Sealed) != "a" || fmt.Sprint(got[1].Version, " ", string(got[1].Sealed)) != version {
+				t.Fatalf("%s: %s %+v %v, want cmd.key %q", when, fp, got, err, version)
+			}
+			if v, err := st.Meta("bundle"); err != nil || string(v) != bundle {
+				t.Fatalf("%s: bundle %q %v, want %q", when, v, err, bundle)
+			}
+		}
+	}
+	won := fmt.Sprint("2 cmd 2 by ", w)
+	wonBundle := fmt.Sprint("b2 by ", w)
+	check("after the rotation", won, wonBundle)
+	for _, c := range []struct {
+		what    string
+		fp      string
+		next    store.SealedKey
+		old     string
+		changed string
+	}{
+		{"from a replaced bundle", "fp", key(3, "cmd 3"), "b1", ""},
+		{"from a replaced version", "fp", key(2, "cmd 2 late"), wonBundle, ""},
+		{"under another key-encryption key", "fp-other", key(3, "cmd 3"), wonBundle, ""},
+	} {
+		if ok, err := ka.RotateKey(c.fp, c.next, "bundle", []byte(c.old), []byte("b3")); ok || err != nil {
+			t.Errorf("a rotation %s: %v %v", c.what, ok, err)
+		}
+		check("after a rotation "+c.what, won, wonBundle)
+	}
+	// A reseal read before the rotation (cmd.key at version 1) loses.
+	stale := []store.SealedKey{{Name: "a.key", Version: 1, Sealed: []byte("a resealed")}, key(1, "cmd 1 resealed")}
+	if ok, err := ka.ResealKeys("fp", "fp-next", stale); ok || err != nil {
+		t.Errorf("a reseal of the key before its rotation: %v %v", ok, err)
+	}
+	check("after a stale reseal", won, wonBundle)
+	if ok, err := ka.ResealKeys("fp", "fp-next", []store.SealedKey{first[0], key(2, "cmd 2 resealed")}); !ok || err != nil {
+		t.Fatalf("a reseal of the rotated set: %v %v", ok, err)
+	}
+	if ok, err := ka.RotateKey("fp", key(3, "cmd 3"), "bundle", []byte(wonBundle), []byte("b3")); ok || err != nil {
+		t.Errorf("a rotation under the key-encryption key resealed away: %v %v", ok, err)
+	}
+	if ok, err := ka.RotateKey("fp-next", key(3, "cmd 3"), "bundle", []byte(wonBundle), []byte("b3")); !ok || err != nil {
+		t.Errorf("a rotation under the new key-encryption key: %v %v", ok, err)
 	}
 }
 
