@@ -167,6 +167,14 @@ func TestTwoGatewaysShareOneDatabase(t *testing.T) {
 // notices.
 func twoGateways(t *testing.T, cfg gateway.Config) (*gw, *gw) {
 	t.Helper()
+	g1, g2, _ := twoGatewaysOn(t, cfg)
+	return g1, g2
+}
+
+// twoGatewaysOn is twoGateways that also returns the second gateway's
+// configuration (its database and key-encryption key), for a third.
+func twoGatewaysOn(t *testing.T, cfg gateway.Config) (*gw, *gw, gateway.Config) {
+	t.Helper()
 	c := pgtest.StartT(t)
 	url, err := c.NewDatabase(context.Background())
 	if err != nil {
@@ -186,7 +194,7 @@ func twoGateways(t *testing.T, cfg gateway.Config) (*gw, *gw) {
 	for _, g := range []*gw{g1, g2} {
 		waitFor(t, "the notice listener", func() bool { return strings.Contains(g.logs.String(), "listening for the other gateways' notices") })
 	}
-	return g1, g2
+	return g1, g2, cfg
 }
 
 // A site's boot lease is one row for both gateways: of two site agents,

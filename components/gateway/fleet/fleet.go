@@ -14,6 +14,7 @@ import (
 	"github.com/better-compute/bcd/components/gateway/keys"
 	"github.com/better-compute/bcd/components/gateway/metrics"
 	"github.com/better-compute/bcd/components/gateway/store"
+	"github.com/better-compute/bcd/components/trust/pki"
 )
 
 // Config is what the fleet logic needs of a gateway's settings.
@@ -56,7 +57,13 @@ type Fleet struct {
 	// cmdKey is bcgw's own command-signing key (nil without one); trust
 	// is the trust bundle Welcome carries (trust.go).
 	cmdKey   crypto.Signer
-	cmdKeyMu sync.RWMutex // guards cmdKey, which a rotation replaces (rotate.go)
+	cmdKeyMu sync.RWMutex // guards cmdKey and cmdKeyVersion, which a rotation replaces (rotate.go)
+	// cmdKeyVersion is the stored version of cmdKey on a database, 0 when
+	// cmdKey is not the key set's (on bbolt, --command-key FILE or none).
+	cmdKeyVersion uint32
+	// rotateMu serializes this gateway's rotations and its loads of a key
+	// rotated through another gateway (rotate.go).
+	rotateMu sync.Mutex
 	trust    trustState
 	hub      *hub.Hub
 	leases   *leases
@@ -88,6 +95,9 @@ func New(cfg Config, log *slog.Logger, st store.Store, h *hub.Hub, k *keys.Set, 
 	s.startHealth()
 	if sh, ok := st.(store.Shared); ok {
 		s.shared, s.leases.shared = sh, sh
+	}
+	if err := s.loadSharedCommandKey(); err != nil {
+		return nil, err
 	}
 	if err := s.loadTrust(); err != nil {
 		return nil, err
@@ -172,6 +182,10 @@ func (s *Fleet) KeyFiles() map[string][]byte {
 		if b, err := s.keyFiles.Read(name); err == nil {
 			out[name] = b
 		}
+	}
+	if k, v := s.commandKeyVersion(); v > 0 {
+		// Rotated since the set was read at the start.
+		out[keys.CommandKeyFile], _ = pki.MarshalPrivateKeyPEM(k)
 	}
 	return out
 }

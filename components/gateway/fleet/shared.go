@@ -31,7 +31,8 @@ import (
 //
 // A notice only says where to look; the store stays the truth. A notice
 // lost (the listener's connection dropped) is made up for by the sweep:
-// every sharedSweep, and at once after the listener reconnects, commands
+// every sharedSweep, and at once after the listener reconnects, the trust
+// bundle and the command-signing key are read again (rotate.go), commands
 // still unacked are sent again to the sessions held here, and every
 // waiter reads its command again. After a reconnect, catchUp also reads
 // the trust bundle again and each held node's revocation and spec. An agent takes a command it already
@@ -93,6 +94,10 @@ func (s *Fleet) sharedLoop(ctx context.Context) {
 // sweep sends the commands still unacked (and older than a second, so
 // not those whose notice is on its way) to the sessions held here.
 func (s *Fleet) sweep() {
+	// First the trust bundle and the command-signing key (a notice of
+	// their change may be lost): no command goes to a session welcomed
+	// with a bundle older than the stored one, which it drains.
+	s.reloadTrust()
 	s.pruneProgress()
 	for _, f := range s.onSweep {
 		f()

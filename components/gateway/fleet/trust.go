@@ -175,6 +175,9 @@ func (s *Fleet) reloadTrust() {
 		n := s.hub.DrainLive("trust bundle changed", trustDrainRedial)
 		s.log.Info("trust bundle changed on another gateway", "version", v, "sessions_drained", n)
 	}
+	// After the drain: the agents take the bundle naming a rotated key
+	// before this gateway signs with it (rotate.go).
+	s.reloadCommandKey(changed)
 }
 
 // storeTrust signs doc with the join-signing key, stores it over the
@@ -182,11 +185,7 @@ func (s *Fleet) reloadTrust() {
 // stored one since) and makes it the bundle Welcome carries. The caller
 // holds s.trust.mu (or runs before the server does).
 func (s *Fleet) storeTrust(doc bundle.Document) error {
-	tb, err := bundle.Sign(s.keys.JoinSigning, doc)
-	if err != nil {
-		return fmt.Errorf("sign the trust bundle: %w", err)
-	}
-	b, err := json.Marshal(storedBundle{Document: tb.Document, SigningKey: tb.SigningKey, Signature: tb.Signature})
+	tb, b, err := s.signTrust(doc)
 	if err != nil {
 		return err
 	}
@@ -199,6 +198,17 @@ func (s *Fleet) storeTrust(doc bundle.Document) error {
 	}
 	s.trust.doc, s.trust.tb, s.trust.raw = doc, tb, b
 	return nil
+}
+
+// signTrust signs doc with the join-signing key: the frame Welcome
+// carries and the value the store keeps.
+func (s *Fleet) signTrust(doc bundle.Document) (*bcdv1.TrustBundle, []byte, error) {
+	tb, err := bundle.Sign(s.keys.JoinSigning, doc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sign the trust bundle: %w", err)
+	}
+	b, err := json.Marshal(storedBundle{Document: tb.Document, SigningKey: tb.SigningKey, Signature: tb.Signature})
+	return tb, b, err
 }
 
 // TrustBundle is the signed trust bundle every Welcome carries.

@@ -43,8 +43,8 @@ var SharedFiles = []string{
 	CommandKeyFile, SSHCAFile, TicketSigningFile,
 }
 
-// sealedKeyVersion is the version bound into every seal: there is no key
-// rotation, so every key is version 1.
+// sealedKeyVersion is the version bound into every key's seal when the
+// set is made; a rotation of a key (rotate.go) stores it one more.
 const sealedKeyVersion = 1
 
 // Files is where the gateway's long-lived keys are, by file name: the
