@@ -90,6 +90,10 @@ type LibvirtHost struct {
 	Staging string
 	// Accel is kvm or qemu (TCG), as root's [instances] accel says.
 	Accel string
+	// Node is the node root is bound to (its join record): written into
+	// the domains root renders, and the only node whose domains it acts
+	// on, so nodes sharing one libvirtd never touch each other's.
+	Node string
 	// Virsh runs virsh, found in the system directories with a fixed
 	// environment, on root's libvirtd, with stdin as its input.
 	Virsh func(ctx context.Context, stdin []byte, args ...string) ([]byte, error)

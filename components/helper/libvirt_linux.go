@@ -62,6 +62,9 @@ func (srv *server) libvirt(ctx context.Context, req *wire.Request) (*wire.Respon
 	if err != nil {
 		return refused(fmt.Errorf("%s refused: %w", req.Op, err))
 	}
+	// Admitted: the proof's node is the one root is bound to (or binds
+	// to on first use).
+	h.Node = proof.NodeID
 	do := srv.cfg.Libvirt.Define
 	if req.Op == wire.OpLibvirtRestore {
 		do = srv.cfg.Libvirt.Restore
@@ -89,15 +92,20 @@ func libvirtAnswer(err error, final bool) (*wire.Response, string) {
 }
 
 // libvirtHost is what root knows for a libvirt.* operation: the node's
-// data_dir and uid, the acceleration root's [instances] accel allows,
-// virsh on root's libvirtd, and the host's GPUs.
+// data_dir and uid, the node its join record binds it to, the
+// acceleration root's [instances] accel allows, virsh on root's
+// libvirtd, and the host's GPUs.
 func (srv *server) libvirtHost() (LibvirtHost, error) {
 	dataDir := srv.cfg.Update.DataDir
 	if dataDir == "" {
 		return LibvirtHost{}, errors.New("root's configuration names no data_dir")
 	}
+	node := ""
+	if a, err := srv.anchors(); err == nil {
+		node = a.NodeID()
+	}
 	uri := srv.cfg.Instances.LibvirtURI(false)
-	return LibvirtHost{DataDir: dataDir, Owner: srv.uid, Staging: filepath.Join(srv.cfg.StateDir, "libvirt-save"), Accel: srv.cfg.Instances.Accelerator(),
+	return LibvirtHost{DataDir: dataDir, Owner: srv.uid, Staging: filepath.Join(srv.cfg.StateDir, "libvirt-save"), Accel: srv.cfg.Instances.Accelerator(), Node: node,
 		Virsh: func(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 			return runVirsh(ctx, uri, stdin, args...)
 		},

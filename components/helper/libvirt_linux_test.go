@@ -85,9 +85,10 @@ func TestLibvirtDefine(t *testing.T) {
 	if want := []string{"define vm-a " + instancesSection, "libvirt.start vm-a"}; strings.Join(lv.calls, "|") != strings.Join(want, "|") {
 		t.Fatalf("calls %q, want %q", lv.calls, want)
 	}
-	// Root's own word: the node's data_dir and uid, kvm unless root's
+	// Root's own word: the node's data_dir and uid, the node its join
+	// record binds it to (the domains' owner), kvm unless root's
 	// [instances] accel says otherwise.
-	if lv.host.DataDir != "/var/lib/bcd" || lv.host.Owner != 4242 || lv.host.Accel != "kvm" {
+	if lv.host.DataDir != "/var/lib/bcd" || lv.host.Owner != 4242 || lv.host.Accel != "kvm" || lv.host.Node != "node_a" {
 		t.Errorf("host %+v", lv.host)
 	}
 	o.srv.cfg.Instances.Accel = "qemu"

@@ -56,6 +56,10 @@ type Request struct {
 	Taps      []Tap
 	// GPUs are whole GPUs by UUID (GPU-...), passed through.
 	GPUs []string
+	// Node is the node the domain is rendered for, as root knows it (its
+	// join record), written into bcd's metadata so that nodes sharing one
+	// libvirtd each act only on their own domains; empty: none written.
+	Node string
 }
 
 // Disk is a file in the instance's directory.
@@ -161,6 +165,8 @@ func (r Request) Check(h Host) error {
 	switch {
 	case !ValidID(r.ID):
 		return fmt.Errorf("instance id %q is not [A-Za-z0-9][A-Za-z0-9_-], 1 to 64", r.ID)
+	case r.Node != "" && !ValidID(r.Node):
+		return fmt.Errorf("node %q is not [A-Za-z0-9][A-Za-z0-9_-], 1 to 64", r.Node)
 	case r.UUID != "" && !validUUID(r.UUID):
 		return fmt.Errorf("uuid %q is not lowercase 8-4-4-4-12 hex", r.UUID)
 	case r.VCPUs < 1 || r.VCPUs > MaxVCPUs:
@@ -279,7 +285,11 @@ func Render(r Request, h Host) ([]byte, error) {
 		w(`  <uuid>`, r.UUID, `</uuid>`)
 	}
 	w(`  <metadata>`)
-	w(`    <bcd:instance xmlns:bcd="`, Namespace, `" id="`, r.ID, `"/>`)
+	if r.Node != "" {
+		w(`    <bcd:instance xmlns:bcd="`, Namespace, `" id="`, r.ID, `" node="`, r.Node, `"/>`)
+	} else {
+		w(`    <bcd:instance xmlns:bcd="`, Namespace, `" id="`, r.ID, `"/>`)
+	}
 	w(`  </metadata>`)
 	w(`  <memory unit="MiB">`, itoa(r.MemoryMiB), `</memory>`)
 	w(`  <vcpu placement="static">`, itoa(r.VCPUs), `</vcpu>`)
@@ -362,13 +372,18 @@ func escape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;", "'", "&apos;").Replace(s)
 }
 
+// IdentitySerial is the identity disk's virtio serial, by which the
+// guest's hook knows it (the guest names a hot-added disk by its own
+// order, not vdz).
+const IdentitySerial = "bcd-identity"
+
 // IdentityDisk renders the device libvirt.attach-disk hot-adds: file, a
-// name in instance id's directory, as vdz, raw (never probed) and
-// read-only.
+// name in instance id's directory, as vdz, raw (never probed),
+// read-only, with the serial IdentitySerial.
 func IdentityDisk(host Host, id, file string) ([]byte, error) {
 	if !ValidID(id) || !name(file, 80, "._-") || !cleanDir(host.InstancesDir) {
 		return nil, fmt.Errorf("identity disk %q of %q: not an instance's disk", file, id)
 	}
 	return []byte(`<disk type="file" device="disk"><driver name="qemu" type="raw"/><source file="` + escape(host.DiskPath(id, file)) +
-		`"/><target dev="vdz" bus="virtio"/><readonly/></disk>`), nil
+		`"/><target dev="vdz" bus="virtio"/><readonly/><serial>` + IdentitySerial + `</serial></disk>`), nil
 }

@@ -28,7 +28,7 @@ func host() Host {
 
 func request() Request {
 	return Request{
-		ID: "vm-1", VCPUs: 2, MemoryMiB: 2048, Accel: KVM,
+		ID: "vm-1", VCPUs: 2, MemoryMiB: 2048, Accel: KVM, Node: "node_abc1",
 		Disks: []Disk{{Name: "disk.qcow2", Format: "qcow2", Boot: 1}, {Name: "seed.iso", Format: "raw", CDROM: true}},
 		Taps:  []Tap{{Name: "bcd-vm-1-0", Bridge: "br-inst", MAC: "52:54:00:12:34:56"}},
 		GPUs:  []string{gpu},
@@ -46,6 +46,8 @@ func TestRefusals(t *testing.T) {
 		{"id injection", func(r *Request, _ *Host) { r.ID = `vm"/><qemu:commandline>` }, "instance id"},
 		{"id path", func(r *Request, _ *Host) { r.ID = "../../etc" }, "instance id"},
 		{"uuid", func(r *Request, _ *Host) { r.UUID = "5f1c0a2b-0000-4000-8000-0123456789ab" }, ""},
+		{"no node", func(r *Request, _ *Host) { r.Node = "" }, ""},
+		{"node injection", func(r *Request, _ *Host) { r.Node = `n" id="vm-2` }, "node"},
 		{"uuid injection", func(r *Request, _ *Host) { r.UUID = `5f1c0a2b</uuid><qemu:commandline>` }, "uuid"},
 		{"uuid upper", func(r *Request, _ *Host) { r.UUID = "5F1C0A2B-0000-4000-8000-0123456789AB" }, "uuid"},
 		{"no vcpus", func(r *Request, _ *Host) { r.VCPUs = 0 }, "vcpus"},
@@ -120,7 +122,7 @@ func TestRendered(t *testing.T) {
 	if err := xml.Unmarshal(b, &root); err != nil {
 		t.Fatalf("rendered domain does not parse: %v\n%s", err, b)
 	}
-	var ids, sources []string
+	var ids, nodes, sources []string
 	walk(root, func(path string, e element) {
 		for _, bad := range []string{"commandline", "filesystem", "emulator", "kernel", "initrd", "loader", "seclabel", "graphics", "qemu:"} {
 			if strings.Contains(strings.ToLower(path), bad) {
@@ -134,6 +136,8 @@ func TestRendered(t *testing.T) {
 					t.Errorf("metadata in namespace %q", e.XMLName.Space)
 				}
 				ids = append(ids, a.Value)
+			case path == "/domain/metadata/instance" && a.Name.Local == "node":
+				nodes = append(nodes, a.Value)
 			case path == "/domain/devices/disk/source":
 				sources = append(sources, a.Value)
 			case path == "/domain/devices/disk" && a.Name.Local == "type" && a.Value != "file":
@@ -143,6 +147,9 @@ func TestRendered(t *testing.T) {
 	}, "")
 	if len(ids) != 1 || ids[0] != "vm-1" {
 		t.Errorf("metadata names %v, want vm-1 once", ids)
+	}
+	if len(nodes) != 1 || nodes[0] != "node_abc1" {
+		t.Errorf("metadata names the node %v, want node_abc1 once", nodes)
 	}
 	want := []string{h.InstancesDir + "/vm-1/disk.qcow2", h.InstancesDir + "/vm-1/seed.iso", h.ImagesDir + "/" + iso}
 	if strings.Join(sources, ",") != strings.Join(want, ",") {

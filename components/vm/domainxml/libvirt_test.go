@@ -21,7 +21,7 @@ func TestLibvirtRunsRenderedDomain(t *testing.T) {
 	d := libvirttest.Start(t)
 	qemuImg := testenv.NeedTool(t, "qemu-img", "qemu-utils")
 	h := Host{InstancesDir: filepath.Join(d.Dir, "instances"), AllowTCG: true}
-	r := Request{ID: "tiny-1", VCPUs: 1, MemoryMiB: 64, Accel: libvirttest.Accel(), Disks: []Disk{
+	r := Request{ID: "tiny-1", VCPUs: 1, MemoryMiB: 64, Accel: libvirttest.Accel(), Node: "node_t1", Disks: []Disk{
 		{Name: "disk.qcow2", Format: "qcow2", Boot: 1},
 		{Name: "seed.iso", Format: "raw", CDROM: true},
 	}}
@@ -52,7 +52,7 @@ func TestLibvirtRunsRenderedDomain(t *testing.T) {
 	}
 	virsh("define", xmlPath)
 	dump := virsh("dumpxml", r.ID)
-	if !strings.Contains(dump, `<bcd:instance xmlns:bcd="`+Namespace+`" id="tiny-1"/>`) {
+	if !strings.Contains(dump, `<bcd:instance xmlns:bcd="`+Namespace+`" id="tiny-1" node="node_t1"/>`) {
 		t.Errorf("libvirt's definition lost bcd's metadata:\n%s", dump)
 	}
 	if !strings.Contains(dump, `<domain type='`+r.Accel+`'`) {

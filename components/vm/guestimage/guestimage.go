@@ -70,6 +70,12 @@ var files = map[string]string{
 	// default, MODULES=most, is 36 MB and slow to unpack under TCG).
 	"etc/initramfs-tools/conf.d/bcd-test": "MODULES=list\nCOMPRESS=zstd\n",
 	"etc/initramfs-tools/modules":         "virtio_pci\nvirtio_blk\next4\n",
+	// The identity rebind's guest side (docs/instances.md, "Identity
+	// rebind"): what a tenant image needs to take its own SSH host key
+	// after a memory restore.
+	identityRulePath:   identityRule,
+	identityUnitPath:   identityUnit,
+	identityScriptPath: identityScript,
 }
 
 // setup runs in the root (chroot) after the files are written.
@@ -80,6 +86,7 @@ var setup = []string{
 	"systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer " +
 		"dpkg-db-backup.timer man-db.timer getty@tty1.service systemd-networkd-wait-online.service",
 	"update-initramfs -u -k all",
+	"chmod 0755 /" + identityScriptPath,
 	// Made at first boot by cloud-init and systemd, per instance.
 	"rm -f /etc/ssh/ssh_host_* /etc/machine-id /var/lib/dbus/machine-id && touch /etc/machine-id",
 	"apt-get clean",

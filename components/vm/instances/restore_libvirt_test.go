@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -32,8 +33,12 @@ import (
 // resumed through libvirt.restore): the new domain is "running
 // (restored)" with a UUID of its own, and its source runs on. A disk
 // snapshot of the same source is then restored by a second node (its own
-// data directory, root's data_dir for it its own) into another shape: a
-// fresh boot over the snapshot's disk.
+// data directory, root's data_dir and node for it its own) on the same
+// libvirtd into another shape: a fresh boot over the snapshot's disk.
+// Each node then runs its own instances beside the other's and lists,
+// adopts and removes only its own: the first node's converger finds
+// nothing to do while the second's instance runs, and removing every
+// instance of the first leaves the second's running.
 func TestMemoryRestoreOnLibvirtd(t *testing.T) {
 	h := rootvirttest.New(t)
 	var mu sync.Mutex
@@ -125,13 +130,11 @@ func TestMemoryRestoreOnLibvirtd(t *testing.T) {
 	}
 
 	// A second node, with its own data directory (and root's data_dir
-	// for it), restores the disk snapshot; the first node's domains go
-	// first, since one libvirtd's bcd domains are every node's on it.
-	raw1, _ := json.Marshal(spec.Body{})
-	convergeAll(t, s, raw1)
+	// and node for it), restores the disk snapshot beside the first
+	// node's running domains.
 	data2 := filepath.Join(h.D.Dir, "data2")
 	root2 := h.Root
-	root2.DataDir = data2
+	root2.DataDir, root2.Node = data2, "node_two"
 	store2, err := images.New(images.Config{Dir: filepath.Join(data2, "images"), Roots: roots})
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +158,38 @@ func TestMemoryRestoreOnLibvirtd(t *testing.T) {
 	}
 	if x, _ := h.D.Virsh(t, "dumpxml", "vm-second"); !strings.Contains(x, filepath.Join(data2, "instances", "vm-second", "disk.qcow2")) {
 		t.Errorf("vm-second's disk is not in the second node's directory:\n%s", x)
+	}
+	ids := func(rt *libvirtrt.Runtime) string {
+		l, err := rt.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, d := range l {
+			ids = append(ids, fmt.Sprintf("%s:%v", d.ID, d.Owned))
+		}
+		return strings.Join(ids, " ")
+	}
+	if got := ids(rt); got != "vm-new:true vm-src:true" {
+		t.Errorf("the first node lists %q, want its own two", got)
+	}
+	if got := ids(rt2); got != "vm-second:true" {
+		t.Errorf("the second node lists %q, want its own one", got)
+	}
+	if p, err := s.Plan(ctx, raw); err != nil || len(p.Changes) != 0 {
+		t.Errorf("the first node's plan beside the second's instance: %v, %v; want nothing to do", p.Changes, err)
+	}
+	// The first node removes every instance of its own; the second's runs on.
+	raw1, _ := json.Marshal(spec.Body{})
+	convergeAll(t, s, raw1)
+	for id, want := range map[string]string{"vm-second": "running (booted)", "vm-src": "", "vm-new": ""} {
+		got, _ := h.D.Virsh(t, "domstate", "--reason", id)
+		if strings.TrimSpace(got) != want {
+			t.Errorf("%s after the first node emptied its section: %q, want %q", id, strings.TrimSpace(got), want)
+		}
+	}
+	if p, err := s2.Plan(ctx, raw2); err != nil || len(p.Changes) != 0 {
+		t.Errorf("the second node's plan: %v, %v; want nothing to do", p.Changes, err)
 	}
 }
 

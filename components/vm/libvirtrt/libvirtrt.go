@@ -5,7 +5,9 @@
 // libvirt.define carries only the instance id with the instances section
 // of the held signed spec and its proof (the helper renders the domain
 // from the section itself), the others only the id. A domain whose bcd
-// metadata does not name it is listed as not owned and never touched.
+// metadata does not name it is listed as not owned and never touched;
+// one another node on the same libvirtd made (its own disks in that
+// node's data directory) is not listed at all and never touched either.
 // docs/instances.md, "Runtimes".
 package libvirtrt
 
@@ -19,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -108,41 +111,61 @@ func (r *Runtime) List(ctx context.Context) ([]vmruntime.Domain, error) {
 		if err != nil {
 			return nil, err
 		}
-		if found {
-			l = append(l, d)
+		if found && d.owner != OtherNode {
+			l = append(l, d.Domain)
 		}
 	}
 	sort.Slice(l, func(i, j int) bool { return l[i].ID < l[j].ID })
 	return l, nil
 }
 
+// domain is one domain read, with whose it is.
+type domain struct {
+	vmruntime.Domain
+	owner Owner
+}
+
 // domain reads one domain; found is false when there is none of that
 // name.
-func (r *Runtime) domain(ctx context.Context, name string) (vmruntime.Domain, bool, error) {
+func (r *Runtime) domain(ctx context.Context, name string) (domain, bool, error) {
 	state, err := r.virsh(ctx, "domstate", name)
 	if err != nil {
 		if strings.Contains(err.Error(), "failed to get domain") {
-			return vmruntime.Domain{}, false, nil
+			return domain{}, false, nil
 		}
-		return vmruntime.Domain{}, false, err
+		return domain{}, false, err
 	}
-	d := vmruntime.Domain{ID: name, State: State(strings.TrimSpace(state))}
+	d := domain{Domain: vmruntime.Domain{ID: name, State: State(strings.TrimSpace(state))}}
 	def, err := r.virsh(ctx, "dumpxml", "--inactive", name)
 	if err != nil {
 		if strings.Contains(err.Error(), "failed to get domain") {
-			return vmruntime.Domain{}, false, nil
+			return domain{}, false, nil
 		}
-		return vmruntime.Domain{}, false, err
+		return domain{}, false, err
 	}
-	m, owned, err := ParseDomain([]byte(def), r.cfg.InstancesDir)
+	m, owner, err := ParseDomain([]byte(def), r.cfg.InstancesDir)
 	if err != nil {
-		return vmruntime.Domain{}, false, fmt.Errorf("domain %s: %w", name, err)
+		return domain{}, false, fmt.Errorf("domain %s: %w", name, err)
 	}
-	if owned && m.ID == name {
+	d.owner = owner
+	if owner == ThisNode && m.ID == name {
 		d.Owned, d.Machine = true, m
 	}
 	return d, true, nil
 }
+
+// Owner says whose a domain is.
+type Owner int
+
+const (
+	// NotBcd: bcd's metadata does not name the domain (made by hand).
+	NotBcd Owner = iota
+	// ThisNode: bcd's, its own disks in this node's instances directory.
+	ThisNode
+	// OtherNode: bcd's, made for another node on the same libvirtd (its
+	// own disks in another directory; root's metadata names that node).
+	OtherNode
+)
 
 // State maps virsh domstate's words to RUNNING, PAUSED or STOPPED.
 func State(s string) string {
@@ -195,16 +218,18 @@ type domainDef struct {
 	} `xml:"devices"`
 }
 
-// ParseDomain reads a domain's definition as libvirt prints it: owned
-// when bcd's metadata names the instance, and then its machine. GPUs are
-// not read back (the helper resolves them from the section).
-func ParseDomain(def []byte, instancesDir string) (vmruntime.Machine, bool, error) {
+// ParseDomain reads a domain's definition as libvirt prints it: whose it
+// is (bcd's metadata names the instance, and its own disks, at least
+// one, are in instancesDir/<id> for this node's), and for this node's its
+// machine. GPUs are not read back (the helper resolves them from the
+// section).
+func ParseDomain(def []byte, instancesDir string) (vmruntime.Machine, Owner, error) {
 	var d domainDef
 	if err := xml.Unmarshal(def, &d); err != nil {
-		return vmruntime.Machine{}, false, err
+		return vmruntime.Machine{}, NotBcd, err
 	}
 	if d.Metadata.Instance == nil || d.Metadata.Instance.ID != d.Name {
-		return vmruntime.Machine{}, false, nil
+		return vmruntime.Machine{}, NotBcd, nil
 	}
 	kib := d.Memory.Value
 	switch d.Memory.Unit {
@@ -212,7 +237,7 @@ func ParseDomain(def []byte, instancesDir string) (vmruntime.Machine, bool, erro
 	case "MiB", "M":
 		kib *= 1024
 	default:
-		return vmruntime.Machine{}, false, fmt.Errorf("memory in %q", d.Memory.Unit)
+		return vmruntime.Machine{}, NotBcd, fmt.Errorf("memory in %q", d.Memory.Unit)
 	}
 	m := vmruntime.Machine{ID: d.Name, VCPUs: d.VCPU, MemoryMiB: int(kib / 1024)}
 	own := filepath.Join(instancesDir, d.Name)
@@ -226,7 +251,10 @@ func ParseDomain(def []byte, instancesDir string) (vmruntime.Machine, bool, erro
 	for _, i := range d.Devices.Interfaces {
 		m.Taps = append(m.Taps, vmruntime.Tap{Name: i.Target.Dev, Bridge: i.Source.Bridge, MAC: i.MAC.Address})
 	}
-	return m, true, nil
+	if !slices.ContainsFunc(m.Disks, func(d vmruntime.Disk) bool { return !d.Base }) {
+		return vmruntime.Machine{}, OtherNode, nil
+	}
+	return m, ThisNode, nil
 }
 
 // look finds an owned domain: ErrNotFound, ErrForeign.
@@ -234,13 +262,15 @@ func (r *Runtime) look(ctx context.Context, id string) (vmruntime.Domain, error)
 	d, found, err := r.domain(ctx, id)
 	switch {
 	case err != nil:
-		return d, err
+		return d.Domain, err
 	case !found:
-		return d, fmt.Errorf("%s: %w", id, vmruntime.ErrNotFound)
+		return d.Domain, fmt.Errorf("%s: %w", id, vmruntime.ErrNotFound)
+	case d.owner == OtherNode:
+		return d.Domain, fmt.Errorf("%s: %w (another node's on this libvirtd)", id, vmruntime.ErrForeign)
 	case !d.Owned:
-		return d, fmt.Errorf("%s: %w", id, vmruntime.ErrForeign)
+		return d.Domain, fmt.Errorf("%s: %w", id, vmruntime.ErrForeign)
 	}
-	return d, nil
+	return d.Domain, nil
 }
 
 // Ensure has the helper define m from the held signed section when no

@@ -72,25 +72,30 @@ func TestState(t *testing.T) {
 	}
 }
 
-// TestParseDomain: bcd's metadata makes a domain owned; a definition
-// without it, or naming another instance, is not.
+// TestParseDomain: bcd's metadata makes a domain this node's when its
+// own disks are in this node's instances directory, another node's when
+// they are elsewhere (two nodes on one libvirtd); a definition without
+// the metadata, or naming another instance, is no node's.
 func TestParseDomain(t *testing.T) {
 	def := `<domain type='qemu'><name>vm-a</name><metadata><bcd:instance xmlns:bcd="https://bcd.dev/xmlns/instance/v1" id="vm-a"/></metadata>
 <memory unit='KiB'>131072</memory><vcpu placement='static'>2</vcpu><devices>
 <disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='/d/instances/vm-a/disk.qcow2'/><boot order='1'/></disk>
 <disk type='file' device='cdrom'><driver name='qemu' type='raw'/><source file='/d/instances/vm-a/seed.iso'/><readonly/></disk>
 </devices></domain>`
-	m, owned, err := ParseDomain([]byte(def), "/d/instances")
-	if err != nil || !owned {
-		t.Fatalf("ParseDomain = %v, %v", owned, err)
+	m, owner, err := ParseDomain([]byte(def), "/d/instances")
+	if err != nil || owner != ThisNode {
+		t.Fatalf("ParseDomain = %v, %v", owner, err)
 	}
 	want := vmruntime.Machine{ID: "vm-a", VCPUs: 2, MemoryMiB: 128, Disks: []vmruntime.Disk{{Name: "disk.qcow2", Format: "qcow2", Boot: 1}, {Name: "seed.iso", Format: "raw", CDROM: true}}}
 	if !m.Equal(want) {
 		t.Errorf("machine %+v, want %+v", m, want)
 	}
 	for _, bad := range []string{strings.Replace(def, `id="vm-a"`, `id="vm-b"`, 1), strings.Replace(def, "bcd.dev", "evil.example", 2)} {
-		if _, owned, err := ParseDomain([]byte(bad), "/d/instances"); err != nil || owned {
-			t.Errorf("owned %v, %v for %s", owned, err, bad[:120])
+		if _, owner, err := ParseDomain([]byte(bad), "/d/instances"); err != nil || owner != NotBcd {
+			t.Errorf("owner %v, %v for %s", owner, err, bad[:120])
 		}
+	}
+	if _, owner, err := ParseDomain([]byte(def), "/d2/instances"); err != nil || owner != OtherNode {
+		t.Errorf("owner %v, %v in another node's directory, want OtherNode", owner, err)
 	}
 }

@@ -144,7 +144,11 @@ func render(ctx context.Context, h helper.LibvirtHost, id string, body []byte) (
 			return domainxml.PCI{}, false
 		}
 	}
+	if h.Node == "" {
+		return nil, false, refuse("instance %s: root is bound to no node (no join record): its domain would name no owner", id)
+	}
 	req := m.Request(h.Accel)
+	req.Node = h.Node
 	if err := req.Check(host); err != nil {
 		return nil, false, refuse("instance %s: %v", id, err)
 	}
@@ -277,12 +281,18 @@ func startTaps(ctx context.Context, h helper.LibvirtHost, id string) error {
 }
 
 // owned reports whether a domain is named id and bcd's metadata names
-// it; a domain of that name bcd did not create is refused.
+// it for the node root is bound to (or for no node: a domain rendered
+// before the metadata named one, when a libvirtd served one node); a
+// domain of that name bcd did not create, or made for another node, is
+// refused.
 func owned(ctx context.Context, h helper.LibvirtHost, id string) (bool, error) {
 	out, err := h.Virsh(ctx, nil, "metadata", id, "--uri", domainxml.Namespace)
+	md := strings.TrimSpace(string(out))
 	switch {
-	case err == nil && strings.TrimSpace(string(out)) == `<instance id="`+id+`"/>`:
+	case err == nil && (md == `<instance id="`+id+`"/>` || h.Node != "" && md == `<instance id="`+id+`" node="`+h.Node+`"/>`):
 		return true, nil
+	case err == nil && strings.HasPrefix(md, `<instance id="`+id+`" node="`):
+		return false, refuse("%v: %s is another node's domain and is never touched", vmruntime.ErrForeign, id)
 	case err == nil || strings.Contains(err.Error(), "metadata not found"):
 		return false, refuse("%v: %s is never touched", vmruntime.ErrForeign, id)
 	case strings.Contains(err.Error(), "failed to get domain"):

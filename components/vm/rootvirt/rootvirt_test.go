@@ -49,7 +49,7 @@ func newEnv(t *testing.T) *env {
 	e.base = hex.EncodeToString(sum[:])
 	must(t, os.Rename(tmp, e.basePath()))
 	must(t, os.Chown(e.basePath(), node, node))
-	e.host = helper.LibvirtHost{DataDir: e.data, Owner: node, Accel: libvirttest.Accel(), Staging: filepath.Join(d.Dir, "root-staging"),
+	e.host = helper.LibvirtHost{DataDir: e.data, Owner: node, Node: "node_one", Accel: libvirttest.Accel(), Staging: filepath.Join(d.Dir, "root-staging"),
 		Virsh: func(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 			var out, errb bytes.Buffer
 			cmd := exec.CommandContext(ctx, "virsh", append([]string{"-q", "-c", d.URI()}, args...)...)
@@ -123,6 +123,7 @@ func TestOnLibvirtd(t *testing.T) {
 	t.Run("DefineAndAct", func(t *testing.T) { testDefineAndAct(t, e) })
 	t.Run("Refusals", func(t *testing.T) { testRefusals(t, e) })
 	t.Run("ForeignNeverTouched", func(t *testing.T) { testForeignNeverTouched(t, e) })
+	t.Run("OtherNodesNeverTouched", func(t *testing.T) { testOtherNodesNeverTouched(t, e) })
 	t.Run("StartChecksDisksAgain", func(t *testing.T) { testStartChecksDisksAgain(t, e) })
 	t.Run("StartChecksTaps", func(t *testing.T) { testStartChecksTaps(t, e) })
 	t.Run("SaveAndResume", func(t *testing.T) { testSaveAndResume(t, e) })
@@ -301,6 +302,70 @@ func testForeignNeverTouched(t *testing.T, e *env) {
 	}
 	if after := e.virsh(t, "dumpxml", "--inactive", "byhand"); after != before {
 		t.Errorf("its definition changed:\n%s\nwas\n%s", after, before)
+	}
+}
+
+// testOtherNodesNeverTouched: two nodes share one libvirtd. A domain
+// root rendered for another node (its metadata names node_two) is
+// refused to this node's root (node_one), final, for every operation and
+// a define over it; it runs on, its definition unchanged. A domain whose
+// metadata names no node (rendered before the metadata named one) is
+// still this node's.
+func testOtherNodesNeverTouched(t *testing.T, e *env) {
+	ctx := context.Background()
+	e.instance(t, "vm-o")
+	two := e.host
+	two.Node = "node_two"
+	if _, err := (Ops{}).Define(ctx, two, "vm-o", e.section("", "vm-o")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (Ops{}).Act(ctx, two, wire.OpLibvirtStart, "vm-o"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.virsh(t, "metadata", "vm-o", "--uri", domainxml.Namespace); got != `<instance id="vm-o" node="node_two"/>` {
+		t.Errorf("metadata %q, want it to name node_two", got)
+	}
+	before := e.virsh(t, "dumpxml", "--inactive", "vm-o")
+	for _, op := range []string{wire.OpLibvirtShutdown, wire.OpLibvirtDestroy, wire.OpLibvirtSuspend, wire.OpLibvirtResume, wire.OpLibvirtUndefine,
+		wire.OpLibvirtStart, wire.OpLibvirtSave, wire.OpLibvirtAttachDisk} {
+		if final, err := (Ops{}).Act(ctx, e.host, op, "vm-o"); err == nil || !final || !strings.Contains(err.Error(), "another node's") {
+			t.Errorf("%s = %v, %v; want a final refusal", op, final, err)
+		}
+	}
+	if final, err := (Ops{}).Define(ctx, e.host, "vm-o", e.section("", "vm-o")); err == nil || !final {
+		t.Errorf("Define over it = %v, %v; want a final refusal", final, err)
+	}
+	if _, final, err := (Ops{}).Console(ctx, e.host, "vm-o"); err == nil || !final {
+		t.Errorf("Console = %v, %v; want a final refusal", final, err)
+	}
+	if got := e.virsh(t, "domstate", "vm-o"); got != "running" {
+		t.Errorf("node_two's domain is %q", got)
+	}
+	if after := e.virsh(t, "dumpxml", "--inactive", "vm-o"); after != before {
+		t.Errorf("its definition changed:\n%s\nwas\n%s", after, before)
+	}
+	for _, op := range []string{wire.OpLibvirtDestroy, wire.OpLibvirtUndefine} {
+		if _, err := (Ops{}).Act(ctx, two, op, "vm-o"); err != nil {
+			t.Fatalf("node_two's %s: %v", op, err)
+		}
+	}
+	// No root renders a domain for no node.
+	none := e.host
+	none.Node = ""
+	if final, err := (Ops{}).Define(ctx, none, "vm-o", e.section("", "vm-o")); err == nil || !final || !strings.Contains(err.Error(), "bound to no node") {
+		t.Errorf("Define for no node = %v, %v; want a final refusal", final, err)
+	}
+
+	xml := `<domain type="qemu"><name>vm-legacy</name><metadata><bcd:instance xmlns:bcd="` + domainxml.Namespace + `" id="vm-legacy"/></metadata>` +
+		`<memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os></domain>`
+	p := filepath.Join(e.d.Dir, "legacy.xml")
+	must(t, os.WriteFile(p, []byte(xml), 0o600))
+	e.virsh(t, "define", p)
+	if _, err := (Ops{}).Act(ctx, e.host, wire.OpLibvirtUndefine, "vm-legacy"); err != nil {
+		t.Errorf("undefine of a domain naming no node: %v", err)
+	}
+	if got := e.domains(t); strings.Contains(got, "vm-legacy") {
+		t.Errorf("domains %q after its undefine", got)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/better-compute/bcd/components/helper/wire"
+	"github.com/better-compute/bcd/components/vm/domainxml"
 	"github.com/better-compute/bcd/components/vm/seed"
 	"github.com/better-compute/bcd/components/vm/vmruntime"
 )
@@ -231,6 +232,8 @@ func testAttachIdentity(t *testing.T, e *env) {
 	}
 	if x := e.virsh(t, "dumpxml", "vm-i"); !strings.Contains(x, "<target dev='vdz' bus='virtio'/>\n      <readonly/>") {
 		t.Errorf("vdz is not read-only:\n%s", x)
+	} else if !strings.Contains(x, "<serial>"+domainxml.IdentitySerial+"</serial>") {
+		t.Errorf("vdz has not the serial the guest's hook knows it by:\n%s", x)
 	}
 	for _, op := range []string{wire.OpLibvirtDestroy, wire.OpLibvirtUndefine} {
 		(Ops{}).Act(ctx, e.host, op, "vm-i")

@@ -95,7 +95,7 @@ func New(t *testing.T) *Host {
 	if err := os.Rename(tmp, h.BasePath); err != nil {
 		t.Fatal(err)
 	}
-	h.Root = helper.LibvirtHost{DataDir: h.Data, Owner: uint32(os.Getuid()), Accel: libvirttest.Accel(), Staging: filepath.Join(d.Dir, "root-staging"),
+	h.Root = helper.LibvirtHost{DataDir: h.Data, Owner: uint32(os.Getuid()), Node: "node_one", Accel: libvirttest.Accel(), Staging: filepath.Join(d.Dir, "root-staging"),
 		Virsh: func(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 			var out, errb bytes.Buffer
 			cmd := exec.CommandContext(ctx, "virsh", append([]string{"-q", "-c", d.URI()}, args...)...)
