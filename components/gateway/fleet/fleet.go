@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/better-compute/bcd/components/gateway/hub"
@@ -77,6 +78,9 @@ type Fleet struct {
 	health dbHealth
 	// onSweep runs at each sweep of the shared store (OnSweep).
 	onSweep []func()
+	// catchingUp is set while catchUp runs after the notices' listener
+	// (re)connected; the sweep leaves the trust bundle to it (shared.go).
+	catchingUp atomic.Bool
 
 	// secretsMu guards secretsKey, the bbolt gateway's key for operator
 	// secrets once read or made (opsecrets.go).

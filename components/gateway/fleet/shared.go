@@ -70,8 +70,12 @@ func (s *Fleet) sharedLoop(ctx context.Context) {
 		start := time.Now()
 		err := s.shared.Listen(ctx, s.onNotice, func() {
 			s.log.Info("listening for the other gateways' notices")
+			s.catchingUp.Store(true)
 			go s.sweep()
-			go s.catchUp()
+			go func() {
+				defer s.catchingUp.Store(false)
+				s.catchUp()
+			}()
 			s.wakeAll()
 		})
 		if ctx.Err() != nil {
@@ -95,9 +99,14 @@ func (s *Fleet) sharedLoop(ctx context.Context) {
 // not those whose notice is on its way) to the sessions held here.
 func (s *Fleet) sweep() {
 	// First the trust bundle and the command-signing key (a notice of
-	// their change may be lost): no command goes to a session welcomed
-	// with a bundle older than the stored one, which it drains.
-	s.reloadTrust()
+	// their change may be lost, or never sent by a gateway that stopped
+	// in a rotation): a session welcomed with an older bundle is drained
+	// before commands are sent again. Not while catchUp runs: it sends
+	// the revocations it finds before that drain, which would end their
+	// sessions first, and reloads the bundle itself.
+	if !s.catchingUp.Load() {
+		s.reloadTrust()
+	}
 	s.pruneProgress()
 	for _, f := range s.onSweep {
 		f()
