@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +76,62 @@ next:
 		sum += v
 	}
 	return sum
+}
+
+// storeOps reads the survivor's store calls so far by operation: how many
+// (bcgw_store_seconds_count) and their seconds in all (_sum).
+func storeOps(addr string) map[string][2]float64 {
+	out := map[string][2]float64{}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		i := 0
+		switch {
+		case strings.HasPrefix(line, "bcgw_store_seconds_count{"):
+		case strings.HasPrefix(line, "bcgw_store_seconds_sum{"):
+			i = 1
+		default:
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `op="`)
+		op, _, _ := strings.Cut(rest, `"`)
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		x := out[op]
+		x[i] = v
+		out[op] = x
+	}
+	return out
+}
+
+// printStoreOps prints the store calls between two storeOps readings per
+// session taken over (sessions), most calls first: the set-ups' own calls
+// with what the new sessions' first frames cost and the marks' calls.
+func printStoreOps(label string, from, to map[string][2]float64, sessions int) {
+	type row struct {
+		op     string
+		n, sec float64
+	}
+	var rows []row
+	var n, sec float64
+	for op, v := range to {
+		d := row{op, v[0] - from[op][0], v[1] - from[op][1]}
+		if d.n > 0 {
+			rows = append(rows, d)
+			n, sec = n+d.n, sec+d.sec
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.n, a.n) })
+	per := float64(max(sessions, 1))
+	fmt.Printf("scale HA: %s: %.0f store calls (%.1f s) for %d sessions taken over: %.2f calls and %.1f ms a session\n",
+		label, n, sec, sessions, n/per, 1000*sec/per)
+	for _, r := range rows {
+		fmt.Printf("scale HA:   %-22s %8.0f calls %6.2f a session, mean %6.1f ms\n", r.op, r.n, r.n/per, 1000*r.sec/max(r.n, 1))
+	}
 }
 
 // slowShare is where the slow round trips of a window were slow, from the
@@ -178,6 +236,12 @@ func BenchmarkScaleHA(b *testing.B) {
 	}
 	fmt.Printf("scale HA: all %d connected in %s (gw1 %d, gw2 %d), load average %s\n", n, time.Since(start).Round(time.Second), per[0], per[1], load())
 	time.Sleep(20 * time.Second) // the first reports go out
+	// Idle: both gateways' CPU over a minute with every session up and
+	// nothing sent, per 1,000 sessions.
+	c0, c1, t0 := procCPU(h.gws[0].cmd.Process.Pid), procCPU(h.gws[1].cmd.Process.Pid), time.Now()
+	time.Sleep(time.Minute)
+	idle := (procCPU(h.gws[0].cmd.Process.Pid) - c0 + procCPU(h.gws[1].cmd.Process.Pid) - c1).Seconds() / time.Since(t0).Minutes()
+	fmt.Printf("scale HA: idle: both gateways %.2f CPU s/min for %d sessions, %.2f per 1,000; load average %s\n", idle, n, 1000*idle/float64(n), load())
 
 	kill := 0
 	if per[1] > per[0] {
@@ -258,6 +322,7 @@ func BenchmarkScaleHA(b *testing.B) {
 	}()
 	time.Sleep(2 * time.Second)
 	fmt.Printf("scale HA: killing gw%d (%d sessions) with SIGKILL; load average %s\n", kill+1, per[kill], load())
+	ops0 := storeOps(survMetrics)
 	killed := time.Now()
 	h.gws[kill].signal(syscall.SIGKILL)
 	h.gws[kill].wait(b, 10*time.Second)
@@ -275,6 +340,7 @@ func BenchmarkScaleHA(b *testing.B) {
 	}
 	failover := time.Since(killed)
 	fmt.Printf("scale HA: %d of %d agents connected again %s after the kill; load average %s\n", back, n, failover.Round(100*time.Millisecond), load())
+	printStoreOps("failover", ops0, storeOps(survMetrics), back-per[surv])
 	close(stop)
 	<-streamDone
 	after := trips("after")
@@ -316,6 +382,7 @@ func BenchmarkScaleHA(b *testing.B) {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	fmt.Printf("bench-scale: %d agents, two bcgw behind HAProxy (build/haproxy.cfg), one killed, on %d cores (load average %s at the end):\n", n, numCPU(), load())
 	fmt.Printf("  %-44s %10.1f s    (budget <= 60)\n", "failover: all agents back after the kill", failover.Seconds())
+	fmt.Printf("  %-44s %10.2f\n", "idle gateway CPU s/min per 1,000 sessions", 1000*idle/float64(n))
 	fmt.Printf("  %-44s %10d      (%d sends refused)\n", "commands accepted during the failover", len(cmds), refused)
 	fmt.Printf("  %-44s %10d      (budget 0)\n", "commands lost", len(lost))
 	fmt.Printf("  %-44s %10d      (budget 0)\n", "commands run twice", twice)
@@ -336,6 +403,7 @@ func BenchmarkScaleHA(b *testing.B) {
 	b.ReportMetric(float64(len(lost)), "lost")
 	b.ReportMetric(float64(twice), "twice")
 	b.ReportMetric(float64(n), "agents")
+	b.ReportMetric(1000*idle/float64(n), "idle-cpu-s/min/1k")
 	if back < n || len(lost) > 0 || twice > 0 {
 		b.Errorf("failover: %d of %d agents back after %s, %d commands lost, %d run twice", back, n, failover.Round(time.Second), len(lost), twice)
 	}
