@@ -113,7 +113,7 @@ func TestGatewayMetricsWithSim(t *testing.T) {
 		{`bcgw_database_up{gateway="gw-sim"}`, func(v float64) bool { return v == 1 }, "1"},
 		{`bcgw_command_round_trip_seconds_count{gateway="gw-sim"}`, func(v float64) bool { return v == 20 }, "20"},
 		{`bcgw_command_round_trip_seconds_bucket{gateway="gw-sim",le="+Inf"}`, func(v float64) bool { return v == 20 }, "20"},
-		{`bcgw_store_seconds_count{gateway="gw-sim",op="NextEpoch"}`, func(v float64) bool { return v >= n }, "at least 200 (a session each)"},
+		{`bcgw_store_seconds_count{gateway="gw-sim",op="StartSession"}`, func(v float64) bool { return v >= n }, "at least 200 (a session each)"},
 		{`bcgw_store_seconds_count{gateway="gw-sim",op="SetResult"}`, func(v float64) bool { return v >= 20 }, "at least 20"},
 		{`bcgw_results_pending_ack{gateway="gw-sim"}`, func(v float64) bool { return v == 0 }, "0"},
 	} {
@@ -219,8 +219,8 @@ func prometheusScrapes(t *testing.T, l *lab, target string, sessions int) {
 			t.Fatalf("Prometheus did not see %d sessions within 60s (last: %s):\n%s", sessions, last, se.String())
 		}
 	}
-	if v, why := query(`count(bcgw_store_seconds_bucket{op="NextEpoch"})`); v < 10 {
-		t.Errorf("Prometheus has %v buckets of the store's NextEpoch latency (%s)", v, why)
+	if v, why := query(`count(bcgw_store_seconds_bucket{op="StartSession"})`); v < 10 {
+		t.Errorf("Prometheus has %v buckets of the store's StartSession latency (%s)", v, why)
 	}
 	if v, why := query(`up{job="bcgw"}`); v != 1 {
 		t.Errorf("Prometheus: up{job=\"bcgw\"} = %v (%s)", v, why)

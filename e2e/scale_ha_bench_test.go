@@ -239,7 +239,20 @@ func BenchmarkScaleHA(b *testing.B) {
 	// Idle: both gateways' CPU over a minute with every session up and
 	// nothing sent, per 1,000 sessions.
 	c0, c1, t0 := procCPU(h.gws[0].cmd.Process.Pid), procCPU(h.gws[1].cmd.Process.Pid), time.Now()
-	time.Sleep(time.Minute)
+	if profDir := os.Getenv("BCD_SCALE_PROFILES"); profDir != "" {
+		// gw1's CPU profile of the idle minute (go tool pprof).
+		if err := os.MkdirAll(profDir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if resp, err := http.Get("http://" + metricsAt(0) + "/debug/pprof/profile?seconds=60"); err == nil {
+			if f, err := os.Create(filepath.Join(profDir, "cpu-idle.pb.gz")); err == nil {
+				_, _ = io.Copy(f, resp.Body)
+				f.Close()
+			}
+			resp.Body.Close()
+		}
+	}
+	time.Sleep(time.Until(t0.Add(time.Minute)))
 	idle := (procCPU(h.gws[0].cmd.Process.Pid) - c0 + procCPU(h.gws[1].cmd.Process.Pid) - c1).Seconds() / time.Since(t0).Minutes()
 	fmt.Printf("scale HA: idle: both gateways %.2f CPU s/min for %d sessions, %.2f per 1,000; load average %s\n", idle, n, 1000*idle/float64(n), load())
 

@@ -97,7 +97,7 @@ func TestGatewayMetrics(t *testing.T) {
 		{`bcgw_command_round_trip_seconds_bucket{gateway="gw-m",le="0.025"}`, func(v float64) bool { return v == 0 }},
 		{`bcgw_command_round_trip_seconds_sum{gateway="gw-m"}`, func(v float64) bool { return v >= 0.03 && v < 10 }},
 		{`bcgw_store_seconds_count{gateway="gw-m",op="SetResult"}`, func(v float64) bool { return v == 1 }},
-		{`bcgw_store_seconds_count{gateway="gw-m",op="NextEpoch"}`, func(v float64) bool { return v == 1 }},
+		{`bcgw_store_seconds_count{gateway="gw-m",op="StartSession"}`, func(v float64) bool { return v == 1 }},
 		{`bcgw_results_pending_ack{gateway="gw-m"}`, func(v float64) bool { return v == 0 }},
 	} {
 		v, found := m[c.sample]

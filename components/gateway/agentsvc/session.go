@@ -69,15 +69,6 @@ func (s *Service) serve(ctx context.Context, n store.Node, cert *x509.Certificat
 	if !n.Current(serial) {
 		return connectErr(connect.CodeUnauthenticated, "certificate was superseded by a renewal")
 	}
-	if serial == n.CertSerial && n.PrevCertSerial != "" {
-		// The renewed certificate is in use: the one before it is done.
-		_, _ = s.store.UpdateNode(n.ID, func(x *store.Node) error {
-			if x.CertSerial == serial {
-				x.PrevCertSerial = ""
-			}
-			return nil
-		})
-	}
 	if !s.hub.Reserve(n.ID, s.cfg.MaxSessions) {
 		s.Metrics().SessionRefused("busy")
 		log.Warn("session refused", "reason", "busy", "sessions", s.hub.Count())
@@ -104,9 +95,28 @@ func (s *Service) serve(ctx context.Context, n store.Node, cert *x509.Certificat
 		s.Metrics().SessionRefused("draining")
 		return connectErr(connect.CodeUnavailable, "gateway is draining")
 	}
-	epoch, err := s.store.NextEpoch(n.ID, s.now().UTC())
+	// The epoch, the session's record and the notice to the other
+	// gateways (an older session of this node left on one of them,
+	// half-open, its agent gone, ends there): one transaction.
+	now := s.now().UTC()
+	stored, err := s.store.StartSession(n.ID, func(x *store.Node) error {
+		x.LastSeen = now
+		x.AppliedGeneration, x.ObservedGeneration = hello.GetAppliedGeneration(), hello.GetObservedGeneration()
+		x.TrustVersion, x.TrustVersionAt = hello.GetTrustBundleVersion(), now
+		x.Version = hello.GetVersion()
+		x.Gateway = s.cfg.Name
+		if x.CertSerial == serial {
+			// The renewed certificate is in use: the one before it is done.
+			x.PrevCertSerial = ""
+		}
+		return nil
+	})
 	if err != nil {
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
+	}
+	epoch := stored.Epoch
+	if s.shared != nil {
+		defer s.SessionEnded(n.ID, epoch, log.With("epoch", epoch))
 	}
 	l := hub.NewLive(cert.PublicKey, n.ID, n.Role, n.Site, epoch)
 	l.WebSocket = overWS
@@ -118,51 +128,12 @@ func (s *Service) serve(ctx context.Context, n store.Node, cert *x509.Certificat
 	}
 	defer s.hub.Unregister(l)
 	defer l.Close()
-	if s.shared != nil {
-		// A session of this node left on another gateway (half-open, its
-		// agent gone) ends there (shared.go).
-		go s.Notify(store.Notice{Kind: store.NoticeSession, Node: n.ID, Epoch: epoch})
-	}
 	log = log.With("epoch", epoch)
 	log.Info("session accepted", "boot_id", hello.GetBootId(), "role", hello.GetRole(), "version", hello.GetVersion(),
 		"applied_generation", hello.GetAppliedGeneration(), "observed_generation", hello.GetObservedGeneration(),
 		"trust_bundle_version", hello.GetTrustBundleVersion())
-	if _, err := s.store.UpdateNode(n.ID, func(x *store.Node) error {
-		x.AppliedGeneration, x.ObservedGeneration = hello.GetAppliedGeneration(), hello.GetObservedGeneration()
-		x.TrustVersion, x.TrustVersionAt = hello.GetTrustBundleVersion(), s.now().UTC()
-		x.Version = hello.GetVersion()
-		if x.Epoch == epoch {
-			x.Gateway = s.cfg.Name
-		}
-		return nil
-	}); err != nil {
-		return connectErr(connect.CodeUnavailable, "store: %v", err)
-	}
-	if s.shared != nil {
-		defer s.SessionEnded(n.ID, epoch, log)
-	}
-	l.Beat.HelloStored(time.Time{}, hello.GetAppliedGeneration(), hello.GetObservedGeneration())
-
-	if err := st.Send(&bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Welcome{Welcome: &bcdv1.Welcome{
-		Epoch: epoch, ServerTimeUnixMs: s.now().UnixMilli(), HeartbeatSeconds: uint32(s.cfg.Heartbeat / time.Second),
-		EventAck: hello.GetLastAckedEvent(), RequestedSections: s.MissingInventory(n.ID),
-		// Read after the session registered: a bundle changed since is
-		// either in this Welcome or followed by a Drain (changeTrust).
-		TrustBundle: s.TrustBundle(),
-	}}}); err != nil {
-		return err
-	}
-	pending, err := s.store.Unfinished(n.ID)
-	if err != nil {
-		return connectErr(connect.CodeUnavailable, "store: %v", err)
-	}
-	for _, c := range pending {
-		if err := st.Send(fleet.CommandFrame(c)); err != nil {
-			return err
-		}
-		s.Metrics().CommandSent(c.ID, s.now())
-	}
-	if err := s.welcomeSpec(st, l, hello.GetAppliedGeneration(), log); err != nil {
+	l.Beat.HelloStored(now, hello.GetAppliedGeneration(), hello.GetObservedGeneration(), stored.InventoryHashes)
+	if err := s.welcome(st, l, hello, log); err != nil {
 		return err
 	}
 	setupDone()
@@ -249,7 +220,11 @@ func (s *Service) receive(st frameStream, l *hub.Live, log interface {
 			l.Push(hub.Frame{F: &bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Ack{Ack: &bcdv1.Ack{EventSeq: x.Event.GetSeq()}}}})
 		case *bcdv1.AgentFrame_Status:
 			rep := x.Status
-			if err := s.StoreStatus(l.NodeID, rep); err != nil {
+			// The first report after Welcome is compared with what the
+			// set-up read; later ones with the record read again.
+			_, err := s.StoreStatus(l.NodeID, rep, l.SetupReport, l.SetupReportRead)
+			l.SetupReport, l.SetupReportRead = nil, false
+			if err != nil {
 				log.Warn("status report refused", "err", err)
 			}
 			if v := rep.GetTrustVersion(); v > 0 {
@@ -281,21 +256,44 @@ func (s *Service) receive(st frameStream, l *hub.Live, log interface {
 	}
 }
 
-// welcomeSpec sends a new session the node's desired spec in full when the
-// agent holds another generation than the stored one (applied, from its
-// Hello), then lets spec changes reach the session. It runs before the
-// session's send loop, under the node's spec lock, so no change is lost or
-// sent ahead of it.
-func (s *Service) welcomeSpec(st frameStream, l *hub.Live, applied uint64, log interface {
+// welcome sends a new session, registered, what it starts with: the
+// Welcome, every unfinished command of the node, and its desired spec in
+// full when the agent holds another generation than the stored one
+// (applied, from its Hello). All three come from one store read, made
+// after the session registered (a command stored since reaches it through
+// the hub; the agent takes a copy of one it holds as the same command)
+// and under the node's spec lock, so no spec change is lost or sent ahead
+// of the full spec; spec changes reach the session from then on.
+func (s *Service) welcome(st frameStream, l *hub.Live, hello *bcdv1.Hello, log interface {
 	Info(string, ...any)
 }) error {
 	unlock := s.LockSpec(l.NodeID)
 	defer unlock()
-	f, gen, err := s.FullSpecFrame(l.NodeID)
+	state, err := s.store.SessionState(l.NodeID)
 	if err != nil {
 		return connectErr(connect.CodeUnavailable, "store: %v", err)
 	}
-	if f != nil && gen != applied {
+	l.SetupReport, l.SetupReportRead = state.Report, true
+	if err := st.Send(&bcdv1.GatewayFrame{Frame: &bcdv1.GatewayFrame_Welcome{Welcome: &bcdv1.Welcome{
+		Epoch: l.Epoch, ServerTimeUnixMs: s.now().UnixMilli(), HeartbeatSeconds: uint32(s.cfg.Heartbeat / time.Second),
+		EventAck: hello.GetLastAckedEvent(), RequestedSections: fleet.MissingInventory(state.Report),
+		// Read after the session registered: a bundle changed since is
+		// either in this Welcome or followed by a Drain (changeTrust).
+		TrustBundle: s.TrustBundle(),
+	}}}); err != nil {
+		return err
+	}
+	for _, c := range state.Unfinished {
+		if err := st.Send(fleet.CommandFrame(c)); err != nil {
+			return err
+		}
+		s.Metrics().CommandSent(c.ID, s.now())
+	}
+	f, gen, err := s.SpecFrame(l.NodeID, state.Spec)
+	if err != nil {
+		return connectErr(connect.CodeUnavailable, "store: %v", err)
+	}
+	if applied := hello.GetAppliedGeneration(); f != nil && gen != applied {
 		if err := st.Send(f); err != nil {
 			return err
 		}

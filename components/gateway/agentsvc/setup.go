@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// Session set-up admission: a new session costs its gateway about six
-// store transactions before its Welcome and spec are out (the node read,
-// its epoch, its record, its pending commands, its spec, the notice to the
-// other gateways). When a gateway is killed, thousands of its agents redial
+// Session set-up admission: a new session costs its gateway three store
+// calls before its Welcome and spec are out (the node read; its epoch,
+// record and notice to the other gateways in one transaction; its report,
+// pending commands and spec in one read). When a gateway is killed, thousands of its agents redial
 // into the others at once; with every set-up at once, they took every
 // database connection for seconds, and the live sessions' commands and
 // results queued behind them (a p99 of seconds). So at most setupSlots

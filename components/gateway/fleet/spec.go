@@ -178,8 +178,16 @@ func desiredFrame(ds *bcdv1.DesiredState) *bcdv1.GatewayFrame {
 // (when it has one).
 func (s *Fleet) FullSpecFrame(node string) (*bcdv1.GatewayFrame, uint64, error) {
 	rec, err := s.store.Spec(node)
-	if err != nil || rec.Generation == 0 {
+	if err != nil {
 		return nil, 0, err
+	}
+	return s.SpecFrame(node, rec)
+}
+
+// SpecFrame is FullSpecFrame of the node's spec record rec, as read.
+func (s *Fleet) SpecFrame(node string, rec store.Spec) (*bcdv1.GatewayFrame, uint64, error) {
+	if rec.Generation == 0 {
+		return nil, 0, nil
 	}
 	ds := &bcdv1.DesiredState{Generation: rec.Generation, Spec: rec.Spec}
 	if rec.Submitted {

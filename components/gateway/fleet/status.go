@@ -77,11 +77,11 @@ func InventoryHashesOK(h map[string]string) bool {
 	return true
 }
 
-// MissingInventory names the inventory sections Welcome asks a node for:
-// "*" when the gateway holds none of its inventory, else those whose hash
-// it knows but whose content it lacks.
-func (s *Fleet) MissingInventory(node string) []string {
-	old, _ := s.store.Report(node)
+// MissingInventory names the inventory sections Welcome asks a node for,
+// from its stored report record old: "*" when the gateway holds none of
+// its inventory, else those whose hash it knows but whose content it
+// lacks.
+func MissingInventory(old []byte) []string {
 	var prev statusRecord
 	if len(old) == 0 || json.Unmarshal(old, &prev) != nil || len(prev.Inventory) == 0 {
 		return []string{"*"}
@@ -100,18 +100,30 @@ func (s *Fleet) MissingInventory(node string) []string {
 
 // StoreStatus keeps a node's latest StatusReport, with the time it came.
 // Inventory sections of earlier reports stay until a report replaces them.
-func (s *Fleet) StoreStatus(node string, r *bcdv1.StatusReport) error {
+// old is the node's report record as stored, when the caller knows it
+// (known: a session read it at its set-up and keeps what it stored
+// since); else it is read. A report that changes nothing but the time it
+// came and was built is not stored again: every agent sends a report
+// after each Welcome, so a reconnect would rewrite every node's record.
+// The record as stored is returned.
+func (s *Fleet) StoreStatus(node string, r *bcdv1.StatusReport, old []byte, known bool) ([]byte, error) {
 	if n := proto.Size(r); n > MaxStatusReport {
-		return fmt.Errorf("status report is %d bytes; at most %d (1 MiB)", n, MaxStatusReport)
+		return old, fmt.Errorf("status report is %d bytes; at most %d (1 MiB)", n, MaxStatusReport)
 	}
 	if !jsonObject(r.GetSections()) {
-		return errors.New("status report sections are not a JSON object")
+		return old, errors.New("status report sections are not a JSON object")
 	}
 	if !jsonObject(r.GetInventory()) {
-		return errors.New("status report inventory is not a JSON object")
+		return old, errors.New("status report inventory is not a JSON object")
 	}
 	if len(r.GetInventoryHashes()) > 0 && !InventoryHashesOK(r.GetInventoryHashes()) {
-		return errors.New("status report inventory hashes are too many or too long")
+		return old, errors.New("status report inventory hashes are too many or too long")
+	}
+	if !known {
+		var err error
+		if old, err = s.store.Report(node); err != nil {
+			return nil, err
+		}
 	}
 	rec := statusRecord{
 		ReceivedAt: s.now().UTC(), AgentAt: r.GetAtUnixMs(),
@@ -138,15 +150,14 @@ func (s *Fleet) StoreStatus(node string, r *bcdv1.StatusReport) error {
 	// Merge the inventory sections onto those kept from earlier reports,
 	// and keep their hashes until a report carries new ones.
 	inv := map[string]json.RawMessage{}
-	if old, _ := s.store.Report(node); len(old) > 0 {
-		var prev statusRecord
-		if json.Unmarshal(old, &prev) == nil {
-			if len(prev.Inventory) > 0 {
-				_ = json.Unmarshal(prev.Inventory, &inv)
-			}
-			if rec.InventoryHashes == nil {
-				rec.InventoryHashes, rec.InventoryHashesAt = prev.InventoryHashes, prev.InventoryHashesAt
-			}
+	var prev statusRecord
+	prevOK := len(old) > 0 && json.Unmarshal(old, &prev) == nil
+	if prevOK {
+		if len(prev.Inventory) > 0 {
+			_ = json.Unmarshal(prev.Inventory, &inv)
+		}
+		if rec.InventoryHashes == nil {
+			rec.InventoryHashes, rec.InventoryHashesAt = prev.InventoryHashes, prev.InventoryHashesAt
 		}
 	}
 	if len(bytes.TrimSpace(r.GetInventory())) > 0 {
@@ -163,11 +174,32 @@ func (s *Fleet) StoreStatus(node string, r *bcdv1.StatusReport) error {
 		}
 		rec.Inventory = b
 	}
+	if prevOK {
+		// The same record but for its times (when it came, when the agent
+		// built it, when its unchanged pressure was sampled): kept as it
+		// is. The agent builds a new report for each Welcome.
+		same := rec
+		same.ReceivedAt, same.AgentAt = prev.ReceivedAt, prev.AgentAt
+		if maps.Equal(same.InventoryHashes, prev.InventoryHashes) {
+			same.InventoryHashesAt = prev.InventoryHashesAt
+		}
+		if same.Pressure != nil && prev.Pressure != nil {
+			p := *same.Pressure
+			p.At = prev.Pressure.At
+			same.Pressure = &p
+		}
+		if b, err := json.Marshal(same); err == nil && bytes.Equal(b, old) {
+			return old, nil
+		}
+	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return err
+		return old, err
 	}
-	return s.store.PutReport(node, b)
+	if err := s.store.PutReport(node, b); err != nil {
+		return old, err
+	}
+	return b, nil
 }
 
 // StoreEvent stores an agent's event once per seq (a copy is acked and

@@ -29,11 +29,15 @@ type Beat struct {
 	lastBeat          time.Time // the last heartbeat received, written or not
 }
 
-// HelloStored notes what the session's Hello wrote.
-func (b *Beat) HelloStored(now time.Time, applied, observed uint64) {
+// HelloStored notes what the session's start wrote (its last-seen time
+// now and the generations of its Hello) and the inventory hashes the
+// node's record held then: a reconnecting agent's first heartbeat, which
+// carries the hashes it sent before, is then not written again.
+func (b *Beat) HelloStored(now time.Time, applied, observed uint64, hashes map[string]string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.stored, b.at, b.applied, b.observed, b.lastBeat = true, now, applied, observed, now
+	b.hashes = maps.Clone(hashes)
 }
 
 // Due reports whether a heartbeat must be written, and notes it as

@@ -12,7 +12,7 @@ import (
 func TestHeartbeatCoalescing(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	var b Beat
-	b.HelloStored(time.Time{}, 3, 3)
+	b.HelloStored(time.Time{}, 3, 3, nil)
 	h1 := map[string]string{"gpus": "sha256:aa"}
 	h2 := map[string]string{"gpus": "sha256:bb"}
 	steps := []struct {
@@ -49,8 +49,34 @@ func TestHeartbeatCoalescing(t *testing.T) {
 	}
 	// A write that failed is not noted: the next heartbeat tries again.
 	var c Beat
-	c.HelloStored(time.Time{}, 1, 1)
+	c.HelloStored(time.Time{}, 1, 1, nil)
 	if !c.Due(t0, 1, 1, nil) || !c.Due(t0.Add(time.Second), 1, 1, nil) {
 		t.Fatal("a heartbeat whose write was not noted is not due again")
+	}
+}
+
+// TestReconnectHeartbeat: a session whose start wrote last-seen and found
+// the node's inventory hashes stored writes its first heartbeat only when
+// the heartbeat says something else (a reconnecting agent sends the hashes
+// it sent before).
+func TestReconnectHeartbeat(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	h1 := map[string]string{"gpus": "sha256:aa"}
+	for _, c := range []struct {
+		name              string
+		applied, observed uint64
+		hashes            map[string]string
+		want              bool
+	}{
+		{"the hashes stored", 3, 3, h1, false},
+		{"no hashes", 3, 3, nil, false},
+		{"other hashes", 3, 3, map[string]string{"gpus": "sha256:bb"}, true},
+		{"another generation", 4, 3, h1, true},
+	} {
+		var b Beat
+		b.HelloStored(t0, 3, 3, h1)
+		if got := b.Due(t0.Add(15*time.Second), c.applied, c.observed, c.hashes); got != c.want {
+			t.Errorf("%s: due = %v, want %v", c.name, got, c.want)
+		}
 	}
 }

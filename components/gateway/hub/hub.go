@@ -38,6 +38,13 @@ type Live struct {
 	// WebSocket marks a session on the WebSocket fallback, which carries
 	// no tunnels.
 	WebSocket bool
+	// SetupReport is the node's status report record as the session's
+	// set-up read it, until the first report on the session is compared
+	// with it (the agent sends its latest report after each Welcome);
+	// SetupReportRead says it was read. Only the session's receiving
+	// goroutine uses them once the session runs.
+	SetupReport     []byte
+	SetupReportRead bool
 }
 
 // NewLive makes the session of node nodeID, whose certificate's key is

@@ -48,7 +48,16 @@ type Store interface {
 	// UpdateNode applies f to the node in one transaction; f must not use
 	// the store.
 	UpdateNode(id string, f func(*Node) error) (Node, error)
-	NextEpoch(nodeID string, seen time.Time) (uint64, error)
+	// StartSession begins a session of the node in one transaction: it
+	// takes the node's next epoch, applies f to the record (which holds
+	// the new epoch; f must not use the store), and on a shared store
+	// sends the session notice naming that epoch with the commit.
+	StartSession(nodeID string, f func(*Node) error) (Node, error)
+	// SessionState reads what a new session of the node is sent, in one
+	// read (one round trip on PostgreSQL): its status report record, its
+	// unfinished commands and its desired spec; ErrNotFound for a node
+	// the store does not know.
+	SessionState(nodeID string) (SessionState, error)
 
 	// Commands and results.
 	AddCommand(c Command) error
@@ -100,6 +109,16 @@ type Store interface {
 	// Audit lists the entries after seq after, oldest first, at most
 	// limit (0: all).
 	Audit(after uint64, limit int) ([]AuditEntry, error)
+}
+
+// SessionState is what a new session of a node is sent: the node's
+// stored status report record (nil without one, as Report), its commands
+// without a result oldest first (as Unfinished), and its desired spec (as
+// Spec).
+type SessionState struct {
+	Report     []byte
+	Unfinished []Command
+	Spec       Spec
 }
 
 // Notice is what one gateway tells every gateway sharing its store: that

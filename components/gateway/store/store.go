@@ -444,14 +444,30 @@ func (s *Bolt) CancelPending(id, reason string, now time.Time) (Command, bool, e
 	return c, done, err
 }
 
-// NextEpoch increments and returns a node's session epoch.
-func (s *Bolt) NextEpoch(nodeID string, seen time.Time) (uint64, error) {
-	n, err := s.UpdateNode(nodeID, func(n *Node) error {
+// StartSession takes the node's next epoch and applies f in one
+// transaction (a bbolt file has one gateway: there is no notice to send).
+func (s *Bolt) StartSession(nodeID string, f func(*Node) error) (Node, error) {
+	return s.UpdateNode(nodeID, func(n *Node) error {
 		n.Epoch++
-		n.LastSeen = seen
-		return nil
+		return f(n)
 	})
-	return n.Epoch, err
+}
+
+// SessionState reads the node's report, unfinished commands and spec
+// (three reads of the one file: each is a memory-mapped lookup).
+func (s *Bolt) SessionState(nodeID string) (SessionState, error) {
+	var st SessionState
+	var err error
+	if st.Spec, err = s.Spec(nodeID); err != nil {
+		return SessionState{}, err
+	}
+	if st.Report, err = s.Report(nodeID); err != nil {
+		return SessionState{}, err
+	}
+	if st.Unfinished, err = s.Unfinished(nodeID); err != nil {
+		return SessionState{}, err
+	}
+	return st, nil
 }
 
 // Meta reads a small value of the gateway's own.

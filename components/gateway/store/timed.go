@@ -88,9 +88,14 @@ func (x *timed) UpdateNode(id string, f func(*Node) error) (Node, error) {
 	return x.s.UpdateNode(id, f)
 }
 
-func (x *timed) NextEpoch(nodeID string, seen time.Time) (uint64, error) {
-	defer x.since("NextEpoch", time.Now())
-	return x.s.NextEpoch(nodeID, seen)
+func (x *timed) StartSession(nodeID string, f func(*Node) error) (Node, error) {
+	defer x.since("StartSession", time.Now())
+	return x.s.StartSession(nodeID, f)
+}
+
+func (x *timed) SessionState(nodeID string) (SessionState, error) {
+	defer x.since("SessionState", time.Now())
+	return x.s.SessionState(nodeID)
 }
 
 func (x *timed) AddCommand(c Command) error {

@@ -336,14 +336,89 @@ func (p *PG) UpdateNode(id string, f func(*store.Node) error) (store.Node, error
 	return n, err
 }
 
-// NextEpoch increments and returns a node's session epoch.
-func (p *PG) NextEpoch(nodeID string, seen time.Time) (uint64, error) {
-	n, err := p.UpdateNode(nodeID, func(n *store.Node) error {
+// StartSession takes the node's next epoch and applies f under the
+// node's row lock, and sends the session notice with the commit: one
+// transaction where the epoch, the session's record and the notice were
+// three.
+func (p *PG) StartSession(nodeID string, f func(*store.Node) error) (store.Node, error) {
+	var n store.Node
+	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+		n = store.Node{}
+		if err := record(ctx, tx, &n, `SELECT record FROM nodes WHERE id = $1 FOR NO KEY UPDATE`, nodeID); err != nil {
+			return err
+		}
 		n.Epoch++
-		n.LastSeen = seen
-		return nil
+		if err := f(&n); err != nil {
+			return err
+		}
+		b, err := json.Marshal(n)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE nodes SET record = $2 WHERE id = $1`, nodeID, b); err != nil {
+			return err
+		}
+		// An older session of the node on another gateway (half-open,
+		// its agent gone) ends there.
+		return notify(ctx, tx, store.Notice{Kind: store.NoticeSession, Node: nodeID, Epoch: n.Epoch})
 	})
-	return n.Epoch, err
+	return n, err
+}
+
+// SessionState reads the node's report, unfinished commands and spec in
+// one round trip: the two statements go out in one batch, which
+// PostgreSQL runs as one implicit transaction.
+func (p *PG) SessionState(nodeID string) (store.SessionState, error) {
+	var st store.SessionState
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	b := &pgx.Batch{}
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM nodes WHERE id = $1),
+		(SELECT record FROM reports WHERE node_id = $1), (SELECT record FROM specs WHERE node_id = $1)`, nodeID)
+	b.Queue(unfinishedSQL, nodeID)
+	br := p.pool.SendBatch(ctx, b)
+	var known bool
+	var spec []byte
+	err := br.QueryRow().Scan(&known, &st.Report, &spec)
+	if err == nil && !known {
+		err = fmt.Errorf("node %s: %w", nodeID, store.ErrNotFound)
+	}
+	if err == nil && len(spec) > 0 {
+		err = json.Unmarshal(spec, &st.Spec)
+	}
+	if err == nil {
+		st.Unfinished, err = collectCommands(br)
+	}
+	if err := errors.Join(err, br.Close()); err != nil {
+		return store.SessionState{}, err
+	}
+	st.Report = nilIfEmpty(st.Report)
+	sortCommands(st.Unfinished)
+	return st, nil
+}
+
+// collectCommands reads a batch's next result, (id, record) rows of
+// commands.
+func collectCommands(br pgx.BatchResults) ([]store.Command, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Command
+	for rows.Next() {
+		var id string
+		var b []byte
+		if err := rows.Scan(&id, &b); err != nil {
+			return nil, err
+		}
+		var c store.Command
+		if err := json.Unmarshal(b, &c); err != nil {
+			return nil, fmt.Errorf("command %s: %w", id, err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }
 
 // ---- commands ----
@@ -387,17 +462,24 @@ func (p *PG) Command(id string) (store.Command, error) {
 func (p *PG) Unfinished(nodeID string) ([]store.Command, error) {
 	var out []store.Command
 	err := p.tx(func(ctx context.Context, tx pgx.Tx) (err error) {
-		out, err = records[store.Command](ctx, tx, "command", `SELECT id, record FROM commands WHERE node_id = $1 AND state <> 'done'`, nodeID)
+		out, err = records[store.Command](ctx, tx, "command", unfinishedSQL, nodeID)
 		return err
 	})
-	// The record's time keeps nanoseconds; the column only microseconds.
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
-			return out[i].CreatedAt.Before(out[j].CreatedAt)
-		}
-		return out[i].ID < out[j].ID
-	})
+	sortCommands(out)
 	return out, err
+}
+
+const unfinishedSQL = `SELECT id, record FROM commands WHERE node_id = $1 AND state <> 'done'`
+
+// sortCommands orders commands oldest first (the record's time keeps
+// nanoseconds; the column only microseconds), then by id.
+func sortCommands(cs []store.Command) {
+	sort.Slice(cs, func(i, j int) bool {
+		if !cs[i].CreatedAt.Equal(cs[j].CreatedAt) {
+			return cs[i].CreatedAt.Before(cs[j].CreatedAt)
+		}
+		return cs[i].ID < cs[j].ID
+	})
 }
 
 // updateCommand locks a command's row, lets f change it (f returns false

@@ -22,7 +22,7 @@ func testReopenKeepsData(t *testing.T, open Open) {
 		t.Fatal(err)
 	}
 	addNode(t, s, "n1")
-	if _, err := s.NextEpoch("n1", t0); err != nil {
+	if _, err := s.StartSession("n1", func(*store.Node) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	addCommand(t, s, "c1", "n1", t0)
@@ -463,7 +463,7 @@ func testConcurrentUpdateNode(t *testing.T, open Open) {
 	addNode(t, s, "n1")
 	errs := race(racers, func(int) error {
 		for range 3 {
-			if _, err := s.NextEpoch("n1", t0); err != nil {
+			if _, err := s.StartSession("n1", func(*store.Node) error { return nil }); err != nil {
 				return err
 			}
 		}
@@ -471,7 +471,7 @@ func testConcurrentUpdateNode(t *testing.T, open Open) {
 	})
 	for _, err := range errs {
 		if err != nil {
-			t.Errorf("NextEpoch: %v", err)
+			t.Errorf("StartSession: %v", err)
 		}
 	}
 	if n, _ := s.Node("n1"); n.Epoch != 3*racers {

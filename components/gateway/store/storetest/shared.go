@@ -214,6 +214,15 @@ func testNotices(t *testing.T, a, b store.Store) {
 	if n := next("cancel"); !reflect.DeepEqual(n, store.Notice{Kind: store.NoticeResult, Node: "n1", Command: "c2"}) {
 		t.Errorf("cancel's notice: %+v", n)
 	}
+	// A session started through one gateway tells the others its epoch,
+	// with the commit.
+	started, err := a.StartSession("n1", func(*store.Node) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := next("session start"); !reflect.DeepEqual(n, store.Notice{Kind: store.NoticeSession, Node: "n1", Epoch: started.Epoch}) {
+		t.Errorf("session start's notice: %+v, want epoch %d", n, started.Epoch)
+	}
 	want := store.Notice{Kind: store.NoticeSession, Node: "n1", Epoch: 7}
 	if err := sa.Notify(want); err != nil {
 		t.Fatal(err)

@@ -33,7 +33,8 @@ func Run(t *testing.T, open Open) {
 		{"UnfinishedOrderAndRemoval", testUnfinishedOrderAndRemoval},
 		{"SetResultOnce", testSetResultOnce},
 		{"MarkDelivered", testMarkDelivered},
-		{"NextEpoch", testNextEpoch},
+		{"StartSession", testStartSession},
+		{"SessionState", testSessionState},
 		{"NodesAndUpdate", testNodesAndUpdate},
 		{"SpecGenerations", testSpecGenerations},
 		{"EventsOncePerSeqAndKept", testEventsOncePerSeqAndKept},
@@ -316,22 +317,67 @@ func testMarkDelivered(t *testing.T, open Open) {
 	}
 }
 
-func testNextEpoch(t *testing.T, open Open) {
+func testStartSession(t *testing.T, open Open) {
 	s, _ := open(t)
 	addNode(t, s, "n1")
 	for want := uint64(1); want <= 3; want++ {
 		seen := t0.Add(time.Duration(want) * time.Minute)
-		got, err := s.NextEpoch("n1", seen)
-		if err != nil || got != want {
-			t.Fatalf("NextEpoch = %d %v, want %d", got, err, want)
+		var inF uint64
+		got, err := s.StartSession("n1", func(n *store.Node) error {
+			inF, n.LastSeen, n.Gateway = n.Epoch, seen, "gw1"
+			return nil
+		})
+		if err != nil || got.Epoch != want || inF != want {
+			t.Fatalf("StartSession = epoch %d (%d in f) %v, want %d", got.Epoch, inF, err, want)
 		}
 		n, _ := s.Node("n1")
-		if n.Epoch != want || !n.LastSeen.Equal(seen) {
-			t.Errorf("stored epoch %d last seen %v, want %d %v", n.Epoch, n.LastSeen, want, seen)
+		if n.Epoch != want || !n.LastSeen.Equal(seen) || n.Gateway != "gw1" {
+			t.Errorf("stored epoch %d last seen %v gateway %q, want %d %v gw1", n.Epoch, n.LastSeen, n.Gateway, want, seen)
 		}
 	}
-	if _, err := s.NextEpoch("nobody", t0); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("NextEpoch of an unknown node: %v", err)
+	// An error from f changes nothing, the epoch included.
+	if _, err := s.StartSession("n1", func(*store.Node) error { return errors.New("no") }); err == nil {
+		t.Error("StartSession with a failing f succeeded")
+	}
+	if n, _ := s.Node("n1"); n.Epoch != 3 {
+		t.Errorf("epoch %d after a failed start, want 3", n.Epoch)
+	}
+	if _, err := s.StartSession("nobody", func(*store.Node) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("StartSession of an unknown node: %v", err)
+	}
+}
+
+// SessionState is Report, Unfinished and Spec read together.
+func testSessionState(t *testing.T, open Open) {
+	s, _ := open(t)
+	addNode(t, s, "n1")
+	addNode(t, s, "n2")
+	st, err := s.SessionState("n1")
+	if err != nil || st.Report != nil || len(st.Unfinished) != 0 || st.Spec.Generation != 0 {
+		t.Fatalf("SessionState of a new node = %+v %v, want nothing", st, err)
+	}
+	addCommand(t, s, "c2", "n1", t0.Add(time.Second))
+	addCommand(t, s, "c1", "n1", t0)
+	addCommand(t, s, "c3", "n1", t0.Add(2*time.Second))
+	addCommand(t, s, "other", "n2", t0)
+	if _, err := s.SetResult("n1", "c3", store.Result{Status: "SUCCEEDED"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutReport("n1", []byte(`{"r":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutSpec("n1", 0, []byte(`{"a":1}`), t0); err != nil {
+		t.Fatal(err)
+	}
+	st, err = s.SessionState("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(st.Report) != `{"r":1}` || !equal(ids(st.Unfinished), []string{"c1", "c2"}) || st.Spec.Generation != 1 || string(st.Spec.Spec) != `{"a":1}` {
+		t.Errorf("SessionState = report %s, unfinished %v, spec %d %s", st.Report, ids(st.Unfinished), st.Spec.Generation, st.Spec.Spec)
+	}
+	if _, err := s.SessionState("nobody"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("SessionState of an unknown node: %v", err)
 	}
 }
 
