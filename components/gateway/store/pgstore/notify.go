@@ -26,18 +26,27 @@ const maxNotice = 7999
 // HTML escapes, which would grow a progress detail of 4 KiB past the
 // bound.
 func notify(ctx context.Context, tx pgx.Tx, n store.Notice) error {
+	b, err := noticePayload(n)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, b)
+	return err
+}
+
+// noticePayload is a notice as it travels.
+func noticePayload(n store.Notice) (string, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(n); err != nil {
-		return err
+		return "", err
 	}
 	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if len(b) > maxNotice {
-		return fmt.Errorf("a %s notice of %d bytes, more than PostgreSQL carries (%d)", n.Kind, len(b), maxNotice)
+		return "", fmt.Errorf("a %s notice of %d bytes, more than PostgreSQL carries (%d)", n.Kind, len(b), maxNotice)
 	}
-	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, string(b))
-	return err
+	return string(b), nil
 }
 
 // Notify sends a notice to every gateway on the database.

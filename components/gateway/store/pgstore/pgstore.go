@@ -136,13 +136,15 @@ type PoolStats struct {
 	Max, Acquired int32
 	Waits         int64
 	WaitTime      time.Duration
+	// NewConns is how many connections the pool opened so far.
+	NewConns int64
 }
 
 // PoolStats reads the pool's figures now.
 func (p *PG) PoolStats() PoolStats {
 	st := p.pool.Stat()
 	return PoolStats{Max: st.MaxConns(), Acquired: st.AcquiredConns(), Waits: st.EmptyAcquireCount(),
-		WaitTime: st.EmptyAcquireWaitTime()}
+		WaitTime: st.EmptyAcquireWaitTime(), NewConns: st.NewConnsCount()}
 }
 
 // tx runs fn in one transaction (read committed; the rows a method must
@@ -153,8 +155,23 @@ func (p *PG) tx(fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{}, func(tx pgx.Tx) error { return fn(ctx, tx) })
 }
 
+// read runs fn's reads without a transaction of their own: a single
+// statement is atomic by itself, and sent alone it costs one round trip
+// where BEGIN, the statement and COMMIT cost three.
+func (p *PG) read(fn func(ctx context.Context, q querier) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	return fn(ctx, p.pool)
+}
+
+// querier is a transaction or the pool (a statement of its own).
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // record reads one JSON record column into v; ErrNotFound without a row.
-func record(ctx context.Context, q pgx.Tx, v any, sql string, args ...any) error {
+func record(ctx context.Context, q querier, v any, sql string, args ...any) error {
 	var b []byte
 	if err := q.QueryRow(ctx, sql, args...).Scan(&b); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -167,8 +184,8 @@ func record(ctx context.Context, q pgx.Tx, v any, sql string, args ...any) error
 
 // records reads the (id, record) rows sql selects, each record's JSON
 // into a T; what names the kind in an error ("node", "command").
-func records[T any](ctx context.Context, tx pgx.Tx, what, sql string, args ...any) ([]T, error) {
-	rows, err := tx.Query(ctx, sql, args...)
+func records[T any](ctx context.Context, q querier, what, sql string, args ...any) ([]T, error) {
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -298,8 +315,8 @@ func (p *PG) PutNode(n store.Node) error {
 // Node returns one node.
 func (p *PG) Node(id string) (store.Node, error) {
 	var n store.Node
-	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
-		return record(ctx, tx, &n, `SELECT record FROM nodes WHERE id = $1`, id)
+	err := p.read(func(ctx context.Context, q querier) error {
+		return record(ctx, q, &n, `SELECT record FROM nodes WHERE id = $1`, id)
 	})
 	return n, err
 }
@@ -317,21 +334,38 @@ func (p *PG) Nodes() ([]store.Node, error) {
 
 // UpdateNode applies f to the node under its row lock.
 func (p *PG) UpdateNode(id string, f func(*store.Node) error) (store.Node, error) {
+	return p.updateNode(id, f, nil)
+}
+
+// updateNode applies f to the node under its row lock, and sends the
+// notice notice makes of the new record with the commit (nil: none).
+func (p *PG) updateNode(id string, f func(*store.Node) error, notice func(store.Node) store.Notice) (store.Node, error) {
 	var n store.Node
-	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+	err := p.rmw(`SELECT record FROM nodes WHERE id = $1 FOR NO KEY UPDATE`, []any{id}, func(rec []byte, found bool) (*pgx.Batch, error) {
 		n = store.Node{}
-		if err := record(ctx, tx, &n, `SELECT record FROM nodes WHERE id = $1 FOR NO KEY UPDATE`, id); err != nil {
-			return err
+		if !found {
+			return nil, store.ErrNotFound
+		}
+		if err := json.Unmarshal(rec, &n); err != nil {
+			return nil, err
 		}
 		if err := f(&n); err != nil {
-			return err
+			return nil, err
 		}
 		b, err := json.Marshal(n)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		_, err = tx.Exec(ctx, `UPDATE nodes SET record = $2 WHERE id = $1`, id, b)
-		return err
+		w := &pgx.Batch{}
+		w.Queue(`UPDATE nodes SET record = $2 WHERE id = $1`, id, b)
+		if notice != nil {
+			payload, err := noticePayload(notice(n))
+			if err != nil {
+				return nil, err
+			}
+			queueNotice(w, payload)
+		}
+		return w, nil
 	})
 	return n, err
 }
@@ -341,28 +375,14 @@ func (p *PG) UpdateNode(id string, f func(*store.Node) error) (store.Node, error
 // transaction where the epoch, the session's record and the notice were
 // three.
 func (p *PG) StartSession(nodeID string, f func(*store.Node) error) (store.Node, error) {
-	var n store.Node
-	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
-		n = store.Node{}
-		if err := record(ctx, tx, &n, `SELECT record FROM nodes WHERE id = $1 FOR NO KEY UPDATE`, nodeID); err != nil {
-			return err
-		}
+	return p.updateNode(nodeID, func(n *store.Node) error {
 		n.Epoch++
-		if err := f(&n); err != nil {
-			return err
-		}
-		b, err := json.Marshal(n)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE nodes SET record = $2 WHERE id = $1`, nodeID, b); err != nil {
-			return err
-		}
+		return f(n)
+	}, func(n store.Node) store.Notice {
 		// An older session of the node on another gateway (half-open,
 		// its agent gone) ends there.
-		return notify(ctx, tx, store.Notice{Kind: store.NoticeSession, Node: nodeID, Epoch: n.Epoch})
+		return store.Notice{Kind: store.NoticeSession, Node: nodeID, Epoch: n.Epoch}
 	})
-	return n, err
 }
 
 // SessionState reads the node's report, unfinished commands and spec in
@@ -370,26 +390,27 @@ func (p *PG) StartSession(nodeID string, f func(*store.Node) error) (store.Node,
 // PostgreSQL runs as one implicit transaction.
 func (p *PG) SessionState(nodeID string) (store.SessionState, error) {
 	var st store.SessionState
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	b := &pgx.Batch{}
-	b.Queue(`SELECT EXISTS (SELECT 1 FROM nodes WHERE id = $1),
-		(SELECT record FROM reports WHERE node_id = $1), (SELECT record FROM specs WHERE node_id = $1)`, nodeID)
-	b.Queue(unfinishedSQL, nodeID)
-	br := p.pool.SendBatch(ctx, b)
-	var known bool
-	var spec []byte
-	err := br.QueryRow().Scan(&known, &st.Report, &spec)
-	if err == nil && !known {
-		err = fmt.Errorf("node %s: %w", nodeID, store.ErrNotFound)
-	}
-	if err == nil && len(spec) > 0 {
-		err = json.Unmarshal(spec, &st.Spec)
-	}
-	if err == nil {
-		st.Unfinished, err = collectCommands(br)
-	}
-	if err := errors.Join(err, br.Close()); err != nil {
+	err := p.read(func(ctx context.Context, _ querier) error {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT EXISTS (SELECT 1 FROM nodes WHERE id = $1),
+			(SELECT record FROM reports WHERE node_id = $1), (SELECT record FROM specs WHERE node_id = $1)`, nodeID)
+		b.Queue(unfinishedSQL, nodeID)
+		br := p.pool.SendBatch(ctx, b)
+		var known bool
+		var spec []byte
+		err := br.QueryRow().Scan(&known, &st.Report, &spec)
+		if err == nil && !known {
+			err = fmt.Errorf("node %s: %w", nodeID, store.ErrNotFound)
+		}
+		if err == nil && len(spec) > 0 {
+			err = json.Unmarshal(spec, &st.Spec)
+		}
+		if err == nil {
+			st.Unfinished, err = collectCommands(br)
+		}
+		return errors.Join(err, br.Close())
+	})
+	if err != nil {
 		return store.SessionState{}, err
 	}
 	st.Report = nilIfEmpty(st.Report)
@@ -452,8 +473,8 @@ func (p *PG) AddCommand(c store.Command) error {
 // Command returns one command.
 func (p *PG) Command(id string) (store.Command, error) {
 	var c store.Command
-	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
-		return record(ctx, tx, &c, `SELECT record FROM commands WHERE id = $1`, id)
+	err := p.read(func(ctx context.Context, q querier) error {
+		return record(ctx, q, &c, `SELECT record FROM commands WHERE id = $1`, id)
 	})
 	return c, err
 }
@@ -461,8 +482,8 @@ func (p *PG) Command(id string) (store.Command, error) {
 // Unfinished lists a node's commands without a result, oldest first.
 func (p *PG) Unfinished(nodeID string) ([]store.Command, error) {
 	var out []store.Command
-	err := p.tx(func(ctx context.Context, tx pgx.Tx) (err error) {
-		out, err = records[store.Command](ctx, tx, "command", unfinishedSQL, nodeID)
+	err := p.read(func(ctx context.Context, q querier) (err error) {
+		out, err = records[store.Command](ctx, q, "command", unfinishedSQL, nodeID)
 		return err
 	})
 	sortCommands(out)
@@ -501,42 +522,71 @@ func updateCommand(ctx context.Context, tx pgx.Tx, id string, f func(*store.Comm
 	return c, err
 }
 
+// updateCommandRMW is updateCommand as a transaction of its own in two
+// round trips (rmw); notice, when f wrote and it is not nil, makes the
+// notice sent with the commit (nil: none).
+func (p *PG) updateCommandRMW(id string, f func(*store.Command) (bool, error), notice func(store.Command) *store.Notice) error {
+	return p.rmw(`SELECT record FROM commands WHERE id = $1 FOR UPDATE`, []any{id}, func(rec []byte, found bool) (*pgx.Batch, error) {
+		if !found {
+			return nil, store.ErrNotFound
+		}
+		var c store.Command
+		if err := json.Unmarshal(rec, &c); err != nil {
+			return nil, err
+		}
+		write, err := f(&c)
+		if err != nil || !write {
+			return nil, err
+		}
+		b, err := json.Marshal(c)
+		if err != nil {
+			return nil, err
+		}
+		w := &pgx.Batch{}
+		w.Queue(`UPDATE commands SET state = $2, record = $3 WHERE id = $1`, id, c.State, b)
+		if n := notice(c); n != nil {
+			payload, err := noticePayload(*n)
+			if err != nil {
+				return nil, err
+			}
+			queueNotice(w, payload)
+		}
+		return w, nil
+	})
+}
+
 // MarkDelivered records that the agent acked receipt of a command.
 func (p *PG) MarkDelivered(nodeID, id string) error {
-	return p.tx(func(ctx context.Context, tx pgx.Tx) error {
-		_, err := updateCommand(ctx, tx, id, func(c *store.Command) (bool, error) {
-			if c.NodeID != nodeID || c.State != store.StatePending {
-				return false, nil
-			}
-			c.State = store.StateDelivered
-			return true, nil
-		})
-		return err
-	})
+	return p.updateCommandRMW(id, func(c *store.Command) (bool, error) {
+		if c.NodeID != nodeID || c.State != store.StatePending {
+			return false, nil
+		}
+		c.State = store.StateDelivered
+		return true, nil
+	}, func(store.Command) *store.Notice { return nil })
 }
 
 // SetResult stores a command's first result and counts every copy; the
 // command's row lock makes "first" true for exactly one caller.
 func (p *PG) SetResult(nodeID, id string, r store.Result) (bool, error) {
 	first := false
-	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
+	err := p.updateCommandRMW(id, func(c *store.Command) (bool, error) {
 		first = false
-		_, err := updateCommand(ctx, tx, id, func(c *store.Command) (bool, error) {
-			if c.NodeID != nodeID {
-				return false, fmt.Errorf("command %s is not for node %s", id, nodeID)
-			}
-			c.ResultCopies++
-			if c.Result == nil {
-				first = true
-				c.Result, c.State = &r, store.StateDone
-			}
-			return true, nil
-		})
-		if err != nil || !first {
-			return err
+		if c.NodeID != nodeID {
+			return false, fmt.Errorf("command %s is not for node %s", id, nodeID)
+		}
+		c.ResultCopies++
+		if c.Result == nil {
+			first = true
+			c.Result, c.State = &r, store.StateDone
+		}
+		return true, nil
+	}, func(store.Command) *store.Notice {
+		if !first {
+			return nil
 		}
 		// Wakes whoever waits for this result, on any gateway.
-		return notify(ctx, tx, store.Notice{Kind: store.NoticeResult, Node: nodeID, Command: id})
+		return &store.Notice{Kind: store.NoticeResult, Node: nodeID, Command: id}
 	})
 	return first && err == nil, err
 }
@@ -569,8 +619,8 @@ func (p *PG) CancelPending(id, reason string, now time.Time) (store.Command, boo
 // Meta reads a small value of the gateway's own (nil when absent).
 func (p *PG) Meta(key string) ([]byte, error) {
 	var out []byte
-	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT value FROM meta WHERE key = $1`, key).Scan(&out)
+	err := p.read(func(ctx context.Context, q querier) error {
+		err := q.QueryRow(ctx, `SELECT value FROM meta WHERE key = $1`, key).Scan(&out)
 		if errors.Is(err, pgx.ErrNoRows) {
 			out = nil
 			return nil

@@ -148,3 +148,39 @@ func BenchmarkStore(b *testing.B) {
 		return s, nil
 	})
 }
+
+// A read-modify-write that writes nothing (an ack of a command already
+// delivered) or fails (an unknown command) ends its transaction and gives
+// its connection back to the pool, row lock released: the pool opens no
+// connection for the next call, and a writer of the row is not blocked.
+func TestNoWriteKeepsConnection(t *testing.T) {
+	s := open(t, pgtest.Database(t))
+	defer s.Close()
+	if err := s.PutNode(store.Node{ID: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddCommand(store.Command{ID: "c1", NodeID: "n1", Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkDelivered("n1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	before := s.PoolStats().NewConns
+	for range 20 {
+		if err := s.MarkDelivered("n1", "c1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.MarkDelivered("n1", "nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("ack of an unknown command: %v", err)
+		}
+		if _, err := s.UpdateNode("n1", func(*store.Node) error { return errors.New("no") }); err == nil {
+			t.Fatal("a failing update succeeded")
+		}
+	}
+	if opened := s.PoolStats().NewConns - before; opened > 2 {
+		t.Errorf("the pool opened %d connections for 60 calls that wrote nothing", opened)
+	}
+	if _, err := s.SetResult("n1", "c1", store.Result{Status: "SUCCEEDED"}); err != nil {
+		t.Fatalf("result after the acks: %v", err)
+	}
+}

@@ -16,17 +16,25 @@ import (
 // Spec returns a node's desired spec (generation 0 without one).
 func (p *PG) Spec(nodeID string) (store.Spec, error) {
 	var sp store.Spec
-	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
-		sp = store.Spec{}
-		if err := nodeExists(ctx, tx, nodeID); err != nil {
+	err := p.read(func(ctx context.Context, q querier) error {
+		var known bool
+		var b []byte
+		if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE id = $1), (SELECT record FROM specs WHERE node_id = $1)`,
+			nodeID).Scan(&known, &b); err != nil {
 			return err
 		}
-		if err := record(ctx, tx, &sp, `SELECT record FROM specs WHERE node_id = $1`, nodeID); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return err
+		if !known {
+			return fmt.Errorf("node %s: %w", nodeID, store.ErrNotFound)
 		}
-		return nil
+		if len(b) == 0 {
+			return nil
+		}
+		return json.Unmarshal(b, &sp)
 	})
-	return sp, err
+	if err != nil {
+		return store.Spec{}, err
+	}
+	return sp, nil
 }
 
 // PutSpec writes generation base+1 if the stored one is still base.
@@ -106,8 +114,8 @@ func (p *PG) PutReport(nodeID string, rec []byte) error {
 // Report returns a node's latest status report record, nil when none.
 func (p *PG) Report(nodeID string) ([]byte, error) {
 	var out []byte
-	err := p.tx(func(ctx context.Context, tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT record FROM reports WHERE node_id = $1`, nodeID).Scan(&out)
+	err := p.read(func(ctx context.Context, q querier) error {
+		err := q.QueryRow(ctx, `SELECT record FROM reports WHERE node_id = $1`, nodeID).Scan(&out)
 		if errors.Is(err, pgx.ErrNoRows) {
 			out = nil
 			return nil
