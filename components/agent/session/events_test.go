@@ -257,3 +257,28 @@ func TestCancelVerified(t *testing.T) {
 		}
 	}
 }
+
+// TestTrustAckSurvivesANewerReport: a report that acknowledges a newly
+// taken trust bundle and is replaced before it was sent passes its
+// trust_version to the report that replaces it; once sent, later reports
+// do not repeat it.
+func TestTrustAckSurvivesANewerReport(t *testing.T) {
+	g, client := startFake(t)
+	s := session.New(session.Config{Client: client, NodeID: "n1", Role: "node", BootID: "b", Version: "t",
+		Dispatcher: dispatcherFor(t, "n1", newRunner(), 1, nil), BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond})
+	s.Report(&bcdv1.StatusReport{ObservedGeneration: 1, TrustVersion: 5})
+	s.Report(&bcdv1.StatusReport{ObservedGeneration: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	p := g.next(t)
+	p.send(t, welcome(1, time.Now()))
+	if r := p.recv(t).GetStatus(); r.GetObservedGeneration() != 2 || r.GetTrustVersion() != 5 {
+		t.Fatalf("first report after Welcome: %v, want generation 2 with trust_version 5", r)
+	}
+	s.Report(&bcdv1.StatusReport{ObservedGeneration: 3})
+	if r := p.recv(t).GetStatus(); r.GetObservedGeneration() != 3 || r.GetTrustVersion() != 0 {
+		t.Fatalf("report after the acknowledgement was sent: %v, want generation 3 without trust_version", r)
+	}
+}

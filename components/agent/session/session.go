@@ -138,6 +138,7 @@ type Session struct {
 
 	repMu      sync.Mutex
 	lastReport *bcdv1.StatusReport // the latest StatusReport, re-sent after each Welcome
+	repSent    *bcdv1.StatusReport // the last report handed to a stream
 	repKick    chan struct{}
 
 	mu        sync.Mutex
@@ -335,6 +336,7 @@ func (s *Session) once(ctx context.Context) (welcomed bool, wait time.Duration, 
 	sendReport := func() error {
 		s.repMu.Lock()
 		rep := s.lastReport
+		s.repSent = rep
 		s.repMu.Unlock()
 		if rep == nil {
 			return nil
@@ -633,8 +635,15 @@ func CommandSecret(ctx context.Context, name string) ([]byte, error) {
 // Report sends r now if a session is up, and again after every later
 // Welcome until a newer report replaces it. Reports are complete, so a
 // newer one replaces an older one not sent yet.
+//
+// A report's trust_version says once that the agent took a newer trust
+// bundle; a newer report that replaces one not sent yet keeps it, so the
+// acknowledgement is never dropped by a report built right after it.
 func (s *Session) Report(r *bcdv1.StatusReport) {
 	s.repMu.Lock()
+	if old := s.lastReport; old != nil && old != s.repSent && old.GetTrustVersion() > r.GetTrustVersion() {
+		r.TrustVersion = old.GetTrustVersion()
+	}
 	s.lastReport = r
 	s.repMu.Unlock()
 	select {
