@@ -27,6 +27,11 @@ type Live struct {
 	out     chan Frame
 	done    chan struct{}
 	once    sync.Once
+	// sendMu guards sends and sending: the frames Hub.Send queued and
+	// whether a goroutine is pushing them, in the order they were sent.
+	sendMu  sync.Mutex
+	sends   []Frame
+	sending bool
 	// SpecReady is set once the session sent what its Hello asked of the
 	// desired spec; spec changes are pushed to it only from then on (before,
 	// the full spec it gets covers them).
@@ -159,9 +164,43 @@ func (h *Hub) Get(nodeID string) *Live {
 func (h *Hub) Connected(nodeID string) bool { return h.Get(nodeID) != nil }
 
 // Send queues f on the node's live session, if any, without waiting.
+// Frames sent to one session go out in the order they were given (a
+// batch's commands in the batch's order): one goroutine per session pushes
+// them while there are any.
 func (h *Hub) Send(nodeID string, f *bcdv1.GatewayFrame) {
 	if l := h.Get(nodeID); l != nil {
-		go l.Push(Frame{F: f})
+		l.sendLater(Frame{F: f})
+	}
+}
+
+// sendLater queues f behind the frames sendLater queued before it and
+// starts their pusher if none runs.
+func (l *Live) sendLater(f Frame) {
+	l.sendMu.Lock()
+	l.sends = append(l.sends, f)
+	start := !l.sending
+	l.sending = true
+	l.sendMu.Unlock()
+	if start {
+		go l.pushSends()
+	}
+}
+
+// pushSends pushes the queued frames in order until none is left (or the
+// session ended: Push then returns at once).
+func (l *Live) pushSends() {
+	for {
+		l.sendMu.Lock()
+		if len(l.sends) == 0 {
+			l.sending = false
+			l.sendMu.Unlock()
+			return
+		}
+		f := l.sends[0]
+		l.sends[0] = Frame{}
+		l.sends = l.sends[1:]
+		l.sendMu.Unlock()
+		l.Push(f)
 	}
 }
 
