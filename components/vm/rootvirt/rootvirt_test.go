@@ -76,7 +76,7 @@ func (e *env) basePath() string { return filepath.Join(e.data, "images", e.base+
 
 func (e *env) dir(id string) string { return filepath.Join(e.data, "instances", id) }
 
-// qemu-img times its LUKS key derivation by the thread's CPU time and
+// run runs qemu-img with args. qemu-img times its LUKS key derivation by the thread's CPU time and
 // gives up with "Unable to get accurate CPU usage" when that reads zero,
 // which a machine under load makes happen now and then: such a run is
 // tried again (up to 3 times), as it makes only the test's fixture.
