@@ -105,6 +105,7 @@ var (
 		"drwxr-xr-x root/root ./lib/systemd/",
 		"drwxr-xr-x root/root ./lib/systemd/system/",
 		"-rw-r--r-- root/root ./lib/systemd/system/bcgw.service",
+		"-rw-r--r-- root/root ./lib/systemd/system/bcgw@.service",
 		"drwxr-xr-x root/root ./usr/",
 		"drwxr-xr-x root/root ./usr/bin/",
 		"-rwxr-xr-x root/root ./usr/bin/bcgw",
@@ -125,6 +126,7 @@ var (
 		"-rw-r--r-- root/root /etc/bcgw/bcgw.env",
 		"-rwxr-xr-x root/root /usr/bin/bcgw",
 		"-rw-r--r-- root/root /usr/lib/systemd/system/bcgw.service",
+		"-rw-r--r-- root/root /usr/lib/systemd/system/bcgw@.service",
 		"-rw-r--r-- root/root /usr/share/man/man1/bcgw.1.gz",
 	}
 )
@@ -506,7 +508,7 @@ func TestUnitsVerify(t *testing.T) {
 	bin := filepath.Join(fx.bin1, "amd64")
 	for unit, binary := range map[string]string{
 		"bcd.service": "bcd-node", "bcd-join.service": "bcd-node", "bcd-site.service": "bcd-site", "bcd-helper.service": "bcd-helper",
-		"bcd-rollback@.service": "bcd-node", "bcgw.service": "bcgw",
+		"bcd-rollback@.service": "bcd-node", "bcgw.service": "bcgw", "bcgw@.service": "bcgw",
 	} {
 		data, err := os.ReadFile(filepath.Join(src, unit))
 		if err != nil {

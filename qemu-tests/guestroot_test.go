@@ -30,10 +30,14 @@ const guestSuite = "bookworm"
 // (openssh-server: the ssh.service the helper's ssh.reload reloads), and
 // GRUB's configuration tools (grub2-common: update-grub and grub-mkconfig,
 // which the host units' kernel command line goes through; the harness
-// boots the kernel with the line they render, guest_test.go).
+// boots the kernel with the line they render, guest_test.go), and
+// PostgreSQL and HAProxy for the quick start (docs/quickstart.md: the
+// guest has no Internet, so the page's apt-get install of them finds
+// them installed; the image has them disabled, see guestSetup).
 var guestPackages = []string{
 	"systemd", "systemd-sysv", "udev", "dbus", "linux-image-amd64",
 	"iproute2", "kmod", "procps", "zstd", "openssh-server", "grub2-common",
+	"postgresql", "haproxy",
 }
 
 // The guest's static network: the host side of the namespace is
@@ -81,6 +85,10 @@ WantedBy=sysinit.target
 // guestSetup runs in the root (chroot) after the files are written.
 var guestSetup = []string{
 	"systemctl enable systemd-networkd.service bcd-test-agent.service",
+	// Installed for the quick start only: they do not start at every
+	// boot of the other steps (the quick start starts them, as apt-get
+	// install does on a host that did not have them).
+	"systemctl disable postgresql.service haproxy.service",
 	"systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer getty@tty1.service dpkg-db-backup.timer",
 	"passwd -d root",
 	"mkdir -p /boot/grub",

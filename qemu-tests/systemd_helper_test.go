@@ -135,29 +135,9 @@ func (e *systemdEnv) helperOps(t *testing.T, since string) []map[string]any {
 // section name is in state, and returns the section's message.
 func (e *systemdEnv) waitSection(t *testing.T, node string, gen uint64, name, state string) string {
 	t.Helper()
-	var last string
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		var st struct {
-			ObservedGeneration uint64 `json:"observed_generation"`
-			Sections           []struct{ Name, State, Message string }
-		}
-		out, err := exec.Command(e.bin, "status", node, "--json", "--data-dir", e.gwDir).Output()
-		if err == nil && json.Unmarshal(out, &st) == nil && st.ObservedGeneration >= gen {
-			for _, s := range st.Sections {
-				if s.Name == name {
-					last = s.State + ": " + s.Message
-					if s.State == state {
-						return s.Message
-					}
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the %s section of %s at generation %d: %q after 2m, want %s\n%s", name, node, gen, last, state, out)
-		}
-		time.Sleep(time.Second)
-	}
+	return waitSectionBy(t, func() ([]byte, error) {
+		return exec.Command(e.bin, "status", node, "--json", "--data-dir", e.gwDir).Output()
+	}, node, gen, name, state)
 }
 
 // The GPUs of the capture the helper's nvidia-smi answers with (two RTX

@@ -79,7 +79,7 @@ var systemdSteps = []systemdStep{
 	{"apt purge", stepPurge, false},
 	{"apt install after the purge", stepReinstall, false},
 	{"bcd-site", stepSite, false},
-	{"bcgw package on PostgreSQL", stepGateway, false},
+	{"quick start", stepQuickstart, false},
 }
 
 // TestSystemd is the systemd tier (make systemd-test): one guest with

@@ -140,7 +140,8 @@ func siteSpec(o *options, arch string) spec {
 }
 
 // gatewaySpec is bcgw: the gateway as /usr/bin/bcgw, bcgw.service (its
-// own account, made by the maintainer scripts), the flags' environment
+// own account, made by the maintainer scripts) and the template
+// bcgw@.service for more gateways on one host, the flags' environment
 // file as a conffile and bcgw(1).
 func gatewaySpec(o *options, arch string) spec {
 	bin := filepath.Join(o.bin, arch)
@@ -154,8 +155,10 @@ func gatewaySpec(o *options, arch string) spec {
 			"fleet behind a load balancer.\n\n" +
 			"This package holds /usr/bin/bcgw and bcgw.service, which runs it as the bcgw " +
 			"system account with the key-encryption key /etc/bcgw/kek as a systemd " +
-			"credential and the flags of /etc/bcgw/bcgw.env. It makes the account and the " +
-			"key and enables the unit, but starts nothing by itself.",
+			"credential and the flags of /etc/bcgw/bcgw.env, and the template " +
+			"bcgw@.service for further gateways on the same host (flags in " +
+			"/etc/bcgw/NAME.env). It makes the account and the key and enables " +
+			"bcgw.service, but starts nothing by itself.",
 		License: o.license,
 		// The postinst makes the account with useradd: Debian's passwd,
 		// the shadow utilities of RPM distributions (named by the file,
@@ -164,6 +167,7 @@ func gatewaySpec(o *options, arch string) spec {
 		Files: []entry{
 			{Dst: "/usr/bin/bcgw", Src: filepath.Join(bin, "bcgw"), Mode: 0o755},
 			{Dst: "bcgw.service", Src: filepath.Join(o.systemd, "bcgw.service"), Mode: 0o644, Unit: true},
+			{Dst: "bcgw@.service", Src: filepath.Join(o.systemd, "bcgw@.service"), Mode: 0o644, Unit: true},
 			{Dst: "/etc/bcgw/bcgw.env", Src: filepath.Join(o.self, "files", "bcgw.env"), Mode: 0o644, Conf: true},
 			{Dst: "/etc/bcgw", Mode: 0o755},
 		},
