@@ -53,8 +53,8 @@ func TestGatewayDebInstall(t *testing.T) {
 			t.Errorf("/%s is still there after the purge", p)
 		}
 	}
-	if !strings.Contains(c.calls(), "stop bcgw.service") {
-		t.Error("the removal did not stop bcgw.service")
+	if calls := c.calls(); !strings.Contains(calls, "stop bcgw.service") || !strings.Contains(calls, "stop bcgw@*.service") {
+		t.Errorf("the removal did not stop bcgw.service and every bcgw@ instance; systemctl calls:\n%s", calls)
 	}
 	if !c.exists("etc/bcgw/kek") {
 		t.Error("the purge removed the key-encryption key")
@@ -119,8 +119,8 @@ func TestGatewayRPMScriptlets(t *testing.T) {
 		t.Error("bcgw.service is not enabled after rpm -i")
 	}
 	run(t, "", "rpm", append(db, "-e", "--nodeps", "bcgw")...)
-	if calls := c.calls(); !strings.Contains(calls, "disable --now bcgw.service") || !strings.Contains(calls, "daemon-reload") {
-		t.Errorf("%%preun/%%postun: want bcgw.service disabled and stopped, then a daemon-reload; systemctl calls:\n%s", calls)
+	if calls := c.calls(); !strings.Contains(calls, "disable --now bcgw.service") || !strings.Contains(calls, "stop bcgw@*.service") || !strings.Contains(calls, "daemon-reload") {
+		t.Errorf("%%preun/%%postun: want bcgw.service disabled and stopped, every bcgw@ instance stopped, then a daemon-reload; systemctl calls:\n%s", calls)
 	}
 	if c.exists("usr/bin/bcgw") || !c.exists("etc/bcgw/kek") {
 		t.Error("after rpm -e: want /usr/bin/bcgw gone and /etc/bcgw/kek kept")

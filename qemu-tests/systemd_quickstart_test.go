@@ -205,8 +205,8 @@ type qsHook struct {
 }
 
 // stepQuickstart runs docs/quickstart.md in the guest. What the page
-// does not say, the test does first: the node and site packages of the
-// earlier steps go (a fresh machine), the page's names point at the
+// does not say, the test does first: the node and site agents of the
+// earlier steps stop and forget who they were, the page's names point at the
 // guest, the packages are where the page has them, a stand-in nvidia-smi
 // plays two GPUs, and PostgreSQL and HAProxy (installed in the image,
 // disabled there for the other steps) are enabled and started as their
@@ -216,11 +216,11 @@ func stepQuickstart(t *testing.T, e *systemdEnv) {
 	blocks := readQuickstart(t, e.repo)
 	g := e.g
 	start := time.Now()
-	g.Must("rm -rf /etc/systemd/system/bcd.service.d")
-	if pkgs := strings.Fields(g.Must(`dpkg-query -W -f '${db:Status-Abbrev} ${Package}\n' bcd-node bcd-site 2>/dev/null | awk '$1 == "ii" {print $2}'`)); len(pkgs) > 0 {
-		g.MustTimeout("apt-get purge -y "+strings.Join(pkgs, " ")+" 2>&1", aptDeadline)
-	}
-	g.Must("rm -rf /etc/bcd /var/lib/bcd /var/lib/bcd-site " + quickstartDir + " && mkdir -m 0700 " + quickstartDir)
+	// The agents the earlier steps left stop, and their configuration and
+	// identities go; their packages stay (a purge is 1-2 minutes of apt
+	// under TCG): the page's apt-get install of bcd-node replaces a
+	// bcd-site (they conflict) and finds a bcd-node installed.
+	g.Must("systemctl stop bcd.service bcd-join.service bcd-helper.service bcd-site.service 2>/dev/null; rm -rf /etc/systemd/system/bcd.service.d /etc/bcd/* /var/lib/bcd /var/lib/bcd-site " + quickstartDir + " && mkdir -m 0700 " + quickstartDir)
 	g.Must("grep -q gw.example.net /etc/hosts || echo '" + guestIP + " db.example.net gw.example.net gw1.example.net gw2.example.net' >> /etc/hosts")
 	for _, name := range []string{"bcgw", "bcd-node"} {
 		deb := e.deb(t, name)
@@ -239,24 +239,23 @@ func stepQuickstart(t *testing.T, e *systemdEnv) {
 		{Role: "gateway-1", Match: "apt-get install -y ./bcgw_", Check: func(t *testing.T) { checkGatewayInstalled(t, e) }},
 		{Role: "gateway-1", Match: "systemctl start bcgw", Check: func(t *testing.T) { checkGatewayServing(t, e, "bcgw.service", "/var/lib/bcgw") }},
 		{Role: "node", Match: "install.sh", Check: func(t *testing.T) {
+			g.WaitActive("bcd-helper.service", 90*time.Second)
 			g.WaitActive("bcd.service", 90*time.Second)
+			if u := strings.TrimSpace(g.Must("ps -o user= -p " + e.mainPID(t, "bcd.service"))); u != "bcd" {
+				t.Errorf("bcd.service runs as %s after install.sh --unprivileged, want bcd", u)
+			}
 			nodeID, _ = e.identity(t)
 			if on := gatewayConnected(t, gw1, nodeID); on != "gw1" {
 				t.Errorf("the node joined through the balancer is on %q, want gw1 (gw2 is not started yet)", on)
 			}
 		}},
 		{Role: "gateway-1", Match: "bcgw spec set", Check: func(t *testing.T) {
-			waitFor(t, "the spec's vm.swappiness 10 on the node", 2*time.Minute, func() bool {
-				return strings.TrimSpace(g.Must("sysctl -n vm.swappiness")) == "10"
-			})
+			convergedAtSpec(t, gw1, nodeID, "host")
+			if v := strings.TrimSpace(g.Must("sysctl -n vm.swappiness")); v != "10" {
+				t.Errorf("the host section converged, vm.swappiness is %s, want the spec's 10", v)
+			}
 		}},
-		{Role: "node", Match: "bcd-alloc-job1", Before: true, Check: func(t *testing.T) {
-			waitFor(t, "the hold's /run/bcd-alloc/job1.env on the node", 2*time.Minute, func() bool {
-				_, code, _ := g.Run("test -e /run/bcd-alloc/job1.env")
-				return code == 0
-			})
-			waitSectionBy(t, func() ([]byte, error) { return []byte(gw1("status " + nodeID + " --json")), nil }, nodeID, 0, "devices", "CONVERGED")
-		}},
+		{Role: "node", Match: "bcd-alloc-job1", Before: true, Check: func(t *testing.T) { convergedAtSpec(t, gw1, nodeID, "devices") }},
 		{Role: "node", Match: "bcd-alloc-job1", Check: func(t *testing.T) {
 			if p := g.SliceLimits("bcd-alloc-job1.slice"); p["ActiveState"] != "active" || p["AllowedCPUs"] != "0" || p["MemoryMax"] != "268435456" {
 				t.Errorf("the hold's slice: %v, want active with AllowedCPUs=0 and MemoryMax=268435456", p)
@@ -338,6 +337,20 @@ func runQuickstartCopy(t *testing.T, e *systemdEnv, b qsBlock) {
 	if from != to {
 		e.g.Must("cp --preserve=mode " + shellQuote(from) + " " + shellQuote(to))
 	}
+}
+
+// convergedAtSpec waits until the node has observed the gateway's
+// desired spec generation (run: bcgw on a gateway) and section is
+// CONVERGED in it.
+func convergedAtSpec(t *testing.T, run func(string) string, node, section string) {
+	t.Helper()
+	var st struct {
+		SpecGeneration uint64 `json:"spec_generation"`
+	}
+	if err := json.Unmarshal([]byte(run("status "+node+" --json")), &st); err != nil || st.SpecGeneration == 0 {
+		t.Fatalf("bcgw status %s --json: no spec generation (%v)", node, err)
+	}
+	waitSectionBy(t, func() ([]byte, error) { return []byte(run("status " + node + " --json")), nil }, node, st.SpecGeneration, section, "CONVERGED")
 }
 
 // waitSectionBy waits until the node's status (from status, a bcgw status
