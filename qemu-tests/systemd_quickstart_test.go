@@ -229,6 +229,7 @@ func stepQuickstart(t *testing.T, e *systemdEnv) {
 		}
 	}
 	e.installFakeSMI(t, "/usr/bin/nvidia-smi", smiCapture, "8.6", smiState)
+	installFakeDriverProc(t, e)
 	g.MustTimeout("systemctl enable --now postgresql.service haproxy.service 2>&1", 3*time.Minute)
 	t.Logf("quick start: the guest prepared in %s", time.Since(start).Round(100*time.Millisecond))
 
@@ -316,6 +317,33 @@ func stepQuickstart(t *testing.T, e *systemdEnv) {
 	// The gateway that holds the node's session, killed.
 	checkKilledRestarted(t, e, "bcgw@gw2.service", gw1, nodeID)
 	e.checkExposure(t, "package", "bcgw.service", "bcgw@gw2.service")
+}
+
+// fakeDriverGPUs are the driver's /proc/driver/nvidia/gpus entries of the
+// stand-in nvidia-smi's two GPUs (smiCapture: the same UUIDs, buses and
+// device minors), where the node and the helper read the minors a hold's
+// device files name.
+var fakeDriverGPUs = []struct{ bus, uuid, minor string }{
+	{"0000:81:00.0", smiGPU0, "1"},
+	{"0000:c1:00.0", "GPU-12345678-aaaa-bbbb-cccc-0123456789cd", "0"},
+}
+
+// installFakeDriverProc puts the driver's GPU entries, as the NVIDIA
+// kernel driver writes them, on a directory bind-mounted over
+// /proc/driver (the guest has no such driver), before the node's units
+// start and take the host's mounts into their namespaces.
+func installFakeDriverProc(t *testing.T, e *systemdEnv) {
+	t.Helper()
+	const dir = "/run/bcd-test-proc-driver"
+	var sh strings.Builder
+	fmt.Fprintf(&sh, "mountpoint -q /proc/driver && umount /proc/driver; rm -rf %s && ", dir)
+	for _, g := range fakeDriverGPUs {
+		d := dir + "/nvidia/gpus/" + g.bus
+		fmt.Fprintf(&sh, "mkdir -p %s && printf 'Model: \t\t NVIDIA RTX A5000\nIRQ:   \t\t 130\nGPU UUID: \t %s\nVideo BIOS: \t 94.02.5c.00.01\nBus Type: \t PCIe\nDMA Size: \t 47 bits\nDMA Mask: \t 0x7fffffffffff\nBus Location: \t %s\nDevice Minor: \t %s\n' > %s/information && ",
+			d, g.uuid, g.bus, g.minor, d)
+	}
+	fmt.Fprintf(&sh, "mount --bind %s /proc/driver && cat /proc/driver/nvidia/gpus/*/information", dir)
+	t.Logf("the stand-in driver's /proc/driver/nvidia/gpus:\n%s", e.g.Must(sh.String()))
 }
 
 // runQuickstartCopy moves a file as the page's "copy A to B" says. In the
