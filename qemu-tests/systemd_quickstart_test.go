@@ -256,7 +256,13 @@ func stepQuickstart(t *testing.T, e *systemdEnv) {
 				t.Errorf("the host section converged, vm.swappiness is %s, want the spec's 10", v)
 			}
 		}},
-		{Role: "node", Match: "bcd-alloc-job1", Before: true, Check: func(t *testing.T) { convergedAtSpec(t, gw1, nodeID, "devices") }},
+		{Role: "node", Match: "bcd-alloc-job1", Before: true, Check: func(t *testing.T) {
+			for _, u := range []string{"bcd.service", "bcd-helper.service"} {
+				out, _, _ := g.Run("nsenter -t " + e.mainPID(t, u) + " -m -- sh -c 'grep -H Minor /proc/driver/nvidia/gpus/*/information; findmnt /proc/driver' 2>&1")
+				t.Logf("the driver's GPUs as %s sees them:\n%s", u, out)
+			}
+			convergedAtSpec(t, gw1, nodeID, "devices")
+		}},
 		{Role: "node", Match: "bcd-alloc-job1", Check: func(t *testing.T) {
 			if p := g.SliceLimits("bcd-alloc-job1.slice"); p["ActiveState"] != "active" || p["AllowedCPUs"] != "0" || p["MemoryMax"] != "268435456" {
 				t.Errorf("the hold's slice: %v, want active with AllowedCPUs=0 and MemoryMax=268435456", p)
