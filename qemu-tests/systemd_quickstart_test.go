@@ -242,9 +242,14 @@ func stepQuickstart(t *testing.T, e *systemdEnv) {
 		{Role: "node", Match: "install.sh", Check: func(t *testing.T) {
 			g.WaitActive("bcd-helper.service", 90*time.Second)
 			g.WaitActive("bcd.service", 90*time.Second)
-			if u := strings.TrimSpace(g.Must("ps -o user= -p " + e.mainPID(t, "bcd.service"))); u != "bcd" {
+			pid := e.mainPID(t, "bcd.service")
+			if u := strings.TrimSpace(g.Must("ps -o user= -p " + pid)); u != "bcd" {
 				t.Errorf("bcd.service runs as %s after install.sh --unprivileged, want bcd", u)
 			}
+			// The unprivileged node's namespace has a /proc of its own,
+			// which the host's bind mount does not reach: the stand-in
+			// driver's entries go on it too.
+			g.Must("nsenter -t " + pid + " -m -- mount --bind " + fakeDriverDir + " /proc/driver")
 			nodeID, _ = e.identity(t)
 			if on := gatewayConnected(t, gw1, nodeID); on != "gw1" {
 				t.Errorf("the node joined through the balancer is on %q, want gw1 (gw2 is not started yet)", on)
@@ -334,13 +339,15 @@ var fakeDriverGPUs = []struct{ bus, uuid, minor string }{
 	{"0000:c1:00.0", "GPU-12345678-aaaa-bbbb-cccc-0123456789cd", "0"},
 }
 
+const fakeDriverDir = "/run/bcd-test-proc-driver"
+
 // installFakeDriverProc puts the driver's GPU entries, as the NVIDIA
 // kernel driver writes them, on a directory bind-mounted over
 // /proc/driver (the guest has no such driver), before the node's units
 // start and take the host's mounts into their namespaces.
 func installFakeDriverProc(t *testing.T, e *systemdEnv) {
 	t.Helper()
-	const dir = "/run/bcd-test-proc-driver"
+	const dir = fakeDriverDir
 	var sh strings.Builder
 	fmt.Fprintf(&sh, "mountpoint -q /proc/driver && umount /proc/driver; rm -rf %s && ", dir)
 	for _, g := range fakeDriverGPUs {
