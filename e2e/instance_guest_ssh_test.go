@@ -53,14 +53,7 @@ func TestSSHToGuestThroughTunnel(t *testing.T) {
 	l.waitNode(g, hn.id, "connected", func(n nodeView) bool { return n.Connected })
 	l.bcgw(g, "ssh-ca", hn.id, "--jwks-only")
 
-	key := filepath.Join(l.root, "id_ed25519")
-	if out, err := exec.Command(keygen, "-q", "-t", "ed25519", "-N", "", "-f", key).CombinedOutput(); err != nil {
-		t.Fatalf("ssh-keygen: %v: %s", err, out)
-	}
-	pub, err := os.ReadFile(key + ".pub")
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, pub := l.userKey(t, keygen)
 	ud := filepath.Join(l.root, "user-data")
 	if err := os.WriteFile(ud, []byte("#cloud-config\nruncmd:\n  - ip link set eth0 up\n  - ip addr add 10.9.0.5/24 dev eth0\n"+
 		"  - mkdir -p /root/.ssh && echo '"+strings.TrimSpace(string(pub))+"' > /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys\n"+
@@ -133,4 +126,20 @@ func TestSSHToGuestThroughTunnel(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// userKey makes the ed25519 key pair a test logs in to a guest with (no
+// passphrase) with keygen, in the lab's root: its private key's path and
+// its public key.
+func (l *lab) userKey(t *testing.T, keygen string) (string, []byte) {
+	t.Helper()
+	key := filepath.Join(l.root, "id_ed25519")
+	if out, err := exec.Command(keygen, "-q", "-t", "ed25519", "-N", "", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v: %s", err, out)
+	}
+	pub, err := os.ReadFile(key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, pub
 }

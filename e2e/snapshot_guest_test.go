@@ -105,14 +105,7 @@ func TestMemorySnapshotOfRealGuest(t *testing.T) {
 	l.waitNode(g, hn.id, "connected", func(n nodeView) bool { return n.Connected })
 	l.bcgw(g, "ssh-ca", hn.id, "--jwks-only")
 
-	key := filepath.Join(l.root, "id_ed25519")
-	if out, err := exec.Command(keygen, "-q", "-t", "ed25519", "-N", "", "-f", key).CombinedOutput(); err != nil {
-		t.Fatalf("ssh-keygen: %v: %s", err, out)
-	}
-	pub, err := os.ReadFile(key + ".pub")
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, pub := l.userKey(t, keygen)
 	onDisk, inMemory := randHex(t, 16), randHex(t, 16)
 	ud := filepath.Join(l.root, "user-data")
 	if err := os.WriteFile(ud, []byte("#cloud-config\nruncmd:\n  - ip link set eth0 up\n  - ip addr add 10.9.0.5/24 dev eth0\n"+
