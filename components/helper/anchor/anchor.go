@@ -45,16 +45,30 @@ const NoRootsFix = "root holds no command-signing roots: give the gateway's trus
 // as root after it verified the JoinResponse. A record for another node
 // than the one held (or a first record) starts root's bookkeeping anew:
 // the generations applied were another node's, and a first-use binding
-// gives way to the record.
+// gives way to the record; a record signed by another join-signing key
+// than the held trust bundle's drops that bundle too.
 func WriteRecord(dir string, rec rootsig.JoinRecord) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("join record: %w", err)
 	}
+	stale := []string{}
 	if old, err := readRecord(dir); err != nil || old.NodeID != rec.NodeID {
-		for _, f := range []string{AppliedFile, TOFUFile} {
-			if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("join record: %w", err)
-			}
+		stale = append(stale, AppliedFile, TOFUFile)
+	}
+	// A held trust bundle signed by another join-signing key than the
+	// record's is another fleet's (the machine joined a new gateway): it
+	// would no longer verify under the new pin and refuse every signed
+	// section, so it goes, with the generations applied under it; the
+	// node forwards its new fleet's bundle.
+	if b, err := os.ReadFile(filepath.Join(dir, BundleFile)); err == nil {
+		var held rootsig.Bundle
+		if json.Unmarshal(b, &held) != nil || !bytes.Equal(held.SigningKey, rec.SigningKey) {
+			stale = append(stale, BundleFile, AppliedFile)
+		}
+	}
+	for _, f := range stale {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("join record: %w", err)
 		}
 	}
 	b, err := json.Marshal(rec)

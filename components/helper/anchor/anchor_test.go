@@ -75,3 +75,55 @@ func TestConcurrentSectionsKeepEachOther(t *testing.T) {
 		t.Error("an older access section admitted")
 	}
 }
+
+// TestRecordOfAnotherFleetDropsItsBundle: a machine that joins a gateway
+// of another fleet (another join-signing key) gets a join record under
+// the new pin; the bundle and generations root held from the old fleet
+// go with it, so the new fleet's signed sections are admitted, from
+// generation 1. A record from the same fleet keeps the bundle.
+func TestRecordOfAnotherFleetDropsItsBundle(t *testing.T) {
+	record := func(join *ecdsa.PrivateKey) rootsig.JoinRecord {
+		js, _ := es256.MarshalSPKI(join.Public())
+		result := append([]byte{0x0a, byte(len("node_a"))}, "node_a"...)
+		sig, _ := es256.Sign(join, rootsig.PurposeJoinResponse, result)
+		return rootsig.JoinRecord{V: 1, NodeID: "node_a", Result: result, Signature: sig, SigningKey: js}
+	}
+	admit := func(dir string, join, root *ecdsa.PrivateKey, gen uint64) error {
+		js, _ := es256.MarshalSPKI(join.Public())
+		a, err := Open(dir, rootsig.Pin(js), nil)
+		if err != nil {
+			return err
+		}
+		secs := map[string]string{"host": `{"units":{}}`}
+		commit, err := a.Admit(signed(t, join, root, gen, secs), "host", []byte(secs["host"]))
+		if err != nil {
+			return err
+		}
+		return commit()
+	}
+	join1, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	root1, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	join2, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	root2, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	dir := t.TempDir()
+	if err := WriteRecord(dir, record(join1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := admit(dir, join1, root1, 5); err != nil {
+		t.Fatalf("the first fleet's section: %v", err)
+	}
+	// Joined again to the same fleet: its bundle stays.
+	if err := WriteRecord(dir, record(join1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, BundleFile)); err != nil {
+		t.Fatalf("a record of the same fleet dropped its bundle: %v", err)
+	}
+	// Joined to another fleet.
+	if err := WriteRecord(dir, record(join2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := admit(dir, join2, root2, 1); err != nil {
+		t.Fatalf("the new fleet's first section after its join record: %v", err)
+	}
+}
