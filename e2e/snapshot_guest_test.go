@@ -19,7 +19,6 @@ import (
 
 	"github.com/better-compute/bcd/components/base/testenv"
 	"github.com/better-compute/bcd/components/gateway/adminapi"
-	"github.com/better-compute/bcd/components/helper/netpolicy/netpolicytest"
 	"github.com/better-compute/bcd/components/helper/sshaccess/sshdtest"
 	"github.com/better-compute/bcd/components/trust/pki"
 	"github.com/better-compute/bcd/components/vm/guestimage"
@@ -41,19 +40,7 @@ import (
 // TestSSHToGuestThroughTunnel does.
 func TestMemorySnapshotOfRealGuest(t *testing.T) {
 	testenv.NeedRoot(t, "it makes a network namespace, creates a user, runs bcd helper and libvirtd as root")
-	if os.Getenv(netnsEnv) == "" {
-		guestimage.Cached(t)
-		ns := netpolicytest.New(t)
-		ns.Bridge("br0", "10.9.0.1/24")
-		cmd := exec.Command("ip", "netns", "exec", ns.Name, os.Args[0], "-test.run", "^TestMemorySnapshotOfRealGuest$", "-test.v", "-test.timeout", "30m")
-		cmd.Env = append(os.Environ(), netnsEnv+"="+ns.Name)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		t.Logf("inside %s:\n%s", ns.Name, out.String())
-		if err != nil {
-			t.Fatalf("the test inside the network namespace: %v", err)
-		}
+	if !inGuestNetNS(t, "TestMemorySnapshotOfRealGuest", nil) {
 		return
 	}
 	sshBin := testenv.NeedTool(t, "ssh", "openssh-client")
