@@ -134,6 +134,56 @@ func printStoreOps(label string, from, to map[string][2]float64, sessions int) {
 	}
 }
 
+// groupCPU is the CPU time so far of the processes running each program
+// (bcgw, bcd-node, postgres, haproxy, the test binary, ...), from
+// /proc/PID/stat; a process that exited takes its share with it.
+func groupCPU() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i, j := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if i < 0 || j < i {
+			continue
+		}
+		if d := procCPU(pid); d > 0 {
+			out[s[i+1:j]] += d
+		}
+	}
+	return out
+}
+
+// printGroupCPU prints each program's CPU between two groupCPU readings
+// over the window d, most first, in cores.
+func printGroupCPU(label string, from, to map[string]time.Duration, d time.Duration) {
+	type row struct {
+		name string
+		cpu  time.Duration
+	}
+	var rows []row
+	var all time.Duration
+	for name, v := range to {
+		if x := v - from[name]; x > 100*time.Millisecond {
+			rows = append(rows, row{name, x})
+			all += x
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.cpu, a.cpu) })
+	fmt.Printf("scale HA: %s: CPU by program over %s: %.1f s in all (%.2f cores)", label, d.Round(time.Second), all.Seconds(), all.Seconds()/d.Seconds())
+	for _, r := range rows {
+		fmt.Printf("; %s %.1f s", r.name, r.cpu.Seconds())
+	}
+	fmt.Println()
+}
+
 // slowShare is where the slow round trips of a window were slow, from the
 // survivor's histograms: of the commands whose result was stored, how
 // many took over 250 ms from being sent on the session to their result
@@ -336,23 +386,63 @@ func BenchmarkScaleHA(b *testing.B) {
 	time.Sleep(2 * time.Second)
 	fmt.Printf("scale HA: killing gw%d (%d sessions) with SIGKILL; load average %s\n", kill+1, per[kill], load())
 	ops0 := storeOps(survMetrics)
+	reasons := []string{"setup_queue", "handshake_queue", "busy", "draining"}
+	refusals := func() []float64 {
+		var out []float64
+		for _, r := range reasons {
+			out = append(out, metricValue(survMetrics, "bcgw_session_refusals_total", `reason="`+r+`"`))
+		}
+		return out
+	}
+	ref0 := refusals()
 	killed := time.Now()
 	h.gws[kill].signal(syscall.SIGKILL)
 	h.gws[kill].wait(b, 10*time.Second)
+	cpu0 := groupCPU()
+	profiled := make(chan struct{})
+	go func() {
+		// The survivor's CPU profile of the failover's first 30 s.
+		defer close(profiled)
+		if profDir != "" {
+			save("profile?seconds=30", "cpu-failover.pb.gz")
+		}
+	}()
+	// Every agent is back when the survivor holds n sessions (its
+	// bcgw_sessions gauge, read each second: cheap, where the admin
+	// API's node list reads every record), and the node list, read
+	// once then, shows each connected through it.
 	var back int
+	var timeline []string
 	for {
-		p, got := held([]int{surv})
-		back = p[surv]
-		if len(got) >= n {
-			break
+		s := int(metricValue(survMetrics, "bcgw_sessions"))
+		if el := time.Since(killed); len(timeline) < int(el/(5*time.Second)) {
+			timeline = append(timeline, fmt.Sprintf("%ds %d", int(el.Seconds()), s))
+		}
+		if s >= n {
+			p, got := held([]int{surv})
+			if back = p[surv]; len(got) >= n {
+				break
+			}
 		}
 		if time.Since(killed) > failoverWait {
+			p, _ := held([]int{surv})
+			back = p[surv]
 			break
 		}
 		time.Sleep(time.Second)
 	}
 	failover := time.Since(killed)
+	cpu1 := groupCPU()
 	fmt.Printf("scale HA: %d of %d agents connected again %s after the kill; load average %s\n", back, n, failover.Round(100*time.Millisecond), load())
+	fmt.Printf("scale HA: the survivor's sessions after the kill: %s\n", strings.Join(timeline, ", "))
+	printGroupCPU("failover", cpu0, cpu1, failover)
+	ref1 := refusals()
+	var refusedBy []string
+	for i, r := range reasons {
+		refusedBy = append(refusedBy, fmt.Sprintf("%s %.0f", r, ref1[i]-ref0[i]))
+	}
+	fmt.Printf("scale HA: failover: the survivor refused %s\n", strings.Join(refusedBy, ", "))
+	<-profiled
 	printStoreOps("failover", ops0, storeOps(survMetrics), back-per[surv])
 	close(stop)
 	<-streamDone

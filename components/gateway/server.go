@@ -198,6 +198,12 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 		setupSlots = max(2, int(pg.PoolStats().Max)/2)
 	}
 	m := metrics.New(cfg.Name, gauges)
+	if pg, ok := st.(*pgstore.PG); ok {
+		pg.OnNoticeUnsent(func(kind string, err error) {
+			m.NoticeUnsent()
+			cfg.Log.Warn("notice not sent to the other gateways after its writes were stored", "kind", kind, "err", err)
+		})
+	}
 	keyStore, _ := st.(store.KeyStore) // the timed store below is not one
 	var backup func(io.Writer) (int64, error)
 	if b, ok := st.(*store.Bolt); ok {
@@ -336,7 +342,8 @@ func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 3+len(adminLns))
 	go s.renewServing(ctx)
 	go func() {
-		errc <- srv.Serve(agentsvc.NewHandshakeListener(ln, srv.TLSConfig, agentsvc.HandshakeSlots(), s.log))
+		errc <- srv.Serve(agentsvc.NewHandshakeListener(ln, srv.TLSConfig, agentsvc.HandshakeSlots(), s.log,
+			func() { s.metrics.SessionRefused("handshake_queue") }))
 	}()
 	for _, al := range adminLns {
 		go func() { errc <- adminSrv.Serve(al) }()

@@ -181,6 +181,12 @@ func (m *Manager) Run(ctx context.Context) error {
 }
 
 func (m *Manager) sweep() {
+	m.mu.Lock()
+	none := len(m.open) == 0
+	m.mu.Unlock()
+	if none {
+		return // nothing to check: an idle agent reads no epoch or JWKS each tick
+	}
 	now := m.cfg.Now()
 	connected, epoch := m.cfg.Epoch()
 	jwks := m.cfg.JWKS()

@@ -44,7 +44,7 @@ type handshakeListener struct {
 	closed   chan struct{}
 	once     sync.Once
 	log      *slog.Logger
-	refusedN func() // counts a connection closed for waiting too long (tests)
+	refusedN func() // counts a connection closed for waiting too long
 }
 
 // HandshakeSlots is how many handshakes run at once. A handshake holds
@@ -53,9 +53,13 @@ type handshakeListener struct {
 // slowly, and are still far from thousands at once.
 func HandshakeSlots() int { return 32 * runtime.GOMAXPROCS(0) }
 
-func NewHandshakeListener(inner net.Listener, cfg *tls.Config, slots int, log *slog.Logger) *handshakeListener {
+// NewHandshakeListener admits inner's connections to their handshakes;
+// refused, when not nil, is called for each connection closed unanswered
+// after waiting handshakeQueueMax (bcgw counts them).
+func NewHandshakeListener(inner net.Listener, cfg *tls.Config, slots int, log *slog.Logger, refused func()) *handshakeListener {
 	h := &handshakeListener{inner: inner, cfg: cfg, slots: make(chan struct{}, slots), maxWait: handshakeQueueMax,
-		timeout: handshakeTimeout, ready: make(chan net.Conn), errc: make(chan error, 1), closed: make(chan struct{}), log: log}
+		timeout: handshakeTimeout, ready: make(chan net.Conn), errc: make(chan error, 1), closed: make(chan struct{}), log: log,
+		refusedN: refused}
 	go h.acceptLoop()
 	return h
 }

@@ -45,7 +45,7 @@ func TestHandshakeAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := NewHandshakeListener(ln, srvCfg, 1, slog.New(slog.DiscardHandler))
+	h := NewHandshakeListener(ln, srvCfg, 1, slog.New(slog.DiscardHandler), nil)
 	defer h.Close()
 	h.maxWait, h.timeout = 300*time.Millisecond, 2*time.Second
 	var refused atomic.Int32

@@ -65,7 +65,7 @@ func New(gateway string, g Gauges) *Metrics {
 	m.joinRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bcgw_join_refusals_total",
 		Help: "Joins refused, by reason: the RPC's error code (resource_exhausted is the join rate)."}, []string{"reason"})
 	m.sessionRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bcgw_session_refusals_total",
-		Help: "Sessions refused before they started, by reason: busy (--max-sessions), revoked, draining."}, []string{"reason"})
+		Help: "Sessions refused before they started, by reason: busy (--max-sessions), revoked, draining, setup_queue (waited 5 s for a set-up slot), handshake_queue (a connection closed unanswered after waiting 5 s for its TLS handshake)."}, []string{"reason"})
 	m.roundTrip = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "bcgw_command_round_trip_seconds",
 		Help:    "From a command sent on a session of this gateway to its result stored.",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800}})

@@ -51,7 +51,7 @@ type Store interface {
 	// StartSession begins a session of the node in one transaction: it
 	// takes the node's next epoch, applies f to the record (which holds
 	// the new epoch; f must not use the store), and on a shared store
-	// sends the session notice naming that epoch with the commit.
+	// sends the session notice naming that epoch once it is committed.
 	StartSession(nodeID string, f func(*Node) error) (Node, error)
 	// SessionState reads what a new session of the node is sent, in one
 	// read (one round trip on PostgreSQL): its status report record, its

@@ -21,17 +21,49 @@ var _ store.Shared = (*PG)(nil)
 // bytes).
 const maxNotice = 7999
 
-// notify queues a notice in tx: PostgreSQL delivers it to every listener
-// when tx commits, and never when it rolls back. It is encoded without
-// HTML escapes, which would grow a progress detail of 4 KiB past the
-// bound.
-func notify(ctx context.Context, tx pgx.Tx, n store.Notice) error {
-	b, err := noticePayload(n)
-	if err != nil {
-		return err
+// Notices go out after the writes they tell of are committed, in a
+// transaction of their own that PostgreSQL commits without waiting for
+// its flush (sendNotice), not with those writes. PostgreSQL serializes
+// every transaction that notifies under one database-wide lock, held
+// until its commit is flushed (so that notices queue in commit order):
+// notifying with the writes made each session set-up, command and
+// result wait its turn for a whole flush, one after another, where
+// other commits share one flush. A notice needs no durability (a
+// listener that was away catches up by reading the store, and the sweep
+// covers commands and results), so its own commit need not wait for the
+// disk, and holds the lock for microseconds. A notice is still never
+// sent for writes rolled back, and a listener that gets it reads them
+// committed. What the change gives up: a gateway dying between the
+// commit and its notice leaves it unsent, as a failed notice always
+// could be; the notices of other gateways and the sweep make up for it.
+
+// afterCommit sends one notice ($1 the channel, $2 the payload) as a
+// transaction of its own committed without waiting for its flush.
+const afterCommit = `SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)`
+
+// sendNotice sends the notice n once the caller's writes are committed
+// (afterCommit). Its failure does not fail the caller, whose writes are
+// stored: it is counted and logged (OnNoticeUnsent).
+func (p *PG) sendNotice(n store.Notice) {
+	payload, err := noticePayload(n)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		_, err = p.pool.Exec(ctx, afterCommit, channel, payload)
+		cancel()
 	}
-	_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, b)
-	return err
+	if err != nil {
+		p.noticeUnsent(n.Kind, err)
+	}
+}
+
+// OnNoticeUnsent sets what is told of a notice not sent after its
+// writes were committed (bcgw counts and logs it).
+func (p *PG) OnNoticeUnsent(f func(kind string, err error)) { p.unsent.Store(&f) }
+
+func (p *PG) noticeUnsent(kind string, err error) {
+	if f := p.unsent.Load(); f != nil {
+		(*f)(kind, err)
+	}
 }
 
 // noticePayload is a notice as it travels.
@@ -49,9 +81,17 @@ func noticePayload(n store.Notice) (string, error) {
 	return string(b), nil
 }
 
-// Notify sends a notice to every gateway on the database.
+// Notify sends a notice to every gateway on the database: one statement,
+// committed without waiting for its flush (afterCommit).
 func (p *PG) Notify(n store.Notice) error {
-	return p.tx(func(ctx context.Context, tx pgx.Tx) error { return notify(ctx, tx, n) })
+	payload, err := noticePayload(n)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	_, err = p.pool.Exec(ctx, afterCommit, channel, payload)
+	return err
 }
 
 // Listen listens on its own connection (not the pool's: LISTEN belongs to

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -47,6 +48,9 @@ type PG struct {
 	// and a ping queued behind them would call a busy database down).
 	pingMu sync.Mutex
 	ping   *pgx.Conn
+
+	// unsent is told of a notice that failed after its writes committed.
+	unsent atomic.Pointer[func(kind string, err error)]
 }
 
 // PoolSize is the pool's size when the URL sets no pool_max_conns: a
@@ -67,10 +71,16 @@ var _ store.Store = (*PG)(nil)
 // string), brings its schema to this build's version and returns the
 // store. It refuses a database whose schema is newer than this build
 // knows. Errors name the host and database, never the password.
-func Open(ctx context.Context, url string) (*PG, error) {
+func Open(ctx context.Context, url string) (*PG, error) { return open(ctx, url, nil) }
+
+// open is Open with a tracer of every statement (tests).
+func open(ctx context.Context, url string, tracer pgx.QueryTracer) (*PG, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database URL: %w", err) // pgconn redacts the password
+	}
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
 	}
 	where := fmt.Sprintf("postgres host=%s database=%s user=%s", cfg.ConnConfig.Host, cfg.ConnConfig.Database, cfg.ConnConfig.User)
 	if !strings.Contains(url, "pool_max_conns") {
@@ -338,10 +348,10 @@ func (p *PG) UpdateNode(id string, f func(*store.Node) error) (store.Node, error
 }
 
 // updateNode applies f to the node under its row lock, and sends the
-// notice notice makes of the new record with the commit (nil: none).
+// notice notice makes of the new record once it is committed (nil: none; notify.go).
 func (p *PG) updateNode(id string, f func(*store.Node) error, notice func(store.Node) store.Notice) (store.Node, error) {
 	var n store.Node
-	err := p.rmw(`SELECT record FROM nodes WHERE id = $1 FOR NO KEY UPDATE`, []any{id}, func(rec []byte, found bool) (*pgx.Batch, error) {
+	err := p.rmw(`SELECT record FROM nodes WHERE id = $1 FOR NO KEY UPDATE`, []any{id}, func(rec []byte, found bool) (*writes, error) {
 		n = store.Node{}
 		if !found {
 			return nil, store.ErrNotFound
@@ -356,14 +366,11 @@ func (p *PG) updateNode(id string, f func(*store.Node) error, notice func(store.
 		if err != nil {
 			return nil, err
 		}
-		w := &pgx.Batch{}
+		w := &writes{}
 		w.Queue(`UPDATE nodes SET record = $2 WHERE id = $1`, id, b)
 		if notice != nil {
-			payload, err := noticePayload(notice(n))
-			if err != nil {
-				return nil, err
-			}
-			queueNotice(w, payload)
+			x := notice(n)
+			w.notice = &x
 		}
 		return w, nil
 	})
@@ -371,7 +378,7 @@ func (p *PG) updateNode(id string, f func(*store.Node) error, notice func(store.
 }
 
 // StartSession takes the node's next epoch and applies f under the
-// node's row lock, and sends the session notice with the commit: one
+// node's row lock, and sends the session notice once committed (notify.go): one
 // transaction where the epoch, the session's record and the notice were
 // three.
 func (p *PG) StartSession(nodeID string, f func(*store.Node) error) (store.Node, error) {
@@ -452,7 +459,7 @@ func (p *PG) AddCommand(c store.Command) error {
 	if err != nil {
 		return err
 	}
-	return p.tx(func(ctx context.Context, tx pgx.Tx) error {
+	err = p.tx(func(ctx context.Context, tx pgx.Tx) error {
 		if err := nodeExists(ctx, tx, c.NodeID); err != nil {
 			return err
 		}
@@ -464,10 +471,15 @@ func (p *PG) AddCommand(c store.Command) error {
 		if tag.RowsAffected() == 0 {
 			return fmt.Errorf("command %s already exists", c.ID)
 		}
-		// Delivered with the commit, to every gateway: the one holding the
-		// node's session sends the command.
-		return notify(ctx, tx, store.Notice{Kind: store.NoticeCommand, Node: c.NodeID, Command: c.ID})
+		return nil
 	})
+	if err != nil {
+		return err
+	}
+	// To every gateway, once committed (notify.go): the one holding the
+	// node's session sends the command.
+	p.sendNotice(store.Notice{Kind: store.NoticeCommand, Node: c.NodeID, Command: c.ID})
+	return nil
 }
 
 // Command returns one command.
@@ -524,9 +536,9 @@ func updateCommand(ctx context.Context, tx pgx.Tx, id string, f func(*store.Comm
 
 // updateCommandRMW is updateCommand as a transaction of its own in two
 // round trips (rmw); notice, when f wrote and it is not nil, makes the
-// notice sent with the commit (nil: none).
+// notice sent once committed (nil: none; notify.go).
 func (p *PG) updateCommandRMW(id string, f func(*store.Command) (bool, error), notice func(store.Command) *store.Notice) error {
-	return p.rmw(`SELECT record FROM commands WHERE id = $1 FOR UPDATE`, []any{id}, func(rec []byte, found bool) (*pgx.Batch, error) {
+	return p.rmw(`SELECT record FROM commands WHERE id = $1 FOR UPDATE`, []any{id}, func(rec []byte, found bool) (*writes, error) {
 		if !found {
 			return nil, store.ErrNotFound
 		}
@@ -542,15 +554,8 @@ func (p *PG) updateCommandRMW(id string, f func(*store.Command) (bool, error), n
 		if err != nil {
 			return nil, err
 		}
-		w := &pgx.Batch{}
+		w := &writes{notice: notice(c)}
 		w.Queue(`UPDATE commands SET state = $2, record = $3 WHERE id = $1`, id, c.State, b)
-		if n := notice(c); n != nil {
-			payload, err := noticePayload(*n)
-			if err != nil {
-				return nil, err
-			}
-			queueNotice(w, payload)
-		}
 		return w, nil
 	})
 }
@@ -606,11 +611,11 @@ func (p *PG) CancelPending(id, reason string, now time.Time) (store.Command, boo
 			c.State, done = store.StateDone, true
 			return true, nil
 		})
-		if err != nil || !done {
-			return err
-		}
-		return notify(ctx, tx, store.Notice{Kind: store.NoticeResult, Node: c.NodeID, Command: id})
+		return err
 	})
+	if done && err == nil {
+		p.sendNotice(store.Notice{Kind: store.NoticeResult, Node: c.NodeID, Command: id})
+	}
 	return c, done && err == nil, err
 }
 

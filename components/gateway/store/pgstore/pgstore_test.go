@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -182,5 +184,92 @@ func TestNoWriteKeepsConnection(t *testing.T) {
 	}
 	if _, err := s.SetResult("n1", "c1", store.Result{Status: "SUCCEEDED"}); err != nil {
 		t.Fatalf("result after the acks: %v", err)
+	}
+}
+
+// statements records every statement each connection ran, in order (a
+// pgx query and batch tracer).
+type statements struct {
+	mu  sync.Mutex
+	run map[*pgx.Conn][]string
+}
+
+func (s *statements) add(c *pgx.Conn, sql string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.run[c] = append(s.run[c], sql)
+}
+
+func (s *statements) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	s.add(c, d.SQL)
+	return ctx
+}
+func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (s *statements) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (s *statements) TraceBatchQuery(_ context.Context, c *pgx.Conn, d pgx.TraceBatchQueryData) {
+	s.add(c, d.SQL)
+}
+func (s *statements) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// A notice is never sent inside the transaction whose writes it tells
+// of, and its own transaction does not wait for its flush: PostgreSQL
+// holds one database-wide lock from a notifying transaction's commit
+// until its flush, so notices sent with the writes made every session
+// set-up, command and result wait for the ones before them to reach the
+// disk (notify.go).
+func TestNoticesAfterCommit(t *testing.T) {
+	tr := &statements{run: map[*pgx.Conn][]string{}}
+	s, err := pgstore.OpenTraced(context.Background(), pgtest.Database(t), tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.PutNode(store.Node{ID: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StartSession("n1", func(*store.Node) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c1", "c2"} {
+		if err := s.AddCommand(store.Command{ID: id, NodeID: "n1", Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.SetResult("n1", "c1", store.Result{Status: "SUCCEEDED"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CancelPending("c2", "stop", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Notify(store.Notice{Kind: store.NoticeTrust}); err != nil {
+		t.Fatal(err)
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	notices := 0
+	for _, run := range tr.run {
+		inTx := false
+		for i, q := range run {
+			l := strings.ToLower(strings.TrimSpace(q))
+			switch {
+			case strings.HasPrefix(l, "begin"):
+				inTx = true
+			case l == "commit" || l == "rollback":
+				inTx = false
+			case strings.Contains(l, "pg_notify"):
+				notices++
+				if inTx {
+					t.Errorf("a notice sent inside a transaction with writes: %q after %q", q, run[max(0, i-3):i])
+				}
+				if !strings.Contains(l, "set_config('synchronous_commit', 'off', true)") {
+					t.Errorf("a notice whose commit waits for its flush: %q", q)
+				}
+			}
+		}
+	}
+	if notices != 6 {
+		t.Errorf("%d notices sent, want 6 (session, two commands, result, cancel, trust)", notices)
 	}
 }

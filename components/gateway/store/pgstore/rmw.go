@@ -7,18 +7,27 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/better-compute/bcd/components/gateway/store"
 )
+
+// writes are what a read-modify-write writes, and the notice sent once
+// they are committed (notify.go), in the same round trip.
+type writes struct {
+	pgx.Batch
+	notice *store.Notice
+}
 
 // rmw runs one read-modify-write transaction in two round trips, where
 // pgx.BeginTxFunc takes four (BEGIN, the locking read, the write,
 // COMMIT): BEGIN goes out in one batch with the read (lock, args: one
-// record column, under a row lock), the writes in one batch with COMMIT.
-// write gets the record (found false without a row) and returns the
-// batch of writes, nil for none (the transaction is then rolled back, as
-// it is after any error). A session's set-up, a heartbeat and a result
+// record column, under a row lock), the writes in one batch with COMMIT
+// and the notice after it. write gets the record (found false without a
+// row) and returns the writes, nil for none (the transaction is then
+// rolled back, as it is after any error). A session's set-up, a heartbeat and a result
 // are each one such transaction, and on two busy cores every round trip
 // is a wake-up of both processes.
-func (p *PG) rmw(lock string, args []any, write func(rec []byte, found bool) (*pgx.Batch, error)) error {
+func (p *PG) rmw(lock string, args []any, write func(rec []byte, found bool) (*writes, error)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	c, err := p.pool.Acquire(ctx)
@@ -38,7 +47,7 @@ func (p *PG) rmw(lock string, args []any, write func(rec []byte, found bool) (*p
 	return err
 }
 
-func (p *PG) rmwOn(ctx context.Context, c *pgxpool.Conn, lock string, args []any, write func(rec []byte, found bool) (*pgx.Batch, error)) error {
+func (p *PG) rmwOn(ctx context.Context, c *pgxpool.Conn, lock string, args []any, write func(rec []byte, found bool) (*writes, error)) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(lock, args...)
@@ -61,7 +70,16 @@ func (p *PG) rmwOn(ctx context.Context, c *pgxpool.Conn, lock string, args []any
 	}
 	n := w.Len()
 	w.Queue("COMMIT")
-	br = c.SendBatch(ctx, w)
+	if w.notice != nil {
+		payload, err := noticePayload(*w.notice)
+		if err != nil {
+			return err
+		}
+		// After the COMMIT, in the same round trip: a transaction of its
+		// own, which the batch's end commits.
+		w.Queue(afterCommit, channel, payload)
+	}
+	br = c.SendBatch(ctx, &w.Batch)
 	for range n {
 		if _, err = br.Exec(); err != nil {
 			break
@@ -73,11 +91,14 @@ func (p *PG) rmwOn(ctx context.Context, c *pgxpool.Conn, lock string, args []any
 			err = fmt.Errorf("transaction not committed: %s", tag)
 		}
 	}
+	if err == nil && w.notice != nil {
+		if _, nerr := br.Exec(); nerr != nil {
+			// The writes are committed: the call succeeded, its notice
+			// did not go out.
+			_ = br.Close()
+			p.noticeUnsent(w.notice.Kind, nerr)
+			return nil
+		}
+	}
 	return errors.Join(err, br.Close())
-}
-
-// queueNotice adds a notice to a batch of writes: PostgreSQL delivers it
-// when the transaction commits (notify).
-func queueNotice(b *pgx.Batch, payload string) {
-	b.Queue(`SELECT pg_notify($1, $2)`, channel, payload)
 }

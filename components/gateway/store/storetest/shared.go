@@ -215,7 +215,7 @@ func testNotices(t *testing.T, a, b store.Store) {
 		t.Errorf("cancel's notice: %+v", n)
 	}
 	// A session started through one gateway tells the others its epoch,
-	// with the commit.
+	// once committed.
 	started, err := a.StartSession("n1", func(*store.Node) error { return nil })
 	if err != nil {
 		t.Fatal(err)
