@@ -140,8 +140,8 @@ bench: deps
 # round trip's p99, p99.9 and max before and after, of 3,000 each).
 # BENCH_SCALE_RUNS runs (3) one after the other; the output is in
 # bin/bench/scale.txt, the surviving gateway's execution traces and
-# blocking and lock profiles in bin/bench/scale-profiles. About 20 minutes
-# a run on 2 cores.
+# blocking and lock profiles in bin/bench/scale-profiles. About 7 minutes
+# a run on 2 cores with nothing else running.
 BENCH_SCALE_RUNS ?= 3
 bench-scale: deps
 	@mkdir -p $(BENCH_OUT)
