@@ -129,7 +129,7 @@ bench: deps
 	@$(GOBUILD) -o $(BENCH_OUT)/bcd-node ./roles/node
 	@$(GO) run ./cmd/benchtable -load-at-start $(BENCH_OUT)/loadavg-start -size bcd-helper=$(BENCH_OUT)/bcd-helper \
 		-size bcd-node=$(BENCH_OUT)/bcd-node -size initramfs=images/out/initramfs.cpio.zst -qemu-log bin/qemu-tier.json \
-		-json $(BENCH_OUT)/bench.json $(BENCH_OUT)/raw.txt | tee $(BENCH_OUT)/bench.txt
+		-scale $(BENCH_OUT)/scale.txt -json $(BENCH_OUT)/bench.json $(BENCH_OUT)/raw.txt | tee $(BENCH_OUT)/bench.txt
 	@cd build/benchplot && $(GO) run . -in ../../$(BENCH_OUT)/raw.txt -out ../../$(BENCH_OUT)
 
 # bench-scale is the failover at scale (e2e BenchmarkScaleHA): 10,000 bcd
