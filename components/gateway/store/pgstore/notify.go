@@ -35,7 +35,8 @@ const maxNotice = 7999
 // sent for writes rolled back, and a listener that gets it reads them
 // committed. What the change gives up: a gateway dying between the
 // commit and its notice leaves it unsent, as a failed notice always
-// could be; the notices of other gateways and the sweep make up for it.
+// could be; the sweep and a reconnecting listener's catch-up make up for
+// it.
 
 // afterCommit sends one notice ($1 the channel, $2 the payload) as a
 // transaction of its own committed without waiting for its flush.
@@ -45,13 +46,7 @@ const afterCommit = `SELECT set_config('synchronous_commit', 'off', true), pg_no
 // (afterCommit). Its failure does not fail the caller, whose writes are
 // stored: it is counted and logged (OnNoticeUnsent).
 func (p *PG) sendNotice(n store.Notice) {
-	payload, err := noticePayload(n)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		_, err = p.pool.Exec(ctx, afterCommit, channel, payload)
-		cancel()
-	}
-	if err != nil {
+	if err := p.Notify(n); err != nil {
 		p.noticeUnsent(n.Kind, err)
 	}
 }

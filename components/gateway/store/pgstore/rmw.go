@@ -24,9 +24,9 @@ type writes struct {
 // record column, under a row lock), the writes in one batch with COMMIT
 // and the notice after it. write gets the record (found false without a
 // row) and returns the writes, nil for none (the transaction is then
-// rolled back, as it is after any error). A session's set-up, a heartbeat and a result
-// are each one such transaction, and on two busy cores every round trip
-// is a wake-up of both processes.
+// rolled back, as it is after any error). A session's set-up, a
+// heartbeat and a result are each one such transaction, and on two busy
+// cores every round trip is a wake-up of both processes.
 func (p *PG) rmw(lock string, args []any, write func(rec []byte, found bool) (*writes, error)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
