@@ -36,12 +36,7 @@ type scaleFigures struct {
 // shards), in KiB, and how many processes that is.
 func treeRSS(pid int) (float64, int) {
 	total, n := rssKiB(pid), 1
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, child := range procPIDs() {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", child))
 		if err != nil {
 			continue
@@ -54,6 +49,57 @@ func treeRSS(pid int) (float64, int) {
 		}
 	}
 	return total, n
+}
+
+// procPIDs lists the processes running now.
+func procPIDs() []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// pgWaits samples, every 500 ms until stop is called, what the active
+// backends of url's database wait for (pg_stat_activity: "IO/WALSync",
+// "Lock/object", "-" for running); stop returns each wait's count.
+func pgWaits(ctx context.Context, url string) (stop func() map[string]int) {
+	counts := map[string]int{}
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		for {
+			rows, err := conn.Query(ctx, `SELECT coalesce(wait_event_type || '/' || wait_event, '-') FROM pg_stat_activity
+				WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()`)
+			if err == nil {
+				for rows.Next() {
+					var w string
+					if rows.Scan(&w) == nil {
+						counts[w]++
+					}
+				}
+				rows.Close()
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	return func() map[string]int {
+		close(done)
+		<-finished
+		return counts
+	}
 }
 
 // pgWrites reads the rows written and transactions committed so far in

@@ -139,12 +139,7 @@ func printStoreOps(label string, from, to map[string][2]float64, sessions int) {
 // /proc/PID/stat; a process that exited takes its share with it.
 func groupCPU() map[string]time.Duration {
 	out := map[string]time.Duration{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range procPIDs() {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			continue
@@ -180,6 +175,27 @@ func printGroupCPU(label string, from, to map[string]time.Duration, d time.Durat
 	fmt.Printf("scale HA: %s: CPU by program over %s: %.1f s in all (%.2f cores)", label, d.Round(time.Second), all.Seconds(), all.Seconds()/d.Seconds())
 	for _, r := range rows {
 		fmt.Printf("; %s %.1f s", r.name, r.cpu.Seconds())
+	}
+	fmt.Println()
+}
+
+// printWaits prints what PostgreSQL's active backends were seen waiting
+// for (pgWaits), most first.
+func printWaits(label string, counts map[string]int) {
+	type row struct {
+		wait string
+		n    int
+	}
+	var rows []row
+	all := 0
+	for w, n := range counts {
+		rows = append(rows, row{w, n})
+		all += n
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(a.wait, b.wait)) })
+	fmt.Printf("scale HA: %s: PostgreSQL's active backends, sampled every 0.5 s: %d seen", label, all)
+	for _, r := range rows {
+		fmt.Printf("; %s %d", r.wait, r.n)
 	}
 	fmt.Println()
 }
@@ -288,7 +304,7 @@ func BenchmarkScaleHA(b *testing.B) {
 	time.Sleep(20 * time.Second) // the first reports go out
 	// Idle: both gateways' CPU over a minute with every session up and
 	// nothing sent, per 1,000 sessions.
-	c0, c1, t0 := procCPU(h.gws[0].cmd.Process.Pid), procCPU(h.gws[1].cmd.Process.Pid), time.Now()
+	c0, c1, g0, t0 := procCPU(h.gws[0].cmd.Process.Pid), procCPU(h.gws[1].cmd.Process.Pid), groupCPU(), time.Now()
 	if profDir := os.Getenv("BCD_SCALE_PROFILES"); profDir != "" {
 		// gw1's CPU profile of the idle minute (go tool pprof).
 		if err := os.MkdirAll(profDir, 0o755); err != nil {
@@ -304,6 +320,7 @@ func BenchmarkScaleHA(b *testing.B) {
 	}
 	time.Sleep(time.Until(t0.Add(time.Minute)))
 	idle := (procCPU(h.gws[0].cmd.Process.Pid) - c0 + procCPU(h.gws[1].cmd.Process.Pid) - c1).Seconds() / time.Since(t0).Minutes()
+	printGroupCPU("idle", g0, groupCPU(), time.Since(t0))
 	fmt.Printf("scale HA: idle: both gateways %.2f CPU s/min for %d sessions, %.2f per 1,000; load average %s\n", idle, n, 1000*idle/float64(n), load())
 
 	kill := 0
@@ -325,7 +342,8 @@ func BenchmarkScaleHA(b *testing.B) {
 		defer resp.Body.Close()
 		f, err := os.Create(filepath.Join(profDir, name))
 		if err != nil {
-			b.Fatal(err)
+			b.Logf("profile %s: %v", path, err) // also called off the benchmark's goroutine
+			return
 		}
 		defer f.Close()
 		_, _ = io.Copy(f, resp.Body)
@@ -398,7 +416,7 @@ func BenchmarkScaleHA(b *testing.B) {
 	killed := time.Now()
 	h.gws[kill].signal(syscall.SIGKILL)
 	h.gws[kill].wait(b, 10*time.Second)
-	cpu0 := groupCPU()
+	cpu0, waits := groupCPU(), pgWaits(ctx, url)
 	profiled := make(chan struct{})
 	go func() {
 		// The survivor's CPU profile of the failover's first 30 s.
@@ -436,6 +454,7 @@ func BenchmarkScaleHA(b *testing.B) {
 	fmt.Printf("scale HA: %d of %d agents connected again %s after the kill; load average %s\n", back, n, failover.Round(100*time.Millisecond), load())
 	fmt.Printf("scale HA: the survivor's sessions after the kill: %s\n", strings.Join(timeline, ", "))
 	printGroupCPU("failover", cpu0, cpu1, failover)
+	printWaits("failover", waits())
 	ref1 := refusals()
 	var refusedBy []string
 	for i, r := range reasons {

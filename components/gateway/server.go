@@ -192,18 +192,13 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	var fl *fleet.Fleet
 	gauges := metrics.Gauges{Sessions: h.Count, DatabaseUp: func() bool { return fl.Health().Database.Reachable }}
 	setupSlots := 0 // agentsvc's default
-	if pg, ok := st.(*pgstore.PG); ok {
+	pg, onPG := st.(*pgstore.PG)
+	if onPG {
 		gauges.PoolWaits = func() (int64, time.Duration) { s := pg.PoolStats(); return s.Waits, s.WaitTime }
 		// Half the pool for new sessions' set-ups, half for the live ones.
 		setupSlots = max(2, int(pg.PoolStats().Max)/2)
 	}
 	m := metrics.New(cfg.Name, gauges)
-	if pg, ok := st.(*pgstore.PG); ok {
-		pg.OnNoticeUnsent(func(kind string, err error) {
-			m.NoticeUnsent()
-			cfg.Log.Warn("notice not sent to the other gateways after its writes were stored", "kind", kind, "err", err)
-		})
-	}
 	keyStore, _ := st.(store.KeyStore) // the timed store below is not one
 	var backup func(io.Writer) (int64, error)
 	if b, ok := st.(*store.Bolt); ok {
@@ -217,6 +212,9 @@ func NewContext(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if onPG {
+		pg.OnNoticeUnsent(fl.NoticeUnsent)
 	}
 	svc := agentsvc.New(agentsvc.Config{
 		TrustDomain: cfg.TrustDomain, Name: cfg.Name, CertValidity: cfg.CertValidity, Heartbeat: cfg.Heartbeat,

@@ -45,11 +45,10 @@ func TestHandshakeAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := NewHandshakeListener(ln, srvCfg, 1, slog.New(slog.DiscardHandler), nil)
+	var refused atomic.Int32
+	h := NewHandshakeListener(ln, srvCfg, 1, slog.New(slog.DiscardHandler), func() { refused.Add(1) })
 	defer h.Close()
 	h.maxWait, h.timeout = 300*time.Millisecond, 2*time.Second
-	var refused atomic.Int32
-	h.refusedN = func() { refused.Add(1) }
 	accepted := make(chan net.Conn, 4)
 	go func() {
 		for {

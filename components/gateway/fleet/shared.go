@@ -56,9 +56,16 @@ func (s *Fleet) pushCommand(c store.Command) {
 // and the next session's replay make up for it).
 func (s *Fleet) Notify(n store.Notice) {
 	if err := s.shared.Notify(n); err != nil {
-		s.cfg.Metrics.NoticeUnsent()
-		s.log.Warn("notice not sent to the other gateways", "kind", n.Kind, "node", n.Node, "command_id", n.Command, "err", err)
+		s.NoticeUnsent(n, err)
 	}
+}
+
+// NoticeUnsent counts and logs a notice that did not reach the other
+// gateways: one of the fleet's, or one the store sends after the writes
+// it tells of (pgstore.OnNoticeUnsent).
+func (s *Fleet) NoticeUnsent(n store.Notice, err error) {
+	s.cfg.Metrics.NoticeUnsent()
+	s.log.Warn("notice not sent to the other gateways", "kind", n.Kind, "node", n.Node, "command_id", n.Command, "err", err)
 }
 
 // sharedLoop listens for notices until ctx ends, listening again after a

@@ -47,17 +47,17 @@ const afterCommit = `SELECT set_config('synchronous_commit', 'off', true), pg_no
 // stored: it is counted and logged (OnNoticeUnsent).
 func (p *PG) sendNotice(n store.Notice) {
 	if err := p.Notify(n); err != nil {
-		p.noticeUnsent(n.Kind, err)
+		p.noticeUnsent(n, err)
 	}
 }
 
 // OnNoticeUnsent sets what is told of a notice not sent after its
-// writes were committed (bcgw counts and logs it).
-func (p *PG) OnNoticeUnsent(f func(kind string, err error)) { p.unsent.Store(&f) }
+// writes were committed (bcgw counts and logs it: fleet.NoticeUnsent).
+func (p *PG) OnNoticeUnsent(f func(n store.Notice, err error)) { p.unsent.Store(&f) }
 
-func (p *PG) noticeUnsent(kind string, err error) {
+func (p *PG) noticeUnsent(n store.Notice, err error) {
 	if f := p.unsent.Load(); f != nil {
-		(*f)(kind, err)
+		(*f)(n, err)
 	}
 }
 

@@ -50,7 +50,7 @@ type PG struct {
 	ping   *pgx.Conn
 
 	// unsent is told of a notice that failed after its writes committed.
-	unsent atomic.Pointer[func(kind string, err error)]
+	unsent atomic.Pointer[func(n store.Notice, err error)]
 }
 
 // PoolSize is the pool's size when the URL sets no pool_max_conns: a

@@ -96,7 +96,7 @@ func (p *PG) rmwOn(ctx context.Context, c *pgxpool.Conn, lock string, args []any
 			// The writes are committed: the call succeeded, its notice
 			// did not go out.
 			_ = br.Close()
-			p.noticeUnsent(w.notice.Kind, nerr)
+			p.noticeUnsent(*w.notice, nerr)
 			return nil
 		}
 	}
